@@ -1,0 +1,5 @@
+import sys
+
+from stacks.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""Image capability table: what a given engine image can and cannot do.
+
+The rules that differ per image (a bug fixed in a nightly, a parser added) live here as data, keyed by
+`repository:tag`. An image not in the table gets the general rules and a warning, never a silent pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ImageCapabilities:
+    vllm_version: str
+    profiles: frozenset[str]
+    parsers: frozenset[str]
+    vision_with_pp: bool
+    speculative_methods: frozenset[str]
+    source: str
+    engram_shards_across_dp: bool = False
+    """True where the image spreads the Engram embedding over DP too (shards = TP x DP)."""
+
+
+IMAGES: dict[str, ImageCapabilities] = {
+    "vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657": ImageCapabilities(
+        vllm_version="nightly eed1f3d0",
+        profiles=frozenset({"deepseek-v4.1-flash", "deepseek-v4-flash"}),
+        parsers=frozenset({"deepseek_v41", "deepseek_v4"}),
+        vision_with_pp=True,
+        speculative_methods=frozenset({"dspark"}),
+        source="seed 000: first nightly that runs V4.1-Flash on two nodes (2026-09-14)",
+    ),
+    "vllm/vllm-openai:deepseekv41-flash-0909": ImageCapabilities(
+        vllm_version="0.1.dev20904+g179dd0fa9",
+        profiles=frozenset({"deepseek-v4.1-flash"}),
+        parsers=frozenset({"deepseek_v41"}),
+        vision_with_pp=False,
+        speculative_methods=frozenset({"dspark"}),
+        source="seed 000: single-node TP8 only; PP2+vision fails in profile_run",
+    ),
+    "vllm/vllm-openai:v0.33.0": ImageCapabilities(
+        vllm_version="0.33.0",
+        profiles=frozenset({"deepseek-v4-flash"}),
+        parsers=frozenset({"deepseek_v4"}),
+        vision_with_pp=True,
+        speculative_methods=frozenset(),
+        source="brief: vLLM 0.33.0 wheel; seed 001 baseline (image name hidden there)",
+    ),
+}
+
+
+def get_capabilities(image_ref: str) -> ImageCapabilities | None:
+    return IMAGES.get(image_ref)

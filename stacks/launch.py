@@ -1,0 +1,261 @@
+"""The exact `vllm serve` argv, Ray commands and container settings for every node.
+
+This is the single source of truth for what gets launched: the Pulumi components copy these specs into
+`docker.Container` resources field by field and compute nothing of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from pydantic import BaseModel, ConfigDict
+
+from stacks.config import SECRET_MARKER, NodeConfig, StackConfig
+from stacks.fabric import control_ip, node_env
+from stacks.profiles import ModelProfile
+from stacks.topology import NodeTopology, Role, Topology
+
+LABEL_PREFIX = "vllm-cluster"
+
+
+class VolumeSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    host: str
+    container: str
+    read_only: bool
+
+
+class HealthcheckSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    test: list[str]
+    interval_s: int
+    timeout_s: int
+    retries: int
+    start_period_s: int
+
+
+class ContainerSpec(BaseModel):
+    """One container of the engine group, as the plan shows it and the component creates it."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    purpose: str
+    image: str
+    vllm_args: list[str] | None
+    command: list[str]
+    entrypoint: list[str] | None
+    env: dict[str, str]
+    network_mode: str
+    ipc_mode: str
+    privileged: bool
+    gpus: str | None
+    ulimits: dict[str, list[int]]
+    shm_size_mb: int | None
+    volumes: list[VolumeSpec]
+    devices: list[str]
+    capabilities: list[str]
+    restart: str
+    labels: dict[str, str]
+    healthcheck: HealthcheckSpec | None
+
+    @property
+    def secret_env_keys(self) -> list[str]:
+        """Env vars whose value the component must take from a Pulumi secret."""
+        return [k for k, v in self.env.items() if v == SECRET_MARKER]
+
+
+def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology) -> list[str]:
+    """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`)."""
+    par, serving = config.parallelism, config.serving
+    args = [config.model.container_path]
+    if node.role is Role.HEADLESS_ENGINE:
+        args.append("--headless")
+    else:
+        args += ["--host", serving.host, "--port", str(serving.port)]
+    args += ["--served-model-name", config.model.served_name]
+    if serving.trust_remote_code:
+        args.append("--trust-remote-code")
+    if serving.dtype:
+        args += ["--dtype", serving.dtype]
+    args += ["--tensor-parallel-size", str(par.tensor)]
+    if par.pipeline > 1:
+        args += ["--pipeline-parallel-size", str(par.pipeline)]
+    args += ["--distributed-executor-backend", par.backend]
+    if par.backend == "mp" and par.data > 1:
+        args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(node.dp_local)]
+        if node.dp_start_rank is not None:
+            args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
+        args += [
+            "--data-parallel-address", str(control_ip(config, config.head)),
+            "--data-parallel-rpc-port", str(par.data_parallel_rpc_port),
+            "--data-parallel-backend", "mp",
+        ]
+    if par.expert:
+        args.append("--enable-expert-parallel")
+    args += ["--max-model-len", str(serving.max_model_len)]
+    if serving.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(serving.max_num_batched_tokens)]
+    args += ["--max-num-seqs", str(serving.max_num_seqs)]
+    args += ["--gpu-memory-utilization", str(serving.gpu_memory_utilization)]
+    args += ["--kv-cache-dtype", serving.kv_cache_dtype or profile.default_kv_cache_dtype]
+    if serving.prefix_caching:
+        args.append("--enable-prefix-caching")
+    args += ["--tokenizer-mode", serving.tokenizer_mode or profile.tokenizer_mode]
+    args += ["--tool-call-parser", serving.tool_call_parser or profile.tool_call_parser]
+    if serving.auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    args += ["--reasoning-parser", serving.reasoning_parser or profile.reasoning_parser]
+    if profile.vision and not config.vision:
+        args.append("--language-model-only")
+    if config.speculative is not None:
+        spec = {
+            "method": config.speculative.method,
+            "num_speculative_tokens": config.speculative.num_speculative_tokens,
+            **config.speculative.options,
+        }
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), ensure_ascii=False)]
+    args += list(serving.extra_args)
+    return args
+
+
+def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if config.container.set_cuda_visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(node_topo.gpus_used))
+    fabric = node_env(config, node)
+    if "VLLM_HOST_IP" in fabric:
+        env["VLLM_HOST_IP"] = fabric.pop("VLLM_HOST_IP")
+    env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(config.serving.engine_ready_timeout_s)
+    env.update(config.container.env)
+    env.update(fabric)
+    if node_topo.role.is_head and config.api_key is not None:
+        env["VLLM_API_KEY"] = SECRET_MARKER
+    return env
+
+
+def ray_head_script(config: StackConfig, topo: Topology, serve_args: list[str]) -> str:
+    """Head container: start Ray, wait until every node and GPU has joined, then exec `vllm serve`."""
+    ray = config.ray
+    ip = control_ip(config, config.head)
+    start = [
+        "ray", "start", "--head", f"--node-ip-address={ip}", f"--port={ray.gcs_port}",
+        f"--num-gpus={topo.head.gpus_used}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ray.dashboard_port}",
+        f"--ray-client-server-port={ray.client_port}", "--disable-usage-stats",
+    ]
+    wait = cluster_ready_snippet(len(topo.nodes), topo.gpus_used, ray.cluster_ready_timeout_s)
+    return "\n".join([
+        "set -euo pipefail",
+        shlex.join(start),
+        shlex.join(["python3", "-c", wait]),
+        shlex.join(["exec", "vllm", "serve", *serve_args]),
+    ])
+
+
+def cluster_ready_snippet(nodes: int, gpus: int, timeout_s: int) -> str:
+    """Python run inside the head container: Ray's own view must show every node and GPU before serving."""
+    return (
+        "import sys,time,ray\n"
+        "ray.init(address='auto',logging_level='ERROR')\n"
+        f"want_n,want_g,deadline={nodes},{gpus},time.time()+{timeout_s}\n"
+        "while True:\n"
+        " alive=[n for n in ray.nodes() if n['Alive']]\n"
+        " g=sum(n['Resources'].get('GPU',0) for n in alive)\n"
+        " print(f'[cluster-ready] {len(alive)}/{want_n} nodes, {g:g}/{want_g} GPUs',flush=True)\n"
+        " if len(alive)>=want_n and g>=want_g: break\n"
+        " if time.time()>deadline: sys.exit('[cluster-ready] timed out: Ray cluster incomplete')\n"
+        " time.sleep(5)\n"
+    )
+
+
+def ray_worker_command(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> list[str]:
+    head_ip = control_ip(config, config.head)
+    return [
+        "start", f"--address={head_ip}:{config.ray.gcs_port}", f"--node-ip-address={control_ip(config, node)}",
+        f"--num-gpus={node_topo.gpus_used}", "--disable-usage-stats", "--block",
+    ]
+
+
+def _volumes(config: StackConfig) -> list[VolumeSpec]:
+    vols = [VolumeSpec(host=config.model.host_dir, container=config.model.container_dir, read_only=True)]
+    if config.container.cache_dir:
+        vols.append(VolumeSpec(host=config.container.cache_dir, container="/root/.cache", read_only=False))
+    vols += [VolumeSpec(host=v.host, container=v.container, read_only=v.read_only) for v in config.container.volumes]
+    return vols
+
+
+def _healthcheck(config: StackConfig) -> HealthcheckSpec:
+    url = f"http://127.0.0.1:{config.serving.port}/health"
+    probe = f"import urllib.request as u; u.urlopen('{url}', timeout=5)"
+    return HealthcheckSpec(test=["CMD", "python3", "-c", probe], interval_s=30, timeout_s=10, retries=3,
+                           start_period_s=config.serving.engine_ready_timeout_s)
+
+
+_PURPOSE = {
+    Role.DP_HEAD: "vllm API server, DP coordinator and local DP engine(s)",
+    Role.HEADLESS_ENGINE: "headless vLLM DP engine(s), joins the head's coordinator",
+    Role.RAY_HEAD: "Ray head; waits for the whole cluster, then runs vllm serve",
+    Role.RAY_WORKER: "Ray worker: lends its GPUs to the head's vllm serve",
+}
+
+
+def engine_containers(
+    stack: str, config: StackConfig, profile: ModelProfile, topo: Topology
+) -> dict[str, list[ContainerSpec]]:
+    """Containers per node name. All share one `generation` label, so any change replaces the whole group."""
+    draft: dict[str, ContainerSpec] = {}
+    c = config.container
+    for node, node_topo in zip(config.nodes, topo.nodes):
+        role = node_topo.role
+        serve = vllm_args(config, profile, topo, node_topo) if role is not Role.RAY_WORKER else None
+        if role is Role.RAY_HEAD:
+            assert serve is not None
+            entrypoint: list[str] | None = ["/bin/bash", "-c"]
+            command = [ray_head_script(config, topo, serve)]
+        elif role is Role.RAY_WORKER:
+            entrypoint, command = ["ray"], ray_worker_command(config, node, node_topo)
+        else:
+            assert serve is not None
+            entrypoint, command = None, list(serve)
+        draft[node.name] = ContainerSpec(
+            name=c.name,
+            purpose=_PURPOSE[role],
+            image=config.image.pull_ref,
+            vllm_args=serve,
+            command=command,
+            entrypoint=entrypoint,
+            env=engine_env(config, node, node_topo),
+            network_mode=c.network_mode,
+            ipc_mode=c.ipc_mode,
+            privileged=c.privileged,
+            gpus="all",
+            ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
+            shm_size_mb=c.shm_size_mb,
+            volumes=_volumes(config),
+            devices=list(c.devices),
+            capabilities=list(c.capabilities),
+            restart=c.restart,
+            labels={},
+            healthcheck=_healthcheck(config) if role.is_head else None,
+        )
+    generation = group_generation(draft)
+    result: dict[str, list[ContainerSpec]] = {}
+    for node_topo in topo.nodes:
+        spec = draft[node_topo.name]
+        labels = {
+            f"{LABEL_PREFIX}.stack": stack,
+            f"{LABEL_PREFIX}.node": node_topo.name,
+            f"{LABEL_PREFIX}.role": node_topo.role.value,
+            f"{LABEL_PREFIX}.topology": topo.label,
+            f"{LABEL_PREFIX}.generation": generation,
+        }
+        result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
+    return result
+
+
+def group_generation(specs: dict[str, ContainerSpec]) -> str:
+    """Hash of every engine container's launch spec: one node's change is every node's change."""
+    payload = json.dumps({name: spec.model_dump(exclude={"labels"}) for name, spec in sorted(specs.items())},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,0 +1,65 @@
+"""Human-readable plan: the topology table first, then each node in start order."""
+
+from __future__ import annotations
+
+import shlex
+
+from stacks.plan import Plan
+
+
+def render_plan(plan: Plan) -> str:
+    t = plan.topology
+    lines = [
+        f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']})",
+        f"image {plan.image['pull_ref']}" + ("" if plan.image["known"] else "  [not in capability table]"),
+        f"topology {t['label']}: backend={t['backend']} nodes={t['nodes']} tensor={t['tensor']} "
+        f"pipeline={t['pipeline']} data={t['data']} expert={t['expert'] or 'off'} gpus_used={t['gpus_used']}",
+        f"endpoint {plan.endpoint}",
+        "",
+        f"{'node':<16} {'host':<18} {'role':<16} {'gpus':>9}  dp ranks",
+    ]
+    for n in plan.nodes:
+        ranks = ",".join(map(str, n.dp_ranks)) or "-"
+        lines.append(f"{n.name:<16} {n.host:<18} {n.role:<16} {n.gpus_used:>4}/{n.gpus_present:<4}  {ranks}")
+    lines += ["", "start order: " + " -> ".join(plan.start_order), ""]
+    for name in plan.start_order:
+        node = plan.node(name)
+        for c in node.containers:
+            lines.append(f"== {node.name} ({node.role}): container {c.name} — {c.purpose}")
+            for key, value in c.env.items():
+                lines.append(f"   env {key}={value}")
+            if c.entrypoint:
+                lines.append(f"   entrypoint {shlex.join(c.entrypoint)}")
+            if c.vllm_args is not None:
+                lines.append("   vllm serve " + " \\\n       ".join(_pairs(c.vllm_args)))
+            if c.entrypoint:
+                lines.append("   command:")
+                lines += [f"     {line}" for line in "\n".join(c.command).splitlines()]
+            ulimits = " ".join(f"{k}={v[0]}:{v[1]}" for k, v in c.ulimits.items())
+            vols = " ".join(f"{v.host}:{v.container}{':ro' if v.read_only else ''}" for v in c.volumes)
+            lines.append(f"   network={c.network_mode} ipc={c.ipc_mode} privileged={c.privileged} gpus={c.gpus} "
+                         f"restart={c.restart} shm={c.shm_size_mb or '-'}MB ulimits {ulimits}")
+            lines.append(f"   volumes {vols}" + (f" devices {' '.join(c.devices)}" if c.devices else ""))
+            lines.append("")
+    lines.append("listening ports:")
+    for item in plan.listeners:
+        lines.append(f"   {item.node}:{item.port} bind {item.bind} ({item.network}) {item.purpose}"
+                     + ("  PUBLIC" if item.public else ""))
+    lines += ["", "checks:"]
+    for check in plan.checks:
+        lines.append(f"   {check.name:<28} on {check.node or 'deployer':<12} {check.proves}")
+    for title, items in (("warnings", plan.warnings), ("notes", plan.notes)):
+        if items:
+            lines += ["", f"{title}:"] + [f"   - {item}" for item in items]
+    return "\n".join(lines)
+
+
+def _pairs(args: list[str]) -> list[str]:
+    """Group `--flag value` pairs so each flag reads on one line."""
+    out: list[str] = []
+    for arg in args:
+        if out and not arg.startswith("--") and out[-1].startswith("--") and " " not in out[-1]:
+            out[-1] = f"{out[-1]} {shlex.quote(arg)}"
+        else:
+            out.append(shlex.quote(arg))
+    return out

@@ -1,0 +1,274 @@
+"""Topology rules: refuse at preview, in seconds, what vLLM would refuse after loading 511 GB of weights.
+
+Each rule names the config key and value, quotes the upstream error it prevents and says what works. The
+general rules come from the model profile; the rules that differ per image come from `stacks.images`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stacks.config import StackConfig
+from stacks.errors import Problem
+from stacks.fabric import fabric_problems
+from stacks.images import ImageCapabilities, get_capabilities
+from stacks.profiles import PROFILES, ModelProfile, get_profile
+from stacks.topology import Topology, derive_topology
+
+MANAGED_FLAGS: dict[str, str] = {
+    "--tensor-parallel-size": "parallelism.tensor",
+    "--pipeline-parallel-size": "parallelism.pipeline",
+    "--data-parallel-size": "parallelism.data",
+    "--data-parallel-size-local": "nodes[].data_parallel_local",
+    "--data-parallel-address": "fabric.control_plane",
+    "--data-parallel-rpc-port": "parallelism.data_parallel_rpc_port",
+    "--data-parallel-backend": "parallelism.backend",
+    "--distributed-executor-backend": "parallelism.backend",
+    "--enable-expert-parallel": "parallelism.expert",
+    "--headless": "the node order (every node after the first is headless)",
+    "--host": "serving.host",
+    "--port": "serving.port",
+    "--served-model-name": "model.served_name",
+    "--max-model-len": "serving.max_model_len",
+    "--max-num-seqs": "serving.max_num_seqs",
+    "--max-num-batched-tokens": "serving.max_num_batched_tokens",
+    "--gpu-memory-utilization": "serving.gpu_memory_utilization",
+    "--kv-cache-dtype": "serving.kv_cache_dtype",
+    "--speculative-config": "speculative",
+    "--language-model-only": "vision: false",
+}
+
+HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
+                   "Supported models implement the SupportsPP interface.")
+
+
+@dataclass
+class Validation:
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Validation]:
+    """Run every rule; never stops at the first problem."""
+    result = Validation()
+    topology, topo_problems = derive_topology(config)
+    result.problems += topo_problems
+    profile = get_profile(config.model.profile)
+    if profile is None:
+        result.problems.append(Problem("model.profile", config.model.profile, "unknown model profile",
+                                       fix=f"one of {sorted(PROFILES)}"))
+    image = get_capabilities(config.image.ref)
+    if image is None:
+        result.warnings.append(
+            f"image {config.image.ref} is not in the capability table (stacks/images.py): only the general "
+            "rules were checked; add the image once it is tested")
+    if profile is not None:
+        _model_rules(config, profile, image, result)
+        _memory_rules(config, profile, topology, result)
+    _parallelism_rules(config, topology, result)
+    _uniqueness_rules(config, result)
+    _port_rules(config, result)
+    _extra_arg_rules(config, result)
+    result.problems += fabric_problems(config)
+    _notes(config, topology, result)
+    return topology, profile, result
+
+
+def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabilities | None,
+                 result: Validation) -> None:
+    par = config.parallelism
+    tp, pp, dp = par.tensor, par.pipeline, par.data
+    add = result.problems.append
+    if profile.num_attention_heads % tp:
+        good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0]
+        add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
+                    f"TP{tp}", upstream=f"Total number of attention heads ({profile.num_attention_heads}) must be "
+                    f"divisible by tensor parallel size ({tp}).", fix=f"tensor in {good}"))
+    if profile.o_groups is not None and profile.o_groups // tp == 0:
+        add(Problem("parallelism.tensor", tp, f"FlashMLA gets n_local_groups = o_groups // tp = "
+                    f"{profile.o_groups} // {tp} = 0 on {profile.key}",
+                    upstream="ZeroDivisionError: integer division or modulo by zero "
+                    "(heads_per_group = self.n_local_heads // self.n_local_groups, FlashMLA profile_run)",
+                    fix=f"tensor <= {profile.o_groups}; for 2x8 GPUs use DP2 x TP8 with expert: true (EP16)"))
+    if profile.engram_hash_heads:
+        heads = profile.engram_hash_heads
+        across_dp = image.engram_shards_across_dp if image else False
+        shards = tp * (dp if across_dp else 1)
+        if shards > 1 and not (shards - 1) * math.ceil(heads / shards) < heads:
+            add(Problem("parallelism.tensor", tp, f"Engram: {heads} hash heads over {shards} shards leaves "
+                        "ranks without a head",
+                        upstream=f"AssertionError: Engram sharding leaves ranks without hash heads: {heads} heads "
+                        f"over TP={tp} x DP={dp if across_dp else 1}",
+                        fix="a TP that gives every shard a head (8 for 24 heads), and DP for the rest"))
+    if pp > 1 and not profile.supports_pp:
+        add(Problem("parallelism.pipeline", pp, f"{profile.key} does not support pipeline parallelism",
+                    upstream=DSPARK_PP_ERROR, fix="pipeline: 1 and data > 1 (mp backend)"))
+    spec = config.speculative
+    if spec is not None:
+        if pp > 1 and profile.draft_supports_pp.get(spec.method) is False:
+            add(Problem("parallelism.pipeline", pp, f"the {spec.method} draft model does not support PP > 1",
+                        upstream=DSPARK_PP_ERROR,
+                        fix="pipeline: 1 with data parallelism (DP2 x TP8, EP16), or remove `speculative`"))
+        if image is not None and spec.method not in image.speculative_methods:
+            add(Problem("speculative.method", spec.method, f"image {config.image.ref} has no such method",
+                        fix=f"one of {sorted(image.speculative_methods) or 'none: remove speculative'}"))
+    if config.vision and not profile.vision:
+        add(Problem("vision", True, f"{profile.key} has no vision tower", fix="vision: false"))
+    if config.vision and profile.vision and pp > 1 and image is not None and not image.vision_with_pp:
+        add(Problem("vision", True, f"vision with PP{pp} is broken on image {config.image.ref}",
+                    upstream="ValueError: DeepSeek V4 vision MoE routing requires input_ids. (profile_run)",
+                    fix="vision: false (adds --language-model-only, drops images), pipeline: 1, or a newer image"))
+    if image is not None:
+        if profile.key not in image.profiles:
+            add(Problem("image.tag", config.image.tag, f"image {config.image.ref} cannot run {profile.key}",
+                        upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
+                        fix=f"an image listed for {profile.key} in stacks/images.py"))
+        serving = config.serving
+        for key, value in (("tokenizer_mode", serving.tokenizer_mode or profile.tokenizer_mode),
+                           ("tool_call_parser", serving.tool_call_parser or profile.tool_call_parser),
+                           ("reasoning_parser", serving.reasoning_parser or profile.reasoning_parser)):
+            if value not in image.parsers and value not in ("auto", "hf", "slow"):
+                add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it",
+                            upstream=f"error: argument --{key.replace('_', '-')}: invalid choice: '{value}'",
+                            fix=f"one of {sorted(image.parsers)}"))
+    if config.serving.max_model_len > profile.max_context:
+        add(Problem("serving.max_model_len", config.serving.max_model_len,
+                    f"above the model's context of {profile.max_context}",
+                    upstream="User-specified max_model_len is greater than the derived max_model_len",
+                    fix=f"at most {profile.max_context}"))
+
+
+def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
+    par, serving = config.parallelism, config.serving
+    weights = config.model.weights_gb or profile.weights_gb
+    # Experts are spread over EP = DP x TP; without EP every DP replica holds the whole model on TP x PP GPUs.
+    shards = par.tensor * par.pipeline * (par.data if par.expert else 1)
+    gpu_gb = min(n.gpus.memory_gb for n in config.nodes)
+    budget = gpu_gb * serving.gpu_memory_utilization
+    per_gpu = weights / shards
+    if per_gpu > budget:
+        result.problems.append(Problem(
+            "parallelism.tensor", par.tensor,
+            f"weights do not fit: {weights:g} GB / {shards} GPUs = {per_gpu:.1f} GB per GPU > "
+            f"{gpu_gb:g} GB x {serving.gpu_memory_utilization} = {budget:.1f} GB",
+            upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
+            fix=f"at least {math.ceil(weights / budget)} GPUs per model copy (more TP/PP, or expert: true with DP)"))
+    elif per_gpu > 0.8 * budget:
+        result.warnings.append(f"weights take {per_gpu:.1f} of {budget:.1f} GB per GPU: little room for KV cache")
+    if profile.min_vram_gb:
+        total = topo.gpus_used * budget
+        if total < profile.min_vram_gb:
+            result.problems.append(Problem(
+                "nodes", len(config.nodes),
+                f"{topo.gpus_used} GPUs x {budget:.1f} GB = {total:.0f} GB usable, {profile.key} needs "
+                f"~{profile.min_vram_gb:g} GB", upstream="ValueError: No available memory for the cache blocks",
+                fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
+
+
+def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) -> None:
+    par = config.parallelism
+    add = result.problems.append
+    total = sum(n.gpus.count for n in config.nodes)
+    if par.backend == "ray":
+        if par.data != 1:
+            add(Problem("parallelism.data", par.data, "the ray backend here runs one replica across all nodes",
+                        fix="data: 1 with ray, or backend: mp for vLLM internal DP"))
+        if par.tensor * par.pipeline != total:
+            add(Problem("parallelism.pipeline", par.pipeline,
+                        f"TP{par.tensor} x PP{par.pipeline} = {par.tensor * par.pipeline} GPUs, the nodes have "
+                        f"{total}: Ray's placement group would wait forever or leave GPUs idle",
+                        fix=f"tensor x pipeline = {total}, e.g. tensor: {config.nodes[0].gpus.count}, "
+                        f"pipeline: {max(1, total // config.nodes[0].gpus.count)}"))
+        per_node = {n.gpus.count for n in config.nodes}
+        if len(per_node) == 1 and par.tensor > next(iter(per_node)):
+            result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
+                                   "prefer TP = GPUs per node and PP = nodes")
+    else:
+        for i, node in enumerate(config.nodes):
+            if par.tensor * par.pipeline > node.gpus.count:
+                add(Problem("parallelism.tensor", par.tensor,
+                            f"mp runs each DP rank inside one node: TP{par.tensor} x PP{par.pipeline} > "
+                            f"{node.gpus.count} GPUs on {node.name}",
+                            fix=f"tensor <= {node.gpus.count} with data parallelism, or backend: ray"))
+                break
+    idle = topo.gpus_present - topo.gpus_used
+    if idle > 0 and not result.problems:
+        result.warnings.append(f"{idle} of {topo.gpus_present} GPUs stay idle with this topology")
+    models = {n.gpus.model for n in config.nodes}
+    if len(models) > 1:
+        result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
+
+
+def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
+    def dupes(values: list[str]) -> set[str]:
+        return {v for v, n in Counter(values).items() if n > 1}
+
+    for key, values in (
+        ("name", [n.name for n in config.nodes]),
+        ("ssh.host", [n.ssh.host for n in config.nodes]),
+        ("management_ip", [n.management_ip for n in config.nodes]),
+    ):
+        for value in sorted(dupes(values)):
+            index = values.index(value, values.index(value) + 1)
+            result.problems.append(Problem(f"nodes.{index}.{key}", value, "used by more than one node",
+                                           fix="a unique value per node"))
+    data_ips = [(i, ip) for i, n in enumerate(config.nodes) for ip in n.data_ips]
+    for ip in sorted(dupes([ip for _, ip in data_ips])):
+        index = [i for i, v in data_ips if v == ip][-1]
+        result.problems.append(Problem(f"nodes.{index}.data_ips", ip, "data-plane IP used twice",
+                                       fix="a unique data-plane IP per NIC"))
+
+
+def _port_rules(config: StackConfig, result: Validation) -> None:
+    ports = {"serving.port": config.serving.port}
+    if config.parallelism.backend == "mp" and config.parallelism.data > 1:
+        ports["parallelism.data_parallel_rpc_port"] = config.parallelism.data_parallel_rpc_port
+    if config.parallelism.backend == "ray":
+        ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
+                  "ray.client_port": config.ray.client_port}
+    seen: dict[int, str] = {}
+    for key, port in ports.items():
+        if port in seen:
+            result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
+                                           "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+        seen.setdefault(port, key)
+
+
+def _extra_arg_rules(config: StackConfig, result: Validation) -> None:
+    for arg in config.serving.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag == "--data-parallel-start-rank":
+            result.problems.append(Problem(
+                "serving.extra_args", arg, "start ranks are derived per node; on the head a start rank switches "
+                "vLLM into hybrid load balancing", upstream=HYBRID_LB_ERROR,
+                fix="remove it: the head gets none, node k gets the sum of the local DP sizes before it"))
+        elif flag == "--api-key":
+            result.problems.append(Problem("serving.extra_args", "--api-key …", "a key in argv is visible in "
+                                           "`ps`, `docker inspect` and Pulumi state",
+                                           fix="pulumi config set --secret vllm-cluster:api_key <key>"))
+        elif flag in MANAGED_FLAGS:
+            result.problems.append(Problem("serving.extra_args", arg, "this flag is derived from the config",
+                                           fix=f"set {MANAGED_FLAGS[flag]} instead"))
+
+
+def _notes(config: StackConfig, topo: Topology, result: Validation) -> None:
+    serving = config.serving
+    budget = serving.max_num_batched_tokens
+    if budget and serving.max_model_len > budget:
+        chunks = math.ceil(serving.max_model_len / budget)
+        result.notes.append(
+            f"max_num_batched_tokens {budget} is the per-iteration token budget, not the context limit: a "
+            f"{serving.max_model_len}-token prompt is chunk-prefilled in {chunks} iterations")
+    ranks = config.parallelism.data if config.parallelism.backend == "mp" else 1
+    result.notes.append(f"max_num_seqs {serving.max_num_seqs} is per DP rank: up to "
+                        f"{serving.max_num_seqs * ranks} active sequences, the rest queue")
+    if topo.expert_size:
+        result.notes.append(f"experts spread over EP{topo.expert_size} = DP{topo.data} x TP{topo.tensor}")
