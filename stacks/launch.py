@@ -206,7 +206,7 @@ def engine_containers(
     """Containers per node name. All share one `generation` label, so any change replaces the whole group."""
     draft: dict[str, ContainerSpec] = {}
     c = config.container
-    for node, node_topo in zip(config.nodes, topo.nodes):
+    for node, node_topo in zip(config.nodes, topo.nodes, strict=True):
         role = node_topo.role
         serve = vllm_args(config, profile, topo, node_topo) if role is not Role.RAY_WORKER else None
         if role is Role.RAY_HEAD:

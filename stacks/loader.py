@@ -7,6 +7,7 @@ message in `python -m stacks plan` and in `pulumi preview`.
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from stacks.config import SECRET_KEYS, SECRET_MARKER, StackConfig
 from stacks.errors import ConfigError, Problem
 
 PROJECT = "vllm-cluster"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parent.parent)
+"""Where `Pulumi.<stack>.yaml` files are read; VLLM_CLUSTER_ROOT points elsewhere (tests, other repos)."""
 
 
 def stack_file(stack: str, root: Path = PROJECT_ROOT) -> Path:

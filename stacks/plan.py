@@ -94,7 +94,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         NodePlan(name=n.name, host=cfg.ssh.host, role=n.role.value, gpus_present=n.gpus_present,
                  gpus_used=n.gpus_used, dp_ranks=n.dp_ranks, dp_start_rank=n.dp_start_rank,
                  containers=containers[n.name])
-        for n, cfg in zip(topo.nodes, config.nodes)
+        for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
     public_host = config.api.public_host or config.head.management_ip
     return Plan(

@@ -8,13 +8,13 @@ local DP sizes before it. With `ray` one replica of TP x PP spans all nodes; the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from stacks.config import StackConfig
 from stacks.errors import Problem
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     DP_HEAD = "dp-head"
     HEADLESS_ENGINE = "headless-engine"
     RAY_HEAD = "ray-head"
@@ -123,14 +123,14 @@ def _mp_nodes(config: StackConfig) -> tuple[list[NodeTopology], list[Problem]]:
             f"DP ranks do not map onto the nodes: {assigned} rank(s) fit "
             f"(TP{par.tensor} x PP{par.pipeline} = {per_rank} GPUs per rank, local DP {locals_})",
             fix=f"parallelism.data = {capacity_total} for these nodes, or add nodes / set data_parallel_local"))
-    for i, (node, local) in enumerate(zip(config.nodes, locals_)):
+    for i, (node, local) in enumerate(zip(config.nodes, locals_, strict=True)):
         if local == 0 and assigned == par.data:
             problems.append(Problem(
                 f"nodes.{i}.name", node.name, "this node gets no DP rank and would sit idle",
                 fix=f"remove it, or raise parallelism.data to {par.data + node.gpus.count // per_rank}"))
     nodes = []
     start = 0
-    for i, (node, local) in enumerate(zip(config.nodes, locals_)):
+    for i, (node, local) in enumerate(zip(config.nodes, locals_, strict=True)):
         role = Role.DP_HEAD if i == 0 else Role.HEADLESS_ENGINE
         nodes.append(NodeTopology(node.name, i, role, node.gpus.count, local * per_rank, local,
                                   None if i == 0 else start))

@@ -164,12 +164,14 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
     elif per_gpu > 0.8 * budget:
         result.warnings.append(f"weights take {per_gpu:.1f} of {budget:.1f} GB per GPU: little room for KV cache")
     if profile.min_vram_gb:
+        # The profile's minimum VRAM scales with the weights when model.weights_gb overrides their size.
+        need = profile.min_vram_gb * weights / profile.weights_gb
         total = topo.gpus_used * budget
-        if total < profile.min_vram_gb:
+        if total < need:
             result.problems.append(Problem(
                 "nodes", len(config.nodes),
                 f"{topo.gpus_used} GPUs x {budget:.1f} GB = {total:.0f} GB usable, {profile.key} needs "
-                f"~{profile.min_vram_gb:g} GB", upstream="ValueError: No available memory for the cache blocks",
+                f"~{need:.0f} GB", upstream="ValueError: No available memory for the cache blocks",
                 fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
 
 
@@ -192,7 +194,7 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
             result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
                                    "prefer TP = GPUs per node and PP = nodes")
     else:
-        for i, node in enumerate(config.nodes):
+        for node in config.nodes:
             if par.tensor * par.pipeline > node.gpus.count:
                 add(Problem("parallelism.tensor", par.tensor,
                             f"mp runs each DP rank inside one node: TP{par.tensor} x PP{par.pipeline} > "

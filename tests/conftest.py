@@ -1,0 +1,61 @@
+"""Shared helpers: stack values read from the committed stack files, plus argv parsing for golden tests."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from stacks.errors import ConfigError, Problem  # noqa: E402
+from stacks.loader import parse_config, read_stack_values  # noqa: E402
+from stacks.plan import Plan, build_plan  # noqa: E402
+
+
+@pytest.fixture
+def prod_values() -> dict[str, Any]:
+    return copy.deepcopy(read_stack_values("prod"))
+
+
+@pytest.fixture
+def h20_values() -> dict[str, Any]:
+    return copy.deepcopy(read_stack_values("h20"))
+
+
+def plan_of(values: dict[str, Any], stack: str = "test") -> Plan:
+    return build_plan(stack, parse_config(stack, values))
+
+
+def problems_of(values: dict[str, Any]) -> list[Problem]:
+    with pytest.raises(ConfigError) as info:
+        plan_of(values)
+    return info.value.problems
+
+
+def flag_pairs(args: list[str]) -> list[tuple[str, str | None]]:
+    """`['--a', '1', '--b']` -> `[('--a', '1'), ('--b', None)]`, keeping order and repeats."""
+    pairs: list[tuple[str, str | None]] = []
+    for arg in args:
+        if arg.startswith("--"):
+            pairs.append((arg, None))
+        elif pairs and pairs[-1][1] is None:
+            pairs[-1] = (pairs[-1][0], arg)
+        else:
+            raise AssertionError(f"stray positional {arg!r}")
+    return pairs
+
+
+def clone_node(node: dict[str, Any], index: int) -> dict[str, Any]:
+    """A copy of a node config with unique name, host and addresses (for N-node variants)."""
+    new = copy.deepcopy(node)
+    new["name"] = f"node{index + 1}"
+    new["ssh"]["host"] = f"10.30.8.{index + 1}"
+    new["management_ip"] = f"10.30.8.{index + 1}"
+    new["data_ips"] = [f"1.1.{k + 1}.{100 + index}" for k in range(len(node.get("data_ips", [])))]
+    return new

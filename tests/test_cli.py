@@ -1,0 +1,84 @@
+"""`python -m stacks plan`: real subprocesses, exit codes, JSON keys, overrides and secrets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stacks.loader import apply_overrides, mask_secrets, values_from_document
+from tests.conftest import ROOT
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_plan_json_has_the_documented_keys() -> None:
+    out = _run("plan", "prod", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    for key in ("stack", "image", "topology", "start_order", "nodes", "warnings"):
+        assert key in plan
+    assert set(plan["topology"]) >= {"backend", "nodes", "gpus_per_node", "tensor", "pipeline", "data", "expert"}
+    node = plan["nodes"][0]
+    assert set(node) >= {"name", "host", "role", "containers"}
+    assert set(node["containers"][0]) >= {
+        "name", "purpose", "image", "vllm_args", "command", "entrypoint", "env", "network_mode", "ipc_mode",
+        "privileged", "gpus", "ulimits", "shm_size_mb", "volumes", "devices", "restart", "labels"}
+
+
+def test_plan_text_and_speed() -> None:
+    start = time.perf_counter()
+    out = _run("plan", "h20")
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0
+    assert "start order: h20-1 -> h20-2" in out.stdout and "ray-cluster" in out.stdout
+    assert elapsed < 5  # generous for CI; bench/plan_scale.py measures the real number
+
+
+def test_invalid_override_exits_2_with_all_errors() -> None:
+    out = _run("plan", "prod", "--set", "parallelism.tensor=16", "--set", "parallelism.data=1")
+    assert out.returncode == 2
+    assert "vllm-cluster:parallelism.tensor = 16" in out.stderr
+    assert "ZeroDivisionError" in out.stderr and "Engram sharding" in out.stderr
+    assert "nothing was created" in out.stderr
+
+
+def test_invalid_json_output() -> None:
+    out = _run("plan", "prod", "--json", "--set", "serving.port=13399")
+    assert out.returncode == 2
+    errors = json.loads(out.stdout)["errors"]
+    assert errors[0]["key"] == "vllm-cluster:parallelism.data_parallel_rpc_port"
+    assert errors[0]["value"] == 13399 and "same port as serving.port" in errors[0]["message"]
+
+
+def test_unknown_stack() -> None:
+    out = _run("plan", "nope")
+    assert out.returncode == 2 and "Pulumi.nope.yaml" in out.stderr
+
+
+def test_overrides_parse_yaml_scalars_and_indexes() -> None:
+    values = {"parallelism": {"tensor": 8, "expert": True}, "nodes": [{"ssh": {"host": "a"}}]}
+    out = apply_overrides(values, ["parallelism.tensor=16", "parallelism.expert=false", "nodes.0.ssh.host=b"])
+    assert out["parallelism"] == {"tensor": 16, "expert": False}
+    assert out["nodes"][0]["ssh"]["host"] == "b"
+    assert values["parallelism"]["tensor"] == 8
+
+
+def test_secure_values_print_as_secret(tmp_path: Path) -> None:
+    doc = {"config": {"vllm-cluster:api_key": {"secure": "AAABAxyz"}, "other:thing": 1,
+                      "vllm-cluster:nested": {"a": {"secure": "v"}}}}
+    assert values_from_document(doc) == {"api_key": "[secret]", "nested": {"a": "[secret]"}}
+    assert mask_secrets([{"secure": "x"}]) == ["[secret]"]
+    src = (ROOT / "Pulumi.prod.yaml").read_text()
+    (tmp_path / "Pulumi.prod.yaml").write_text(src + '  vllm-cluster:api_key:\n    secure: AAABAGhpZGRlbg==\n')
+    out = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json"], cwd=ROOT, capture_output=True,
+                         text=True, env={"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert "AAABAGhpZGRlbg" not in out.stdout
+    head_env = json.loads(out.stdout)["nodes"][0]["containers"][0]["env"]
+    assert head_env["VLLM_API_KEY"] == "[secret]"

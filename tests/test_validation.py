@@ -1,0 +1,211 @@
+"""Each rule: a failing config, the key it names, and the upstream failure it quotes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stacks.errors import Problem
+from tests.conftest import clone_node, plan_of, problems_of
+
+
+def _only(problems: list[Problem], key: str) -> Problem:
+    matching = [p for p in problems if p.key == key]
+    assert matching, f"no problem for {key}: {[p.render() for p in problems]}"
+    return matching[0]
+
+
+def test_prod_and_h20_are_valid(prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
+    plan_of(prod_values)
+    plan_of(h20_values)
+
+
+def test_v41_tp16_rejected_with_flashmla_and_engram_errors(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"] |= {"tensor": 16, "data": 1}
+    prod_values["serving"]["extra_args"] = []
+    problems = problems_of(prod_values)
+    texts = "\n".join(p.render() for p in problems)
+    assert "ZeroDivisionError" in texts and "n_local_groups" in texts
+    assert "Engram sharding leaves ranks without hash heads: 24 heads over TP=16 x DP=1" in texts
+    flash = next(p for p in problems if "FlashMLA" in p.message)
+    assert flash.key == "parallelism.tensor" and flash.value == 16 and "DP2 x TP8" in (flash.fix or "")
+
+
+def test_engram_rule_is_the_ceil_formula(prod_values: dict[str, Any]) -> None:
+    # 24 heads: TP8 -> 7*3=21 < 24 passes (prod); TP16 -> 15*2=30 fails (above).
+    from stacks.loader import parse_config
+    from stacks.validation import validate
+    _, _, result = validate(parse_config("t", prod_values))
+    assert not any("Engram" in p.message for p in result.problems)
+
+
+def test_dspark_with_pp_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"] |= {"pipeline": 2, "data": 1, "backend": "ray"}
+    problem = next(p for p in problems_of(prod_values) if "draft" in p.message)
+    assert problem.key == "parallelism.pipeline" and problem.value == 2
+    assert "Pipeline parallelism is not supported for this model" in (problem.upstream or "")
+    assert "remove `speculative`" in (problem.fix or "")
+
+
+def test_vision_with_pp_on_0909_image_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["image"]["tag"] = "deepseekv41-flash-0909"
+    prod_values["parallelism"] |= {"pipeline": 2, "data": 1, "backend": "ray"}
+    prod_values.pop("speculative")
+    problem = _only(problems_of(prod_values), "vision")
+    assert "DeepSeek V4 vision MoE routing requires input_ids" in (problem.upstream or "")
+    assert "--language-model-only" in (problem.fix or "")
+
+
+def test_vision_off_adds_language_model_only(prod_values: dict[str, Any]) -> None:
+    prod_values["vision"] = False
+    args = plan_of(prod_values).head.containers[0].vllm_args or []
+    assert "--language-model-only" in args
+
+
+def test_start_rank_on_head_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["serving"]["extra_args"] = ["--data-parallel-start-rank", "0"]
+    problem = _only(problems_of(prod_values), "serving.extra_args")
+    assert problem.upstream == "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+
+
+def test_heads_not_divisible_by_tp(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"] |= {"tensor": 3, "data": 2}
+    prod_values["nodes"][0]["gpus"]["count"] = 3
+    prod_values["nodes"][1]["gpus"]["count"] = 3
+    problem = next(p for p in problems_of(prod_values) if "attention heads" in p.message)
+    assert "must be divisible by tensor parallel size (3)" in (problem.upstream or "")
+
+
+def test_mp_gpus_per_node_vs_tp(prod_values: dict[str, Any]) -> None:
+    prod_values["nodes"][1]["gpus"]["count"] = 4
+    problems = problems_of(prod_values)
+    assert any(p.key == "parallelism.data" and "do not map onto the nodes" in p.message for p in problems)
+
+
+def test_dp_ranks_must_map_onto_nodes(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"]["data"] = 3
+    problem = _only(problems_of(prod_values), "parallelism.data")
+    assert "2 rank(s) fit" in problem.message and "parallelism.data = 2" in (problem.fix or "")
+
+
+def test_idle_node_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["nodes"].append(clone_node(prod_values["nodes"][1], 2))
+    problem = _only(problems_of(prod_values), "nodes.2.name")
+    assert "no DP rank" in problem.message and "parallelism.data to 3" in (problem.fix or "")
+
+
+def test_ray_tp_times_pp_must_equal_gpus(h20_values: dict[str, Any]) -> None:
+    h20_values["parallelism"]["pipeline"] = 1
+    problem = _only(problems_of(h20_values), "parallelism.pipeline")
+    assert "TP8 x PP1 = 8 GPUs, the nodes have 16" in problem.message
+
+
+def test_ray_rejects_data_parallel(h20_values: dict[str, Any]) -> None:
+    h20_values["parallelism"]["data"] = 2
+    assert "ray backend" in _only(problems_of(h20_values), "parallelism.data").message
+
+
+@pytest.mark.parametrize("key", ["name", "ssh.host", "management_ip"])
+def test_unique_node_fields(prod_values: dict[str, Any], key: str) -> None:
+    first, second = prod_values["nodes"]
+    if key == "ssh.host":
+        second["ssh"]["host"] = first["ssh"]["host"]
+    else:
+        second[key] = first[key]
+    assert _only(problems_of(prod_values), f"nodes.1.{key}").message == "used by more than one node"
+
+
+def test_unique_data_ips(prod_values: dict[str, Any]) -> None:
+    prod_values["nodes"][1]["data_ips"] = ["1.1.1.2", "1.1.2.1"]
+    assert _only(problems_of(prod_values), "nodes.1.data_ips").value == "1.1.1.2"
+
+
+def test_distinct_ports(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"]["data_parallel_rpc_port"] = 8030
+    problem = _only(problems_of(prod_values), "parallelism.data_parallel_rpc_port")
+    assert "Address already in use" in problem.message
+
+
+def test_weights_fit_message(prod_values: dict[str, Any]) -> None:
+    for node in prod_values["nodes"]:
+        node["gpus"]["memory_gb"] = 40
+    prod_values["parallelism"]["expert"] = False
+    problem = next(p for p in problems_of(prod_values) if "weights do not fit" in p.message)
+    assert "511 GB / 8 GPUs = 63.9 GB per GPU > 40 GB x 0.95 = 38.0 GB" in problem.message
+
+
+def test_min_vram(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"]["data"] = 1
+    prod_values["nodes"] = prod_values["nodes"][:1]
+    problem = _only(problems_of(prod_values), "nodes")
+    assert "needs ~614 GB" in problem.message
+
+
+def test_managed_flag_in_extra_args(prod_values: dict[str, Any]) -> None:
+    prod_values["serving"]["extra_args"] = ["--tensor-parallel-size=16"]
+    assert "set parallelism.tensor instead" in (_only(problems_of(prod_values), "serving.extra_args").fix or "")
+
+
+def test_api_key_in_argv_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["serving"]["extra_args"] = ["--api-key", "sk-123"]
+    problem = _only(problems_of(prod_values), "serving.extra_args")
+    assert "sk-123" not in problem.render() and "--secret" in (problem.fix or "")
+
+
+def test_plain_api_key_rejected(prod_values: dict[str, Any]) -> None:
+    prod_values["api_key"] = "sk-plain"
+    problem = _only(problems_of(prod_values), "api_key")
+    assert "sk-plain" not in problem.render()
+
+
+def test_image_without_profile(prod_values: dict[str, Any]) -> None:
+    prod_values["image"]["tag"] = "v0.33.0"
+    problems = problems_of(prod_values)
+    assert "Model architectures ['DeepseekV41ForCausalLM'] are not supported" in (
+        _only(problems, "image.tag").upstream or "")
+    assert "invalid choice: 'deepseek_v41'" in (_only(problems, "serving.tokenizer_mode").upstream or "")
+
+
+def test_unknown_image_warns_and_uses_general_rules(prod_values: dict[str, Any]) -> None:
+    prod_values["image"]["tag"] = "my-private-build"
+    plan = plan_of(prod_values)
+    assert any("not in the capability table" in w for w in plan.warnings)
+    prod_values["parallelism"] |= {"tensor": 16, "data": 1}
+    assert any("FlashMLA" in p.message for p in problems_of(prod_values))
+
+
+def test_max_model_len_above_context(h20_values: dict[str, Any]) -> None:
+    h20_values["serving"]["max_model_len"] = 2_000_000
+    assert _only(problems_of(h20_values), "serving.max_model_len").value == 2_000_000
+
+
+def test_fabric_needs_hcas_and_ifnames(h20_values: dict[str, Any]) -> None:
+    h20_values["nodes"][1]["hcas"] = []
+    del h20_values["nodes"][1]["management_ifname"]
+    problems = problems_of(h20_values)
+    assert "NET/Socket" in _only(problems, "nodes.1.hcas").message
+    assert _only(problems, "nodes.1.management_ifname")
+
+
+def test_chunk_count_reported(prod_values: dict[str, Any]) -> None:
+    assert any("chunk-prefilled in 128 iterations" in n for n in plan_of(prod_values).notes)
+
+
+def test_schema_errors_name_key_value_and_alternatives(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"]["tensor_paralel"] = 8
+    prod_values["parallelism"]["backend"] = "slurm"
+    prod_values["serving"]["gpu_memory_utilization"] = 1.5
+    problems = problems_of(prod_values)
+    typo = _only(problems, "parallelism.tensor_paralel")
+    assert typo.message.startswith("unknown key") and "tensor" in (typo.fix or "")
+    backend = _only(problems, "parallelism.backend")
+    assert backend.value == "slurm" and "'mp'" in (backend.fix or "")
+    assert "<= 1" in (_only(problems, "serving.gpu_memory_utilization").fix or "")
+
+
+def test_all_errors_reported_together(prod_values: dict[str, Any]) -> None:
+    prod_values["parallelism"] |= {"tensor": 16, "data": 1}
+    prod_values["serving"]["port"] = 13399
+    prod_values["nodes"][1]["name"] = "node1"
+    assert len({p.key for p in problems_of(prod_values)}) >= 3
