@@ -1,0 +1,5 @@
+"""Verification programs: each has a `main()`, `--json`, and exits 0 pass / 1 fail / 2 cannot run.
+
+Programs that run on a GPU host (preflight, nccl_transport, engines, ray_cluster) use only Python's standard
+library plus `checks.verdict`, so `checks.bundle` can ship them over SSH as one self-contained script.
+"""

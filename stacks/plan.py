@@ -152,8 +152,11 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         if (c != "thinking" or config.api.smoke.thinking_check) and (c != "stream" or config.api.smoke.stream_check)
     ]
     if topo.backend == "mp" and topo.data > 1:
-        checks.append(CheckSpec(name="dp-engines", node=topo.head.name, runs_on="node", module="checks.engines",
-                                sections=[], proves=f"all {topo.data} DP engines joined the coordinator"))
+        checks += [
+            CheckSpec(name=f"dp-engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
+                      sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
+            for n in topo.nodes
+        ]
     for node in config.nodes:
         checks.append(CheckSpec(name=f"nccl-transport-{node.name}", node=node.name, runs_on="node",
                                 module="checks.nccl_transport", sections=[],

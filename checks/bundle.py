@@ -1,0 +1,36 @@
+"""Ship a host-side check as one self-contained script: `checks.verdict` inlined, stdlib only.
+
+The remote command is `python3 - ARGS <<'EOF' … EOF`, so nothing is installed on the host.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
+_FUTURE = "from __future__ import annotations\n"
+REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster")
+
+
+def remote_script(module: str) -> str:
+    """The module's source with the verdict helpers pasted in place of their import."""
+    if module not in REMOTE_MODULES:
+        raise ValueError(f"{module} is not a host-side check; one of {REMOTE_MODULES}")
+    verdict = (HERE / "verdict.py").read_text().replace(_FUTURE, "")
+    source = (HERE / f"{module}.py").read_text().replace(_FUTURE, "")
+    if not _IMPORT.search(source):
+        raise ValueError(f"checks/{module}.py does not import checks.verdict")
+    return _FUTURE + _IMPORT.sub(lambda _: verdict, source, count=1)
+
+
+def heredoc_command(module: str, args: list[str], prefix: str = "", timeout_s: int | None = None) -> str:
+    """`[timeout N] [prefix] python3 - ARGS <<'VLLM_CLUSTER_EOF'` + script: one shell command for SSH."""
+    script = remote_script(module)
+    marker = "VLLM_CLUSTER_EOF"
+    if marker in script:
+        raise ValueError("script contains the heredoc marker")
+    runner = f"timeout {timeout_s} " if timeout_s else ""
+    return f"{runner}{prefix}python3 - {shlex.join(args)} <<'{marker}'\n{script}\n{marker}"

@@ -1,0 +1,89 @@
+"""NCCL transport evidence from engine logs: RDMA with GPU Direct, or a silent socket fallback.
+
+Reads a log file, stdin, or `docker logs <container>`. Needs NCCL_DEBUG=INFO in the engine's environment;
+without NCCL INFO lines the verdict is "inconclusive" (exit 2), never a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from checks.verdict import Verdict, emit
+
+IB_USING = re.compile(r"NET/IB : Using (.*?)(?: ?\[RO\])?; OOB")
+SOCKET_BAD = ("NET/IB : No device found", "Using network Socket", "via NET/Socket")
+GDR_GOOD = re.compile(r"GPU Direct RDMA Enabled|via NET/IB/\d+/GDRDMA")
+GDR_OFF = re.compile(r"GPU Direct RDMA Disabled for HCA \d+ '([^']+)'")
+
+
+def classify(text: str, transport: str = "roce", require_gdr: bool = True, name: str = "nccl-transport") -> Verdict:
+    nccl = [line for line in text.splitlines() if "NCCL INFO" in line]
+    if not nccl:
+        return Verdict(name, "inconclusive", "no 'NCCL INFO' lines in the log", [],
+                       "set NCCL_DEBUG=INFO in the engine env (fabric.nccl_debug: INFO) and redeploy")
+    evidence: list[str] = []
+    using = [m.group(1).strip() for line in nccl if (m := IB_USING.search(line))]
+    if using:
+        evidence.append(f"NET/IB : Using {using[0]}")
+    bad = [line.split("NCCL INFO", 1)[1].strip() for line in nccl if any(b in line for b in SOCKET_BAD)]
+    network_ib = any("Using network IB" in line for line in nccl)
+    via_ib = any(re.search(r"via NET/IB/", line) for line in nccl)
+    gdr = [line for line in nccl if GDR_GOOD.search(line)]
+    gdr_off = sorted({m.group(1) for line in nccl if (m := GDR_OFF.search(line))})
+    if bad and not (network_ib or via_ib):
+        return Verdict(name, "fail", "NCCL fell back to TCP sockets: it works, slowly",
+                       bad[:3], "check /dev/infiniband in the container, NCCL_IB_HCA and the HCA port state "
+                       "(preflight fabric sections); `ibv_devinfo` must list the HCAs")
+    if not (using or network_ib or via_ib):
+        return Verdict(name, "inconclusive", "NCCL INFO present but no network selection line yet", evidence,
+                       "the engine may not have reached NCCL init; re-run after /health is 200")
+    kinds = sorted({part.rsplit("/", 1)[-1] for entry in using for part in entry.split() if "/" in part})
+    want = "RoCE" if transport == "roce" else "IB"
+    if kinds and want not in kinds:
+        return Verdict(name, "fail", f"NCCL uses {'/'.join(kinds)} HCAs, the stack declares {want}", evidence,
+                       "fix fabric.transport or NCCL_IB_HCA / the GID index")
+    evidence.append(f"{len(gdr)} GDRDMA line(s)" if gdr else "no GDRDMA line")
+    if gdr_off:
+        evidence.append(f"GPU Direct RDMA Disabled for {', '.join(gdr_off)}")
+    if require_gdr and not gdr:
+        return Verdict(name, "fail", f"NCCL uses {want} but without GPU Direct RDMA (staged through host memory)",
+                       evidence, "load nvidia_peermem (lsmod | grep peermem) and check `nvidia-smi topo -m` "
+                       "GPU-NIC distance; NCCL_NET_GDR_LEVEL can widen it")
+    return Verdict(name, "pass", f"NCCL uses {want}" + (" with GPU Direct RDMA" if gdr else ""), evidence)
+
+
+def read_logs(args: argparse.Namespace) -> str | None:
+    if args.container:
+        try:
+            done = subprocess.run(["docker", "logs", args.container], capture_output=True, text=True, timeout=120)
+        except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+            print(f"CANNOT-RUN {args.name}: docker logs failed: {exc}")
+            return None
+        return done.stdout + done.stderr
+    if args.log_file == "-":
+        return sys.stdin.read()
+    with open(args.log_file, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nccl_transport", description=__doc__)
+    p.add_argument("--name", default="nccl-transport")
+    p.add_argument("--container", help="read `docker logs CONTAINER`")
+    p.add_argument("--log-file", default="-", help="log file, '-' for stdin")
+    p.add_argument("--transport", choices=["roce", "ib"], default="roce")
+    p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    text = read_logs(args)
+    if text is None:
+        return 2
+    return emit(classify(text, args.transport, args.require_gdr, args.name), args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""The result every check prints: one human line with the evidence, or JSON, and a fixed exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2}
+
+
+@dataclass
+class Verdict:
+    check: str
+    status: str
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+    next_step: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.status]
+
+    def line(self) -> str:
+        text = f"{self.status.upper()} {self.check}: {self.summary}"
+        if self.evidence:
+            text += " | evidence: " + "; ".join(self.evidence)
+        if self.next_step and self.status != "pass":
+            text += f" | next step: {self.next_step}"
+        return text
+
+
+@dataclass
+class Section:
+    """One part of a multi-part check (preflight's gpu, hca, …)."""
+
+    name: str
+    ok: bool | None
+    evidence: list[str]
+    next_step: str | None = None
+
+
+def combine(check: str, sections: list[Section]) -> Verdict:
+    """Fail if any section failed, cannot-run if none failed but one could not run, else pass."""
+    failed = [s for s in sections if s.ok is False]
+    unknown = [s for s in sections if s.ok is None]
+    evidence = [f"{s.name}: {e}" for s in sections for e in s.evidence]
+    details = {s.name: {"ok": s.ok, "evidence": s.evidence, "next_step": s.next_step} for s in sections}
+    if failed:
+        names = ", ".join(s.name for s in failed)
+        steps = "; ".join(s.next_step for s in failed if s.next_step) or None
+        return Verdict(check, "fail", f"{len(failed)} of {len(sections)} section(s) failed: {names}",
+                       [e for e in evidence if e.split(":", 1)[0] in {s.name for s in failed}], steps, details)
+    if unknown:
+        names = ", ".join(s.name for s in unknown)
+        steps = "; ".join(s.next_step for s in unknown if s.next_step) or None
+        return Verdict(check, "cannot-run", f"could not check: {names}", evidence, steps, details)
+    return Verdict(check, "pass", f"all {len(sections)} section(s) passed: " + ", ".join(s.name for s in sections),
+                   evidence, None, details)
+
+
+def emit(verdict: Verdict, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False))
+    else:
+        print(verdict.line())
+    sys.stdout.flush()
+    return verdict.exit_code
