@@ -282,13 +282,14 @@ class StackConfig(_Model):
     ray: RayConfig = Field(default_factory=RayConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
     api_key: str | None = Field(default=None, description="secret; set with `pulumi config set --secret`")
+    ssh_private_key: str | None = Field(default=None, description="secret; for check commands (default: agent)")
 
-    @field_validator("api_key")
+    @field_validator("api_key", "ssh_private_key")
     @classmethod
     def _secret_only(cls, value: str | None) -> str | None:
         if value is not None and value != SECRET_MARKER:
             raise ValueError(
-                "must be a Pulumi secret: run `pulumi config set --secret vllm-cluster:api_key <key>`"
+                "must be a Pulumi secret: run `pulumi config set --secret vllm-cluster:<key> <value>`"
             )
         return value
 
@@ -297,7 +298,7 @@ class StackConfig(_Model):
         return self.nodes[0]
 
 
-SECRET_KEYS: tuple[str, ...] = ("api_key",)
+SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key")
 """Top-level keys that must be `secure:` values; the Pulumi program reads them with get_secret."""
 
 CONFIG_KEYS: tuple[str, ...] = tuple(StackConfig.model_fields)

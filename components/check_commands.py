@@ -1,0 +1,85 @@
+"""Shell commands for every planned check, built from the plan (pure: no Pulumi imports).
+
+Host-side checks are shipped as one stdlib-only script through a heredoc and wrapped in `timeout`, because
+remote commands ignore Pulumi's own timeouts.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from checks.bundle import heredoc_command
+from stacks.config import StackConfig
+from stacks.plan import CheckSpec, Plan
+from stacks.profiles import get_profile
+
+PREFLIGHT_TIMEOUT_S = 900
+EVIDENCE_TIMEOUT_S = 300
+API_PYTHON = "venv/bin/python"
+"""The deployer's interpreter: Pulumi's pip toolchain creates venv/ (Pulumi.yaml)."""
+
+
+def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """Only the arguments the check's sections read, so e.g. an image change does not re-run the fabric check."""
+    node = next(n for n in config.nodes if n.name == check.node)
+    sections = set(check.sections)
+    profile = get_profile(config.model.profile)
+    args = ["--name", check.name, "--sections", ",".join(check.sections)]
+    if sections & {"gpu", "toolkit"}:
+        args += ["--gpus", str(node.gpus.count)]
+    if "gpu" in sections:
+        args += ["--gpu-model", node.gpus.model, "--gpu-memory-gb", f"{node.gpus.memory_gb:g}"]
+    if sections & {"toolkit", "memlock"}:
+        args += ["--image", config.image.pull_ref]
+    if "model" in sections:
+        args += ["--model-dir", config.model.host_path]
+        if profile is not None:
+            args += ["--heads", str(profile.num_attention_heads)]
+            if profile.o_groups is not None:
+                args += ["--o-groups", str(profile.o_groups)]
+    if sections & {"hca", "gid"}:
+        args += ["--hcas", ",".join(node.hcas)]
+    if "hca" in sections:
+        args += ["--link-layer", "InfiniBand" if config.fabric.transport == "ib" else "Ethernet"]
+    if "gid" in sections and node.gid_index is not None:
+        args += ["--gid-index", str(node.gid_index)]
+    if "sysctl" in sections:
+        args += ["--nics", ",".join(node.nics)]
+    assert plan.node(node.name).gpus_present == node.gpus.count
+    return heredoc_command("preflight", args, timeout_s=PREFLIGHT_TIMEOUT_S)
+
+
+def ray_ready_command(config: StackConfig, plan: Plan) -> str:
+    container = plan.head.containers[0].name
+    args = ["--name", "ray-cluster", "--address", "auto", "--nodes", str(len(plan.nodes)),
+            "--gpus", str(plan.topology["gpus_used"]), "--wait-s", str(config.ray.cluster_ready_timeout_s),
+            "--interval-s", "10"]
+    return heredoc_command("ray_cluster", args, prefix=f"docker exec -i {shlex.quote(container)} ",
+                           timeout_s=config.ray.cluster_ready_timeout_s + 120)
+
+
+def nccl_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    container = plan.node(str(check.node)).containers[0].name
+    transport = "ib" if config.fabric.transport == "ib" else "roce"
+    return heredoc_command("nccl_transport", ["--name", check.name, "--container", container,
+                                              "--transport", transport], timeout_s=EVIDENCE_TIMEOUT_S)
+
+
+def engines_command(plan: Plan, check: CheckSpec) -> str:
+    node = plan.node(str(check.node))
+    return heredoc_command("engines", ["--name", check.name, "--container", node.containers[0].name,
+                                       "--ranks", ",".join(map(str, node.dp_ranks))], timeout_s=EVIDENCE_TIMEOUT_S)
+
+
+def health_deadline_s(config: StackConfig) -> int:
+    return config.api.health_timeout_s or config.serving.engine_ready_timeout_s + 600
+
+
+def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
+    """Runs on the deployer; the key arrives in VLLM_API_KEY through the command's environment."""
+    args = [API_PYTHON, "-m", "checks.api", "--name", name, "--url", plan.endpoint,
+            "--served-name", config.model.served_name, "--sections", ",".join(sections),
+            "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
+            "--timeout-s", str(config.api.request_timeout_s), "--prompt", config.api.smoke.prompt,
+            "--expect", config.api.smoke.expect]
+    return shlex.join(args)

@@ -1,0 +1,54 @@
+"""GpuNode: one GPU host — its Docker provider over SSH, the engine image, and the host preflight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+SSH_OPTS = [
+    "-o", "ControlMaster=auto", "-o", "ControlPath=~/.ssh/vllm-cluster-%r@%h:%p", "-o", "ControlPersist=10m",
+    "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=30",
+]
+"""One multiplexed SSH connection per host: pulumi-docker opens many, and sshd's MaxStartups throttles them."""
+
+
+@dataclass(frozen=True)
+class GpuNodeArgs:
+    name: str
+    ssh_host: str
+    ssh_user: str
+    ssh_port: int
+    image: str
+    """`repo:tag` or `repo:tag@sha256:…`: a digest pins what is pulled."""
+    preflight_command: str
+    preflight_triggers: list[str]
+    """Image, model and fabric identity: a change to any re-runs the preflight."""
+    ssh_private_key: pulumi.Input[str] | None = None
+
+
+class GpuNode(pulumi.ComponentResource):
+    provider: docker.Provider
+    image: docker.RemoteImage
+    connection: command.remote.ConnectionArgs
+    preflight: command.remote.Command
+
+    def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-cluster:index:GpuNode", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.provider = docker.Provider(
+            f"{name}-docker", host=f"ssh://{args.ssh_user}@{args.ssh_host}:{args.ssh_port}", ssh_opts=SSH_OPTS,
+            opts=child)
+        # keep_locally: a rollback to this image must not re-pull ~20 GB, and `pulumi destroy` keeps it too.
+        self.image = docker.RemoteImage(
+            f"{name}-image", name=args.image, keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider))
+        self.connection = command.remote.ConnectionArgs(
+            host=args.ssh_host, user=args.ssh_user, port=args.ssh_port, private_key=args.ssh_private_key)
+        self.preflight = command.remote.Command(
+            f"{name}-preflight", connection=self.connection, create=args.preflight_command,
+            triggers=list(args.preflight_triggers),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.image]))
+        self.register_outputs({"image_id": self.image.image_id, "preflight": self.preflight.stdout})

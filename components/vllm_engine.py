@@ -1,0 +1,133 @@
+"""VllmEngine: the whole engine group — one container per node exactly as the plan lists it, in start order.
+
+vLLM is fail-stop: a lone restarted rank hangs against stale peers. Every container carries the group's
+`generation` label (a hash of all nodes' launch specs), so any change replaces every node's container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components.gpu_node import GpuNode
+from stacks.config import SECRET_MARKER
+from stacks.launch import LABEL_PREFIX, ContainerSpec
+from stacks.plan import Plan
+
+REPLACE_ON_CHANGES = ["healthcheck", "envs", "labels", "command", "entrypoints"]
+"""Properties the provider might otherwise update in place (healthcheck is silently ignored until recreate)."""
+
+
+@dataclass(frozen=True)
+class VllmEngineArgs:
+    plan: Plan
+    nodes: Mapping[str, GpuNode]
+    gates: Sequence[pulumi.Resource]
+    """Preflights that must pass before any container is touched."""
+    secrets: Mapping[str, pulumi.Input[str]]
+    """Values for env vars the plan marks `[secret]` (VLLM_API_KEY)."""
+    ray_ready_command: str | None = None
+
+
+def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
+    return pulumi.Output.concat(key, "=", pulumi.Output.secret(value))
+
+
+def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
+                   secrets: Mapping[str, pulumi.Input[str]]) -> docker.ContainerArgs:
+    """The plan's container spec, field by field, as pulumi-docker arguments."""
+    envs: list[pulumi.Input[str]] = []
+    for key, value in spec.env.items():
+        if value == SECRET_MARKER:
+            envs.append(_secret_env(key, secrets[key]))
+        else:
+            envs.append(f"{key}={value}")
+    health = spec.healthcheck
+    return docker.ContainerArgs(
+        name=spec.name,
+        image=image_id,
+        command=list(spec.command),
+        entrypoints=list(spec.entrypoint) if spec.entrypoint is not None else None,
+        envs=envs,
+        network_mode=spec.network_mode,
+        ipc_mode=spec.ipc_mode,
+        privileged=spec.privileged,
+        gpus=spec.gpus,
+        ulimits=[docker.ContainerUlimitArgs(name=k, soft=v[0], hard=v[1]) for k, v in spec.ulimits.items()],
+        shm_size=spec.shm_size_mb,
+        volumes=[docker.ContainerVolumeArgs(host_path=v.host, container_path=v.container, read_only=v.read_only)
+                 for v in spec.volumes],
+        devices=[docker.ContainerDeviceArgs(host_path=d, container_path=d) for d in spec.devices],
+        capabilities=docker.ContainerCapabilitiesArgs(adds=list(spec.capabilities)) if spec.capabilities else None,
+        restart=spec.restart,
+        labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
+        healthcheck=docker.ContainerHealthcheckArgs(
+            tests=list(health.test), interval=f"{health.interval_s}s", timeout=f"{health.timeout_s}s",
+            retries=health.retries, start_period=f"{health.start_period_s}s") if health else None,
+        must_run=True,
+        wait=False,
+        logs=False,
+    )
+
+
+class VllmEngine(pulumi.ComponentResource):
+    containers: dict[str, docker.Container]
+    ray_ready: command.remote.Command | None
+    readiness: dict[str, command.remote.Command]
+
+    def __init__(self, name: str, args: VllmEngineArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-cluster:index:VllmEngine", name, None, opts)
+        plan = args.plan
+        self._prefix = name
+        self._args = args
+        self.generation = plan.head.containers[0].labels[f"{LABEL_PREFIX}.generation"]
+        ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
+        timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
+        self.containers = {}
+        started: list[pulumi.Resource] = []
+        for node_name in plan.start_order:
+            node_plan = plan.node(node_name)
+            node = args.nodes[node_name]
+            is_head = node_name == plan.head.name
+            # mp: headless engines first, head last (it coordinates them). ray: head first, workers after.
+            if plan.topology["backend"] == "mp":
+                after = [*args.gates, *(started if is_head else [])]
+            else:
+                after = [*args.gates, *([] if is_head else started[:1])]
+            for spec in node_plan.containers:
+                self.containers[node_name] = docker.Container(
+                    f"{name}-{node_name}-{spec.name}",
+                    args=container_args(spec, node.image.image_id, args.secrets),
+                    opts=pulumi.ResourceOptions(
+                        parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
+                        replace_on_changes=REPLACE_ON_CHANGES, custom_timeouts=timeouts))
+                started.append(self.containers[node_name])
+        self.ray_ready = None
+        if args.ray_ready_command is not None:
+            head = args.nodes[plan.head.name]
+            self.ray_ready = command.remote.Command(
+                f"{name}-ray-cluster-ready", connection=head.connection, create=args.ray_ready_command,
+                triggers=[self.generation],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.containers.values())))
+        self.readiness = {}
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """What an API check waits for: every container, and Ray's cluster-ready check where there is one."""
+        return [*self.containers.values(), *([self.ray_ready] if self.ray_ready else [])]
+
+    def verify_engines(self, commands: Mapping[str, str], after: Sequence[pulumi.Resource]) -> None:
+        """Every DP engine joined (after /health is 200); then the component's outputs are final."""
+        for node_name, check in commands.items():
+            self.readiness[node_name] = command.remote.Command(
+                f"{self._prefix}-{node_name}-dp-engines", connection=self._args.nodes[node_name].connection,
+                create=check, triggers=[self.generation],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
+        self.register_outputs({
+            "generation": self.generation,
+            "containers": {n: c.id for n, c in self.containers.items()},
+        })

@@ -1,0 +1,90 @@
+"""Run the real Pulumi program under Pulumi's own mocks, with config taken from a committed stack file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+
+from stacks.loader import read_stack_values
+
+SECRET_VALUES = {"api_key": "sk-mock-key-123", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----mock"}
+
+
+@dataclass
+class Registered:
+    typ: str
+    name: str
+    inputs: dict[str, Any]
+    provider: str | None
+
+
+@dataclass
+class Mocks(pulumi.runtime.Mocks):
+    resources: list[Registered] = field(default_factory=list)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.resources.append(Registered(args.typ, args.name, dict(args.inputs), args.provider))
+        state = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            state["imageId"] = f"sha256:mock-{args.name}"
+        if args.typ.startswith("command:"):
+            state["stdout"] = f"PASS {args.name}: mocked"
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+    def of_type(self, typ: str) -> list[Registered]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def named(self, name: str) -> Registered:
+        return next(r for r in self.resources if r.name == name)
+
+
+@dataclass
+class Run:
+    mocks: Mocks
+    result: dict[str, Any]
+    options: dict[str, pulumi.ResourceOptions]
+    outputs: dict[str, Any]
+    error: Exception | None = None
+
+
+def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool = False,
+                secrets: dict[str, str] | None = None) -> Run:
+    """Evaluate components.program.deploy under mocks; returns what was registered and with which options."""
+    from components.program import deploy
+
+    values = values if values is not None else read_stack_values(stack)
+    secrets = SECRET_VALUES if secrets is None else secrets
+    mocks = Mocks()
+    pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=preview)
+    config = {f"vllm-cluster:{k}": json.dumps(v) for k, v in values.items() if k not in secrets}
+    config |= {f"vllm-cluster:{k}": v for k, v in secrets.items()}
+    pulumi.runtime.set_all_config(config, secret_keys=[f"vllm-cluster:{k}" for k in secrets])
+    options: dict[str, pulumi.ResourceOptions] = {}
+    original = docker.Container.__init__
+
+    def spy(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
+        options[resource_name] = kwargs.get("opts") or pulumi.ResourceOptions()
+        original(self, resource_name, *args, **kwargs)
+
+    run = Run(mocks, {}, options, {})
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def program() -> pulumi.Output[Any]:
+        run.result.update(deploy(stack))
+        return pulumi.Output.from_input(run.result["outputs"]).apply(run.outputs.update)
+
+    docker.Container.__init__ = spy  # type: ignore[method-assign,assignment]
+    try:
+        program()
+    except Exception as exc:  # a bad config must raise before anything registers
+        run.error = exc
+    finally:
+        docker.Container.__init__ = original  # type: ignore[method-assign]
+    return run
