@@ -116,8 +116,9 @@ def _mp_nodes(config: StackConfig) -> tuple[list[NodeTopology], list[Problem]]:
         locals_.append(local)
         remaining -= local
     assigned = sum(locals_)
-    if assigned != par.data:
-        capacity_total = sum(n.gpus.count // per_rank for n in config.nodes)
+    capacity_total = sum(n.gpus.count // per_rank for n in config.nodes)
+    # capacity 0 means TP x PP exceeds every node: the TP rule in validation says so; no second error here.
+    if assigned != par.data and capacity_total > 0:
         problems.append(Problem(
             "parallelism.data", par.data,
             f"DP ranks do not map onto the nodes: {assigned} rank(s) fit "

@@ -163,7 +163,7 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
             fix=f"at least {math.ceil(weights / budget)} GPUs per model copy (more TP/PP, or expert: true with DP)"))
     elif per_gpu > 0.8 * budget:
         result.warnings.append(f"weights take {per_gpu:.1f} of {budget:.1f} GB per GPU: little room for KV cache")
-    if profile.min_vram_gb:
+    if profile.min_vram_gb and topo.gpus_used > 0:
         # The profile's minimum VRAM scales with the weights when model.weights_gb overrides their size.
         need = profile.min_vram_gb * weights / profile.weights_gb
         total = topo.gpus_used * budget
