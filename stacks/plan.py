@@ -113,9 +113,15 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         checks=planned_checks(config, topo),
         listeners=listeners(config, topo),
         endpoint=f"http://{public_host}:{config.serving.port}",
-        warnings=result.warnings,
+        warnings=result.warnings + _unverified(config, topo),
         notes=result.notes,
     )
+
+
+def _unverified(config: StackConfig, topo: Topology) -> list[str]:
+    if len(topo.nodes) > 1 and config.fabric.transport != "socket" and config.fabric.nccl_debug != "INFO":
+        return ["fabric.nccl_debug is not INFO: the NCCL transport (RDMA vs socket fallback) will not be verified"]
+    return []
 
 
 def topology_summary(topo: Topology) -> dict[str, Any]:
@@ -157,11 +163,19 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                       sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
             for n in topo.nodes
         ]
-    for node in config.nodes:
-        checks.append(CheckSpec(name=f"nccl-transport-{node.name}", node=node.name, runs_on="node",
+    for node in nccl_evidence_nodes(config, topo):
+        checks.append(CheckSpec(name=f"nccl-transport-{node}", node=node, runs_on="node",
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
     return checks
+
+
+def nccl_evidence_nodes(config: StackConfig, topo: Topology) -> list[str]:
+    """Whose container log holds NCCL's network lines: every node with mp; the head with Ray, whose driver
+    receives the Ray workers' output. None where no evidence can exist (one node, sockets, NCCL_DEBUG off)."""
+    if len(topo.nodes) < 2 or config.fabric.transport == "socket" or config.fabric.nccl_debug != "INFO":
+        return []
+    return [topo.head.name] if topo.backend == "ray" else [n.name for n in topo.nodes]
 
 
 _API_PROVES = {

@@ -56,3 +56,14 @@ def test_single_node(prod_values: dict[str, Any]) -> None:
     plan = plan_of(prod_values)
     args = plan.head.containers[0].vllm_args or []
     assert "--data-parallel-size" not in args and plan.start_order == ["node1"]
+
+
+def test_nccl_evidence_only_where_it_can_exist(prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
+    names = [c.name for c in plan_of(prod_values).checks if c.module == "checks.nccl_transport"]
+    assert names == ["nccl-transport-node1", "nccl-transport-node2"]
+    names = [c.name for c in plan_of(h20_values).checks if c.module == "checks.nccl_transport"]
+    assert names == ["nccl-transport-h20-1"]  # Ray forwards the workers' output to the head's log
+    prod_values["fabric"]["nccl_debug"] = "WARN"
+    plan = plan_of(prod_values)
+    assert not [c for c in plan.checks if c.module == "checks.nccl_transport"]
+    assert any("will not be verified" in w for w in plan.warnings)
