@@ -163,8 +163,8 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                       sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
             for n in topo.nodes
         ]
-    for node in nccl_evidence_nodes(config, topo):
-        checks.append(CheckSpec(name=f"nccl-transport-{node}", node=node, runs_on="node",
+    for name in nccl_evidence_nodes(config, topo):
+        checks.append(CheckSpec(name=f"nccl-transport-{name}", node=name, runs_on="node",
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
     return checks
