@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 
-from checks.verdict import Verdict, emit
+from checks.verdict import Verdict, emit, read_log
 
 RANK = re.compile(r"EngineCore_DP(\d+)")
 READY = "GPU KV cache size"
@@ -51,17 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--log-file", default="-")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    if args.container:
-        try:
-            done = subprocess.run(["docker", "logs", args.container], capture_output=True, text=True, timeout=120)
-        except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
-            return emit(Verdict(args.name, "cannot-run", f"docker logs failed: {exc}"), args.json)
-        text = done.stdout + done.stderr
-    elif args.log_file == "-":
-        text = sys.stdin.read()
-    else:
-        with open(args.log_file, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+    try:
+        text = read_log(args.container, args.log_file)
+    except OSError as exc:
+        return emit(Verdict(args.name, "cannot-run", str(exc)), args.json)
     ranks = [int(r) for r in args.ranks.split(",") if r]
     return emit(classify(text, ranks, args.name), args.json)
 

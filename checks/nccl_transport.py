@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 
-from checks.verdict import Verdict, emit
+from checks.verdict import Verdict, emit, read_log
 
 IB_USING = re.compile(r"NET/IB : Using (.*?)(?: ?\[RO\])?; OOB")
 SOCKET_BAD = ("NET/IB : No device found", "Using network Socket", "via NET/Socket")
@@ -56,20 +54,6 @@ def classify(text: str, transport: str = "roce", require_gdr: bool = True, name:
     return Verdict(name, "pass", f"NCCL uses {want}" + (" with GPU Direct RDMA" if gdr else ""), evidence)
 
 
-def read_logs(args: argparse.Namespace) -> str | None:
-    if args.container:
-        try:
-            done = subprocess.run(["docker", "logs", args.container], capture_output=True, text=True, timeout=120)
-        except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
-            print(f"CANNOT-RUN {args.name}: docker logs failed: {exc}")
-            return None
-        return done.stdout + done.stderr
-    if args.log_file == "-":
-        return sys.stdin.read()
-    with open(args.log_file, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nccl_transport", description=__doc__)
     p.add_argument("--name", default="nccl-transport")
@@ -79,9 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    text = read_logs(args)
-    if text is None:
-        return 2
+    try:
+        text = read_log(args.container, args.log_file)
+    except OSError as exc:
+        return emit(Verdict(args.name, "cannot-run", str(exc)), args.json)
     return emit(classify(text, args.transport, args.require_gdr, args.name), args.json)
 
 

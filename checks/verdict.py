@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -68,3 +69,17 @@ def emit(verdict: Verdict, as_json: bool) -> int:
         print(verdict.line())
     sys.stdout.flush()
     return verdict.exit_code
+
+
+def read_log(container: str | None, log_file: str) -> str:
+    """A container's `docker logs` (stdout and stderr), a log file, or stdin for '-'; OSError when unreadable."""
+    if container:
+        try:
+            done = subprocess.run(["docker", "logs", container], capture_output=True, text=True, timeout=120)
+        except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+            raise OSError(f"docker logs failed: {exc}") from exc
+        return done.stdout + done.stderr
+    if log_file == "-":
+        return sys.stdin.read()
+    with open(log_file, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
