@@ -19,6 +19,7 @@ SECRET_MARKER = "[secret]"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _HCA = re.compile(r"^[A-Za-z0-9_]+(:[0-9]+)?$")
+_CLIENT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 class _Model(BaseModel):
@@ -257,14 +258,49 @@ class SmokeConfig(_Model):
     stream_check: bool = True
 
 
+class ProxyLimits(_Model):
+    """nginx limit_req / limit_conn. Per key = per client name in `proxy_keys`; per client = per source IP."""
+
+    requests_per_minute_per_key: int = Field(default=600, ge=1)
+    requests_per_minute_per_client: int = Field(default=1200, ge=1)
+    burst: int = Field(default=20, ge=0, description="requests allowed above the rate before 429")
+    connections_per_key: int = Field(default=64, ge=1, description="open requests (SSE streams count)")
+    connections_per_client: int = Field(default=128, ge=1)
+
+
+class ProxyConfig(_Model):
+    """The nginx front door on the head node: TLS, bearer keys, limits, a path allowlist, SSE pass-through.
+
+    Off by default, so a stack keeps its direct vLLM port until its config turns this on.
+    """
+
+    enabled: bool = False
+    image: ImageConfig = Field(default_factory=lambda: ImageConfig(repository="nginx", tag="1.27-alpine"))
+    container_name: str = Field(default="vllm-proxy", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+    bind: str = "0.0.0.0"
+    port: int = Field(default=443, ge=1, le=65535)
+    tls: bool = Field(default=True, description="certificate and key from the tls_* secrets")
+    server_name: str | None = Field(default=None, description="nginx server_name and the endpoint's host")
+    max_body_mb: int = Field(default=8, ge=1, le=1024)
+    read_timeout_s: int = Field(default=3600, ge=30, description="longest silence on a streamed answer")
+    limits: ProxyLimits = Field(default_factory=ProxyLimits)
+    check_client: str | None = Field(default=None, description="whose key the API checks use; default the first")
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return _ip(value)
+
+
 class ApiConfig(_Model):
-    """Post-deploy API checks. Changing these re-runs checks only, never touches an engine."""
+    """Post-deploy API checks and the optional front proxy. Neither ever touches an engine."""
 
     public_host: str | None = Field(default=None, description="address clients use; default head mgmt IP")
     health_timeout_s: int | None = Field(default=None, ge=10, description="default: engine timeout + 600")
     progress_interval_s: int = Field(default=30, ge=1)
     request_timeout_s: int = Field(default=300, ge=1)
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
 class StackConfig(_Model):
@@ -283,8 +319,12 @@ class StackConfig(_Model):
     api: ApiConfig = Field(default_factory=ApiConfig)
     api_key: str | None = Field(default=None, description="secret; set with `pulumi config set --secret`")
     ssh_private_key: str | None = Field(default=None, description="secret; for check commands (default: agent)")
+    tls_certificate: str | None = Field(default=None, description="secret; PEM chain the proxy serves")
+    tls_private_key: str | None = Field(default=None, description="secret; PEM key of tls_certificate")
+    proxy_keys: dict[str, str] | None = Field(
+        default=None, description="client name -> bearer key, each a secret: `config set --secret --path`")
 
-    @field_validator("api_key", "ssh_private_key")
+    @field_validator("api_key", "ssh_private_key", "tls_certificate", "tls_private_key")
     @classmethod
     def _secret_only(cls, value: str | None) -> str | None:
         if value is not None and value != SECRET_MARKER:
@@ -293,12 +333,26 @@ class StackConfig(_Model):
             )
         return value
 
+    @field_validator("proxy_keys")
+    @classmethod
+    def _client_keys(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, key in (value or {}).items():
+            if not _CLIENT.match(name):
+                raise ValueError(f"client name {name!r} must match {_CLIENT.pattern} (it appears in access logs)")
+            if key != SECRET_MARKER:
+                raise ValueError(f"the key of client {name!r} must be a Pulumi secret: run "
+                                 f"`pulumi config set --secret --path 'vllm-cluster:proxy_keys.{name}' <key>`")
+        return value
+
     @property
     def head(self) -> NodeConfig:
         return self.nodes[0]
 
 
-SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key")
+SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key", "tls_certificate", "tls_private_key")
 """Top-level keys that must be `secure:` values; the Pulumi program reads them with get_secret."""
+
+SECRET_OBJECT_KEYS: tuple[str, ...] = ("proxy_keys",)
+"""Top-level objects whose every value is a secret (`config set --secret --path`); their keys are plain names."""
 
 CONFIG_KEYS: tuple[str, ...] = tuple(StackConfig.model_fields)

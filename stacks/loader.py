@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from stacks.config import SECRET_KEYS, SECRET_MARKER, StackConfig
+from stacks.config import SECRET_KEYS, SECRET_MARKER, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 
 PROJECT = "vllm-cluster"
@@ -103,7 +103,20 @@ def parse_config(stack: str, values: dict[str, Any]) -> StackConfig:
         for key in SECRET_KEYS
         if key in values and values[key] not in (None, SECRET_MARKER)
     ]
-    clean = {k: v for k, v in values.items() if not any(p.key == k for p in problems)}
+    for key in SECRET_OBJECT_KEYS:
+        entries = values.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            problems.append(Problem(key, "<secret>" if entries == SECRET_MARKER else "<plain text>",
+                                    "must be an object of client name -> secret key, so names stay reviewable",
+                                    fix=f"pulumi config set --secret --path '{PROJECT}:{key}.<client>' <key>"))
+            continue
+        problems += [Problem(f"{key}.{name}", "<plain text>", "holds a secret in plain config",
+                             fix=f"pulumi config set --secret --path '{PROJECT}:{key}.{name}' <key>")
+                     for name, secret in entries.items() if secret != SECRET_MARKER]
+    flagged = {p.key.split(".")[0] for p in problems}
+    clean = {k: v for k, v in values.items() if k not in flagged}
     try:
         config = StackConfig.model_validate(clean)
     except ValidationError as exc:

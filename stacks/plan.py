@@ -6,6 +6,7 @@ diff/rollback tools, so what a reviewer reads is what gets deployed.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -20,7 +21,7 @@ from stacks.validation import validate
 
 NODE_PREFLIGHT = ("gpu", "toolkit", "memlock", "model", "disk")
 FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
-API_CHECKS = ("health", "models", "chat", "thinking", "stream")
+API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
 
 
 class _Frozen(BaseModel):
@@ -47,6 +48,25 @@ class Listener(_Frozen):
     public: bool
 
 
+class ProxyPlan(_Frozen):
+    """The nginx front door as a reviewer needs it: where it listens, who may call, what it refuses."""
+
+    node: str
+    container: str
+    image: str
+    listen: str
+    tls: bool
+    upstream: str
+    clients: list[str]
+    check_client: str
+    allowed_paths: list[str]
+    open_paths: list[str]
+    denied_paths: list[str]
+    limits: dict[str, int]
+    max_body_mb: int
+    read_timeout_s: int
+
+
 class NodePlan(_Frozen):
     name: str
     host: str
@@ -67,6 +87,7 @@ class Plan(_Frozen):
     nodes: list[NodePlan]
     checks: list[CheckSpec]
     listeners: list[Listener]
+    proxy: ProxyPlan | None
     endpoint: str
     warnings: list[str]
     notes: list[str]
@@ -96,7 +117,6 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
                  containers=containers[n.name])
         for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
-    public_host = config.api.public_host or config.head.management_ip
     return Plan(
         stack=stack,
         image={
@@ -112,10 +132,46 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         nodes=nodes,
         checks=planned_checks(config, topo),
         listeners=listeners(config, topo),
-        endpoint=f"http://{public_host}:{config.serving.port}",
+        proxy=proxy_plan(config),
+        endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo),
         notes=result.notes,
     )
+
+
+def endpoint(config: StackConfig) -> str:
+    """What clients and the API checks call: the proxy when it is on, else vLLM's own port."""
+    proxy = config.api.proxy
+    if proxy.enabled:
+        host = config.api.public_host or proxy.server_name or config.head.management_ip
+        return f"{'https' if proxy.tls else 'http'}://{_url_host(host)}:{proxy.port}"
+    return f"http://{_url_host(config.api.public_host or config.head.management_ip)}:{config.serving.port}"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def check_client(config: StackConfig) -> str | None:
+    """Whose proxy key the API checks send: api.proxy.check_client, else the first client."""
+    if not config.api.proxy.enabled or not config.proxy_keys:
+        return None
+    return config.api.proxy.check_client or next(iter(config.proxy_keys))
+
+
+def proxy_plan(config: StackConfig) -> ProxyPlan | None:
+    from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
+
+    proxy = config.api.proxy
+    if not proxy.enabled:
+        return None
+    return ProxyPlan(
+        node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
+        listen=f"{_url_host(proxy.bind)}:{proxy.port}", tls=proxy.tls,
+        upstream=f"{_url_host(config.serving.host)}:{config.serving.port}",
+        clients=sorted(config.proxy_keys or {}), check_client=check_client(config) or "",
+        allowed_paths=list(ALLOWED_PATHS), open_paths=list(OPEN_PATHS), denied_paths=list(DENIED_PATHS),
+        limits=proxy.limits.model_dump(), max_body_mb=proxy.max_body_mb, read_timeout_s=proxy.read_timeout_s)
 
 
 def _unverified(config: StackConfig, topo: Topology) -> list[str]:
@@ -155,7 +211,7 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         CheckSpec(name=f"api-{c}", node=None, runs_on="deployer", module="checks.api", sections=[c],
                   proves=_API_PROVES[c])
         for c in API_CHECKS
-        if (c != "thinking" or config.api.smoke.thinking_check) and (c != "stream" or config.api.smoke.stream_check)
+        if _api_check_applies(config, c)
     ]
     if topo.backend == "mp" and topo.data > 1:
         checks += [
@@ -168,6 +224,16 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
     return checks
+
+
+def _api_check_applies(config: StackConfig, check: str) -> bool:
+    smoke = config.api.smoke
+    return {
+        "thinking": smoke.thinking_check,
+        "stream": smoke.stream_check,
+        "auth": config.api_key is not None or config.api.proxy.enabled,
+        "deny": config.api.proxy.enabled,
+    }.get(check, True)
 
 
 def nccl_evidence_nodes(config: StackConfig, topo: Topology) -> list[str]:
@@ -184,16 +250,24 @@ _API_PROVES = {
     "chat": "17*19 answers 323 with thinking off, temperature 0",
     "thinking": "thinking on returns reasoning content",
     "stream": "streaming returns SSE chunks and [DONE]",
+    "auth": "no key and a wrong key both get 401",
+    "deny": "paths outside the allowlist (/metrics, /tokenize, …) get 403/404 from the proxy",
 }
 
 
 def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
     out: list[Listener] = []
     head = config.head
+    proxy = config.api.proxy
+    if proxy.enabled:
+        out.append(Listener(node=head.name, port=proxy.port, bind=proxy.bind, network=_network(config, proxy.bind),
+                            purpose="OpenAI API (nginx: TLS, bearer keys, limits, allowlist)"
+                            if proxy.tls else "OpenAI API (nginx, plain HTTP: bearer keys, limits, allowlist)",
+                            public=_is_public(config, proxy.bind)))
     bind = config.serving.host
-    out.append(Listener(node=head.name, port=config.serving.port, bind=bind,
-                        network="all" if bind in ("0.0.0.0", "::") else bind, purpose="OpenAI API (vLLM)",
-                        public=bind in ("0.0.0.0", "::")))
+    out.append(Listener(node=head.name, port=config.serving.port, bind=bind, network=_network(config, bind),
+                        purpose="OpenAI API (vLLM; reached through the proxy)" if proxy.enabled
+                        else "OpenAI API (vLLM)", public=_is_public(config, bind)))
     ip = str(control_ip(config, head))
     if topo.backend == "mp" and topo.data > 1:
         out.append(Listener(node=head.name, port=config.parallelism.data_parallel_rpc_port, bind=ip,
@@ -207,6 +281,27 @@ def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
         out.append(Listener(node=head.name, port=config.ray.client_port, bind=ip,
                             network=config.fabric.control_plane, purpose="Ray client server", public=False))
     return out
+
+
+def _network(config: StackConfig, bind: str) -> str:
+    if bind in ("0.0.0.0", "::"):
+        return "all"
+    if ipaddress.ip_address(bind).is_loopback:
+        return "loopback"
+    node = config.head
+    if bind == node.management_ip:
+        return "management"
+    return "data" if bind in node.data_ips else bind
+
+
+def _is_public(config: StackConfig, bind: str) -> bool:
+    """Public unless loopback or inside a network the stack declares private (1.1.1.0/24 can be private)."""
+    if bind in ("0.0.0.0", "::"):
+        return True
+    address = ipaddress.ip_address(bind)
+    if address.is_loopback:
+        return False
+    return not any(address in ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks)
 
 
 def roles(plan: Plan) -> dict[str, str]:

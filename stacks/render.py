@@ -41,6 +41,21 @@ def render_plan(plan: Plan) -> str:
                          f"restart={c.restart} shm={c.shm_size_mb or '-'}MB ulimits {ulimits}")
             lines.append(f"   volumes {vols}" + (f" devices {' '.join(c.devices)}" if c.devices else ""))
             lines.append("")
+    if plan.proxy is not None:
+        px = plan.proxy
+        lim = px.limits
+        lines += [
+            f"== {px.node}: container {px.container} — nginx front door ({px.image})",
+            f"   listen {px.listen} {'TLS' if px.tls else 'plain HTTP'} -> vLLM {px.upstream} (with api_key)",
+            f"   clients {', '.join(px.clients)} (keys are secrets; checks use {px.check_client})",
+            f"   allow {' '.join(px.allowed_paths)} (no key: {' '.join(px.open_paths)}); "
+            f"403 {len(px.denied_paths)} named vLLM paths (/metrics, /tokenize, …); 404 the rest",
+            f"   limits {lim['requests_per_minute_per_key']}/min per key, {lim['requests_per_minute_per_client']}/min "
+            f"per client IP, burst {lim['burst']}, {lim['connections_per_key']} open per key, "
+            f"{lim['connections_per_client']} per client IP; body <= {px.max_body_mb} MB; "
+            f"SSE unbuffered, read timeout {px.read_timeout_s}s",
+            "",
+        ]
     lines.append("listening ports:")
     for item in plan.listeners:
         lines.append(f"   {item.node}:{item.port} bind {item.bind} ({item.network}) {item.purpose}"

@@ -76,6 +76,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _parallelism_rules(config, topology, result)
     _uniqueness_rules(config, result)
     _port_rules(config, result)
+    _proxy_rules(config, result)
     _extra_arg_rules(config, result)
     result.problems += fabric_problems(config)
     _notes(config, topology, result)
@@ -231,6 +232,8 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
 
 def _port_rules(config: StackConfig, result: Validation) -> None:
     ports = {"serving.port": config.serving.port}
+    if config.api.proxy.enabled:
+        ports["api.proxy.port"] = config.api.proxy.port
     if config.parallelism.backend == "mp" and config.parallelism.data > 1:
         ports["parallelism.data_parallel_rpc_port"] = config.parallelism.data_parallel_rpc_port
     if config.parallelism.backend == "ray":
@@ -242,6 +245,45 @@ def _port_rules(config: StackConfig, result: Validation) -> None:
             result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
                                            "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
         seen.setdefault(port, key)
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def _proxy_rules(config: StackConfig, result: Validation) -> None:
+    """With the proxy on, vLLM must be reachable only through it, and every secret it needs must exist."""
+    proxy = config.api.proxy
+    if not proxy.enabled:
+        if config.serving.host not in LOOPBACK and config.api_key is None:
+            result.warnings.append(
+                f"serving.host {config.serving.host} exposes vLLM without a key: every path, /v1 included, "
+                "is open; set api_key (a secret) or turn on api.proxy")
+        return
+    if config.serving.host not in LOOPBACK:
+        result.problems.append(Problem(
+            "serving.host", config.serving.host, "with api.proxy.enabled vLLM must listen where only the proxy "
+            "reaches it; on this address clients could go around the allowlist and the keys",
+            fix="127.0.0.1 (the proxy shares the head's host network)"))
+    if config.api_key is None:
+        result.problems.append(Problem(
+            "api_key", None, "the proxy forwards with vLLM's own key and vLLM must still refuse anyone else",
+            fix="pulumi config set --secret vllm-cluster:api_key \"$(openssl rand -hex 32)\""))
+    if not config.proxy_keys:
+        result.problems.append(Problem(
+            "proxy_keys", None, "the proxy has no client keys: every request would be refused with 401",
+            fix="pulumi config set --secret --path 'vllm-cluster:proxy_keys.<client>' \"$(openssl rand -hex 32)\""))
+    elif proxy.check_client is not None and proxy.check_client not in config.proxy_keys:
+        result.problems.append(Problem("api.proxy.check_client", proxy.check_client, "no such client in proxy_keys",
+                                       fix=f"one of {sorted(config.proxy_keys)}"))
+    if proxy.tls:
+        for key, pem in (("tls_certificate", "server.crt"), ("tls_private_key", "server.key")):
+            if getattr(config, key) is None:
+                result.problems.append(Problem(
+                    key, None, "api.proxy.tls is on but the secret is not set",
+                    fix=f"pulumi config set --secret vllm-cluster:{key} < {pem} "
+                        "(PEM), or api.proxy.tls: false on a trusted network"))
+    else:
+        result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
 
 
 def _extra_arg_rules(config: StackConfig, result: Validation) -> None:
