@@ -1,6 +1,7 @@
-"""API verification from where `pulumi up` runs: health, models, chat smoke test, thinking, streaming, auth.
+"""API verification from where `pulumi up` runs: health, models, chat, thinking, streaming, auth, deny.
 
-The bearer key is read from the environment variable named by --api-key-env, never from argv. Only
+The bearer key is read from the environment variable named by --api-key-env, never from argv; the
+certificate to trust (the proxy's) from --ca-env. Only
 connection-level failures are retried; a wrong answer or an HTTP error fails at once, with the answer shown.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,11 +22,20 @@ from checks.verdict import Section, combine, emit
 RETRYABLE = (httpx.TransportError,)
 
 
+def tls_context(ca_pem: str | None) -> ssl.SSLContext:
+    """System trust plus the stack's own certificate (a self-signed or private-CA leaf is trusted as is)."""
+    context = ssl.create_default_context()
+    if ca_pem:
+        context.load_verify_locations(cadata=ca_pem)
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
 class Api:
-    def __init__(self, url: str, key: str | None, timeout_s: float) -> None:
+    def __init__(self, url: str, key: str | None, timeout_s: float, ca_pem: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.key = key
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10), verify=False)
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10), verify=tls_context(ca_pem))
 
     def headers(self, with_key: bool = True) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"} if (self.key and with_key) else {}
@@ -32,7 +43,11 @@ class Api:
     def request(self, method: str, path: str, retries: int = 3, **kwargs: Any) -> httpx.Response:
         for attempt in range(retries):
             try:
-                return self.client.request(method, self.url + path, **kwargs)
+                response = self.client.request(method, self.url + path, **kwargs)
+                if response.status_code == 429 and attempt < retries - 1:  # the proxy's limits: wait, retry
+                    time.sleep(float(response.headers.get("Retry-After", "1")))
+                    continue
+                return response
             except RETRYABLE:
                 if attempt == retries - 1:
                     raise
@@ -53,8 +68,14 @@ def wait_health(api: Api, deadline_s: float, interval_s: float, name: str,
             response = api.client.get(api.url + "/health", headers=api.headers())
             if response.status_code == 200:
                 return Section("health", True, [f"/health 200 after {clock() - start:.0f}s ({polls} polls)"])
-            phase, last_error = "starting", f"HTTP {response.status_code} {response.text[:120]!r}"
+            from_proxy = response.status_code in (502, 504) or '"type":"unavailable"' in response.text
+            phase = "loading (proxy up, engine not answering)" if from_proxy else "starting"
+            last_error = f"HTTP {response.status_code} {response.text[:120]!r}"
         except httpx.ConnectError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # not transient: waiting will not fix a certificate
+                return Section("health", False, [f"TLS: {exc}"[:300]],
+                               "the API checks trust the stack's tls_certificate: its names (SAN) must cover the "
+                               "endpoint's host (api.public_host or api.proxy.server_name)")
             phase, last_error = "loading (port closed)", f"connection refused: {exc}"[:160]
         except httpx.TransportError as exc:
             phase, last_error = "unreachable", f"{type(exc).__name__}: {exc}"[:160]
@@ -147,11 +168,32 @@ def check_stream(api: Api, served: str, prompt: str) -> Section:
 
 
 def check_auth(api: Api) -> Section:
-    response = api.request("GET", "/v1/models", headers={})
-    if response.status_code != 401:
-        return Section("auth", False, [f"/v1/models without a key answered {response.status_code}, not 401"],
-                       "the key is not enforced: VLLM_API_KEY must reach the head container")
-    return Section("auth", True, ["/v1/models without a key: 401"])
+    evidence, ok = [], True
+    for label, headers in (("without a key", {}), ("with a wrong key", {"Authorization": "Bearer wrong-key-0000"})):
+        response = api.request("GET", "/v1/models", headers=headers)
+        ok &= response.status_code == 401
+        evidence.append(f"/v1/models {label}: {response.status_code}"
+                        + ("" if response.status_code == 401 else ", not 401"))
+    if not ok:
+        return Section("auth", False, evidence, "the key is not enforced: VLLM_API_KEY must reach the head "
+                       "container, or the proxy's key map is empty")
+    return Section("auth", True, evidence)
+
+
+def check_deny(api: Api, denied: list[str]) -> Section:
+    """Every named path 403, an unknown one 404, each with a valid key: the allowlist, not the key, refuses."""
+    wrong: list[str] = []
+    for path in denied:
+        response = api.request("GET", path, headers=api.headers())
+        if response.status_code != 403:
+            wrong.append(f"{path} {response.status_code}")
+    unknown = api.request("POST", "/v1/no-such-endpoint", headers=api.headers(), json={})
+    if unknown.status_code != 404:
+        wrong.append(f"/v1/no-such-endpoint {unknown.status_code}")
+    if wrong:
+        return Section("deny", False, [f"expected 403 (404 for the unknown path), got: {', '.join(wrong)}"],
+                       "the request reached vLLM: is the client talking to the proxy's port, not vLLM's?")
+    return Section("deny", True, [f"{len(denied)} named paths 403 (e.g. {', '.join(denied[:3])}), unknown 404"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,10 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--prompt", default="17*19等于多少？只返回数字。")
     p.add_argument("--expect", default="323")
+    p.add_argument("--ca-env", default="", help="env var holding a PEM certificate to trust (the proxy's)")
+    p.add_argument("--deny-paths", default="", help="comma-separated paths the proxy must refuse with 403")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     key = os.environ.get(args.api_key_env) or None
-    api = Api(args.url, key, args.timeout_s)
+    api = Api(args.url, key, args.timeout_s, os.environ.get(args.ca_env) if args.ca_env else None)
     runners: dict[str, Callable[[], Section]] = {
         "health": lambda: wait_health(api, args.deadline_s, args.interval_s, args.name),
         "models": lambda: check_models(api, args.served_name),
@@ -177,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "thinking": lambda: check_thinking(api, args.served_name, args.prompt),
         "stream": lambda: check_stream(api, args.served_name, args.prompt),
         "auth": lambda: check_auth(api),
+        "deny": lambda: check_deny(api, [p for p in args.deny_paths.split(",") if p]),
     }
     names = [s for s in args.sections.split(",") if s]
     if key and "auth" not in names:
