@@ -1,4 +1,7 @@
-"""ApiEndpoint: the OpenAI-compatible entry point and the post-deploy smoke tests that prove it answers."""
+"""ApiEndpoint: the OpenAI-compatible entry point, its optional nginx front door, and the post-deploy checks.
+
+With the proxy on, the checks call the proxy (TLS, a client key), so they prove the path clients take.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,23 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_command as command
+import pulumi_docker as docker
+
+from stacks.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
+
+PROXY_REPLACE_ON_CHANGES = ["uploads", "healthcheck", "command", "image"]
+
+
+@dataclass(frozen=True)
+class ProxyArgs:
+    """The nginx container on the head node. `conf` holds keys, so it is a secret Output."""
+
+    provider: docker.Provider
+    image: str
+    container_name: str
+    conf: pulumi.Output[str]
+    certificate: pulumi.Input[str] | None = None
+    private_key: pulumi.Input[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -19,22 +39,32 @@ class ApiEndpointArgs:
     """Engine generation plus the API check settings: either change re-runs the checks."""
     after: Sequence[pulumi.Resource]
     api_key: pulumi.Input[str] | None = None
+    """The key the checks send: vLLM's own, or with the proxy the check client's."""
+    tls_ca: pulumi.Input[str] | None = None
+    """The proxy's certificate, trusted by the checks."""
+    proxy: ProxyArgs | None = None
 
 
 class ApiEndpoint(pulumi.ComponentResource):
     health: command.local.Command
     smoke: command.local.Command
+    proxy_image: docker.RemoteImage | None
+    proxy: docker.Container | None
 
     def __init__(self, name: str, args: ApiEndpointArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-cluster:index:ApiEndpoint", name, None, opts)
+        self.proxy_image, self.proxy = self._proxy(name, args.proxy) if args.proxy else (None, None)
         env: dict[str, pulumi.Input[str]] = {}
         if args.api_key is not None:
             env["VLLM_API_KEY"] = pulumi.Output.secret(args.api_key)
+        if args.tls_ca is not None:
+            env["VLLM_TLS_CA"] = pulumi.Output.secret(args.tls_ca)
+        after = [*args.after, *([self.proxy] if self.proxy else [])]
         # Runs where `pulumi up` runs (the project dir); the key travels in the environment,
         # never in argv or state outputs.
         self.health = command.local.Command(
             f"{name}-health", create=args.health_command, environment=env or None,
-            triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)))
+            triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=after))
         self.smoke = command.local.Command(
             f"{name}-smoke", create=args.smoke_command, environment=env or None,
             triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=[self.health]))
@@ -43,7 +73,34 @@ class ApiEndpoint(pulumi.ComponentResource):
         self.verification = pulumi.Output.all(self.health.stdout, self.smoke.stdout).apply(
             lambda outs: " / ".join(_last_line(o) for o in outs))
         self.register_outputs({"endpoint": self.endpoint, "served_model": self.served_model,
-                               "verification": self.verification})
+                               "verification": self.verification,
+                               "proxy": self.proxy.id if self.proxy else None})
+
+    def _proxy(self, name: str, args: ProxyArgs) -> tuple[docker.RemoteImage, docker.Container]:
+        on_head = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        image = docker.RemoteImage(f"{name}-proxy-image", name=args.image, keep_locally=True, opts=on_head)
+        uploads = [docker.ContainerUploadArgs(file=CONF_PATH, content=pulumi.Output.secret(args.conf),
+                                              permissions="0600")]
+        if args.certificate is not None and args.private_key is not None:
+            uploads += [
+                docker.ContainerUploadArgs(file=TLS_CERT_PATH, content=pulumi.Output.secret(args.certificate),
+                                           permissions="0644"),
+                docker.ContainerUploadArgs(file=TLS_KEY_PATH, content=pulumi.Output.secret(args.private_key),
+                                           permissions="0600"),
+            ]
+        # The nginx image's entrypoint runs its own template scripts first; nginx itself is all we need.
+        container = docker.Container(
+            f"{name}-proxy", name=args.container_name, image=image.image_id,
+            entrypoints=["nginx"], command=["-g", "daemon off;"], network_mode="host", restart="unless-stopped",
+            uploads=uploads, must_run=True, logs=False,
+            # `nginx -t` as the healthcheck: a config the image's nginx rejects fails this update at once.
+            healthcheck=docker.ContainerHealthcheckArgs(tests=["CMD", "nginx", "-t", "-q"], interval="10s",
+                                                        timeout="5s", retries=3, start_period="2s"),
+            wait=True, wait_timeout=60,
+            labels=[docker.ContainerLabelArgs(label="vllm-cluster.role", value="api-proxy")],
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, delete_before_replace=True,
+                                        replace_on_changes=PROXY_REPLACE_ON_CHANGES))
+        return image, container
 
 
 def _last_line(text: str | None) -> str:

@@ -12,9 +12,11 @@ from checks.bundle import heredoc_command
 from stacks.config import StackConfig
 from stacks.plan import CheckSpec, Plan
 from stacks.profiles import get_profile
+from stacks.proxy import DENIED_PATHS
 
 PREFLIGHT_TIMEOUT_S = 900
 EVIDENCE_TIMEOUT_S = 300
+TLS_CA_ENV = "VLLM_TLS_CA"
 API_PYTHON = "venv/bin/python"
 """The deployer's interpreter: Pulumi's pip toolchain creates venv/ (Pulumi.yaml)."""
 
@@ -76,10 +78,15 @@ def health_deadline_s(config: StackConfig) -> int:
 
 
 def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
-    """Runs on the deployer; the key arrives in VLLM_API_KEY through the command's environment."""
+    """Runs on the deployer; the key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the
+    proxy's certificate in VLLM_TLS_CA, both through the command's environment."""
     args = [API_PYTHON, "-m", "checks.api", "--name", name, "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
             "--timeout-s", str(config.api.request_timeout_s), "--prompt", config.api.smoke.prompt,
             "--expect", config.api.smoke.expect]
+    if plan.proxy is not None and plan.proxy.tls:
+        args += ["--ca-env", TLS_CA_ENV]
+    if "deny" in sections:
+        args += ["--deny-paths", ",".join(DENIED_PATHS)]
     return shlex.join(args)

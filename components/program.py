@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import pulumi
+from pulumi.runtime.config import get_config
 
-from components.api_endpoint import ApiEndpoint, ApiEndpointArgs
+from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
     engines_command,
@@ -23,19 +24,28 @@ from components.check_commands import (
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.vllm_engine import VllmEngine, VllmEngineArgs
-from stacks.config import CONFIG_KEYS, SECRET_KEYS, SECRET_MARKER, StackConfig
+from stacks.config import CONFIG_KEYS, SECRET_KEYS, SECRET_MARKER, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError
 from stacks.fabric import node_env
 from stacks.loader import PROJECT, parse_config
-from stacks.plan import API_CHECKS, Plan, build_plan, roles
+from stacks.plan import API_CHECKS, Plan, build_plan, check_client, roles
+from stacks.proxy import ProxyKeyError, render_nginx_conf
 
 
-def read_config() -> tuple[dict[str, Any], dict[str, pulumi.Output[str]]]:
+def read_config() -> tuple[dict[str, Any], dict[str, pulumi.Output[Any]]]:
     """Plain values from `pulumi.Config`, and the secrets as Outputs (the model only sees a marker)."""
     cfg = pulumi.Config(PROJECT)
     values: dict[str, Any] = {}
-    secrets: dict[str, pulumi.Output[str]] = {}
+    secrets: dict[str, pulumi.Output[Any]] = {}
     for key in CONFIG_KEYS:
+        if key in SECRET_OBJECT_KEYS:
+            raw = get_config(f"{PROJECT}:{key}")
+            if raw is not None:
+                # Only the names become plain values (they are reviewable); the keys stay in a secret Output.
+                names = json.loads(raw) if isinstance(raw, str) else raw
+                values[key] = {name: SECRET_MARKER for name in names} if isinstance(names, dict) else SECRET_MARKER
+                secrets[key] = pulumi.Output.secret(cfg.require_secret_object(key))
+            continue
         if key in SECRET_KEYS:
             secret = cfg.get_secret(key)
             if secret is not None:
@@ -64,7 +74,26 @@ def deploy(stack: str) -> dict[str, Any]:
     return build(stack, config, plan, secrets)
 
 
-def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[str]]) -> dict[str, Any]:
+def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Output[Any]]) -> ProxyArgs:
+    """nginx.conf is rendered inside an apply: it needs the keys, so it exists only as a secret Output."""
+    proxy = config.api.proxy
+
+    def render(values: list[Any]) -> str:
+        keys, upstream = values
+        try:
+            return render_nginx_conf(proxy, config.serving.port, {str(k): str(v) for k, v in keys.items()},
+                                     str(upstream))
+        except ProxyKeyError as exc:
+            raise pulumi.RunError(f"api.proxy: {exc}") from None
+
+    # Secret because its inputs are; ApiEndpoint marks the upload secret again.
+    conf: pulumi.Output[str] = pulumi.Output.all(secrets["proxy_keys"], secrets["api_key"]).apply(render)
+    return ProxyArgs(provider=head.provider, image=proxy.image.pull_ref, container_name=proxy.container_name,
+                     conf=conf, certificate=secrets.get("tls_certificate") if proxy.tls else None,
+                     private_key=secrets.get("tls_private_key") if proxy.tls else None)
+
+
+def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}
@@ -90,11 +119,15 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None))
     smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]
     api_settings = _digest(config.api.model_dump())
+    client = check_client(config)
+    check_key = secrets["proxy_keys"].apply(lambda keys: str(keys[client])) if client else secrets.get("api_key")
     api = ApiEndpoint("api", ApiEndpointArgs(
         endpoint=plan.endpoint, served_model=config.model.served_name,
         health_command=api_command(config, plan, ["health"], "api-health"),
         smoke_command=api_command(config, plan, smoke, "api-smoke"),
-        triggers=[engine.generation, api_settings], after=engine.ready, api_key=secrets.get("api_key")))
+        triggers=[engine.generation, api_settings], after=engine.ready, api_key=check_key,
+        tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
+        proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None))
     engine.verify_engines({c.node or "": engines_command(plan, c) for c in plan.checks
                            if c.module == "checks.engines"}, after=[api.health])
     fabric.verify_transport({c.node or "": nccl_command(config, plan, c) for c in plan.checks
