@@ -52,10 +52,12 @@ class Run:
     options: dict[str, pulumi.ResourceOptions]
     outputs: dict[str, Any]
     error: Exception | None = None
+    all_options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
+    """Options of every custom resource (containers, commands, images), by name."""
 
 
 def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool = False,
-                secrets: dict[str, str] | None = None) -> Run:
+                secrets: dict[str, Any] | None = None) -> Run:
     """Evaluate components.program.deploy under mocks; returns what was registered and with which options."""
     from components.program import deploy
 
@@ -64,7 +66,7 @@ def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool 
     mocks = Mocks()
     pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=preview)
     config = {f"vllm-cluster:{k}": json.dumps(v) for k, v in values.items() if k not in secrets}
-    config |= {f"vllm-cluster:{k}": v for k, v in secrets.items()}
+    config |= {f"vllm-cluster:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in secrets.items()}
     pulumi.runtime.set_all_config(config, secret_keys=[f"vllm-cluster:{k}" for k in secrets])
     options: dict[str, pulumi.ResourceOptions] = {}
     original = docker.Container.__init__
@@ -74,6 +76,11 @@ def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool 
         original(self, resource_name, *args, **kwargs)
 
     run = Run(mocks, {}, options, {})
+    custom_init = pulumi.CustomResource.__init__
+
+    def spy_all(self: Any, t: str, name: str, props: Any = None, opts: Any = None, *args: Any, **kwargs: Any) -> None:
+        run.all_options[name] = opts or pulumi.ResourceOptions()
+        custom_init(self, t, name, props, opts, *args, **kwargs)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def program() -> pulumi.Output[Any]:
@@ -81,10 +88,12 @@ def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool 
         return pulumi.Output.from_input(run.result["outputs"]).apply(run.outputs.update)
 
     docker.Container.__init__ = spy  # type: ignore[method-assign,assignment]
+    pulumi.CustomResource.__init__ = spy_all  # type: ignore[method-assign]
     try:
         program()
     except Exception as exc:  # a bad config must raise before anything registers
         run.error = exc
     finally:
         docker.Container.__init__ = original  # type: ignore[method-assign]
+        pulumi.CustomResource.__init__ = custom_init  # type: ignore[method-assign]
     return run

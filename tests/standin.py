@@ -1,7 +1,8 @@
 """OpenAI-compatible stand-in for the GPU engine, for tests: a real HTTP server in its own process.
 
 Behaviours: a slow start (the port opens late, as while weights load), /health 503 before 200, wrong
-answers, no reasoning, SSE streaming with [DONE], and bearer auth on /v1 paths like vLLM's --api-key.
+answers, no reasoning, SSE streaming with [DONE] (chat and completions), bearer auth on /v1 paths like vLLM's
+--api-key, and like vLLM some keyless paths left open (/metrics, /tokenize).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(401, {"error": "Unauthorized"})
         elif self.path == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": ARGS.served_name, "object": "model"}]})
+        elif self.path in ("/metrics", "/server_info", "/is_paused"):  # like vLLM: open, no key needed
+            self._send(200, "vllm:num_requests_running 0\n", "text/plain")
         else:
             self._send(404, {"error": "not found"})
 
@@ -52,6 +55,16 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if not self._authorized():
             self._send(401, {"error": "Unauthorized"})
+            return
+        if self.path in ("/tokenize", "/pause", "/collective_rpc", "/invocations"):  # open in vLLM, no key
+            self._send(200, {"ok": True, "path": self.path})
+            return
+        if self.path == "/v1/completions":
+            if body.get("stream"):
+                self._stream(ARGS.answer, chat=False)
+            else:
+                self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": ARGS.served_name,
+                                 "choices": [{"index": 0, "text": ARGS.answer, "finish_reason": "stop"}]})
             return
         if self.path != "/v1/chat/completions":
             self._send(404, {"error": "not found"})
@@ -66,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": ARGS.served_name,
                          "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
 
-    def _stream(self, text: str) -> None:
+    def _stream(self, text: str, chat: bool = True) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -77,9 +90,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 
+        time.sleep(ARGS.first_token_delay_s)  # prefill
         for piece in [text[i:i + 1] for i in range(len(text))]:
-            delta = {"choices": [{"index": 0, "delta": {"content": piece}}]}
-            chunk(f"data: {json.dumps(delta)}\n\n")
+            choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            chunk(f"data: {json.dumps({'choices': [choice]})}\n\n")
             time.sleep(ARGS.token_delay_s)
         if not ARGS.no_done:
             chunk("data: [DONE]\n\n")
@@ -98,6 +112,7 @@ def main() -> None:
     p.add_argument("--no-reasoning", action="store_true")
     p.add_argument("--no-done", action="store_true")
     p.add_argument("--token-delay-s", type=float, default=0.01)
+    p.add_argument("--first-token-delay-s", type=float, default=0)
     ARGS = p.parse_args()
     time.sleep(ARGS.start_delay_s)
     server = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)

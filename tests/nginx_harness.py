@@ -1,0 +1,87 @@
+"""A real nginx (Debian's, installed by .ci/run) running a generated config, and a throwaway TLS certificate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from stacks.config import ProxyConfig
+from stacks.proxy import NginxRuntime, render_nginx_conf
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+CLIENT_KEYS = {"team-a": "sk-team-a-4f1d9c2b7e8a6d35", "ops": "sk-ops.9b2e+7c1d/5a3f=0e8d"}
+UPSTREAM_KEY = "sk-upstream-b7e3a9c1d5f20846"
+
+
+@dataclass(frozen=True)
+class Tls:
+    cert: Path
+    key: Path
+
+    @property
+    def pem(self) -> str:
+        return self.cert.read_text()
+
+
+def make_certificate(directory: Path) -> Tls:
+    """A self-signed certificate for localhost and 127.0.0.1, made by the openssl CLI."""
+    tls = Tls(directory / "server.crt", directory / "server.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(tls.key),
+                    "-out", str(tls.cert)], check=True, capture_output=True)
+    return tls
+
+
+def runtime(directory: Path, tls: Tls | None) -> NginxRuntime:
+    return NginxRuntime(
+        pid=str(directory / "nginx.pid"), access_log=str(directory / "access.log"),
+        error_log=str(directory / "error.log"), temp_dir=str(directory),
+        cert=str(tls.cert) if tls else "/nonexistent.crt", key=str(tls.key) if tls else "/nonexistent.key",
+        user="root" if os.geteuid() == 0 else None, worker_processes="1")
+
+
+def nginx_test(conf_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([NGINX, "-t", "-e", "stderr", "-c", str(conf_path)], capture_output=True, text=True,
+                          timeout=30)
+
+
+def write_conf(directory: Path, proxy: ProxyConfig, upstream_port: int, tls: Tls | None,
+               keys: dict[str, str] | None = None) -> Path:
+    conf = render_nginx_conf(proxy, upstream_port, keys or CLIENT_KEYS, UPSTREAM_KEY, runtime(directory, tls))
+    path = directory / "nginx.conf"
+    path.write_text(conf)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_nginx(conf_path: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([NGINX, "-e", "stderr", "-c", str(conf_path), "-g", "daemon off;"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out = proc.stdout.read() if proc.stdout else ""
+                    raise RuntimeError(f"nginx did not start: {out}") from None
+                time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,361 @@
+"""The generated nginx front door, run by a real nginx in front of the OpenAI stand-in (which wants vLLM's key).
+
+Everything here goes over real sockets: TLS with a certificate made by openssl, bearer keys, the allowlist,
+limits, the body cap, SSE timing against the direct port, the access log, and the API checks themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import shlex
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from checks.api import tls_context
+from components.check_commands import api_command
+from stacks.config import SECRET_MARKER, ProxyConfig, ProxyLimits
+from stacks.loader import parse_config
+from stacks.plan import build_plan
+from stacks.proxy import DENIED_PATHS, masked_nginx_conf
+from tests.conftest import ROOT
+from tests.nginx_harness import (
+    CLIENT_KEYS,
+    UPSTREAM_KEY,
+    Tls,
+    free_port,
+    make_certificate,
+    nginx_test,
+    running_nginx,
+    write_conf,
+)
+from tests.test_check_api import standin
+
+FIRST_TOKEN_S = 0.4
+TOKEN_S = 0.3
+
+
+def with_proxy(values: dict[str, Any], **proxy: Any) -> dict[str, Any]:
+    """A stack's values with the proxy on and every secret it needs marked as set."""
+    out = copy.deepcopy(values)
+    out.setdefault("api", {})["proxy"] = {"enabled": True, **proxy}
+    out["serving"]["host"] = "127.0.0.1"
+    out |= {"api_key": SECRET_MARKER, "tls_certificate": SECRET_MARKER, "tls_private_key": SECRET_MARKER,
+            "proxy_keys": {name: SECRET_MARKER for name in CLIENT_KEYS}}
+    return out
+
+
+@dataclass
+class Front:
+    url: str
+    direct: str
+    tls: Tls
+    directory: Path
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=tls_context(self.tls.pem), timeout=30, **kwargs)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    with standin("--api-key-env", "STANDIN_KEY", "--first-token-delay-s", str(FIRST_TOKEN_S),
+                 "--token-delay-s", str(TOKEN_S), env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return make_certificate(tmp_path_factory.mktemp("tls"))
+
+
+def start_front(directory: Path, upstream: str, tls: Tls, **proxy: Any) -> tuple[ProxyConfig, Path, int]:
+    port = free_port()
+    config = ProxyConfig(enabled=True, bind="127.0.0.1", port=port, **proxy)
+    return config, write_conf(directory, config, int(upstream.rsplit(":", 1)[1]), tls), port
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory, upstream: str, tls: Tls) -> Iterator[Front]:
+    directory = tmp_path_factory.mktemp("nginx")
+    _, conf, port = start_front(directory, upstream, tls)
+    with running_nginx(conf, port):
+        yield Front(f"https://localhost:{port}", upstream, tls, directory)
+
+
+# --- every generated config is valid nginx ---------------------------------------------------------------
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "prod": ("prod", {}),
+    "h20": ("h20", {}),
+    "plain-http": ("prod", {"tls": False, "port": 8080}),
+    "ipv6-any": ("h20", {"bind": "::"}),
+    "server-name": ("prod", {"server_name": "api.example.internal"}),
+    "tight-limits": ("prod", {"limits": {"requests_per_minute_per_key": 1, "burst": 0, "connections_per_key": 1},
+                              "max_body_mb": 1, "read_timeout_s": 30}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_nginx_accepts_every_generated_config(variant: str, request: pytest.FixtureRequest, tmp_path: Path,
+                                             tls: Tls) -> None:
+    stack, proxy = VARIANTS[variant]
+    config = parse_config(stack, with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy))
+    plan = build_plan(stack, config)
+    assert plan.proxy is not None
+    conf = write_conf(tmp_path, config.api.proxy, config.serving.port, tls if config.api.proxy.tls else None)
+    result = nginx_test(conf)
+    assert result.returncode == 0, result.stderr + conf.read_text()
+    assert "syntax is ok" in result.stderr
+
+
+def test_nginx_accepts_many_clients_and_the_reviewers_copy(tmp_path: Path, tls: Tls) -> None:
+    keys = {f"client-{i:03d}": f"sk-{i:03d}-{'x' * 24}" for i in range(200)}
+    result = nginx_test(write_conf(tmp_path, ProxyConfig(enabled=True), 8000, tls, keys))
+    assert result.returncode == 0, result.stderr
+    masked = masked_nginx_conf(ProxyConfig(enabled=True), 8000, ["team-a"])
+    assert "SECRET-KEY-OF-TEAM-A" in masked and "SECRET-UPSTREAM-API-KEY" in masked
+
+
+def test_nginx_t_catches_a_broken_config(tmp_path: Path, tls: Tls) -> None:
+    """The gate above can fail: a config nginx cannot load is reported, not passed."""
+    conf = write_conf(tmp_path, ProxyConfig(enabled=True), 8000, tls)
+    conf.write_text(conf.read_text().replace("proxy_buffering off;", "proxy_buffering sometimes;"))
+    result = nginx_test(conf)
+    assert result.returncode != 0 and "proxy_buffering" in result.stderr
+
+
+# --- bearer keys --------------------------------------------------------------------------------------------
+
+def test_no_key_and_wrong_keys_get_401(front: Front) -> None:
+    with front.client() as c:
+        for headers in ({}, bearer("sk-wrong-0000000000000000"), bearer(CLIENT_KEYS["team-a"].upper()),
+                        bearer(UPSTREAM_KEY), {"Authorization": CLIENT_KEYS["team-a"]}):
+            response = c.get("/v1/models", headers=headers)
+            assert response.status_code == 401, headers
+            assert response.headers["www-authenticate"] == "Bearer"
+            assert response.json()["error"]["type"] == "unauthorized"
+        assert c.post("/v1/chat/completions", json={}, headers=bearer("nope-nope-nope-nope")).status_code == 401
+
+
+def test_each_client_key_gets_200_and_vllm_sees_only_its_own_key(front: Front) -> None:
+    with front.client() as c:
+        for key in CLIENT_KEYS.values():
+            response = c.get("/v1/models", headers=bearer(key))
+            assert response.status_code == 200
+            assert response.json()["data"][0]["id"] == "DeepSeek-V4.1-Flash"
+        chat = c.post("/v1/chat/completions", headers=bearer(CLIENT_KEYS["ops"]),
+                      json={"messages": [{"role": "user", "content": "17*19"}]})
+        assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "323"
+        completion = c.post("/v1/completions", headers=bearer(CLIENT_KEYS["ops"]), json={"prompt": "17*19="})
+        assert completion.status_code == 200 and completion.json()["choices"][0]["text"] == "323"
+        assert c.get("/health").status_code == 200  # open, as load balancers probe it
+    # The stand-in refuses client keys: the 200s above prove the proxy swapped in vLLM's key.
+    direct = httpx.get(front.direct + "/v1/models", headers=bearer(CLIENT_KEYS["ops"]))
+    assert direct.status_code == 401
+
+
+# --- allowlist ----------------------------------------------------------------------------------------------
+
+def test_named_vllm_paths_403_and_unknown_paths_404_even_with_a_key(front: Front) -> None:
+    with front.client() as c:
+        for path in DENIED_PATHS:
+            for method in ("GET", "POST"):
+                response = c.request(method, path, headers=bearer(CLIENT_KEYS["team-a"]))
+                assert response.status_code == 403, (method, path)
+                time.sleep(0.02)  # stay inside the per-client rate
+        for path in ("/metrics/extra", "/pause/now", "/v1/load_lora_adapter/x"):  # below a named path: 403 too
+            assert c.get(path, headers=bearer(CLIENT_KEYS["team-a"])).status_code == 403, path
+        for path in ("/v1/embeddings", "/v2/models", "/", "/v1/models/x", "/healthz", "/metricsx"):
+            assert c.get(path, headers=bearer(CLIENT_KEYS["team-a"])).status_code == 404, path
+    # What the proxy refuses really is open on vLLM itself: the allowlist, not the key, protects it.
+    assert httpx.get(front.direct + "/metrics").status_code == 200
+    assert httpx.post(front.direct + "/tokenize", json={}).status_code == 200
+
+
+def test_dot_segments_and_encoded_paths_do_not_escape_the_allowlist(front: Front) -> None:
+    context = tls_context(front.tls.pem)
+    port = int(front.url.rsplit(":", 1)[1])
+    codes = {}
+    for raw in ("/v1/models/../../metrics", "/v1/models/%2e%2e/%2e%2e/metrics", "/v1/chat/completions/../../tokenize",
+                "/%6d%65%74%72%69%63%73", "//metrics"):
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        conn.request("GET", raw, headers=bearer(CLIENT_KEYS["team-a"]))
+        codes[raw] = conn.getresponse().status
+        conn.close()
+    assert all(code in (403, 404) for code in codes.values()), codes
+    assert codes["/v1/models/../../metrics"] == 403 and codes["/%6d%65%74%72%69%63%73"] == 403
+
+
+# --- limits and body cap ------------------------------------------------------------------------------------
+
+def test_a_burst_over_the_rate_gets_429(tmp_path: Path, upstream: str, tls: Tls) -> None:
+    _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(requests_per_minute_per_key=30, burst=2))
+    with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                  verify=tls_context(tls.pem)) as c:
+        codes = [c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"])).status_code for _ in range(8)]
+        other = c.get("/v1/models", headers=bearer(CLIENT_KEYS["ops"])).status_code
+        limited = c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"]))
+    assert codes[:3] == [200, 200, 200] and codes.count(429) == 5, codes
+    assert other == 200  # per key: another client is not throttled by team-a's burst
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "1"
+    assert limited.json()["error"]["type"] == "rate_limited"
+
+
+def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream: str, tls: Tls) -> None:
+    _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(connections_per_key=1))
+    url = f"https://localhost:{port}/v1/chat/completions"
+    body = {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    started, codes = threading.Event(), []
+
+    def hold_a_stream() -> None:
+        with httpx.Client(verify=tls_context(tls.pem)) as c, \
+                c.stream("POST", url, json=body, headers=bearer(CLIENT_KEYS["team-a"])) as response:
+            started.set()
+            codes.append(response.status_code)
+            response.read()
+
+    with running_nginx(conf, port):
+        holder = threading.Thread(target=hold_a_stream)
+        holder.start()
+        assert started.wait(10)
+        second = httpx.post(url, json=body, headers=bearer(CLIENT_KEYS["team-a"]), verify=tls_context(tls.pem))
+        holder.join(20)
+    assert codes == [200] and second.status_code == 429
+
+
+def test_a_body_over_the_cap_gets_413(tmp_path: Path, upstream: str, tls: Tls) -> None:
+    _, conf, port = start_front(tmp_path, upstream, tls, max_body_mb=1)
+    with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                  verify=tls_context(tls.pem)) as c:
+        big = c.post("/v1/chat/completions", headers=bearer(CLIENT_KEYS["team-a"]),
+                     content=b'{"prompt":"' + b"x" * (1024 * 1024 + 10) + b'"}')
+        small = c.post("/v1/completions", headers=bearer(CLIENT_KEYS["team-a"]), json={"prompt": "x" * 1000})
+    assert big.status_code == 413 and small.status_code == 200
+
+
+# --- TLS ----------------------------------------------------------------------------------------------------
+
+def test_tls_handshake_with_the_generated_certificate(front: Front) -> None:
+    port = int(front.url.rsplit(":", 1)[1])
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            tls_context(front.tls.pem).wrap_socket(raw, server_hostname="localhost") as conn:
+        assert conn.version() in ("TLSv1.2", "TLSv1.3")
+        assert dict(x[0] for x in conn.getpeercert()["subject"])["commonName"] == "localhost"
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted without the stack's cert
+        httpx.get(front.url + "/health", verify=ssl.create_default_context())
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):  # both protocols nginx is told to offer
+        context = tls_context(front.tls.pem)
+        context.minimum_version = context.maximum_version = version
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as conn:
+            assert conn.version() == version.name.replace("_", ".")
+    with pytest.raises(ssl.SSLCertVerificationError), socket.create_connection(("127.0.0.1", port)) as raw:
+        tls_context(front.tls.pem).wrap_socket(raw, server_hostname="api.other.example")  # name not on the cert
+    plain = httpx.get(f"http://localhost:{port}/health")  # plain HTTP on the TLS port is refused
+    assert plain.status_code == 400
+
+
+# --- SSE ----------------------------------------------------------------------------------------------------
+
+def first_chunk_and_done(url: str, headers: dict[str, str], verify: ssl.SSLContext | bool) -> tuple[float, int, bool]:
+    body = {"stream": True, "messages": [{"role": "user", "content": "17*19"}]}
+    start = time.monotonic()
+    first, chunks, done = 0.0, 0, False
+    with httpx.Client(verify=verify, timeout=30) as c, \
+            c.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            if chunks == 0 and not done:
+                first = time.monotonic() - start
+            if line == "data: [DONE]":
+                done = True
+            else:
+                chunks += 1
+    return first, chunks, done
+
+
+def test_streamed_first_chunk_arrives_within_1_5x_of_direct_and_ends_with_done(front: Front) -> None:
+    direct = first_chunk_and_done(front.direct, bearer(UPSTREAM_KEY), False)
+    proxied = first_chunk_and_done(front.url, bearer(CLIENT_KEYS["team-a"]), tls_context(front.tls.pem))
+    assert direct[0] >= FIRST_TOKEN_S and direct[1:] == (3, True)
+    assert proxied[1:] == (3, True)
+    assert proxied[0] <= 1.5 * direct[0], (proxied, direct)
+
+
+def test_the_sse_timing_check_fails_when_nginx_buffers(tmp_path: Path, upstream: str, tls: Tls) -> None:
+    """Negative control: with proxy_buffering on, the first chunk waits for the whole answer."""
+    _, conf, port = start_front(tmp_path, upstream, tls)
+    conf.write_text(conf.read_text().replace("proxy_buffering off;", "proxy_buffering on;"))
+    with running_nginx(conf, port):
+        buffered = first_chunk_and_done(f"https://localhost:{port}", bearer(CLIENT_KEYS["team-a"]),
+                                        tls_context(tls.pem))
+    direct = first_chunk_and_done(upstream, bearer(UPSTREAM_KEY), False)
+    assert buffered[0] > 1.5 * direct[0], (buffered, direct)
+
+
+# --- access log ---------------------------------------------------------------------------------------------
+
+def test_access_log_names_the_client_never_the_key(front: Front) -> None:
+    with front.client() as c:
+        c.get("/v1/models", headers=bearer(CLIENT_KEYS["ops"]))
+        c.get("/v1/models", headers=bearer("sk-wrong-0000000000000000"))
+    time.sleep(0.2)
+    text = (front.directory / "access.log").read_text()
+    entries = [json.loads(line) for line in text.splitlines()]
+    assert any(e["client"] == "ops" and e["path"] == "/v1/models" and e["status"] == 200 for e in entries)
+    assert any(e["client"] == "" and e["status"] == 401 for e in entries)
+    for secret in (*CLIENT_KEYS.values(), UPSTREAM_KEY, "sk-wrong"):
+        assert secret not in text
+
+
+# --- the post-deploy API checks, through the proxy ----------------------------------------------------------
+
+def test_planned_api_checks_pass_through_the_proxy_with_a_client_key(front: Front, prod_values: dict[str, Any]
+                                                                      ) -> None:
+    config = parse_config("prod", with_proxy(prod_values))
+    plan = build_plan("prod", config)
+    sections = [c.sections[0] for c in plan.checks if c.module == "checks.api"]
+    assert {"auth", "deny"} <= set(sections)
+    argv = shlex.split(api_command(config, plan, sections, "api-smoke"))
+    assert argv[argv.index("--url") + 1] == plan.endpoint == "https://10.30.8.1:443"
+    argv[argv.index("--url") + 1] = front.url
+    argv[0] = sys.executable
+    env = {"VLLM_API_KEY": CLIENT_KEYS["team-a"], "VLLM_TLS_CA": front.tls.pem, "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([*argv, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stdout
+    assert set(verdict["details"]) == {"health", "models", "chat", "thinking", "stream", "auth", "deny"}
+    assert CLIENT_KEYS["team-a"] not in out.stdout and "BEGIN CERTIFICATE" not in out.stdout
+    # Without the stack's certificate the same check refuses the connection: TLS is verified, not skipped.
+    del env["VLLM_TLS_CA"]
+    out = subprocess.run([*argv, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in out.stdout
+
+
+def test_deny_check_fails_against_vllm_directly(front: Front) -> None:
+    """Pointed at vLLM's own port (no proxy in the way), the deny check reports the open paths."""
+    argv = [sys.executable, "-m", "checks.api", "--url", front.direct, "--served-name", "DeepSeek-V4.1-Flash",
+            "--sections", "deny", "--deny-paths", ",".join(DENIED_PATHS[:8]), "--json"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={"VLLM_API_KEY": UPSTREAM_KEY, "PATH": "/usr/bin:/bin"})
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 1 and "/metrics 200" in verdict["evidence"][0]
