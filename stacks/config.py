@@ -11,7 +11,7 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SECRET_MARKER = "[secret]"
 """What a `secure:` value becomes in the pure model: the plan never sees secret plaintext."""
@@ -26,12 +26,29 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def parse_image_ref(ref: str) -> dict[str, str | None]:
+    """`[registry[:port]/]path:tag[@sha256:…]` -> repository, tag, digest. A tag is required: it is what
+    reviewers read; the digest is what Docker pulls."""
+    name, _, digest = ref.strip().partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon <= slash:
+        raise ValueError(f"{ref!r} has no tag: write repo:tag or repo:tag@sha256:<64 hex>")
+    return {"repository": name[:colon], "tag": name[colon + 1:], "digest": digest or None}
+
+
 class ImageConfig(_Model):
-    """The engine image. Pin `digest` in prod: a tag like `nightly-…` can be re-pushed."""
+    """The engine image: a mapping, or one string `repo:tag@sha256:…`. Pin the digest in prod: a tag like
+    `nightly-…` can be re-pushed."""
 
     repository: str = Field(min_length=1)
-    tag: str = Field(min_length=1)
+    tag: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
     digest: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return parse_image_ref(value) if isinstance(value, str) else value
 
     @field_validator("digest")
     @classmethod

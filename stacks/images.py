@@ -40,11 +40,13 @@ IMAGES: dict[str, ImageCapabilities] = {
     ),
     "vllm/vllm-openai:v0.33.0": ImageCapabilities(
         vllm_version="0.33.0",
-        profiles=frozenset({"deepseek-v4-flash"}),
-        parsers=frozenset({"deepseek_v4"}),
+        profiles=frozenset({"deepseek-v4.1-flash", "deepseek-v4-flash"}),
+        parsers=frozenset({"deepseek_v41", "deepseek_v4"}),
         vision_with_pp=True,
-        speculative_methods=frozenset(),
-        source="brief: vLLM 0.33.0 wheel; seed 001 baseline (image name hidden there)",
+        speculative_methods=frozenset({"dspark"}),
+        source="the vLLM 0.33.0 wheel from PyPI, read 2026-12-02: its model registry has DeepseekV4ForCausalLM "
+               "and DeepseekV41ForCausalLM, tokenizers/tool_parsers/reasoning register deepseek_v4 and "
+               "deepseek_v41, config/speculative.py knows dspark; seed 001 baseline (image name hidden there)",
     ),
 }
 

@@ -11,7 +11,8 @@ def render_plan(plan: Plan) -> str:
     t = plan.topology
     lines = [
         f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']})",
-        f"image {plan.image['pull_ref']}" + ("" if plan.image["known"] else "  [not in capability table]"),
+        f"image {plan.image['ref']} digest {plan.image['digest'] or '- (not pinned)'}"
+        + ("" if plan.image["known"] else "  [not in capability table]"),
         f"topology {t['label']}: backend={t['backend']} nodes={t['nodes']} tensor={t['tensor']} "
         f"pipeline={t['pipeline']} data={t['data']} expert={t['expert'] or 'off'} gpus_used={t['gpus_used']}",
         f"endpoint {plan.endpoint}",

@@ -40,6 +40,13 @@ MANAGED_FLAGS: dict[str, str] = {
     "--language-model-only": "vision: false",
 }
 
+_PARSER_ERRORS = {
+    # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
+    "tokenizer_mode": "ValueError: No tokenizer registered for tokenizer_mode='{value}'.",
+    "tool_call_parser": "KeyError: 'invalid tool call parser: {value} (chose from {{ … }})'",
+    "reasoning_parser": "KeyError: 'invalid reasoning parser: {value} (chose from {{ … }})'",
+}
+
 HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
 DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
                    "Supported models implement the SupportsPP interface.")
@@ -70,6 +77,10 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
         result.warnings.append(
             f"image {config.image.ref} is not in the capability table (stacks/images.py): only the general "
             "rules were checked; add the image once it is tested")
+    if config.image.digest is None:
+        result.warnings.append(
+            f"image {config.image.ref} is not pinned by digest: the tag can be re-pushed, so two nodes (or a "
+            "rollback) may run different builds; write image as repo:tag@sha256:<digest> (prod policy requires it)")
     if profile is not None:
         _model_rules(config, profile, image, result)
         _memory_rules(config, profile, topology, result)
@@ -138,8 +149,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                            ("reasoning_parser", serving.reasoning_parser or profile.reasoning_parser)):
             if value not in image.parsers and value not in ("auto", "hf", "slow"):
                 add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it",
-                            upstream=f"error: argument --{key.replace('_', '-')}: invalid choice: '{value}'",
-                            fix=f"one of {sorted(image.parsers)}"))
+                            upstream=_PARSER_ERRORS[key].format(value=value), fix=f"one of {sorted(image.parsers)}"))
     if config.serving.max_model_len > profile.max_context:
         add(Problem("serving.max_model_len", config.serving.max_model_len,
                     f"above the model's context of {profile.max_context}",

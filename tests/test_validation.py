@@ -159,12 +159,21 @@ def test_plain_api_key_rejected(prod_values: dict[str, Any]) -> None:
     assert "sk-plain" not in problem.render()
 
 
-def test_image_without_profile(prod_values: dict[str, Any]) -> None:
-    prod_values["image"]["tag"] = "v0.33.0"
-    problems = problems_of(prod_values)
-    assert "Model architectures ['DeepseekV41ForCausalLM'] are not supported" in (
+def test_image_without_profile(h20_values: dict[str, Any]) -> None:
+    h20_values["image"]["tag"] = "deepseekv41-flash-0909"  # seed 000's V4.1-only build
+    problems = problems_of(h20_values)
+    assert "Model architectures ['DeepseekV4ForCausalLM'] are not supported" in (
         _only(problems, "image.tag").upstream or "")
-    assert "invalid choice: 'deepseek_v41'" in (_only(problems, "serving.tokenizer_mode").upstream or "")
+    assert "No tokenizer registered for tokenizer_mode='deepseek_v4'" in (
+        _only(problems, "serving.tokenizer_mode").upstream or "")
+    assert "invalid tool call parser: deepseek_v4" in (_only(problems, "serving.tool_call_parser").upstream or "")
+
+
+def test_vllm_0_33_0_runs_both_profiles(prod_values: dict[str, Any]) -> None:
+    """Read from the 0.33.0 wheel: V4.1 architecture, deepseek_v41 parsers and dspark are all in it."""
+    prod_values["image"]["tag"] = "v0.33.0"
+    plan = plan_of(prod_values)
+    assert plan.image["known"] and plan.image["vllm_version"] == "0.33.0"
 
 
 def test_unknown_image_warns_and_uses_general_rules(prod_values: dict[str, Any]) -> None:
