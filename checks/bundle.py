@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
 _FUTURE = "from __future__ import annotations\n"
-REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster")
+REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args")
 
 
 def remote_script(module: str) -> str:
@@ -26,11 +26,13 @@ def remote_script(module: str) -> str:
     return _FUTURE + _IMPORT.sub(lambda _: verdict, source, count=1)
 
 
-def heredoc_command(module: str, args: list[str], prefix: str = "", timeout_s: int | None = None) -> str:
-    """`[timeout N] [prefix] python3 - ARGS <<'VLLM_CLUSTER_EOF'` + script: one shell command for SSH."""
+def heredoc_command(module: str, args: list[str], prefix: str = "", timeout_s: int | None = None,
+                    interpreter: str = "python3 ") -> str:
+    """`[timeout N] [prefix] python3 - ARGS <<'VLLM_CLUSTER_EOF'` + script: one shell command for SSH.
+    `interpreter=""` where the prefix already ends in one (`docker run --entrypoint python3 IMAGE`)."""
     script = remote_script(module)
     marker = "VLLM_CLUSTER_EOF"
     if marker in script:
         raise ValueError("script contains the heredoc marker")
     runner = f"timeout {timeout_s} " if timeout_s else ""
-    return f"{runner}{prefix}python3 - {shlex.join(args)} <<'{marker}'\n{script}\n{marker}"
+    return f"{runner}{prefix}{interpreter}- {shlex.join(args)} <<'{marker}'\n{script}\n{marker}"

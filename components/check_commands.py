@@ -9,12 +9,22 @@ from __future__ import annotations
 import shlex
 
 from checks.bundle import heredoc_command
-from stacks.config import StackConfig
+from stacks.config import SECRET_MARKER, StackConfig
 from stacks.plan import CheckSpec, Plan
 from stacks.profiles import get_profile
 from stacks.proxy import DENIED_PATHS
 
 PREFLIGHT_TIMEOUT_S = 900
+DRY_RUN_TIMEOUT_S = 600
+"""Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
+EXPECTED_FIELDS = {
+    "--tensor-parallel-size": "tensor_parallel_size", "--pipeline-parallel-size": "pipeline_parallel_size",
+    "--data-parallel-size": "data_parallel_size", "--data-parallel-size-local": "data_parallel_size_local",
+    "--data-parallel-start-rank": "data_parallel_start_rank", "--host": "host", "--port": "port",
+    "--max-model-len": "max_model_len", "--max-num-seqs": "max_num_seqs",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+}
+"""Flags whose parsed value must come out exactly as planned (vLLM's argparse dest names)."""
 EVIDENCE_TIMEOUT_S = 300
 TLS_CA_ENV = "VLLM_TLS_CA"
 API_PYTHON = "venv/bin/python"
@@ -49,6 +59,30 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--nics", ",".join(node.nics)]
     assert plan.node(node.name).gpus_present == node.gpus.count
     return heredoc_command("preflight", args, timeout_s=PREFLIGHT_TIMEOUT_S)
+
+
+def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`docker run --rm -i --network none --pull never --entrypoint python3 <new image> - …`: no GPU, no network,
+    the node's own non-secret env, and the node's `vllm serve` argv after `--`."""
+    node = plan.node(str(check.node))
+    spec = node.containers[0]
+    image = config.image.pull_ref
+    env = [part for key, value in spec.env.items() if value != SECRET_MARKER for part in ("-e", f"{key}={value}")]
+    # Without a GPU vLLM cannot even build its parser ("Failed to infer device type"); the CPU platform
+    # builds the same serve parser. Seen with vLLM 0.33.0 (bench/dry_run_real_vllm.py).
+    env += ["-e", "VLLM_TARGET_DEVICE=cpu"]
+    prefix = shlex.join(["docker", "run", "--rm", "-i", "--network", "none", "--pull", "never",
+                         "--entrypoint", "python3", *env, image]) + " "
+    args = ["--name", check.name, "--image", image]
+    if spec.vllm_args is None:
+        args += ["--import-only", "vllm,ray"]
+    else:
+        argv = spec.vllm_args
+        for flag, dest in EXPECTED_FIELDS.items():
+            if flag in argv and argv.index(flag) + 1 < len(argv):
+                args += ["--expect", f"{dest}={argv[argv.index(flag) + 1]}"]
+        args += ["--", *argv]
+    return heredoc_command("vllm_args", args, prefix=prefix, timeout_s=DRY_RUN_TIMEOUT_S, interpreter="")
 
 
 def ray_ready_command(config: StackConfig, plan: Plan) -> str:

@@ -16,6 +16,7 @@ from pulumi.runtime.config import get_config
 from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
+    dry_run_command,
     engines_command,
     nccl_command,
     preflight_command,
@@ -116,6 +117,8 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
         secrets={"VLLM_API_KEY": secrets["api_key"]} if "api_key" in secrets else {},
+        dry_run_commands={c.node or "": dry_run_command(config, plan, c) for c in plan.checks
+                          if c.module == "checks.vllm_args"},
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None))
     smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]
     api_settings = _digest(config.api.model_dump())

@@ -30,6 +30,8 @@ class VllmEngineArgs:
     """Preflights that must pass before any container is touched."""
     secrets: Mapping[str, pulumi.Input[str]]
     """Values for env vars the plan marks `[secret]` (VLLM_API_KEY)."""
+    dry_run_commands: Mapping[str, str]
+    """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
 
 
@@ -87,6 +89,18 @@ class VllmEngine(pulumi.ComponentResource):
         self.generation = plan.head.containers[0].labels[f"{LABEL_PREFIX}.generation"]
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
         timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
+        # Rollout order: every node's image is pulled (GpuNode) and preflighted (gates), then the new image's
+        # vLLM parses each node's argv; only then is any container touched. A failure here leaves the old
+        # group serving.
+        pulled = [node.image for node in args.nodes.values()]
+        self.dry_runs: dict[str, command.remote.Command] = {
+            node_name: command.remote.Command(
+                f"{name}-{node_name}-args-dry-run", connection=args.nodes[node_name].connection, create=check,
+                triggers=[self.generation],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*pulled, *args.gates]))
+            for node_name, check in args.dry_run_commands.items()
+        }
+        gates = [*args.gates, *pulled, *self.dry_runs.values()]
         self.containers = {}
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:
@@ -95,9 +109,9 @@ class VllmEngine(pulumi.ComponentResource):
             is_head = node_name == plan.head.name
             # mp: headless engines first, head last (it coordinates them). ray: head first, workers after.
             if plan.topology["backend"] == "mp":
-                after = [*args.gates, *(started if is_head else [])]
+                after = [*gates, *(started if is_head else [])]
             else:
-                after = [*args.gates, *([] if is_head else started[:1])]
+                after = [*gates, *([] if is_head else started[:1])]
             for spec in node_plan.containers:
                 self.containers[node_name] = docker.Container(
                     f"{name}-{node_name}-{spec.name}",

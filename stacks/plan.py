@@ -196,6 +196,12 @@ def topology_summary(topo: Topology) -> dict[str, Any]:
 
 def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     checks: list[CheckSpec] = []
+    for node_topo in topo.nodes:
+        runs_vllm = node_topo.role.value != "ray-worker"
+        checks.append(CheckSpec(
+            name=f"args-dry-run-{node_topo.name}", node=node_topo.name, runs_on="node", module="checks.vllm_args",
+            sections=[], proves="the new image's own vLLM parses this node's argv (no GPU), before any engine "
+            "is replaced" if runs_vllm else "the new image starts on this node and imports vllm and ray"))
     for node in config.nodes:
         checks.append(CheckSpec(name=f"preflight-{node.name}", node=node.name, runs_on="node",
                                 module="checks.preflight", sections=list(NODE_PREFLIGHT),

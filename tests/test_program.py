@@ -34,12 +34,12 @@ def h20() -> Run:
 def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     assert prod.error is None and h20.error is None
     counts = Counter(r.typ for r in prod.mocks.resources)
-    # per node: provider, image, container, preflight, fabric preflight, dp-engines, nccl-transport
+    # per node: provider, image, container, preflight, fabric preflight, args dry run, dp-engines, nccl-transport
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 8 and counts[LOCAL] == 2
+    assert counts[REMOTE] == 10 and counts[LOCAL] == 2
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 + 2 + 1 + 1 and h20_counts[LOCAL] == 2
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 + 2 + 2 + 1 + 1 and h20_counts[LOCAL] == 2
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
@@ -199,7 +199,8 @@ def test_image_change_touches_engines_and_images_only() -> None:
     engine_and_images = {"engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash",
                          "node1-image", "node2-image"}
     checks = {"node1-preflight", "node2-preflight", "api-health", "api-smoke", "engine-node1-dp-engines",
-              "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport"}
+              "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
+              "engine-node1-args-dry-run", "engine-node2-args-dry-run"}
     assert changed == engine_and_images | checks
     assert not any(n.endswith("-docker") or "fabric-preflight" in n for n in changed)
 
@@ -221,3 +222,22 @@ def test_api_check_setting_touches_no_engine_container() -> None:
     values["api"] = {"progress_interval_s": 10, "health_timeout_s": 5000}
     changed = _changed(base, run_program("prod", values))
     assert changed == {"api-health", "api-smoke"}
+
+
+@pytest.mark.parametrize("stack", ["prod", "h20"])
+def test_rollout_pulls_everywhere_then_dry_runs_then_replaces(stack: str) -> None:
+    """No engine container moves before the image is on every node and every node's dry run passed."""
+    run = run_program(stack)
+    engine = run.result["engine"]
+    images = [n.image for n in run.result["nodes"].values()]
+    dry_runs = list(engine.dry_runs.values())
+    assert len(dry_runs) == len(images) == len(run.result["nodes"])
+    for name, dry in engine.dry_runs.items():
+        deps = run.all_options[f"engine-{name}-args-dry-run"].depends_on
+        assert all(image in deps for image in images)  # every node's image, not only its own
+        assert dry.triggers is not None
+    for name, container in engine.containers.items():
+        deps = run.options[container._name].depends_on
+        assert all(d in deps for d in dry_runs) and all(image in deps for image in images), name
+    command = run.mocks.named(f"engine-{next(iter(run.result['nodes']))}-args-dry-run").inputs["create"]
+    assert "docker run --rm -i --network none --pull never --entrypoint python3" in command

@@ -1,0 +1,90 @@
+"""Test images for a real Docker engine with no registry: a minimal rootfs (Debian's python3 and its libraries,
+plus the vLLM stand-in) turned into an image by `docker import`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT
+
+PYTHON = Path("/usr/bin/python3.11")
+STDLIB = Path("/usr/lib/python3.11")
+STANDIN = ROOT / "tests" / "vllm_standin"
+FLAGS = ROOT / "tests" / "fixtures" / "vllm-0.33.0-serve-flags.json"
+SITE = "usr/local/lib/python3.11/dist-packages"
+_SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "__pycache__", "turtledemo"}
+
+
+def docker_ready() -> str | None:
+    """None when `docker info` answers, else why not (the tests fail with it: .ci/run starts dockerd)."""
+    if shutil.which("docker") is None:
+        return "no docker CLI"
+    done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"docker info failed: {done.stderr.strip()[:200]}"
+
+
+def _libraries(binary: Path) -> list[Path]:
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    paths = []
+    for line in out.splitlines():
+        parts = line.split()
+        candidate = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+        if candidate.startswith("/"):
+            paths.append(Path(candidate))
+    return paths
+
+
+def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, with_vllm: bool = True) -> str:
+    """A python3 image; with the vLLM stand-in (and its flag table) unless `with_vllm` is false."""
+    if not PYTHON.exists():
+        raise RuntimeError(f"{PYTHON} is missing: .ci/run installs Debian's python3")
+    archive = workdir / f"{tag.replace('/', '_').replace(':', '_')}.tar"
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if _SKIP & set(Path(info.name).parts) else info
+
+    with tarfile.open(archive, "w") as tar:
+        for lib in [PYTHON, *_libraries(PYTHON)]:
+            tar.add(lib.resolve(), arcname=str(lib).lstrip("/"))
+        link = tarfile.TarInfo("usr/bin/python3")
+        link.type, link.linkname = tarfile.SYMTYPE, "python3.11"
+        tar.addfile(link)
+        for directory in ("tmp", "proc", "sys", "dev", "etc"):
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if directory == "tmp" else 0o755
+            tar.addfile(info)
+        tar.add(STDLIB, arcname=str(STDLIB).lstrip("/"), filter=keep)
+        if with_vllm:
+            tar.add(STANDIN / "vllm", arcname=f"{SITE}/vllm", filter=keep)
+            tar.add(STANDIN / "ray", arcname=f"{SITE}/ray", filter=keep)
+            table = workdir / f"{archive.stem}-flags.json"
+            table.write_text(json.dumps(flags if flags is not None else json.loads(FLAGS.read_text())))
+            tar.add(table, arcname=f"{SITE}/vllm/_flags.json")
+    subprocess.run(["docker", "import", str(archive), tag], check=True, capture_output=True)
+    return tag
+
+
+def renamed_flag(old: str, new: str, version: str) -> dict[str, Any]:
+    """The captured 0.33.0 table with one flag renamed: what a newer vLLM that renamed a flag looks like."""
+    table = json.loads(FLAGS.read_text())
+    for flag in table["flags"]:
+        if old in flag.get("options", []):
+            flag["options"] = [new if o == old else o for o in flag["options"]]
+    table["vllm_version"] = version
+    return table
+
+
+def remove_image(tag: str) -> None:
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def run_shell(command: str, timeout_s: int = 180) -> subprocess.CompletedProcess[str]:
+    """What `remote.Command` runs over SSH, run by bash here."""
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout_s,
+                          env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME": str(Path.home())})
