@@ -77,6 +77,7 @@ class ModelConfig(_Model):
     container_dir: str = "/models"
     path: str = Field(min_length=1, description="path of the model inside host_dir")
     weights_gb: float | None = Field(default=None, gt=0, description="overrides the profile's size")
+    load_gb_per_s: float = Field(default=0.1, gt=0, description="weights read per node per second (seed 000)")
 
     @field_validator("host_dir", "container_dir")
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.config import SECRET_MARKER, NodeConfig, StackConfig
 from stacks.fabric import control_ip, node_env
+from stacks.load_estimate import estimated_load_s
 from stacks.profiles import ModelProfile
 from stacks.topology import NodeTopology, Role, Topology
 
@@ -249,6 +250,9 @@ def engine_containers(
             f"{LABEL_PREFIX}.role": node_topo.role.value,
             f"{LABEL_PREFIX}.topology": topo.label,
             f"{LABEL_PREFIX}.generation": generation,
+            # Read by the policy pack (policy/), which sees resources, not the stack config.
+            f"{LABEL_PREFIX}.private-networks": ",".join(config.fabric.private_networks),
+            f"{LABEL_PREFIX}.estimated-load-s": str(estimated_load_s(config, profile, topo)),
         }
         result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
     return result

@@ -14,6 +14,7 @@ from stacks.config import StackConfig
 from stacks.errors import Problem
 from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
+from stacks.load_estimate import estimated_load_s, weights_per_gpu_gb
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.topology import Topology, derive_topology
 
@@ -84,6 +85,13 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     if profile is not None:
         _model_rules(config, profile, image, result)
         _memory_rules(config, profile, topology, result)
+    if profile is not None and not topo_problems:
+        load_s = estimated_load_s(config, profile, topology)
+        if config.serving.engine_ready_timeout_s < load_s:
+            result.warnings.append(
+                f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
+                f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
+                "server would give up while the engines still load; the policy pack refuses this")
     _parallelism_rules(config, topology, result)
     _uniqueness_rules(config, result)
     _port_rules(config, result)
@@ -164,7 +172,7 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
     shards = par.tensor * par.pipeline * (par.data if par.expert else 1)
     gpu_gb = min(n.gpus.memory_gb for n in config.nodes)
     budget = gpu_gb * serving.gpu_memory_utilization
-    per_gpu = weights / shards
+    per_gpu = weights_per_gpu_gb(config, profile)
     if per_gpu > budget:
         result.problems.append(Problem(
             "parallelism.tensor", par.tensor,
