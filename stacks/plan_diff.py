@@ -1,0 +1,180 @@
+"""What a PR changes in a stack: two plans (base revision, working tree) compared, as Markdown or JSON.
+
+Pure: takes the two plans' JSON forms (or a base that was invalid), returns a dict; `to_markdown` renders
+it. Resource names follow the program (`engine-<node>-<container>`, `<node>-image`, `api-proxy`) so the
+reviewer can match them with `pulumi preview`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GENERATION = "vllm-cluster.generation"
+SETTINGS = ("volumes", "devices", "ulimits", "shm_size_mb", "privileged", "ipc_mode", "restart", "healthcheck",
+            "capabilities")
+TOPOLOGY_KEYS = ("backend", "nodes", "tensor", "pipeline", "data", "expert", "gpus_used", "label")
+
+
+SWITCH = "(on)"
+
+
+def _pairs(argv: list[str] | None) -> dict[str, str]:
+    """`vllm serve` argv as flag -> value (`(on)` for a bare switch); the model path under `<model>`."""
+    out: dict[str, str] = {}
+    if not argv:
+        return out
+    items = list(argv)
+    if items and not items[0].startswith("--"):
+        out["<model>"] = items.pop(0)
+    last: str | None = None
+    for item in items:
+        if item.startswith("--"):
+            last = item
+            out[item] = SWITCH
+        elif last is not None and out[last] == SWITCH:
+            out[last] = item
+    return out
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [old.get(k), new.get(k)] for k in list(dict.fromkeys([*old, *new])) if old.get(k) != new.get(k)}
+
+
+def _containers(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"engine-{n['name']}-{c['name']}": c | {"node": n["name"], "role": n["role"]}
+            for n in plan["nodes"] for c in n["containers"]}
+
+
+def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dict[str, Any] | None,
+               base_errors: list[dict[str, Any]] | None = None,
+               head_errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`base`/`head` are plan JSON dicts, or None with their errors when that side's config is invalid."""
+    result: dict[str, Any] = {
+        "stack": stack, "base": base_ref,
+        "validation": {
+            "base": {"valid": base is not None, "problems": base_errors or [],
+                     "warnings": (base or {}).get("warnings", [])},
+            "head": {"valid": head is not None, "problems": head_errors or [],
+                     "warnings": (head or {}).get("warnings", [])},
+        },
+        "topology": {}, "image": {}, "nodes": {"added": [], "removed": []}, "containers": {}, "replaced": [],
+        "proxy": {}, "listeners": {"added": [], "removed": []},
+    }
+    if base is None or head is None:
+        return result
+    result["topology"] = _changes({k: base["topology"].get(k) for k in TOPOLOGY_KEYS},
+                                  {k: head["topology"].get(k) for k in TOPOLOGY_KEYS})
+    result["image"] = _changes({k: base["image"].get(k) for k in ("repository", "tag", "digest")},
+                               {k: head["image"].get(k) for k in ("repository", "tag", "digest")})
+    base_nodes = {n["name"] for n in base["nodes"]}
+    head_nodes = {n["name"] for n in head["nodes"]}
+    result["nodes"] = {"added": sorted(head_nodes - base_nodes), "removed": sorted(base_nodes - head_nodes)}
+    old_c, new_c = _containers(base), _containers(head)
+    for name in dict.fromkeys([*new_c, *old_c]):
+        old, new = old_c.get(name), new_c.get(name)
+        if old is None or new is None:
+            result["containers"][name] = {"created" if old is None else "deleted": True}
+            continue
+        change: dict[str, Any] = {}
+        argv = _changes(_pairs(old.get("vllm_args")), _pairs(new.get("vllm_args")))
+        if argv:
+            change["argv"] = argv
+        env = _changes(old["env"], new["env"])
+        if env:
+            change["env"] = env
+        if old.get("command") != new.get("command") and not argv:
+            change["command"] = True
+        other: dict[str, Any] = {k: [old.get(k), new.get(k)] for k in SETTINGS if old.get(k) != new.get(k)}
+        labels = _changes({k: v for k, v in old.get("labels", {}).items() if k != GENERATION},
+                          {k: v for k, v in new.get("labels", {}).items() if k != GENERATION})
+        if labels:
+            other["labels"] = labels
+        if other:
+            change["settings"] = other
+        if change:
+            result["containers"][name] = change
+    old_gen = {old_c[n]["labels"].get(GENERATION) for n in old_c}
+    new_gen = {new_c[n]["labels"].get(GENERATION) for n in new_c}
+    image_changed = bool(result["image"])
+    # Any container property change replaces (replace_on_changes), and the generation label moves them all.
+    if old_gen != new_gen or image_changed or result["containers"]:
+        result["replaced"] = sorted(n for n in new_c if n in old_c)
+    if image_changed:
+        result["replaced_images"] = sorted(f"{n}-image" for n in head_nodes & base_nodes)
+    result["proxy"] = _changes(base.get("proxy") or {}, head.get("proxy") or {}) if (
+        base.get("proxy") != head.get("proxy")) else {}
+    old_l = {_listener_key(x): x for x in base.get("listeners", [])}
+    new_l = {_listener_key(x): x for x in head.get("listeners", [])}
+    result["listeners"] = {"added": [new_l[k] for k in new_l if k not in old_l],
+                           "removed": [old_l[k] for k in old_l if k not in new_l]}
+    return result
+
+
+def _listener_key(item: dict[str, Any]) -> str:
+    return f"{item['node']}:{item['port']} {item['bind']}"
+
+
+def _v(value: Any) -> str:
+    return "–" if value is None else f"`{value}`"
+
+
+def to_markdown(diff: dict[str, Any]) -> str:
+    lines = [f"## `{diff['stack']}`: plan at `{diff['base']}` → working tree", ""]
+    for side in ("base", "head"):
+        v = diff["validation"][side]
+        label = "base" if side == "base" else "this change"
+        if v["valid"]:
+            warn = f" ({len(v['warnings'])} warning(s))" if v["warnings"] else ""
+            lines.append(f"- **Validation ({label}):** valid{warn}")
+        else:
+            lines.append(f"- **Validation ({label}):** INVALID, {len(v['problems'])} problem(s):")
+            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {p['message']}" for p in v["problems"]]
+    if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
+        return "\n".join(lines) + "\n"
+    if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
+                diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"]]):
+        lines += ["", "No change to what gets deployed."]
+        return "\n".join(lines) + "\n"
+    if diff["topology"]:
+        lines += ["", "### Topology", ""]
+        lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["topology"].items()]
+    if diff["image"]:
+        lines += ["", "### Image", ""]
+        lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["image"].items()]
+    if diff["nodes"]["added"] or diff["nodes"]["removed"]:
+        lines += ["", "### Nodes", ""]
+        lines += [f"- added `{n}`" for n in diff["nodes"]["added"]] + [f"- removed `{n}`" for n in
+                                                                       diff["nodes"]["removed"]]
+    if diff["containers"]:
+        lines += ["", "### Per node", ""]
+        for name, change in diff["containers"].items():
+            if change.get("created") or change.get("deleted"):
+                lines.append(f"- `{name}`: {'created' if change.get('created') else 'deleted'}")
+                continue
+            lines.append(f"- `{name}`")
+            for flag, (a, b) in change.get("argv", {}).items():
+                lines.append(f"  - argv `{flag}`: {_v(a)} → {_v(b)}")
+            for key, (a, b) in change.get("env", {}).items():
+                lines.append(f"  - env `{key}`: {_v(a)} → {_v(b)}")
+            if change.get("command"):
+                lines.append("  - command (start script) changed")
+            for key, value in change.get("settings", {}).items():
+                if key == "labels":
+                    lines += [f"  - label `{k}`: {_v(a)} → {_v(b)}" for k, (a, b) in value.items()]
+                else:
+                    lines.append(f"  - {key}: {_v(value[0])} → {_v(value[1])}")
+    if diff["proxy"]:
+        lines += ["", "### Proxy", ""]
+        lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["proxy"].items()]
+    if diff["listeners"]["added"] or diff["listeners"]["removed"]:
+        lines += ["", "### Listening ports", ""]
+        for tag, items in (("+", diff["listeners"]["added"]), ("-", diff["listeners"]["removed"])):
+            lines += [f"- {tag} {x['node']}:{x['port']} bind {x['bind']} ({x['network']}) {x['purpose']}"
+                      + (" **PUBLIC**" if x["public"] else "") for x in items]
+    if diff["replaced"]:
+        lines += ["", "### Replaced by `pulumi up`", "",
+                  "The whole engine group, together (vLLM is fail-stop), after the new image is on every node and "
+                  "its vLLM accepted every node's argv:"]
+        lines += [f"- `{n}`" for n in diff["replaced"]]
+        lines += [f"- `{n}` (pull)" for n in diff.get("replaced_images", [])]
+    return "\n".join(lines) + "\n"
