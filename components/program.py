@@ -113,7 +113,9 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             preflight_command=preflight_command(config, plan, fabric_check) if fabric_check else None,
             triggers=[fabric_id])
     fabric = RdmaFabric("fabric", fabric_args)
-    gates: list[pulumi.Resource] = [*(n.preflight for n in nodes.values()), *fabric.preflights.values()]
+    gates: dict[str, list[pulumi.Resource]] = {
+        name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else [])]
+        for name, node in nodes.items()}
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
         secrets={"VLLM_API_KEY": secrets["api_key"]} if "api_key" in secrets else {},

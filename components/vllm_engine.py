@@ -26,8 +26,8 @@ REPLACE_ON_CHANGES = ["healthcheck", "envs", "labels", "command", "entrypoints"]
 class VllmEngineArgs:
     plan: Plan
     nodes: Mapping[str, GpuNode]
-    gates: Sequence[pulumi.Resource]
-    """Preflights that must pass before any container is touched."""
+    gates: Mapping[str, Sequence[pulumi.Resource]]
+    """Per node, the preflights that must pass before any container is touched."""
     secrets: Mapping[str, pulumi.Input[str]]
     """Values for env vars the plan marks `[secret]` (VLLM_API_KEY)."""
     dry_run_commands: Mapping[str, str]
@@ -97,10 +97,12 @@ class VllmEngine(pulumi.ComponentResource):
             node_name: command.remote.Command(
                 f"{name}-{node_name}-args-dry-run", connection=args.nodes[node_name].connection, create=check,
                 triggers=[self.generation],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*pulled, *args.gates]))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*pulled, *args.gates.get(node_name, [])]))
             for node_name, check in args.dry_run_commands.items()
         }
-        gates = [*args.gates, *pulled, *self.dry_runs.values()]
+        # Dependencies are transitive: the dry runs stand for every pull and preflight (N edges, not N^2).
+        gates: list[pulumi.Resource] = [*self.dry_runs.values()] or [
+            *pulled, *(g for node_gates in args.gates.values() for g in node_gates)]
         self.containers = {}
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:

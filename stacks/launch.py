@@ -241,6 +241,8 @@ def engine_containers(
             healthcheck=_healthcheck(config) if role.is_head else None,
         )
     generation = group_generation(draft)
+    load_s = str(estimated_load_s(config, profile, topo))
+    private = ",".join(config.fabric.private_networks)
     result: dict[str, list[ContainerSpec]] = {}
     for node_topo in topo.nodes:
         spec = draft[node_topo.name]
@@ -251,8 +253,8 @@ def engine_containers(
             f"{LABEL_PREFIX}.topology": topo.label,
             f"{LABEL_PREFIX}.generation": generation,
             # Read by the policy pack (policy/), which sees resources, not the stack config.
-            f"{LABEL_PREFIX}.private-networks": ",".join(config.fabric.private_networks),
-            f"{LABEL_PREFIX}.estimated-load-s": str(estimated_load_s(config, profile, topo)),
+            f"{LABEL_PREFIX}.private-networks": private,
+            f"{LABEL_PREFIX}.estimated-load-s": load_s,
         }
         result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
     return result

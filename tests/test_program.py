@@ -116,8 +116,11 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
     head_deps = prod.options["engine-node1-deepseek-v41-flash"].depends_on
     assert engine.containers["node2"] in head_deps  # mp: headless first, head after
     assert engine.containers["node1"] not in prod.options["engine-node2-deepseek-v41-flash"].depends_on
-    preflights = [n.preflight for n in prod.result["nodes"].values()]
-    assert all(p in head_deps for p in preflights)
+    # Preflights gate the containers through the dry runs (dependencies are transitive).
+    for name, node in prod.result["nodes"].items():
+        assert node.preflight in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
+        assert prod.result["fabric"].preflights[name] in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
+    assert all(d in head_deps for d in engine.dry_runs.values())
     ray = h20.result["engine"]
     assert ray.containers["h20-1"] in h20.options["engine-h20-2-vllm-ray"].depends_on  # ray: head first
     ready = h20.mocks.named("engine-ray-cluster-ready")
@@ -238,6 +241,6 @@ def test_rollout_pulls_everywhere_then_dry_runs_then_replaces(stack: str) -> Non
         assert dry.triggers is not None
     for name, container in engine.containers.items():
         deps = run.options[container._name].depends_on
-        assert all(d in deps for d in dry_runs) and all(image in deps for image in images), name
+        assert all(d in deps for d in dry_runs), name  # and through them every image and preflight
     command = run.mocks.named(f"engine-{next(iter(run.result['nodes']))}-args-dry-run").inputs["create"]
     assert "docker run --rm -i --network none --pull never --entrypoint python3" in command

@@ -219,3 +219,17 @@ def test_all_errors_reported_together(prod_values: dict[str, Any]) -> None:
     prod_values["nodes"][1]["name"] = "node1"
     keys = {p.key for p in problems_of(prod_values)}
     assert {"parallelism.tensor", "serving.max_model_len", "nodes.1.name"} <= keys
+
+
+def test_image_as_one_pinned_string(prod_values: dict[str, Any]) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    prod_values["image"] = f"registry.local:5000/vllm/vllm-openai:v0.33.0@{digest}"
+    plan = plan_of(prod_values)
+    assert plan.image["repository"] == "registry.local:5000/vllm/vllm-openai" and plan.image["tag"] == "v0.33.0"
+    assert plan.image["digest"] == digest and plan.image["pull_ref"].endswith(f":v0.33.0@{digest}")
+    assert not any("not pinned" in w for w in plan.warnings)
+    prod_values["image"] = "registry.local:5000/vllm/vllm-openai"
+    problem = problems_of(prod_values)[0]
+    assert problem.key == "image" and "has no tag" in problem.message and "repo:tag@sha256" in problem.message
+    prod_values["image"] = "vllm/vllm-openai:v0.33.0@sha256:short"
+    assert problems_of(prod_values)[0].key == "image.digest"
