@@ -21,6 +21,8 @@ from stacks.validation import validate
 
 NODE_PREFLIGHT = ("gpu", "toolkit", "memlock", "model", "disk")
 FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
+DP_MASTER_PORT = 29500
+"""vLLM's `ParallelConfig.data_parallel_master_port` default (0.33.0), counted up per process group."""
 API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
 
 
@@ -109,6 +111,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
     containers = engine_containers(stack, config, profile, topo)
+    ports = listeners(config, topo)
     caps = get_capabilities(config.image.ref)
     weights = config.model.weights_gb or profile.weights_gb
     nodes = [
@@ -131,10 +134,13 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         start_order=list(topo.start_order),
         nodes=nodes,
         checks=planned_checks(config, topo),
-        listeners=listeners(config, topo),
+        listeners=ports,
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
-        warnings=result.warnings + _unverified(config, topo),
+        warnings=result.warnings + _unverified(config, topo) + [
+            f"{x.purpose} listens on {x.bind}:{x.port} ({x.node}), which is neither loopback nor in "
+            "fabric.private_networks: declare that network private if it is, or move the control plane"
+            for x in ports if x.public and "OpenAI API" not in x.purpose],
         notes=result.notes,
     )
 
@@ -275,17 +281,18 @@ def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
                         purpose="OpenAI API (vLLM; reached through the proxy)" if proxy.enabled
                         else "OpenAI API (vLLM)", public=_is_public(config, bind)))
     ip = str(control_ip(config, head))
+    net = config.fabric.control_plane
+    internal: list[tuple[int, str, str]] = []
     if topo.backend == "mp" and topo.data > 1:
-        out.append(Listener(node=head.name, port=config.parallelism.data_parallel_rpc_port, bind=ip,
-                            network=config.fabric.control_plane, purpose="DP coordinator RPC (unauthenticated)",
-                            public=False))
+        internal += [(config.parallelism.data_parallel_rpc_port, ip, "DP coordinator RPC (unauthenticated)"),
+                     (DP_MASTER_PORT, ip, "DP process-group rendezvous, torch.distributed (unauthenticated; "
+                      f"{DP_MASTER_PORT} and up)")]
     if topo.backend == "ray":
-        out.append(Listener(node=head.name, port=config.ray.gcs_port, bind=ip, network=config.fabric.control_plane,
-                            purpose="Ray GCS (unauthenticated)", public=False))
-        out.append(Listener(node=head.name, port=config.ray.dashboard_port, bind="127.0.0.1", network="loopback",
-                            purpose="Ray dashboard/jobs (remote code execution)", public=False))
-        out.append(Listener(node=head.name, port=config.ray.client_port, bind=ip,
-                            network=config.fabric.control_plane, purpose="Ray client server", public=False))
+        internal += [(config.ray.gcs_port, ip, "Ray GCS (unauthenticated)"),
+                     (config.ray.dashboard_port, "127.0.0.1", "Ray dashboard/jobs (remote code execution)"),
+                     (config.ray.client_port, ip, "Ray client server")]
+    out += [Listener(node=head.name, port=port, bind=bind, network="loopback" if bind == "127.0.0.1" else net,
+                     purpose=purpose, public=_is_public(config, bind)) for port, bind, purpose in internal]
     return out
 
 

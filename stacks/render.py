@@ -22,7 +22,9 @@ def render_plan(plan: Plan) -> str:
     for n in plan.nodes:
         ranks = ",".join(map(str, n.dp_ranks)) or "-"
         lines.append(f"{n.name:<16} {n.host:<18} {n.role:<16} {n.gpus_used:>4}/{n.gpus_present:<4}  {ranks}")
-    lines += ["", "start order: " + " -> ".join(plan.start_order), ""]
+    lines += ["", "start order: " + " -> ".join(plan.start_order),
+              "on an image or launch change: pull on every node -> preflights -> argument dry run in the new "
+              "image on every node -> replace the whole group in start order", ""]
     for name in plan.start_order:
         node = plan.node(name)
         for c in node.containers:
