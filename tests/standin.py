@@ -20,6 +20,7 @@ STARTED = 0.0
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as uvicorn does: no 40 ms delayed-ACK stall between headers and body
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return

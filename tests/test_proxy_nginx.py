@@ -204,7 +204,8 @@ def test_dot_segments_and_encoded_paths_do_not_escape_the_allowlist(front: Front
 # --- limits and body cap ------------------------------------------------------------------------------------
 
 def test_a_burst_over_the_rate_gets_429(tmp_path: Path, upstream: str, tls: Tls) -> None:
-    _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(requests_per_minute_per_key=30, burst=2))
+    limits = ProxyLimits(requests_per_minute_per_key=30, requests_per_minute_per_client=60000, burst=2)
+    _, conf, port = start_front(tmp_path, upstream, tls, limits=limits)
     with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
                                                   verify=tls_context(tls.pem)) as c:
         codes = [c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"])).status_code for _ in range(8)]
@@ -214,6 +215,18 @@ def test_a_burst_over_the_rate_gets_429(tmp_path: Path, upstream: str, tls: Tls)
     assert other == 200  # per key: another client is not throttled by team-a's burst
     assert limited.status_code == 429 and limited.headers["retry-after"] == "1"
     assert limited.json()["error"]["type"] == "rate_limited"
+
+
+def test_a_burst_from_one_address_is_limited_across_keys(tmp_path: Path, upstream: str, tls: Tls) -> None:
+    limits = ProxyLimits(requests_per_minute_per_key=60000, requests_per_minute_per_client=30, burst=3)
+    _, conf, port = start_front(tmp_path, upstream, tls, limits=limits)
+    with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                  verify=tls_context(tls.pem)) as c:
+        keys = [CLIENT_KEYS["team-a"], CLIENT_KEYS["ops"]] * 4
+        codes = [c.get("/v1/models", headers=bearer(key)).status_code for key in keys]
+        unauthenticated = [c.get("/v1/models").status_code for _ in range(3)]
+    assert codes[:4] == [200] * 4 and codes[4:] == [429] * 4, codes  # burst 3 + 1, whichever key
+    assert unauthenticated == [429] * 3  # key guessing from that address is throttled too (auth_request)
 
 
 def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream: str, tls: Tls) -> None:
