@@ -4,6 +4,9 @@ with their inputs deserialized the way the policy analyzer deserializes them."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from pulumi_policy.deserialize import deserialize_properties
 
 from policy.rules import POLICIES, stack_of
 from stacks.loader import read_stack_values
+from tests.conftest import ROOT
 from tests.pulumi_harness import Run, run_program
 from tests.test_program_proxy import SECRETS, proxied_values
 
@@ -93,3 +97,56 @@ def test_the_proxy_satisfies_the_auth_rule_and_binds_loopback(stack: str) -> Non
     assert found["vllm-api-auth-on-non-loopback"] == []
     assert found["vllm-internal-ports-private"] == []
     assert "api-proxy-image" in [r for r, _ in found["image-pinned-by-digest"]]  # nginx:1.27-alpine has no digest
+
+
+# --- the pack as the Pulumi engine talks to it: its own process, over the analyzer gRPC protocol ------------
+
+@pytest.fixture(scope="module")
+def analyzer() -> Iterator[Any]:
+    import grpc
+    from pulumi.runtime.proto import analyzer_pb2_grpc
+
+    proc = subprocess.Popen([sys.executable, "__main__.py"], cwd=ROOT / "policy", stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().strip())  # the pack prints its port, as the engine expects
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=20)
+        yield analyzer_pb2_grpc.AnalyzerStub(channel)
+        channel.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_pack_serves_its_policies_to_the_engine(analyzer: Any) -> None:
+    from google.protobuf import empty_pb2
+
+    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty())
+    assert info.name == "vllm-cluster"
+    levels = {p.name: p.enforcementLevel for p in info.policies}
+    assert set(levels) == set(BY_NAME)
+    assert levels["prod-image-pinned-by-digest"] != levels["image-pinned-by-digest"]
+
+
+def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) -> None:
+    """Analyze() per registered resource, with its wire-form inputs in a protobuf Struct, as `pulumi preview
+    --policy-pack policy` sends them: the committed prod stack gets exactly the two digest rules per image."""
+    from google.protobuf import struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2
+
+    run = run_program("prod")
+    reported: dict[str, set[str]] = {}
+    for resource in run.mocks.resources:
+        if not resource.typ.startswith(("docker:", "command:")):
+            continue
+        properties = struct_pb2.Struct()
+        properties.update(copy.deepcopy(resource.inputs))
+        urn = f"urn:pulumi:prod::vllm-cluster::{URN_TYPES.get(resource.typ, resource.typ)}::{resource.name}"
+        response = analyzer.Analyze(analyzer_pb2.AnalyzeRequest(type=resource.typ, properties=properties, urn=urn,
+                                                                name=resource.name))
+        for diagnostic in response.diagnostics:
+            reported.setdefault(diagnostic.policyName, set()).add(resource.name)
+    assert reported == {"image-pinned-by-digest": {"node1-image", "node2-image"},
+                        "prod-image-pinned-by-digest": {"node1-image", "node2-image"}}

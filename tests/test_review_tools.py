@@ -139,3 +139,17 @@ def test_preview_summary_topology_and_json() -> None:
     bad = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", "-"], cwd=ROOT, input="not json",
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "pulumi preview --json > FILE" in bad.stderr
+
+
+def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path) -> None:
+    main = repo / "stacks" / "__main__.py"
+    good = main.read_text()
+    main.write_text('raise SystemExit("this old revision has no plan --json")\n')
+    subprocess.run([*GIT, "commit", "-qam", "an old planner"], cwd=repo, check=True)
+    main.write_text(good)
+    edit(repo, "prod", ("max_num_seqs: 128", "max_num_seqs: 96"))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    assert "the stack file at HEAD~1, planned by the working tree's code" in out.stdout
+    assert "this old revision has no plan --json" in out.stdout
+    assert "argv `--max-num-seqs`: `128` → `96`" in out.stdout

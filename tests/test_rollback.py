@@ -113,3 +113,20 @@ def test_cli_without_history_or_pulumi_says_what_to_run(tmp_path: Path) -> None:
     (tmp_path / "h.json").write_text("{not json")
     bad = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "h.json"))
     assert bad.returncode == 2 and "not JSON" in bad.stderr
+
+
+def test_cli_reads_the_history_from_the_pulumi_cli_when_no_file_is_given(tmp_path: Path) -> None:
+    """A stand-in `pulumi` on PATH records its argv and prints the sample: the command is exactly
+    `pulumi stack history --json -s <stack>`, run in the project directory."""
+    shutil.copy(ROOT / "Pulumi.prod.yaml", tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    fake.write_text(f"#!/bin/sh\necho \"$PWD $*\" > {tmp_path / 'argv'}\ncat {HISTORY}\n")
+    fake.chmod(0o755)
+    out = subprocess.run([sys.executable, "-m", "stacks", "rollback", "prod", "--dry-run"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "argv").read_text().strip() == f"{tmp_path} stack history --json -s prod"
+    assert f"-> {OLD}" in out.stdout
