@@ -70,6 +70,8 @@ def _nginx_conf(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     path = stack_file(args.stack)
     try:
+        if not path.exists():
+            raise RollbackError(f"no {path.name} in {path.parent}")
         text = path.read_text()
         current = current_image(text)
         history = past_images(read_history(args.stack, args.history, PROJECT_ROOT))

@@ -16,6 +16,7 @@ from stacks.errors import ConfigError
 from stacks.fabric import control_ip
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
+from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
 from stacks.topology import Topology
 from stacks.validation import validate
 
@@ -166,8 +167,6 @@ def check_client(config: StackConfig) -> str | None:
 
 
 def proxy_plan(config: StackConfig) -> ProxyPlan | None:
-    from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
-
     proxy = config.api.proxy
     if not proxy.enabled:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -99,7 +100,10 @@ def choose(history: list[PastImage], current: ImageConfig, to: str = "previous")
 def read_history(stack: str, history_file: str | None, cwd: Path) -> list[dict[str, Any]]:
     """From a file (`pulumi stack history --json > f`), or from the Pulumi CLI itself."""
     if history_file:
-        text = Path(history_file).read_text() if history_file != "-" else __import__("sys").stdin.read()
+        try:
+            text = Path(history_file).read_text() if history_file != "-" else sys.stdin.read()
+        except OSError as exc:
+            raise RollbackError(f"cannot read the history file: {exc}") from None
     else:
         pulumi = shutil.which("pulumi")
         if pulumi is None:

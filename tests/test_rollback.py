@@ -113,6 +113,10 @@ def test_cli_without_history_or_pulumi_says_what_to_run(tmp_path: Path) -> None:
     (tmp_path / "h.json").write_text("{not json")
     bad = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "h.json"))
     assert bad.returncode == 2 and "not JSON" in bad.stderr
+    missing = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "cannot read the history file" in missing.stderr
+    nostack = _cli(tmp_path, "rollback", "staging", "--history", str(HISTORY))
+    assert nostack.returncode == 2 and "no Pulumi.staging.yaml" in nostack.stderr
 
 
 def test_cli_reads_the_history_from_the_pulumi_cli_when_no_file_is_given(tmp_path: Path) -> None:
