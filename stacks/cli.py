@@ -130,6 +130,10 @@ def _preview_summary(args: argparse.Namespace) -> int:
         print(f"preview-summary: cannot read {args.file}: {exc} (expected `pulumi preview --json > FILE`)",
               file=sys.stderr)
         return 2
+    if not isinstance(preview, dict) or not isinstance(preview.get("steps", []), list):
+        print(f"preview-summary: {args.file} is not a preview digest (an object with `steps`), as "
+              "`pulumi preview --json` prints", file=sys.stderr)
+        return 2
     summary = summarize(preview)
     print(json.dumps(summary, indent=2) if args.json else preview_markdown(summary), end="" if not args.json else "\n")
     return 0

@@ -139,6 +139,9 @@ def test_preview_summary_topology_and_json() -> None:
     bad = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", "-"], cwd=ROOT, input="not json",
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "pulumi preview --json > FILE" in bad.stderr
+    wrong = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", "-"], cwd=ROOT, input="[1, 2]",
+                           capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "not a preview digest" in wrong.stderr
 
 
 def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path) -> None:
