@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pulumi
@@ -29,7 +30,7 @@ from stacks.config import CONFIG_KEYS, SECRET_KEYS, SECRET_MARKER, SECRET_OBJECT
 from stacks.errors import ConfigError
 from stacks.fabric import node_env
 from stacks.loader import PROJECT, parse_config
-from stacks.plan import API_CHECKS, Plan, build_plan, check_client, roles
+from stacks.plan import API_CHECKS, CheckSpec, Plan, build_plan, check_client, roles
 from stacks.proxy import ProxyKeyError, render_nginx_conf
 
 
@@ -94,6 +95,11 @@ def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Ou
                      private_key=secrets.get("tls_private_key") if proxy.tls else None)
 
 
+def _node_commands(plan: Plan, module: str, command: Callable[[CheckSpec], str]) -> dict[str, str]:
+    """Node name -> shell command, for every planned check of one module."""
+    return {c.node or "": command(c) for c in plan.checks if c.module == module}
+
+
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
     model_id = _digest(config.model.model_dump())
@@ -119,8 +125,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
         secrets={"VLLM_API_KEY": secrets["api_key"]} if "api_key" in secrets else {},
-        dry_run_commands={c.node or "": dry_run_command(config, plan, c) for c in plan.checks
-                          if c.module == "checks.vllm_args"},
+        dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None))
     smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]
     api_settings = _digest(config.api.model_dump())
@@ -133,11 +138,10 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         triggers=[engine.generation, api_settings], after=engine.ready, api_key=check_key,
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
         proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None))
-    engine.verify_engines({c.node or "": engines_command(plan, c) for c in plan.checks
-                           if c.module == "checks.engines"}, after=[api.health])
-    fabric.verify_transport({c.node or "": nccl_command(config, plan, c) for c in plan.checks
-                             if c.module == "checks.nccl_transport"}, after=[api.health],
-                            triggers=[engine.generation])
+    engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
+                          after=[api.health])
+    fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
+                            after=[api.health], triggers=[engine.generation])
     outputs: dict[str, Any] = {
         "endpoint": api.endpoint,
         "image": config.image.pull_ref,

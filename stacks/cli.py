@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stacks.config import SECRET_MARKER
+import yaml
+
+from stacks.config import SECRET_MARKER, ImageConfig
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
-from stacks.loader import PROJECT_ROOT, apply_overrides, load_stack, parse_config, read_stack_values, stack_file
+from stacks.loader import PROJECT_ROOT, load_stack, parse_config, stack_file, values_from_document
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
@@ -20,7 +22,7 @@ from stacks.preview_summary import summarize
 from stacks.preview_summary import to_markdown as preview_markdown
 from stacks.proxy import masked_nginx_conf
 from stacks.render import render_plan
-from stacks.rollback import RollbackError, choose, current_image, past_images, read_history, rewrite_image
+from stacks.rollback import RollbackError, choose, past_images, read_history, rewrite_image
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -73,10 +75,10 @@ def _rollback(args: argparse.Namespace) -> int:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")
         text = path.read_text()
-        current = current_image(text)
+        values = values_from_document(yaml.safe_load(text) or {})
+        current = ImageConfig.model_validate(values["image"])
         history = past_images(read_history(args.stack, args.history, PROJECT_ROOT))
         target = choose(history, current, args.to)
-        values = apply_overrides(read_stack_values(args.stack), [])
         values["image"] = target.image.model_dump()
         build_plan(args.stack, parse_config(args.stack, values))
     except RollbackError as exc:

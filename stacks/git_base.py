@@ -17,6 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from stacks.errors import ConfigError
+from stacks.loader import load_stack
+from stacks.plan import build_plan
+
 
 class BaseError(Exception):
     pass
@@ -42,10 +46,6 @@ def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, 
                               env={"VLLM_CLUSTER_ROOT": str(checkout), "PATH": "/usr/bin:/bin"})
         how = f"planned by the code at {ref}"
         if done.returncode not in (0, 2) or not done.stdout.strip().startswith("{"):
-            from stacks.errors import ConfigError
-            from stacks.loader import load_stack
-            from stacks.plan import build_plan
-
             try:
                 return (build_plan(stack, load_stack(stack, root=checkout)).to_json_dict(), [],
                         f"the stack file at {ref}, planned by the working tree's code (the base cannot plan: "

@@ -16,11 +16,14 @@ STARTUP_S = 300
 """Process start, NCCL init, CUDA graph capture and warm-up on top of reading the weights."""
 
 
-def weights_per_gpu_gb(config: StackConfig, profile: ModelProfile) -> float:
+def weight_shards(config: StackConfig) -> int:
     """Experts spread over EP = DP x TP; without EP every DP replica holds the whole model on TP x PP GPUs."""
     par = config.parallelism
-    weights = config.model.weights_gb or profile.weights_gb
-    return weights / (par.tensor * par.pipeline * (par.data if par.expert else 1))
+    return par.tensor * par.pipeline * (par.data if par.expert else 1)
+
+
+def weights_per_gpu_gb(config: StackConfig, profile: ModelProfile) -> float:
+    return (config.model.weights_gb or profile.weights_gb) / weight_shards(config)
 
 
 def estimated_load_s(config: StackConfig, profile: ModelProfile, topo: Topology) -> int:

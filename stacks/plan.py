@@ -16,7 +16,7 @@ from stacks.errors import ConfigError
 from stacks.fabric import control_ip
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
-from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
+from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS, bracket_host
 from stacks.topology import Topology
 from stacks.validation import validate
 
@@ -112,7 +112,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
     containers = engine_containers(stack, config, profile, topo)
-    ports = listeners(config, topo)
+    internal = internal_listeners(config, topo)
     caps = get_capabilities(config.image.ref)
     weights = config.model.weights_gb or profile.weights_gb
     nodes = [
@@ -135,13 +135,13 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         start_order=list(topo.start_order),
         nodes=nodes,
         checks=planned_checks(config, topo),
-        listeners=ports,
+        listeners=api_listeners(config) + internal,
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + [
             f"{x.purpose} listens on {x.bind}:{x.port} ({x.node}), which is neither loopback nor in "
             "fabric.private_networks: declare that network private if it is, or move the control plane"
-            for x in ports if x.public and "OpenAI API" not in x.purpose],
+            for x in internal if x.public],
         notes=result.notes,
     )
 
@@ -151,12 +151,8 @@ def endpoint(config: StackConfig) -> str:
     proxy = config.api.proxy
     if proxy.enabled:
         host = config.api.public_host or proxy.server_name or config.head.management_ip
-        return f"{'https' if proxy.tls else 'http'}://{_url_host(host)}:{proxy.port}"
-    return f"http://{_url_host(config.api.public_host or config.head.management_ip)}:{config.serving.port}"
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+        return f"{'https' if proxy.tls else 'http'}://{bracket_host(host)}:{proxy.port}"
+    return f"http://{bracket_host(config.api.public_host or config.head.management_ip)}:{config.serving.port}"
 
 
 def check_client(config: StackConfig) -> str | None:
@@ -172,8 +168,8 @@ def proxy_plan(config: StackConfig) -> ProxyPlan | None:
         return None
     return ProxyPlan(
         node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
-        listen=f"{_url_host(proxy.bind)}:{proxy.port}", tls=proxy.tls,
-        upstream=f"{_url_host(config.serving.host)}:{config.serving.port}",
+        listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls,
+        upstream=f"{bracket_host(config.serving.host)}:{config.serving.port}",
         clients=sorted(config.proxy_keys or {}), check_client=check_client(config) or "",
         allowed_paths=list(ALLOWED_PATHS), open_paths=list(OPEN_PATHS), denied_paths=list(DENIED_PATHS),
         limits=proxy.limits.model_dump(), max_body_mb=proxy.max_body_mb, read_timeout_s=proxy.read_timeout_s)
@@ -267,6 +263,11 @@ _API_PROVES = {
 
 
 def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
+    return api_listeners(config) + internal_listeners(config, topo)
+
+
+def api_listeners(config: StackConfig) -> list[Listener]:
+    """Where clients come in: the proxy when it is on, and vLLM's own API port."""
     out: list[Listener] = []
     head = config.head
     proxy = config.api.proxy
@@ -279,6 +280,12 @@ def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
     out.append(Listener(node=head.name, port=config.serving.port, bind=bind, network=_network(config, bind),
                         purpose="OpenAI API (vLLM; reached through the proxy)" if proxy.enabled
                         else "OpenAI API (vLLM)", public=_is_public(config, bind)))
+    return out
+
+
+def internal_listeners(config: StackConfig, topo: Topology) -> list[Listener]:
+    """Unauthenticated engine-to-engine ports: they must stay on loopback or a declared-private network."""
+    head = config.head
     ip = str(control_ip(config, head))
     net = config.fabric.control_plane
     internal: list[tuple[int, str, str]] = []
@@ -290,9 +297,8 @@ def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
         internal += [(config.ray.gcs_port, ip, "Ray GCS (unauthenticated)"),
                      (config.ray.dashboard_port, "127.0.0.1", "Ray dashboard/jobs (remote code execution)"),
                      (config.ray.client_port, ip, "Ray client server")]
-    out += [Listener(node=head.name, port=port, bind=bind, network="loopback" if bind == "127.0.0.1" else net,
+    return [Listener(node=head.name, port=port, bind=bind, network="loopback" if bind == "127.0.0.1" else net,
                      purpose=purpose, public=_is_public(config, bind)) for port, bind, purpose in internal]
-    return out
 
 
 def _network(config: StackConfig, bind: str) -> str:

@@ -110,7 +110,7 @@ def render_nginx_conf(proxy: ProxyConfig, upstream_port: int, keys: Mapping[str,
     add("        keepalive 32;")
     add("    }")
     add("    server {")
-    listen = f"{_listen_host(proxy.bind)}:{proxy.port}"
+    listen = f"{bracket_host(proxy.bind)}:{proxy.port}"
     add(f"        listen {listen}{' ssl' if proxy.tls else ''};")
     add(f"        server_name {proxy.server_name or '_'};")
     if proxy.tls:
@@ -195,5 +195,6 @@ def _regex_literal(key: str) -> str:
     return re.sub(r"([.+])", r"\\\1", key)
 
 
-def _listen_host(bind: str) -> str:
-    return f"[{bind}]" if ":" in bind else bind
+def bracket_host(host: str) -> str:
+    """An IPv6 address in brackets, as URLs and nginx `listen` want it; names and IPv4 as they are."""
+    return f"[{host}]" if ":" in host else host

@@ -14,7 +14,7 @@ from stacks.config import StackConfig
 from stacks.errors import Problem
 from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
-from stacks.load_estimate import estimated_load_s, weights_per_gpu_gb
+from stacks.load_estimate import estimated_load_s, weight_shards
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.topology import Topology, derive_topology
 
@@ -168,11 +168,10 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
     par, serving = config.parallelism, config.serving
     weights = config.model.weights_gb or profile.weights_gb
-    # Experts are spread over EP = DP x TP; without EP every DP replica holds the whole model on TP x PP GPUs.
-    shards = par.tensor * par.pipeline * (par.data if par.expert else 1)
+    shards = weight_shards(config)
     gpu_gb = min(n.gpus.memory_gb for n in config.nodes)
     budget = gpu_gb * serving.gpu_memory_utilization
-    per_gpu = weights_per_gpu_gb(config, profile)
+    per_gpu = weights / shards
     if per_gpu > budget:
         result.problems.append(Problem(
             "parallelism.tensor", par.tensor,
