@@ -129,17 +129,17 @@ class SshConfig(_Model):
 
 
 class GpuConfig(_Model):
-    count: int = Field(ge=1, le=64, description="GPUs in the node")
+    count: int = Field(ge=1, le=64, description="GPUs in the node", examples=[8])
     model: Text = Field(description="GPU name as nvidia-smi prints it, e.g. 'NVIDIA H100 80GB HBM3'")
-    memory_gb: FiniteFloat = Field(ge=1, le=1024, description="memory of one GPU in GB")
+    memory_gb: FiniteFloat = Field(ge=1, le=1024, description="memory of one GPU in GB", examples=[80])
 
 
 class NodeConfig(_Model):
     """One GPU host. The first node of the list is the head (API, DP coordinator or Ray head)."""
 
     name: NodeName = Field(description="node name (resource names, labels)")
-    ssh: SshConfig
-    gpus: GpuConfig
+    ssh: SshConfig = Field(description="how the deployer reaches the node")
+    gpus: GpuConfig = Field(description="the node's GPUs")
     management_ip: IpAddress = Field(description="the node's management address")
     management_ifname: IfName | None = Field(default=None, description="the management interface, e.g. bond0")
     data_ips: list[IpAddress] = Field(default_factory=list, max_length=64,
@@ -210,7 +210,7 @@ class FabricConfig(_Model):
 
 
 class ParallelismConfig(_Model):
-    tensor: int = Field(ge=1, le=64, description="GPUs per TP group")
+    tensor: int = Field(ge=1, le=64, description="GPUs per TP group", examples=[8])
     pipeline: int = Field(default=1, ge=1, le=64, description="pipeline stages")
     data: int = Field(default=1, ge=1, le=1024, description="data-parallel ranks")
     expert: bool = Field(default=False, description="expert parallelism (EP = DP x TP)")
@@ -221,7 +221,7 @@ class ParallelismConfig(_Model):
 class ServingConfig(_Model):
     host: IpAddress = Field(default="0.0.0.0", description="address vLLM's API binds (an IP literal)")
     port: Port = Field(default=8000, description="vLLM's API port")
-    max_model_len: int = Field(ge=1, le=16_777_216, description="context length in tokens")
+    max_model_len: int = Field(ge=1, le=16_777_216, description="context length in tokens", examples=[65536])
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=16_777_216,
                                                description="per-iteration token budget")
     max_num_seqs: int = Field(default=256, ge=1, le=65_536, description="active sequences per DP rank")
@@ -305,7 +305,7 @@ class ContainerConfig(_Model):
         default_factory=lambda: {"memlock": [-1, -1], "stack": [67108864, 67108864]}, max_length=15,
         description="name -> [soft, hard], -1 unlimited")
     cache_dir: AbsPath | None = Field(default=None, description="host dir mounted at /root/.cache")
-    volumes: list[VolumeConfig] = Field(default_factory=list, max_length=64)
+    volumes: list[VolumeConfig] = Field(default_factory=list, max_length=64, description="more bind mounts")
     devices: list[DevicePath] = Field(default_factory=list, max_length=64,
                                       description="host devices, e.g. /dev/infiniband")
     capabilities: list[Capability] = Field(default_factory=list, max_length=41,
@@ -388,7 +388,7 @@ class ApiConfig(_Model):
                                          description="how long the health check waits (default: engine timeout + 600)")
     progress_interval_s: int = Field(default=30, ge=1, le=3600, description="progress line interval while waiting")
     request_timeout_s: int = Field(default=300, ge=1, le=86_400, description="per-request timeout of the checks")
-    smoke: SmokeConfig = Field(default_factory=SmokeConfig)
+    smoke: SmokeConfig = Field(default_factory=SmokeConfig, description="the golden prompt checks")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
@@ -399,12 +399,12 @@ class StackConfig(_Model):
     model: ModelConfig
     nodes: list[NodeConfig] = Field(min_length=1, max_length=1024)
     fabric: FabricConfig = Field(default_factory=FabricConfig)
-    parallelism: ParallelismConfig
-    serving: ServingConfig
+    parallelism: ParallelismConfig = Field(description="TP, PP, DP, EP and the backend")
+    serving: ServingConfig = Field(description="the `vllm serve` flags")
     speculative: SpeculativeConfig | None = None
     vision: bool = Field(default=False, description="keep the vision tower (false adds --language-model-only)")
-    container: ContainerConfig
-    ray: RayConfig = Field(default_factory=RayConfig)
+    container: ContainerConfig = Field(description="the engine container on every node")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray head settings (backend: ray)")
     api: ApiConfig = Field(default_factory=ApiConfig)
     api_key: SecretValue | None = Field(default=None, description="vLLM's bearer key (VLLM_API_KEY), a secret")
     ssh_private_key: SecretValue | None = Field(default=None, description="SSH key for the check commands, a secret")

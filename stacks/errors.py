@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,11 @@ class Problem:
     """`file:line:column` of the value, when it came from a stack file."""
 
     def render(self) -> str:
-        lines = [f"vllm-cluster:{self.key} = {show_value(self.value)}: {self.message}"]
+        if self.key.startswith("<"):  # the file or the command line itself, not a config key
+            shown = "" if self.value is None else f" {show_value(self.value)}"
+            lines = [f"{self.key}{shown}: {self.message}"]
+        else:
+            lines = [f"vllm-cluster:{self.key} = {show_value(self.value)}: {self.message}"]
         if self.where:
             lines.append(f"    at: {self.where}")
         if self.upstream:
@@ -38,7 +43,9 @@ class Problem:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        value = self.value if isinstance(self.value, str | int | float | bool | type(None)) else show_value(self.value)
+        plain = isinstance(self.value, str | int | bool | type(None)) or (
+            isinstance(self.value, float) and math.isfinite(self.value))
+        value = self.value if plain else show_value(self.value)
         return {
             "key": f"vllm-cluster:{self.key}",
             "value": value,

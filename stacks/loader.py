@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 
 from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
-from stacks.field_types import SECRET, Kind
+from stacks.field_types import SECRET, SECRET_TEXT, Kind
 from stacks.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
 
 PROJECT_ROOT = Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parent.parent)
@@ -159,23 +159,21 @@ def secret_problems(values: dict[str, Any]) -> tuple[list[Problem], dict[str, An
         if plain:
             clean.pop(key)
 
-    def walk(value: Any, path: str) -> None:
+    def walk(value: Any, path: str) -> Any:
+        """Report each misplaced secret and stand the marker text in for it, so the schema checks the rest."""
         if value is SECRET:
             problems.append(Problem(path, SECRET, "holds a secret here, where Pulumi would pass the decrypted "
                                     "value into plain resource inputs (env, argv, labels)", fix=_secret_fix(path)))
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{path}.{k}")
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{path}.{i}")
+            return SECRET_TEXT
+        if isinstance(value, dict):
+            return {k: walk(v, f"{path}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{path}.{i}") for i, v in enumerate(value)]
+        return value
 
     for key, value in values.items():
         if key not in SECRET_KEYS + SECRET_OBJECT_KEYS:
-            before = len(problems)
-            walk(value, key)
-            if len(problems) > before:
-                clean.pop(key, None)
+            clean[key] = walk(value, key)
     return problems, clean
 
 
@@ -249,6 +247,8 @@ def _kind(info: FieldInfo | None) -> str | None:
 
 
 def _example(info: FieldInfo | None, low: Any) -> str:
+    if info is not None and info.examples:
+        return str(info.examples[0])
     default = info.default if info is not None else None
     if isinstance(default, bool) or default is None or not isinstance(default, int | float):
         return f"{low}" if low is not None else "8"
@@ -350,15 +350,13 @@ def parse_config(stack: str, values: dict[str, Any], positions: dict[tuple[str |
                  ) -> StackConfig:
     """Validate the raw values; every schema problem is reported at once, with the key and what works."""
     problems, clean = secret_problems(values)
-    for key in list(clean):
-        found = _non_finite(clean[key], key)
-        if found:
-            problems += found
-            clean.pop(key)
+    problems += [p for key in clean for p in _non_finite(clean[key], key)]
     try:
         config = StackConfig.model_validate(clean)
     except ValidationError as exc:
-        problems += [_problem(error) for error in exc.errors()]
+        reported = {p.key for p in problems}
+        problems += [p for p in (_problem(error) for error in exc.errors())
+                     if not any(p.key == r or p.key.startswith(f"{r}.") for r in reported)]
         raise ConfigError(stack, locate(problems, positions)) from None
     if problems:
         raise ConfigError(stack, locate(problems, positions))
@@ -383,10 +381,18 @@ def locate(problems: list[Problem], positions: dict[tuple[str | int, ...], str] 
 
 def load_stack_document(stack: str, overrides: list[str] | None = None, assume_secret: Iterable[str] = (),
                         root: Path = PROJECT_ROOT) -> tuple[StackConfig, StackDocument]:
+    """The validated config and the document it came from; values set on the command line are located at
+    `--set …` / `--assume-secret …` instead of the file line they replaced."""
     document = read_stack_document(stack, root)
     values = document.values
     if overrides or assume_secret:
         values = apply_overrides(values, list(overrides or []), assume_secret)
+        for item, origin in [(o.partition("=")[0], f"--set {o}") for o in overrides or []] + [
+                (k, f"--assume-secret {k}") for k in assume_secret]:
+            path = tuple(_path(item.strip()))
+            for known in [p for p in document.positions if p[:len(path)] == path]:
+                del document.positions[known]
+            document.positions[path] = origin
     return parse_config(stack, values, document.positions), document
 
 

@@ -66,6 +66,13 @@ def option_table(version: str) -> OptionTable:
     return OptionTable(raw["vllm_version"], options, raw.get("origin", ""))
 
 
+@cache
+def speculative_fields(version: str) -> frozenset[str]:
+    """The fields `--speculative-config` accepts in a vLLM version (SpeculativeConfig forbids others)."""
+    raw = json.loads((DATA / f"vllm-{version}-speculative-fields.json").read_text())
+    return frozenset(raw["fields"])
+
+
 @dataclass
 class ArgvItem:
     """One option (or stray word) of an argv, as vLLM would read it."""

@@ -100,7 +100,7 @@ def _compose(text: str) -> _Node | None:
                 raise _Fail(f"unknown anchor '{event.anchor}'", event.start_mark)
             attach(target)
         elif isinstance(event, yaml.ScalarEvent):
-            node = _Node("scalar", event.tag, event.start_mark, event.anchor, event.style, event.value)
+            node = _Node("scalar", event.tag, event.start_mark, event.anchor, event.style or None, event.value)
             if event.anchor:
                 anchors[event.anchor] = node
             attach(node)
@@ -342,7 +342,7 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
     if document is None:
         raise fail("the stack file is empty", fix="a `config:` mapping with the vllm-cluster:* keys")
     if not isinstance(document, dict):
-        raise fail(f"the stack file is a {type(document).__name__}, not a mapping",
+        raise fail(f"the stack file is {_a(document)}, not a mapping",
                    _where(path, root.mark if root else None), fix="a mapping with a `config:` key")
     warnings: list[str] = []
     for key in document:
@@ -356,7 +356,7 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
     if config is None:
         raise fail("the stack file has no `config:` mapping", fix="config: {vllm-cluster:image: …, …}")
     if not isinstance(config, dict):
-        raise fail(f"`config` is a {type(config).__name__}, not a mapping",
+        raise fail(f"`config` is {_a(config)}, not a mapping",
                    builder.positions.get(("config",), path), key="config", fix="config: {vllm-cluster:image: …}")
     values: dict[str, Any] = {}
     positions: dict[tuple[str | int, ...], str] = {}
@@ -381,6 +381,11 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
             if sub[:2] == ("config", key):
                 positions[(name, *sub[2:])] = at
     return StackDocument(values, positions, warnings)
+
+
+def _a(value: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(value), "a value")
 
 
 def split_config_key(key: str, project: str = PROJECT) -> tuple[str | None, str]:

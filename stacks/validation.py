@@ -6,6 +6,7 @@ general rules come from the model profile; the rules that differ per image come 
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from stacks.images import ImageCapabilities, get_capabilities
 from stacks.load_estimate import estimated_load_s, weight_shards
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
+from stacks.serve_options import speculative_fields
 from stacks.topology import Topology, derive_topology
 
 _PARSER_ERRORS = {
@@ -299,6 +301,16 @@ def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, resul
         result.problems += problems
         result.warnings += warnings
     table, own = table_for(image)
+    if own and config.speculative is not None:
+        known = speculative_fields(table.version)
+        for name in config.speculative.options:
+            if name not in known:
+                near = difflib.get_close_matches(name, sorted(known), n=1)
+                result.problems.append(Problem(
+                    f"speculative.options.{name}", config.speculative.options[name],
+                    f"vLLM {table.version}'s SpeculativeConfig has no field {name!r} (it forbids extra fields)",
+                    upstream="pydantic ValidationError: Extra inputs are not permitted (SpeculativeConfig)",
+                    fix=f"did you mean {near[0]!r}?" if near else "a field of vllm/config/speculative.py"))
     if own and config.serving.dtype is not None:
         choices = table.options["--dtype"].choices if "--dtype" in table.options else None
         if choices and config.serving.dtype not in choices:

@@ -1,0 +1,394 @@
+"""A table of named bad configs, hostile and mistaken: each must be refused naming its key, with a fix.
+
+Every case mutates a committed stack (value level, or the file's text for YAML-level cases) and asserts the
+config is refused before anything is planned, that one problem names the expected key, that every problem
+carries a fix, and that no secret plaintext appears in the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.errors import ConfigError
+from stacks.field_types import SECRET
+from stacks.loader import parse_config, read_stack_values, set_path
+from stacks.plan import build_plan
+from stacks.stack_file import parse_stack_text
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("prod", "h20")}
+VALUES = {s: read_stack_values(s) for s in ("prod", "h20")}
+PLAIN_SECRET = "sk-THIS-MUST-NEVER-PRINT-123456"
+DEL = object()
+
+# (id, stack, key path -> value (DEL deletes), expected problem key)
+VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
+    # numbers: types, ranges, non-finite
+    ("tensor-float", "prod", {"parallelism.tensor": 8.5}, "parallelism.tensor"),
+    ("tensor-string", "prod", {"parallelism.tensor": "8"}, "parallelism.tensor"),
+    ("tensor-bool", "prod", {"parallelism.tensor": True}, "parallelism.tensor"),
+    ("tensor-zero", "prod", {"parallelism.tensor": 0}, "parallelism.tensor"),
+    ("tensor-negative", "prod", {"parallelism.tensor": -8}, "parallelism.tensor"),
+    ("tensor-huge", "prod", {"parallelism.tensor": 10**30}, "parallelism.tensor"),
+    ("tensor-list", "prod", {"parallelism.tensor": [8]}, "parallelism.tensor"),
+    ("tensor-null", "prod", {"parallelism.tensor": None}, "parallelism.tensor"),
+    ("pipeline-huge", "prod", {"parallelism.pipeline": 65}, "parallelism.pipeline"),
+    ("data-zero", "prod", {"parallelism.data": 0}, "parallelism.data"),
+    ("data-huge", "prod", {"parallelism.data": 100000}, "parallelism.data"),
+    ("weights-inf", "prod", {"model.weights_gb": math.inf}, "model.weights_gb"),
+    ("weights-nan", "prod", {"model.weights_gb": math.nan}, "model.weights_gb"),
+    ("weights-negative", "prod", {"model.weights_gb": -1}, "model.weights_gb"),
+    ("weights-huge", "prod", {"model.weights_gb": 1e12}, "model.weights_gb"),
+    ("load-rate-denormal", "prod", {"model.load_gb_per_s": 1e-320}, "model.load_gb_per_s"),
+    ("load-rate-zero", "prod", {"model.load_gb_per_s": 0}, "model.load_gb_per_s"),
+    ("load-rate-string", "prod", {"model.load_gb_per_s": "fast"}, "model.load_gb_per_s"),
+    ("gpu-count-zero", "prod", {"nodes.0.gpus.count": 0}, "nodes.0.gpus.count"),
+    ("gpu-count-huge", "prod", {"nodes.1.gpus.count": 1000}, "nodes.1.gpus.count"),
+    ("gpu-memory-nan", "prod", {"nodes.0.gpus.memory_gb": math.nan}, "nodes.0.gpus.memory_gb"),
+    ("gpu-memory-zero", "prod", {"nodes.0.gpus.memory_gb": 0}, "nodes.0.gpus.memory_gb"),
+    ("gid-negative", "h20", {"nodes.0.gid_index": -1}, "nodes.0.gid_index"),
+    ("gid-huge", "h20", {"nodes.0.gid_index": 256}, "nodes.0.gid_index"),
+    ("dp-local-zero", "prod", {"nodes.0.data_parallel_local": 0}, "nodes.0.data_parallel_local"),
+    ("max-model-len-zero", "prod", {"serving.max_model_len": 0}, "serving.max_model_len"),
+    ("max-model-len-huge", "prod", {"serving.max_model_len": 10**9}, "serving.max_model_len"),
+    ("max-model-len-above-model", "prod", {"serving.max_model_len": 2_000_000}, "serving.max_model_len"),
+    ("batched-tokens-negative", "prod", {"serving.max_num_batched_tokens": -1}, "serving.max_num_batched_tokens"),
+    ("max-seqs-huge", "prod", {"serving.max_num_seqs": 10**7}, "serving.max_num_seqs"),
+    ("gpu-util-zero", "prod", {"serving.gpu_memory_utilization": 0}, "serving.gpu_memory_utilization"),
+    ("gpu-util-above-one", "prod", {"serving.gpu_memory_utilization": 1.5}, "serving.gpu_memory_utilization"),
+    ("gpu-util-inf", "prod", {"serving.gpu_memory_utilization": math.inf}, "serving.gpu_memory_utilization"),
+    ("gpu-util-percent-string", "prod", {"serving.gpu_memory_utilization": "95%"}, "serving.gpu_memory_utilization"),
+    ("ready-timeout-short", "prod", {"serving.engine_ready_timeout_s": 10}, "serving.engine_ready_timeout_s"),
+    ("ready-timeout-huge", "prod", {"serving.engine_ready_timeout_s": 10**9}, "serving.engine_ready_timeout_s"),
+    ("ready-timeout-string", "prod", {"serving.engine_ready_timeout_s": "1h"}, "serving.engine_ready_timeout_s"),
+    ("spec-tokens-zero", "prod", {"speculative.num_speculative_tokens": 0}, "speculative.num_speculative_tokens"),
+    ("spec-tokens-huge", "prod", {"speculative.num_speculative_tokens": 1000}, "speculative.num_speculative_tokens"),
+    ("shm-tiny", "h20", {"container.shm_size_mb": 1}, "container.shm_size_mb"),
+    ("shm-huge", "h20", {"container.shm_size_mb": 10**9}, "container.shm_size_mb"),
+    ("ray-timeout-zero", "h20", {"ray.cluster_ready_timeout_s": 0}, "ray.cluster_ready_timeout_s"),
+    ("health-timeout-huge", "prod", {"api.health_timeout_s": 10**8}, "api.health_timeout_s"),
+    ("progress-zero", "prod", {"api.progress_interval_s": 0}, "api.progress_interval_s"),
+    ("request-timeout-negative", "prod", {"api.request_timeout_s": -5}, "api.request_timeout_s"),
+    ("proxy-body-zero", "prod", {"api.proxy.max_body_mb": 0}, "api.proxy.max_body_mb"),
+    ("proxy-read-timeout-short", "prod", {"api.proxy.read_timeout_s": 1}, "api.proxy.read_timeout_s"),
+    ("proxy-rpm-zero", "prod", {"api.proxy.limits.requests_per_minute_per_key": 0},
+     "api.proxy.limits.requests_per_minute_per_key"),
+    ("proxy-burst-negative", "prod", {"api.proxy.limits.burst": -1}, "api.proxy.limits.burst"),
+    ("ulimit-soft-above-hard", "prod", {"container.ulimits.stack": [10, 5]}, "container.ulimits.stack"),
+    ("ulimit-three-values", "prod", {"container.ulimits.stack": [1, 2, 3]}, "container.ulimits.stack"),
+    ("ulimit-unknown-name", "prod", {"container.ulimits.bogus": [1, 1]}, "container.ulimits.bogus"),
+    ("ulimit-string", "prod", {"container.ulimits.memlock": "unlimited"}, "container.ulimits.memlock"),
+    # ports
+    ("port-zero", "prod", {"serving.port": 0}, "serving.port"),
+    ("port-too-high", "prod", {"serving.port": 70000}, "serving.port"),
+    ("port-string", "prod", {"serving.port": "8030"}, "serving.port"),
+    ("port-float", "prod", {"serving.port": 8030.5}, "serving.port"),
+    ("port-is-sshd", "prod", {"serving.port": 22}, "serving.port"),
+    ("port-is-dp-master", "prod", {"serving.port": 29500}, "serving.port"),
+    ("rpc-port-is-dp-master", "prod", {"parallelism.data_parallel_rpc_port": 29500},
+     "parallelism.data_parallel_rpc_port"),
+    ("rpc-port-is-serving", "prod", {"parallelism.data_parallel_rpc_port": 8030}, "parallelism.data_parallel_rpc_port"),
+    ("ssh-port-zero", "prod", {"nodes.0.ssh.port": 0}, "nodes.0.ssh.port"),
+    ("ssh-port-is-serving", "prod", {"nodes.0.ssh.port": 8030}, "serving.port"),
+    ("ray-gcs-is-serving", "h20", {"ray.gcs_port": 8000}, "ray.gcs_port"),
+    ("ray-dashboard-is-client", "h20", {"ray.dashboard_port": 10001}, "ray.client_port"),
+    ("proxy-port-is-serving", "prod", {"api.proxy.enabled": True, "api.proxy.port": 8030,
+                                       "serving.host": "127.0.0.1"}, "api.proxy.port"),
+    # hosts, addresses, networks
+    ("ssh-host-shell", "prod", {"nodes.0.ssh.host": "a;rm -rf /"}, "nodes.0.ssh.host"),
+    ("ssh-host-subshell", "prod", {"nodes.0.ssh.host": "$(reboot)"}, "nodes.0.ssh.host"),
+    ("ssh-host-newline", "prod", {"nodes.0.ssh.host": "a\nb"}, "nodes.0.ssh.host"),
+    ("ssh-host-empty", "prod", {"nodes.0.ssh.host": ""}, "nodes.0.ssh.host"),
+    ("ssh-host-url", "prod", {"nodes.0.ssh.host": "ssh://10.30.8.1"}, "nodes.0.ssh.host"),
+    ("ssh-host-user-at", "prod", {"nodes.0.ssh.host": "root@10.30.8.1"}, "nodes.0.ssh.host"),
+    ("ssh-host-bad-ipv4", "prod", {"nodes.0.ssh.host": "10.30.8"}, "nodes.0.ssh.host"),
+    ("ssh-host-unicode", "prod", {"nodes.0.ssh.host": "nöde1.example"}, "nodes.0.ssh.host"),
+    ("ssh-host-duplicate", "prod", {"nodes.1.ssh.host": "10.30.8.1"}, "nodes.1.ssh.host"),
+    ("ssh-user-shell", "prod", {"nodes.0.ssh.user": "root;id"}, "nodes.0.ssh.user"),
+    ("ssh-user-at", "prod", {"nodes.0.ssh.user": "a@b"}, "nodes.0.ssh.user"),
+    ("ssh-user-empty", "prod", {"nodes.0.ssh.user": ""}, "nodes.0.ssh.user"),
+    ("mgmt-ip-name", "prod", {"nodes.0.management_ip": "node1"}, "nodes.0.management_ip"),
+    ("mgmt-ip-unspecified", "prod", {"nodes.0.management_ip": "0.0.0.0"}, "nodes.0.management_ip"),
+    ("mgmt-ip-leading-zero", "prod", {"nodes.0.management_ip": "010.30.8.1"}, "nodes.0.management_ip"),
+    ("mgmt-ip-zone", "prod", {"nodes.0.management_ip": "fe80::1%eth0"}, "nodes.0.management_ip"),
+    ("mgmt-ip-bracketed", "prod", {"nodes.0.management_ip": "[fd00::1]"}, "nodes.0.management_ip"),
+    ("mgmt-ip-cidr", "prod", {"nodes.0.management_ip": "10.30.8.1/24"}, "nodes.0.management_ip"),
+    ("mgmt-ip-duplicate", "prod", {"nodes.1.management_ip": "10.30.8.1"}, "nodes.1.management_ip"),
+    ("mgmt-ip-number", "prod", {"nodes.0.management_ip": 167772161}, "nodes.0.management_ip"),
+    ("data-ip-bad", "prod", {"nodes.0.data_ips": ["1.1.1.300", "1.1.2.2"]}, "nodes.0.data_ips.0"),
+    ("data-ip-twice-in-node", "prod", {"nodes.0.data_ips": ["1.1.1.2", "1.1.1.2"]}, "nodes.0.data_ips"),
+    ("data-ip-other-node", "prod", {"nodes.1.data_ips": ["1.1.1.2", "1.1.2.1"]}, "nodes.1.data_ips"),
+    ("data-ips-not-list", "prod", {"nodes.0.data_ips": "1.1.1.2"}, "nodes.0.data_ips"),
+    ("serving-host-localhost", "prod", {"serving.host": "localhost"}, "serving.host"),
+    ("serving-host-name", "prod", {"serving.host": "api.example.com"}, "serving.host"),
+    ("serving-host-empty", "prod", {"serving.host": ""}, "serving.host"),
+    ("public-host-shell", "prod", {"api.public_host": "x; curl evil"}, "api.public_host"),
+    ("public-host-url", "prod", {"api.public_host": "http://evil.example/"}, "api.public_host"),
+    ("public-host-with-port", "prod", {"api.public_host": "10.30.8.1:8030"}, "api.public_host"),
+    ("proxy-bind-name", "prod", {"api.proxy.bind": "any"}, "api.proxy.bind"),
+    ("server-name-injection", "prod", {"api.proxy.server_name":
+                                       "llm.example; location ~ ^/(collective_rpc)$ { proxy_pass http://vllm; }"},
+     "api.proxy.server_name"),
+    ("server-name-space", "prod", {"api.proxy.server_name": "a b"}, "api.proxy.server_name"),
+    ("server-name-quote", "prod", {"api.proxy.server_name": "a'b"}, "api.proxy.server_name"),
+    ("private-network-bad", "prod", {"fabric.private_networks": ["10.0.0.0/33"]}, "fabric.private_networks.0"),
+    ("private-network-host-bits", "prod", {"fabric.private_networks": ["10.30.8.1/24"]}, "fabric.private_networks.0"),
+    ("private-network-name", "prod", {"fabric.private_networks": ["lan"]}, "fabric.private_networks.0"),
+    ("private-networks-string", "prod", {"fabric.private_networks": "10.0.0.0/8"}, "fabric.private_networks"),
+    # names and paths
+    ("node-name-upper", "prod", {"nodes.0.name": "Node1"}, "nodes.0.name"),
+    ("node-name-space", "prod", {"nodes.0.name": "node 1"}, "nodes.0.name"),
+    ("node-name-dup", "prod", {"nodes.1.name": "node1"}, "nodes.1.name"),
+    ("node-name-long", "prod", {"nodes.0.name": "n" * 80}, "nodes.0.name"),
+    ("container-name-slash", "prod", {"container.name": "a/b"}, "container.name"),
+    ("container-name-empty", "prod", {"container.name": ""}, "container.name"),
+    ("proxy-container-name-shell", "prod", {"api.proxy.container_name": "$(x)"}, "api.proxy.container_name"),
+    ("served-name-with-flag", "prod", {"model.served_name": "DeepSeek --host 127.0.0.1"}, "model.served_name"),
+    ("served-name-empty", "prod", {"model.served_name": ""}, "model.served_name"),
+    ("served-name-newline", "prod", {"model.served_name": "a\nb"}, "model.served_name"),
+    ("host-dir-relative", "prod", {"model.host_dir": "models"}, "model.host_dir"),
+    ("host-dir-dotdot", "prod", {"model.host_dir": "/mnt/../etc"}, "model.host_dir"),
+    ("host-dir-colon", "prod", {"model.host_dir": "/mnt/a:b"}, "model.host_dir"),
+    ("host-dir-space", "prod", {"model.host_dir": "/mnt/my models"}, "model.host_dir"),
+    ("host-dir-trailing-slash", "prod", {"model.host_dir": "/mnt/models/"}, "model.host_dir"),
+    ("container-dir-root", "prod", {"model.container_dir": "/"}, "model.container_dir"),
+    ("model-path-dotdot", "prod", {"model.path": "../../etc/shadow"}, "model.path"),
+    ("model-path-empty", "prod", {"model.path": "/"}, "model.path"),
+    ("cache-dir-relative", "prod", {"container.cache_dir": "./vllm-cache"}, "container.cache_dir"),
+    ("volume-relative", "h20", {"container.volumes.1.host": "logs"}, "container.volumes.1.host"),
+    ("volume-container-dotdot", "h20", {"container.volumes.1.container": "/var/log/../../etc"},
+     "container.volumes.1.container"),
+    ("volume-container-root", "h20", {"container.volumes.1.container": "/"}, "container.volumes.1.container"),
+    ("volume-twice-same-target", "h20", {"container.volumes.1.container": "/dev/infiniband"}, "container.volumes"),
+    ("device-not-dev", "h20", {"container.devices": ["/etc/passwd"]}, "container.devices.0"),
+    ("device-dotdot", "h20", {"container.devices": ["/dev/../etc"]}, "container.devices.0"),
+    ("capability-unknown", "h20", {"container.capabilities": ["ALL_THE_THINGS"]}, "container.capabilities.0"),
+    ("capability-twice", "h20", {"container.capabilities": ["IPC_LOCK", "CAP_IPC_LOCK"]}, "container.capabilities"),
+    ("nic-too-long", "prod", {"nodes.0.nics": ["averyveryverylongname0", "ens13np0"]}, "nodes.0.nics.0"),
+    ("nic-space", "prod", {"nodes.0.nics": ["ens11 np0", "ens13np0"]}, "nodes.0.nics.0"),
+    ("nic-nccl-prefix", "prod", {"nodes.0.nics": ["^ens11np0", "ens13np0"]}, "nodes.0.nics.0"),
+    ("nic-duplicate", "prod", {"nodes.0.nics": ["ens11np0", "ens11np0"]}, "nodes.0.nics"),
+    ("hca-bad", "prod", {"nodes.0.hcas": ["mlx5_0:one", "mlx5_2:1"]}, "nodes.0.hcas.0"),
+    ("hca-duplicate", "prod", {"nodes.0.hcas": ["mlx5_0:1", "mlx5_0:1"]}, "nodes.0.hcas"),
+    ("mgmt-ifname-comma", "h20", {"nodes.0.management_ifname": "bond0,eth0"}, "nodes.0.management_ifname"),
+    # images
+    ("image-no-tag", "prod", {"image": "vllm/vllm-openai"}, "image"),
+    ("image-uppercase-path", "prod", {"image.repository": "vllm/VLLM-openai"}, "image.repository"),
+    ("image-repo-shell", "prod", {"image.repository": "vllm/vllm;rm"}, "image.repository"),
+    ("image-repo-space", "prod", {"image.repository": "vllm/ vllm"}, "image.repository"),
+    ("image-tag-float", "prod", {"image.tag": 1.2}, "image.tag"),
+    ("image-tag-slash", "prod", {"image.tag": "a/b"}, "image.tag"),
+    ("image-digest-short", "prod", {"image.digest": "sha256:abc"}, "image.digest"),
+    ("image-digest-upper", "prod", {"image.digest": "sha256:" + "AB" * 32}, "image.digest"),
+    ("image-list", "prod", {"image": ["vllm/vllm-openai", "v1"]}, "image"),
+    ("proxy-image-no-tag", "prod", {"api.proxy.image": "nginx"}, "api.proxy.image"),
+    # enums, booleans, structure
+    ("backend-unknown", "prod", {"parallelism.backend": "slurm"}, "parallelism.backend"),
+    ("transport-unknown", "prod", {"fabric.transport": "ethernet"}, "fabric.transport"),
+    ("restart-unknown", "prod", {"container.restart": "sometimes"}, "container.restart"),
+    ("network-mode-bridge", "prod", {"container.network_mode": "bridge"}, "container.network_mode"),
+    ("profile-unknown", "prod", {"model.profile": "llama"}, "model.profile"),
+    ("vision-string-off", "prod", {"vision": "off"}, "vision"),
+    ("vision-yes", "prod", {"vision": "yes"}, "vision"),
+    ("expert-int", "prod", {"parallelism.expert": 1}, "parallelism.expert"),
+    ("unknown-top-key", "prod", {"speculativ": {"method": "dspark"}}, "speculativ"),
+    ("unknown-nested-key", "prod", {"parallelism.tensor_paralel": 8}, "parallelism.tensor_paralel"),
+    ("unknown-node-key", "prod", {"nodes.0.gpu": {"count": 8}}, "nodes.0.gpu"),
+    ("nodes-empty", "prod", {"nodes": []}, "nodes"),
+    ("nodes-mapping", "prod", {"nodes": {"node1": {}}}, "nodes"),
+    ("missing-model", "prod", {"model": DEL}, "model"),
+    ("missing-tensor", "prod", {"parallelism.tensor": DEL}, "parallelism.tensor"),
+    ("serving-null", "prod", {"serving": None}, "serving"),
+    # topology rules
+    ("tp16-v41", "prod", {"parallelism.tensor": 16, "parallelism.data": 1}, "parallelism.tensor"),
+    ("dspark-pp2", "prod", {"parallelism.pipeline": 2, "parallelism.tensor": 4}, "parallelism.pipeline"),
+    ("ray-with-dp", "h20", {"parallelism.data": 2}, "parallelism.data"),
+    ("ray-gpu-mismatch", "h20", {"parallelism.pipeline": 1}, "parallelism.pipeline"),
+    ("dp-does-not-map", "prod", {"parallelism.data": 3}, "parallelism.data"),
+    ("weights-do-not-fit", "prod", {"nodes.0.gpus.memory_gb": 16, "nodes.1.gpus.memory_gb": 16},
+     "parallelism.tensor"),
+    ("transport-without-hcas", "prod", {"nodes.0.hcas": []}, "nodes.0.hcas"),
+    ("control-plane-without-data-ips", "prod", {"nodes.0.data_ips": [], "nodes.0.nics": []}, "nodes.0.data_ips"),
+    ("mgmt-socket-without-ifname", "h20", {"nodes.0.management_ifname": None}, "nodes.0.management_ifname"),
+    ("parser-not-in-image", "h20", {"serving.reasoning_parser": "qwen3"}, "serving.reasoning_parser"),
+    ("dtype-not-a-choice", "h20", {"serving.dtype": "int4"}, "serving.dtype"),
+    ("vision-on-v4", "h20", {"vision": True}, "vision"),
+    # managed flags in extra_args
+    ("xa-tp-short", "prod", {"serving.extra_args": ["-tp", "16"]}, "serving.extra_args.0"),
+    ("xa-tp-underscore", "prod", {"serving.extra_args": ["--tensor_parallel_size=16"]}, "serving.extra_args.0"),
+    ("xa-tp-abbrev", "prod", {"serving.extra_args": ["--tensor-par", "16"]}, "serving.extra_args.0"),
+    ("xa-dpr-short", "prod", {"serving.extra_args": ["-dpr", "1"]}, "serving.extra_args.0"),
+    ("xa-start-rank-underscore", "prod", {"serving.extra_args": ["--data_parallel_start_rank=1"]},
+     "serving.extra_args.0"),
+    ("xa-hybrid-lb", "prod", {"serving.extra_args": ["--data-parallel-hybrid-lb"]}, "serving.extra_args.0"),
+    ("xa-external-lb", "prod", {"serving.extra_args": ["--data-parallel-external-lb"]}, "serving.extra_args.0"),
+    ("xa-dpa", "prod", {"serving.extra_args": ["-dpa", "8.8.8.8"]}, "serving.extra_args.0"),
+    ("xa-api-key", "prod", {"serving.extra_args": [f"--api_key={PLAIN_SECRET}"]}, "serving.extra_args.0"),
+    ("xa-hf-token", "prod", {"serving.extra_args": ["--hf-token", PLAIN_SECRET]}, "serving.extra_args.0"),
+    ("xa-served-name", "prod", {"serving.extra_args": ["--served_model_name=x"]}, "serving.extra_args.0"),
+    ("xa-host-one-item", "prod", {"serving.extra_args": ["--host 127.0.0.1"]}, "serving.extra_args.0"),
+    ("xa-config-file", "prod", {"serving.extra_args": ["--config", "file.yaml"]}, "serving.extra_args.0"),
+    ("xa-disable-ep", "prod", {"serving.extra_args": ["--disable-expert-parallel"]}, "serving.extra_args.0"),
+    ("xa-no-enable-prefix", "prod", {"serving.extra_args": ["--no-enable-prefix-caching"]}, "serving.extra_args.0"),
+    ("xa-nnodes-attached", "prod", {"serving.extra_args": ["-n4"]}, "serving.extra_args.0"),
+    ("xa-spec-dotted", "prod", {"serving.extra_args": ["--speculative-config.method", "ngram"]},
+     "serving.extra_args.0"),
+    ("xa-model", "prod", {"serving.extra_args": ["--model", "/other"]}, "serving.extra_args.0"),
+    ("xa-headless", "h20", {"serving.extra_args": ["--headless"]}, "serving.extra_args.0"),
+    ("xa-api-server-count", "h20", {"serving.extra_args": ["-asc", "2"]}, "serving.extra_args.0"),
+    ("xa-unknown-flag", "h20", {"serving.extra_args": ["--enforce-eagr"]}, "serving.extra_args.0"),
+    ("xa-ambiguous", "h20", {"serving.extra_args": ["--max-lora", "2"]}, "serving.extra_args.0"),
+    ("xa-stray-value", "h20", {"serving.extra_args": ["64"]}, "serving.extra_args.0"),
+    ("xa-newline", "h20", {"serving.extra_args": ["--enforce-eager\n--host=0.0.0.0"]}, "serving.extra_args.0"),
+    ("xa-missing-value", "h20", {"serving.extra_args": ["--max-lora-rank"]}, "serving.extra_args.0"),
+    ("xa-ssl", "h20", {"serving.extra_args": ["--ssl-keyfile", "/k.pem"]}, "serving.extra_args.0"),
+    ("xa-not-list", "h20", {"serving.extra_args": "--enforce-eager"}, "serving.extra_args"),
+    # managed env, secrets in env
+    ("env-host-ip", "prod", {"container.env.VLLM_HOST_IP": "8.8.8.8"}, "container.env.VLLM_HOST_IP"),
+    ("env-socket-ifname", "prod", {"fabric.env.NCCL_SOCKET_IFNAME": "eth0"}, "fabric.env.NCCL_SOCKET_IFNAME"),
+    ("env-ready-timeout-abc", "prod", {"container.env.VLLM_ENGINE_READY_TIMEOUT_S": "abc"},
+     "container.env.VLLM_ENGINE_READY_TIMEOUT_S"),
+    ("env-api-key", "prod", {"container.env.VLLM_API_KEY": PLAIN_SECRET}, "container.env.VLLM_API_KEY"),
+    ("env-hf-token", "prod", {"container.env.HF_TOKEN": PLAIN_SECRET}, "container.env.HF_TOKEN"),
+    ("env-aws-secret", "prod", {"container.env.AWS_SECRET_ACCESS_KEY": "abc"}, "container.env.AWS_SECRET_ACCESS_KEY"),
+    ("env-value-looks-like-key", "prod", {"container.env.MY_VAR": "sk-live-abcdef"}, "container.env.MY_VAR"),
+    ("env-name-equals", "prod", {"container.env": {"A=B": "x"}}, "container.env.A=B"),
+    ("env-name-space", "prod", {"container.env": {"A B": "x"}}, "container.env.A B"),
+    ("env-value-newline", "prod", {"container.env.MY_VAR": "a\nVLLM_HOST_IP=8.8.8.8"}, "container.env.MY_VAR"),
+    ("env-value-number", "prod", {"container.env.MY_VAR": 1}, "container.env.MY_VAR"),
+    ("fabric-env-not-fabric", "prod", {"fabric.env.PATH": "/tmp"}, "fabric.env"),
+    ("env-dp-master", "prod", {"container.env.VLLM_DP_MASTER_PORT": "1"}, "container.env.VLLM_DP_MASTER_PORT"),
+    ("override-not-overridable", "prod", {"container.managed_env_overrides.VLLM_API_KEY": "x"},
+     "container.managed_env_overrides.VLLM_API_KEY"),
+    ("override-not-managed", "prod", {"container.managed_env_overrides.MY_VAR": "x"},
+     "container.managed_env_overrides.MY_VAR"),
+    ("env-secret-managed-name", "prod", {"env_secrets": {"VLLM_HOST_IP": SECRET}}, "env_secrets.VLLM_HOST_IP"),
+    # speculative options
+    ("spec-option-method", "prod", {"speculative.options.method": "ngram"}, "speculative.options"),
+    ("spec-option-tokens", "prod", {"speculative.options.num_speculative_tokens": 99}, "speculative.options"),
+    ("spec-option-nan", "prod", {"speculative.options.x": math.nan}, "speculative.options.x"),
+    ("spec-option-key-upper", "prod", {"speculative.options": {"Bad-Key": 1}}, "speculative.options.Bad-Key"),
+    ("spec-method-shell", "prod", {"speculative.method": "dspark;rm"}, "speculative.method"),
+    ("spec-option-unknown-0330", "h20", {"speculative": {"method": "dspark", "num_speculative_tokens": 2,
+                                                         "options": {"draft_sample_methd": "x"}}},
+     "speculative.options.draft_sample_methd"),
+    # secrets
+    ("plain-api-key", "prod", {"api_key": PLAIN_SECRET}, "api_key"),
+    ("literal-secret-text", "prod", {"api_key": "[secret]"}, "api_key"),
+    ("plain-ssh-key", "prod", {"ssh_private_key": "-----BEGIN KEY-----"}, "ssh_private_key"),
+    ("plain-tls-cert", "prod", {"tls_certificate": "-----BEGIN CERT-----"}, "tls_certificate"),
+    ("plain-proxy-key", "prod", {"proxy_keys": {"team-a": PLAIN_SECRET}}, "proxy_keys.team-a"),
+    ("proxy-keys-blob", "prod", {"proxy_keys": SECRET}, "proxy_keys"),
+    ("proxy-client-bad-name", "prod", {"proxy_keys": {"Team A": SECRET}}, "proxy_keys.Team A"),
+    ("plain-env-secret", "prod", {"env_secrets": {"HF_TOKEN": PLAIN_SECRET}}, "env_secrets.HF_TOKEN"),
+    ("secret-in-container-env", "prod", {"container.env.HF_TOKEN": SECRET}, "container.env.HF_TOKEN"),
+    ("secret-in-served-name", "prod", {"model.served_name": SECRET}, "model.served_name"),
+    ("proxy-without-key", "prod", {"api.proxy.enabled": True, "serving.host": "127.0.0.1"}, "api_key"),
+    ("proxy-with-public-vllm", "prod", {"api.proxy.enabled": True, "api_key": SECRET,
+                                        "proxy_keys": {"a": SECRET}, "api.proxy.tls": False}, "serving.host"),
+]
+
+# (id, stack, text transform, expected problem key)
+TEXT_CASES: list[tuple[str, str, Any, str]] = [
+    ("file-not-mapping", "prod", lambda t: "- a\n- b\n", "<stack file>"),
+    ("file-scalar", "prod", lambda t: "just text\n", "<stack file>"),
+    ("file-empty", "prod", lambda t: "", "<stack file>"),
+    ("file-syntax-error", "prod", lambda t: t + "  vllm-cluster:x: [\n", "<stack file>"),
+    ("file-tab-indent", "prod", lambda t: t.replace("    tensor: 8", "\ttensor: 8"), "<stack file>"),
+    ("file-self-alias", "prod", lambda t: t.replace("  vllm-cluster:vision: true",
+                                                    "  vllm-cluster:vision: &v [*v]"), "<stack file>"),
+    ("file-alias-bomb", "prod", lambda t: "config:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)) + "  vllm-cluster:x: *a8\n",
+     "<stack file>"),
+    ("file-undefined-alias", "prod", lambda t: t.replace("vllm-cluster:vision: true", "vllm-cluster:vision: *nope"),
+     "<stack file>"),
+    ("file-duplicate-key", "prod", lambda t: t.replace("    pipeline: 1\n", "    pipeline: 1\n    pipeline: 2\n"),
+     "<stack file>"),
+    ("file-two-documents", "prod", lambda t: t + "---\nconfig: {}\n", "<stack file>"),
+    ("file-no-config", "prod", lambda t: "encryptionsalt: x\n", "<stack file>"),
+    ("file-config-list", "prod", lambda t: "config:\n  - a\n", "config"),
+    ("file-config-typo", "prod", lambda t: t.replace("config:", "Config:", 1), "Config"),
+    ("file-namespace-underscore", "prod", lambda t: t.replace("vllm-cluster:speculative:", "vllm_cluster:speculative:"),
+     "vllm_cluster:speculative"),
+    ("file-namespace-typo", "prod", lambda t: t.replace("vllm-cluster:vision:", "vllm-clsuter:vision:"),
+     "vllm-clsuter:vision"),
+    ("file-key-set-twice", "prod", lambda t: t + "  vision: false\n", "vision"),
+    ("file-non-string-key", "prod", lambda t: t.replace("    tensor: 8", "    8: tensor"), "<stack file>"),
+    ("file-bad-binary", "prod", lambda t: t.replace("block", "!!binary '%%%'"), "<stack file>"),
+    ("file-bad-int-tag", "prod", lambda t: t.replace("    tensor: 8", "    tensor: !!int eight"), "<stack file>"),
+    ("file-off-is-string", "prod", lambda t: t.replace("vllm-cluster:vision: true", "vllm-cluster:vision: off"),
+     "vision"),
+    ("file-octal-port", "prod", lambda t: t.replace("    port: 8030", "    port: 0o17777777"), "serving.port"),
+    ("file-inf", "prod", lambda t: t.replace("    max_model_len: 1048576", "    max_model_len: .inf"),
+     "serving.max_model_len"),
+    ("file-three-colons", "prod", lambda t: t.replace("vllm-cluster:vision:", "vllm-cluster:x:vision:"),
+     "vllm-cluster:x:vision"),
+    ("file-plain-secret-in-env", "prod", lambda t: t.replace('      PYTHONUNBUFFERED: "1"',
+                                                             f'      HF_TOKEN: "{PLAIN_SECRET}"'),
+     "container.env.HF_TOKEN"),
+    ("file-secure-in-env", "prod", lambda t: t.replace('      PYTHONUNBUFFERED: "1"',
+                                                       "      HF_TOKEN: {secure: AAABAGhpZGRlbg==}"),
+     "container.env.HF_TOKEN"),
+    ("file-huge", "prod", lambda t: t + "#" * (5 * 1024 * 1024), "<stack file>"),
+    ("file-deep", "prod", lambda t: t + "  vllm-cluster:x: " + "[" * 200 + "]" * 200 + "\n", "<stack file>"),
+]
+
+
+def _mutated(stack: str, changes: dict[str, Any]) -> dict[str, Any]:
+    values = copy.deepcopy(VALUES[stack])
+    for path, value in changes.items():
+        if value is DEL:
+            *parent, last = path.split(".")
+            node: Any = values
+            for part in parent:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            del node[last]
+        else:
+            set_path(values, path, value)
+    return values
+
+
+def _refused(values: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        build_plan("t", parse_config("t", values))
+    return info.value
+
+
+def _assert_named(error: ConfigError, key: str) -> None:
+    keys = [p.key for p in error.problems]
+    assert key in keys, f"expected a problem at {key}, got {keys}\n{error.report()}"
+    report = error.report()
+    assert PLAIN_SECRET not in report and "Traceback" not in report
+    assert all(p.message and p.fix for p in error.problems), report
+
+
+@pytest.mark.parametrize(("stack", "changes", "key"), [c[1:] for c in VALUE_CASES], ids=[c[0] for c in VALUE_CASES])
+def test_bad_value_is_refused_naming_its_key(stack: str, changes: dict[str, Any], key: str) -> None:
+    _assert_named(_refused(_mutated(stack, changes)), key)
+
+
+@pytest.mark.parametrize(("stack", "transform", "key"), [c[1:] for c in TEXT_CASES], ids=[c[0] for c in TEXT_CASES])
+def test_bad_file_is_refused_naming_its_key(stack: str, transform: Any, key: str) -> None:
+    text = transform(TEXT[stack])
+    with pytest.raises(ConfigError) as info:
+        document = parse_stack_text(text, f"Pulumi.{stack}.yaml")
+        build_plan(stack, parse_config(stack, document.values, document.positions))
+    _assert_named(info.value, key)
+    file_level = [p for p in info.value.problems if p.key.startswith("<") or ":" in p.key]
+    assert all(p.where and p.where.startswith(f"Pulumi.{stack}.yaml") for p in file_level if "huge" not in key)
+
+
+def test_the_table_is_large_and_names_distinct_cases() -> None:
+    ids = [c[0] for c in VALUE_CASES] + [c[0] for c in TEXT_CASES]
+    assert len(ids) >= 150 and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("stack", ["prod", "h20"])
+def test_committed_stacks_still_plan(stack: str) -> None:
+    document = parse_stack_text(TEXT[stack], f"Pulumi.{stack}.yaml")
+    assert build_plan(stack, parse_config(stack, document.values)).nodes
