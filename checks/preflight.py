@@ -664,7 +664,7 @@ def ownership_holders(containers: list[dict[str, Any]], owned: list[tuple[str, s
         elif cid is None:
             pid = int(row["pid"])
             hold(f"pid-{pid}", f"process {pid} ({_comm(procfs, pid)})", f"kill {pid}", what)
-    return list(holders.values())
+    return sorted(holders.values(), key=lambda h: (not h.description.startswith("container "), h.description))
 
 
 def check_ownership(ctx: Context) -> Section:
