@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2}
+LOG_TIMEOUT_S = 120
+"""`docker logs` of an engine container; the evidence checks' outer timeout is longer (components/check_commands)."""
 
 
 @dataclass
@@ -83,7 +85,8 @@ def read_log(container: str | None, log_file: str) -> str:
     """A container's `docker logs` (stdout and stderr), a log file, or stdin for '-'; OSError when unreadable."""
     if container:
         try:
-            done = subprocess.run(["docker", "logs", container], capture_output=True, text=True, timeout=120)
+            done = subprocess.run(["docker", "logs", container], capture_output=True, text=True,
+                                  timeout=LOG_TIMEOUT_S)
         except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
             raise OSError(f"docker logs failed: {exc}") from exc
         return done.stdout + done.stderr

@@ -1,8 +1,9 @@
-"""Model profiles: the facts about a model that the topology rules need.
+"""Model profiles: the facts about a model that the topology and memory rules need.
 
 Numbers marked `assumed` are not published in the seeds; preflight reads the real `config.json` on every
 node and fails when it disagrees with the profile (see checks/preflight.py), so a wrong guess here is caught
-before weights load, not forty minutes after.
+before weights load, not forty minutes after. The memory figures (`weight_split`, `kv_ratios`) are assumptions
+too: the node preflight recomputes them from the real config.json and safetensors headers (stacks/memory.py).
 """
 
 from __future__ import annotations

@@ -345,6 +345,36 @@ def test_outer_timeout_covers_every_section() -> None:
     assert preflight.SECTION_BUDGET_S["gpu"] > 30
 
 
+def test_every_planned_command_outlasts_its_inner_timeouts() -> None:
+    """Each `timeout N` the program puts around a host check is longer than everything inside it."""
+    from checks.verdict import LOG_TIMEOUT_S
+    from components import check_commands as cc
+    from stacks.loader import parse_config, read_stack_values
+    from stacks.plan import build_plan
+
+    seen = set()
+    for stack in ("prod", "h20"):
+        config = parse_config(stack, read_stack_values(stack))
+        plan = build_plan(stack, config)
+        for check in plan.checks:
+            if check.module == "checks.preflight":
+                command, inner = cc.preflight_command(config, plan, check), preflight.outer_timeout_s(check.sections)
+                assert int(command.split()[1]) == inner
+                assert inner - preflight.STARTUP_S == sum(preflight.SECTION_BUDGET_S[s] for s in check.sections)
+            elif check.module in ("checks.nccl_transport", "checks.engines"):
+                command = (cc.nccl_command(config, plan, check) if check.module == "checks.nccl_transport"
+                           else cc.engines_command(plan, check))
+                assert int(command.split()[1]) >= LOG_TIMEOUT_S + preflight.STARTUP_S
+            elif check.module == "checks.ray_cluster":
+                command = cc.ray_ready_command(config, plan)
+                assert int(command.split()[1]) > config.ray.cluster_ready_timeout_s + 60
+            else:
+                continue
+            assert command.startswith("timeout "), command[:80]
+            seen.add(check.module)
+    assert seen == {"checks.preflight", "checks.nccl_transport", "checks.engines", "checks.ray_cluster"}
+
+
 def test_shipped_script_with_a_hung_docker_is_not_exit_124(tmp_path: Path) -> None:
     """The exact shape of the remote command: `timeout N python3 - … <<EOF`, N from the sections."""
     hanging(tmp_path / "bin", "docker")
