@@ -603,6 +603,10 @@ def describe(info: dict[str, Any]) -> tuple[str, str]:
     state = (info.get("State") or {}).get("Status", "?")
     image = (info.get("Config") or {}).get("Image", "?")
     project = labels.get(COMPOSE_PROJECT)
+    if labels.get(OWNED_LABEL):
+        # Another stack of this program: its own `pulumi destroy` is the clean way; the name alone also works.
+        return (f"container {name} ({state}, image {image}, of vllm-cluster stack {labels[OWNED_LABEL]})",
+                f"docker rm -f {shlex.quote(name)}")
     if project:
         files = labels.get(COMPOSE_FILES) or "?"
         where = f", service {labels.get(COMPOSE_SERVICE, '?')} of compose project {project} ({files})"

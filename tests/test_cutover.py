@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from checks.bundle import heredoc_command
-from checks.preflight import BEFORE_PULL, ownership_holders, parse_compute_apps, requests_gpus
+from checks.preflight import BEFORE_PULL, describe, ownership_holders, parse_compute_apps, requests_gpus
 from components.check_commands import preflight_command
 from stacks.loader import parse_config, read_stack_values
 from stacks.plan import CheckSpec, build_plan
@@ -243,3 +243,10 @@ def test_planned_pre_pull_command_against_a_compose_container(host: Host) -> Non
     host.container(engine, port, {"vllm-cluster.stack": "prod"})  # a redeploy: its own engine holds both
     done = run_shell(command)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_another_stacks_container_is_named_as_such() -> None:
+    info = {"Name": "/vllm-ray", "State": {"Status": "running"},
+            "Config": {"Image": "vllm/vllm-openai:v0.33.0", "Labels": {"vllm-cluster.stack": "h20"}}}
+    assert describe(info) == ("container vllm-ray (running, image vllm/vllm-openai:v0.33.0, of vllm-cluster stack h20)",
+                              "docker rm -f vllm-ray")
