@@ -371,6 +371,8 @@ def test_every_planned_command_outlasts_its_inner_timeouts() -> None:
             else:
                 continue
             assert command.startswith("timeout "), command[:80]
+            # sshd runs it as one `sh -c` argument: Linux caps a single argument at MAX_ARG_STRLEN = 128 KiB
+            assert len(command.encode()) < 100 * 1024, (check.name, len(command.encode()))
             seen.add(check.module)
     assert seen == {"checks.preflight", "checks.nccl_transport", "checks.engines", "checks.ray_cluster"}
 
