@@ -239,11 +239,17 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def tensor_bytes(root: Path, shards: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+class OutOfTime(Exception):
+    """A section's budget ran out between two file reads (a slow or hung network filesystem)."""
+
+
+def tensor_bytes(root: Path, shards: Sequence[str], budget: Budget | None = None) -> tuple[dict[str, int], list[str]]:
     """Exact bytes of every tensor (`data_offsets`) from the shards' headers, and the shards that could not be read."""
     sizes: dict[str, int] = {}
     bad: list[str] = []
-    for shard in shards:
+    for done, shard in enumerate(shards):
+        if budget is not None and budget.left(1) <= 0:
+            raise OutOfTime(f"read {done} of {len(shards)} shard headers before the section's time ran out")
         try:
             header = read_safetensors_header(root / shard)
             for name, info in header.items():
@@ -266,10 +272,10 @@ def _meminfo_gb(procfs: str, key: str) -> float | None:
     return None
 
 
-def model_memory(root: Path, cfg: dict[str, object], shards: list[str], a: argparse.Namespace
-                 ) -> tuple[list[str], list[str], str | None]:
+def model_memory(root: Path, cfg: dict[str, object], shards: list[str], a: argparse.Namespace,
+                 clock: Budget | None = None) -> tuple[list[str], list[str], str | None]:
     """(evidence, problems, next step) of the per-GPU memory recomputed from the real files."""
-    sizes, bad = tensor_bytes(root, shards)
+    sizes, bad = tensor_bytes(root, shards, clock)
     if bad:
         return [], [f"{len(bad)} shard header(s) unreadable, e.g. {bad[0]}"], None
     layers = cfg.get("num_hidden_layers")
@@ -375,7 +381,11 @@ def check_model(ctx: Context) -> Section:
     step = ("re-copy the model directory (compare `sha256sum` with a good node), or fix the profile in "
             "stacks/profiles.py when config.json is right")
     if a.tp and not problems:
-        more, memory_problems, memory_step = model_memory(root, cfg, shards, a)
+        try:
+            more, memory_problems, memory_step = model_memory(root, cfg, shards, a, ctx.budget)
+        except OutOfTime as exc:
+            return Section("model", None, [str(exc), *evidence],
+                           "check the model filesystem's speed (a network mount?); the files themselves were found")
         evidence += more
         problems += memory_problems
         step = memory_step or step

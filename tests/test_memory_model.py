@@ -305,3 +305,15 @@ def test_header_reader_matches_the_safetensors_library(tmp_path: Path) -> None:
     ours = tmp_path / "ours.safetensors"
     write_shard(ours, {"a": ("F8_E4M3", [4, 8])})
     assert read_safetensors_header(ours)["a"]["data_offsets"] == [0, 32]
+
+
+def test_slow_filesystem_ends_in_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """File reads cannot be given a timeout; the section stops between two shard headers when its budget is spent."""
+    from checks import preflight as pf
+
+    model = make_model(tmp_path, 1)
+    monkeypatch.setitem(pf.SECTION_BUDGET_S, "model", 0)
+    code = pf.main(["--json", *MEMORY, "--model-dir", str(model)])
+    v = json.loads(capsys.readouterr().out)
+    assert code == 2 and v["summary"].startswith("1 not run: model (read 0 of 2 shard headers before the section")
