@@ -1,4 +1,5 @@
-"""Ship a host-side check as one self-contained script: `checks.verdict` inlined, stdlib only.
+"""Ship a host-side check as one self-contained script: `checks.verdict` (and `stacks.memory`, which the
+preflight shares with the planner) inlined, stdlib only.
 
 The remote command is `python3 - ARGS <<'EOF' … EOF`, so nothing is installed on the host.
 """
@@ -12,6 +13,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
 _FUTURE = "from __future__ import annotations\n"
+INLINED = {"stacks.memory": HERE.parent / "stacks" / "memory.py"}
+"""Stdlib-only project modules pasted in place of their (single-line or parenthesized) import."""
 REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args")
 
 
@@ -23,7 +26,14 @@ def remote_script(module: str) -> str:
     source = (HERE / f"{module}.py").read_text().replace(_FUTURE, "")
     if not _IMPORT.search(source):
         raise ValueError(f"checks/{module}.py does not import checks.verdict")
+    for name, path in INLINED.items():
+        pattern = re.compile(rf"^from {re.escape(name)} import (\([^)]*\)|.*)$", re.M)
+        source = _paste(pattern, path.read_text().replace(_FUTURE, ""), source)
     return _FUTURE + _IMPORT.sub(lambda _: verdict, source, count=1)
+
+
+def _paste(pattern: re.Pattern[str], body: str, source: str) -> str:
+    return pattern.sub(lambda _: body, source, count=1)
 
 
 def heredoc_command(module: str, args: list[str], prefix: str = "", timeout_s: int | None = None,

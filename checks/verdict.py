@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2}
+LOG_TIMEOUT_S = 120
+"""`docker logs` of an engine container; the evidence checks' outer timeout is longer (components/check_commands)."""
 
 
 @dataclass
@@ -44,22 +46,30 @@ class Section:
 
 
 def combine(check: str, sections: list[Section]) -> Verdict:
-    """Fail if any section failed, cannot-run if none failed but one could not run, else pass."""
+    """Fail if any section failed, cannot-run if none failed but one did not run, else pass. The summary names
+    every section by outcome (failed, not run with the reason, passed), so a short line hides nothing."""
     failed = [s for s in sections if s.ok is False]
-    unknown = [s for s in sections if s.ok is None]
-    evidence = [f"{s.name}: {e}" for s in sections for e in s.evidence]
+    not_run = [s for s in sections if s.ok is None]
+    passed = [s for s in sections if s.ok is True]
     details = {s.name: {"ok": s.ok, "evidence": s.evidence, "next_step": s.next_step} for s in sections}
+    groups = [(failed, "failed", False), (not_run, "not run", True), (passed, "passed", False)]
+    summary = "; ".join(f"{len(group)} {label}: " + ", ".join(f"{s.name} ({_reason(s)})" if why else s.name
+                                                             for s in group)
+                        for group, label, why in groups if group)
+    shown = failed + not_run if failed else sections
+    evidence = [f"{s.name}: {e}" for s in shown for e in s.evidence]
+    steps = "; ".join(s.next_step for s in failed + not_run if s.next_step) or None
     if failed:
-        names = ", ".join(s.name for s in failed)
-        steps = "; ".join(s.next_step for s in failed if s.next_step) or None
-        return Verdict(check, "fail", f"{len(failed)} of {len(sections)} section(s) failed: {names}",
-                       [e for e in evidence if e.split(":", 1)[0] in {s.name for s in failed}], steps, details)
-    if unknown:
-        names = ", ".join(s.name for s in unknown)
-        steps = "; ".join(s.next_step for s in unknown if s.next_step) or None
-        return Verdict(check, "cannot-run", f"could not check: {names}", evidence, steps, details)
+        return Verdict(check, "fail", summary, evidence, steps, details)
+    if not_run:
+        return Verdict(check, "cannot-run", summary, evidence, steps, details)
     return Verdict(check, "pass", f"all {len(sections)} section(s) passed: " + ", ".join(s.name for s in sections),
                    evidence, None, details)
+
+
+def _reason(section: Section) -> str:
+    text = section.evidence[0] if section.evidence else "no reason recorded"
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def emit(verdict: Verdict, as_json: bool) -> int:
@@ -75,7 +85,8 @@ def read_log(container: str | None, log_file: str) -> str:
     """A container's `docker logs` (stdout and stderr), a log file, or stdin for '-'; OSError when unreadable."""
     if container:
         try:
-            done = subprocess.run(["docker", "logs", container], capture_output=True, text=True, timeout=120)
+            done = subprocess.run(["docker", "logs", container], capture_output=True, text=True,
+                                  timeout=LOG_TIMEOUT_S)
         except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
             raise OSError(f"docker logs failed: {exc}") from exc
         return done.stdout + done.stderr

@@ -9,12 +9,15 @@ from __future__ import annotations
 import shlex
 
 from checks.bundle import heredoc_command
+from checks.preflight import outer_timeout_s
 from stacks.config import StackConfig
+from stacks.launch import LABEL_PREFIX
+from stacks.load_estimate import engine_memory
 from stacks.plan import CheckSpec, Plan
 from stacks.profiles import get_profile
 from stacks.proxy import DENIED_PATHS
+from stacks.topology import derive_topology
 
-PREFLIGHT_TIMEOUT_S = 900
 DRY_RUN_TIMEOUT_S = 600
 """Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
 EXPECTED_FIELDS = {
@@ -32,16 +35,22 @@ API_PYTHON = "venv/bin/python"
 
 
 def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
-    """Only the arguments the check's sections read, so e.g. an image change does not re-run the fabric check."""
+    """Only the arguments the check's sections read, so e.g. an image change does not re-run the fabric check.
+    The outer `timeout` is the sum of the sections' budgets (`checks.preflight.outer_timeout_s`): every call inside
+    has a shorter one, so a hung docker ends in a verdict. Sections in `checks.preflight.BEFORE_PULL` need no image
+    (ownership, disk, gpu, model): run them in a command the image pull depends on."""
     node = next(n for n in config.nodes if n.name == check.node)
+    node_plan = plan.node(node.name)
     sections = set(check.sections)
     profile = get_profile(config.model.profile)
     args = ["--name", check.name, "--sections", ",".join(check.sections)]
     if sections & {"gpu", "toolkit"}:
         args += ["--gpus", str(node.gpus.count)]
+    if sections & {"gpu", "model"}:
+        args += ["--gpu-memory-gb", f"{node.gpus.memory_gb:g}"]
     if "gpu" in sections:
-        args += ["--gpu-model", node.gpus.model, "--gpu-memory-gb", f"{node.gpus.memory_gb:g}"]
-    if sections & {"toolkit", "memlock"}:
+        args += ["--gpu-model", node.gpus.model]
+    if sections & {"toolkit", "memlock", "disk"}:
         args += ["--image", config.image.pull_ref]
     if "model" in sections:
         args += ["--model-dir", config.model.host_path]
@@ -49,6 +58,18 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
             args += ["--heads", str(profile.num_attention_heads)]
             if profile.o_groups is not None:
                 args += ["--o-groups", str(profile.o_groups)]
+            args += _memory_args(config, plan, node.name)
+    if "ownership" in sections:
+        names = [c.name for c in node_plan.containers]
+        if plan.proxy is not None and plan.proxy.node == node.name:
+            names.append(plan.proxy.container)
+        ports = sorted({x.port for x in plan.listeners if x.node == node.name})
+        args += ["--owned-label", f"{LABEL_PREFIX}.stack={plan.stack}", "--container-names", ",".join(names)]
+        if plan.proxy is not None and plan.proxy.node == node.name:
+            # ApiEndpoint labels the proxy by role only (components/api_endpoint.py).
+            args += ["--owned-label", f"{LABEL_PREFIX}.role=api-proxy"]
+        if ports:
+            args += ["--ports", ",".join(map(str, ports))]
     if sections & {"hca", "gid"}:
         args += ["--hcas", ",".join(node.hcas)]
     if "hca" in sections:
@@ -57,8 +78,28 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--gid-index", str(node.gid_index)]
     if "sysctl" in sections:
         args += ["--nics", ",".join(node.nics)]
-    assert plan.node(node.name).gpus_present == node.gpus.count
-    return heredoc_command("preflight", args, timeout_s=PREFLIGHT_TIMEOUT_S)
+    assert node_plan.gpus_present == node.gpus.count
+    return heredoc_command("preflight", args, timeout_s=outer_timeout_s(check.sections))
+
+
+def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:
+    """What the model section needs to recompute per-GPU memory from the real files, as the planner placed it."""
+    profile = get_profile(config.model.profile)
+    assert profile is not None
+    topo, _ = derive_topology(config)
+    mem = engine_memory(config, profile, topo)
+    par, serving = config.parallelism, config.serving
+    data = par.data if par.backend == "mp" else 1
+    local = len(plan.node(node_name).dp_ranks) or 1
+    edp = mem.engram_shards // par.tensor
+    copies = local / edp if par.backend == "mp" else 1 / par.pipeline
+    dtype = serving.kv_cache_dtype or profile.default_kv_cache_dtype
+    return ["--tp", str(par.tensor), "--pp", str(par.pipeline), "--dp", str(data),
+            "--engram", "gpu" if mem.engram_on_gpu else "host", "--engram-shards", str(mem.engram_shards),
+            "--engram-copies", f"{copies:g}", "--ranks-on-node", str(plan.node(node_name).gpus_used),
+            "--gpu-memory-utilization", f"{serving.gpu_memory_utilization:g}",
+            "--max-model-len", str(serving.max_model_len), "--kv-cache-dtype", dtype,
+            "--kv-fallback-bytes", f"{mem.gpu.kv_bytes_per_token:.0f}", "--planned-gb", f"{mem.gpu.total:.1f}"]
 
 
 def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:

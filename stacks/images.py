@@ -22,6 +22,9 @@ class ImageCapabilities:
     option_table: str | None = None
     """The vLLM version whose `vllm serve` option table (stacks/data/vllm-<v>-serve-flags.json) is this image's
     own; None where no table was dumped from the image (extra_args are then checked for managed flags only)."""
+    engram_cpu_offload: bool | None = None
+    """The image's default for Engram tables in pinned host memory (vLLM `EngramConfig.cpu_offload`); None where
+    not known: the memory rule then counts them in GPU memory (stacks/memory.py)."""
 
 
 IMAGES: dict[str, ImageCapabilities] = {
@@ -47,9 +50,11 @@ IMAGES: dict[str, ImageCapabilities] = {
         parsers=frozenset({"deepseek_v41", "deepseek_v4"}),
         vision_with_pp=True,
         speculative_methods=frozenset({"dspark"}),
+        engram_cpu_offload=True,
         source="the vLLM 0.33.0 wheel from PyPI, read 2026-12-02: its model registry has DeepseekV4ForCausalLM "
                "and DeepseekV41ForCausalLM, tokenizers/tool_parsers/reasoning register deepseek_v4 and "
-               "deepseek_v41, config/speculative.py knows dspark; seed 001 baseline (image name hidden there)",
+               "deepseek_v41, config/speculative.py knows dspark, config/engram.py defaults cpu_offload=True; "
+               "seed 001 baseline (image name hidden there)",
         option_table="0.33.0",
     ),
 }

@@ -1,13 +1,16 @@
-"""Model profiles: the facts about a model that the topology rules need.
+"""Model profiles: the facts about a model that the topology and memory rules need.
 
 Numbers marked `assumed` are not published in the seeds; preflight reads the real `config.json` on every
 node and fails when it disagrees with the profile (see checks/preflight.py), so a wrong guess here is caught
-before weights load, not forty minutes after.
+before weights load, not forty minutes after. The memory figures (`weight_split`, `kv_ratios`) are assumptions
+too: the node preflight recomputes them from the real config.json and safetensors headers (stacks/memory.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from stacks.memory import WeightSplit
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,15 @@ class ModelProfile:
     weights_gb: float
     min_vram_gb: float | None
     max_context: int
+    weight_split: WeightSplit
+    """How vLLM places the weights (stacks/memory.py); sums to `weights_gb`."""
+    kv_ratios: tuple[int, ...]
+    """Compress ratio of every decoder layer (1 = sliding window only), for the KV bytes per token."""
     sources: dict[str, str] = field(default_factory=dict)
+
+
+def _alternating(layers: int) -> tuple[int, ...]:
+    return tuple(4 if i % 2 == 0 else 128 for i in range(layers))
 
 
 PROFILES: dict[str, ModelProfile] = {
@@ -47,7 +58,18 @@ PROFILES: dict[str, ModelProfile] = {
         weights_gb=511,
         min_vram_gb=614,
         max_context=1_048_576,
+        weight_split=WeightSplit(experts_gb=275.5, dense_gb=28.3, replicated_gb=5.0, engram_gb=202.2),
+        kv_ratios=_alternating(61),
         sources={
+            "weight_split": "assumed, derived from seed 000 (552B backbone + 196B Engram, ~511 GB of files): Engram "
+                            "tables are FP8 rows + one UE8M0 scale byte per 32 values (ParallelEngramEmbedding), "
+                            "196 x 1.03125 = 202.2 GB; the 308.8 GB backbone solved for 552B parameters with MXFP4 "
+                            "routed experts (0.53125 B/param, vLLM's default expert_dtype fp4) and FP8 dense "
+                            "(1 B/param): 518.7B experts = 275.5 GB, 33.3B dense of which ~15% replicated "
+                            "(wq_a/wkv, compressor, indexer, router, norms: per-layer shapes of V4); the preflight "
+                            "reads the real split from the safetensors headers",
+            "kv_ratios": "assumed: 61 layers alternating compress ratio 4 (with indexer) and 128, like V4's "
+                         "interleaved compressed attention; the preflight reads layer_types/compress_rates",
             "o_groups": "seed 000: TP8 works, TP16 gives n_local_groups == 0, so 8 <= o_groups < 16",
             "engram_hash_heads": "seed 000: '24 heads over TP=16 x DP=1'",
             "num_attention_heads": "assumed; preflight compares with config.json",
@@ -71,7 +93,14 @@ PROFILES: dict[str, ModelProfile] = {
         weights_gb=290,
         min_vram_gb=None,
         max_context=1_048_576,
+        weight_split=WeightSplit(experts_gb=282.0, dense_gb=6.8, replicated_gb=1.2, engram_gb=0.0),
+        kv_ratios=_alternating(43),
         sources={
+            "weight_split": "assumed: the 290 GB above split like a 284B-parameter MoE with ~7B dense parameters "
+                            "(~97% routed experts), 15% of dense replicated; no Engram in V4; the preflight reads "
+                            "the real split from the safetensors headers",
+            "kv_ratios": "assumed: 43 layers alternating compress ratio 4 (with indexer) and 128; the preflight "
+                         "reads layer_types/compress_rates from config.json",
             "supports_pp": "seed 001: TP8 x PP2 baseline runs",
             "o_groups": "assumed equal to V4.1 (same FlashMLA path); preflight compares with config.json",
             "num_attention_heads": "assumed; preflight compares with config.json",

@@ -15,7 +15,7 @@ from stacks.config import StackConfig
 from stacks.errors import Problem
 from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
-from stacks.load_estimate import estimated_load_s, weight_shards
+from stacks.load_estimate import engine_memory, estimated_load_s
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.serve_options import speculative_fields
@@ -145,23 +145,55 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
 
 
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
-    par, serving = config.parallelism, config.serving
-    weights = config.model.weights_gb or profile.weights_gb
-    shards = weight_shards(config)
-    gpu_gb = min(n.gpus.memory_gb for n in config.nodes)
-    budget = gpu_gb * serving.gpu_memory_utilization
-    per_gpu = weights / shards
-    if per_gpu > budget:
+    """Per GPU (stacks/memory.py): experts over DP x TP, dense and Engram weights in every DP rank (split over TP),
+    the KV cache of one max_model_len sequence, and a runtime reserve, against GPU memory x utilisation."""
+    serving = config.serving
+    mem = engine_memory(config, profile, topo)
+    gpu, budget, util = mem.gpu, mem.budget_gb, serving.gpu_memory_utilization
+    node = config.nodes[mem.node_index]
+    key = f"nodes.{mem.node_index}.gpus.memory_gb"
+    data = config.parallelism.data if config.parallelism.backend == "mp" else 1
+    layout = (f"experts over DP{data} x TP{config.parallelism.tensor}, dense and Engram weights in every DP rank "
+              f"over TP{config.parallelism.tensor}" + (f", PP{config.parallelism.pipeline} stages"
+                                                       if config.parallelism.pipeline > 1 else ""))
+    engram = f"; Engram tables: {mem.engram_reason}" if mem.gpu.engram or mem.gpu.engram_host_per_node else ""
+    need_gb = math.ceil(gpu.total / util)
+    offload = (f"; Engram in pinned host memory (--engram-config '{{\"cpu_offload\": true}}' in serving.extra_args, "
+               f"~{gpu.engram * mem.engram_shards * mem.engram_copies_per_node:.0f} GB of RAM per node)"
+               if gpu.engram else "")
+    if gpu.weights > budget:
         result.problems.append(Problem(
-            "parallelism.tensor", par.tensor,
-            f"weights do not fit: {weights:g} GB / {shards} GPUs = {per_gpu:.1f} GB per GPU > "
-            f"{gpu_gb:g} GB x {serving.gpu_memory_utilization} = {budget:.1f} GB",
+            key, node.gpus.memory_gb,
+            f"weights do not fit per GPU of {node.name}: {gpu.weights_text()} > {mem.gpu_gb:g} GB x {util} = "
+            f"{budget:.1f} GB ({layout}{engram})",
             upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
-            fix=f"at least {math.ceil(weights / budget)} GPUs per model copy (more TP/PP, or expert: true with DP)"))
-    elif per_gpu > 0.8 * budget:
-        result.warnings.append(f"weights take {per_gpu:.1f} of {budget:.1f} GB per GPU: little room for KV cache")
+            fix=f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
+    elif gpu.total > budget:
+        fits = gpu.max_len_that_fits(budget)
+        gib = 1e9 / 2**30
+        result.problems.append(Problem(
+            "serving.max_model_len", serving.max_model_len,
+            f"the KV cache of one {serving.max_model_len}-token sequence does not fit per GPU of {node.name}: "
+            f"{gpu.text()} > {mem.gpu_gb:g} GB x {util} = {budget:.1f} GB",
+            upstream=f"ValueError: To serve at least one request with the model's max seq len "
+                     f"({serving.max_model_len}), ({gpu.kv * gib:.2f} GiB KV cache is needed, which is larger than "
+                     f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB).",
+            fix=f"max_model_len <= {fits}" + (", an fp8 kv_cache_dtype" if "fp8" not in (
+                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB"))
+    elif gpu.total > 0.9 * budget:
+        result.warnings.append(
+            f"per GPU of {node.name}: {gpu.text()} of {budget:.1f} GB: room for only "
+            f"{(budget - gpu.total) / max(gpu.kv, 1e-9):.1f} more full-length sequences of KV cache")
+    result.notes.append(
+        f"memory per GPU of {node.name} ({mem.gpu_gb:g} GB x {util} = {budget:.1f} GB): {gpu.text()}; "
+        f"{max(0.0, budget - gpu.total):.1f} GB left for the KV cache of concurrent sequences ({layout}{engram})")
+    if gpu.engram_host_per_node:
+        result.notes.append(
+            f"Engram tables: {gpu.engram_host_per_node:.0f} GB of pinned host memory per node "
+            f"({mem.engram_reason}); the preflight checks MemTotal")
     if profile.min_vram_gb and topo.gpus_used > 0:
-        # The profile's minimum VRAM scales with the weights when model.weights_gb overrides their size.
+        # The recipe's minimum VRAM for one copy of the model; it scales with model.weights_gb.
+        weights = config.model.weights_gb or profile.weights_gb
         need = profile.min_vram_gb * weights / profile.weights_gb
         total = topo.gpus_used * budget
         if total < need:

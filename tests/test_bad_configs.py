@@ -211,7 +211,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("ray-gpu-mismatch", "h20", {"parallelism.pipeline": 1}, "parallelism.pipeline"),
     ("dp-does-not-map", "prod", {"parallelism.data": 3}, "parallelism.data"),
     ("weights-do-not-fit", "prod", {"nodes.0.gpus.memory_gb": 16, "nodes.1.gpus.memory_gb": 16},
-     "parallelism.tensor"),
+     "nodes.0.gpus.memory_gb"),
     ("transport-without-hcas", "prod", {"nodes.0.hcas": []}, "nodes.0.hcas"),
     ("control-plane-without-data-ips", "prod", {"nodes.0.data_ips": [], "nodes.0.nics": []}, "nodes.0.data_ips"),
     ("mgmt-socket-without-ifname", "h20", {"nodes.0.management_ifname": None}, "nodes.0.management_ifname"),

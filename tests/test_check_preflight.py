@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from checks import preflight
 from checks.bundle import heredoc_command, remote_script
+from checks.preflight import split_image_ref
 from tests.conftest import ROOT
 
 FIX = ROOT / "tests" / "fixtures"
@@ -166,10 +174,221 @@ def test_strict_rp_filter_and_missing_devices(tmp_path: Path) -> None:
     assert "rp_filter=2" in v["next_step"]
 
 
-def test_disk(tmp_path: Path) -> None:
-    assert run(tmp_path, "--sections", "disk", "--docker-root", str(tmp_path), "--min-free-gb", "0.001")[0] == 0
-    code, v = run(tmp_path, "--sections", "disk", "--docker-root", str(tmp_path), "--min-free-gb", "1e9")
-    assert code == 1 and "need 1e+09 GB" in " ".join(v["evidence"])
+def fake_docker(tmp: Path, root: Path, image_present: bool) -> None:
+    """`docker info` names `root` as Docker's data root; `docker image inspect` finds the image or not."""
+    script = tmp / "docker"
+    tmp.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"""#!/bin/sh
+case "$1" in
+  info) echo '{root}|[["Backing Filesystem","extfs"]]' ;;
+  image) {'echo sha256:abc' if image_present else 'echo "Error: No such image: $4" >&2; exit 1'} ;;
+  *) echo "unexpected: $*" >&2; exit 3 ;;
+esac
+""")
+    script.chmod(0o755)
+
+
+def _free_gb(path: Path) -> float:
+    return shutil.disk_usage(path).free / 1e9
+
+
+def test_disk_image_already_pulled(tmp_path: Path) -> None:
+    fake_docker(tmp_path / "bin", tmp_path, image_present=True)
+    code, v = run(tmp_path, "--sections", "disk", "--image", "vllm/vllm-openai:x", "--disk-headroom-gb", "1")
+    assert code == 0, v
+    assert f"free at {tmp_path} (docker root dir), need 1.0 GB" in v["evidence"][0]
+    assert "already on this node: nothing to pull" in v["evidence"][1]
+
+
+def test_disk_size_from_option_fails_with_numbers(tmp_path: Path) -> None:
+    fake_docker(tmp_path / "bin", tmp_path, image_present=False)
+    headroom = _free_gb(tmp_path) - 30 + 5  # the pull needs 10 x 3 = 30 GB: 5 GB short
+    code, v = run(tmp_path, "--sections", "disk", "--image", "vllm/vllm-openai:x", "--image-size-gb", "10",
+                  "--disk-headroom-gb", f"{headroom:.3f}")
+    text = " ".join(v["evidence"])
+    assert code == 1, v
+    assert "image 10.0 GB compressed (--image-size-gb)" in text
+    assert "pulling needs 30.0 GB (compressed + unpacked at 2x)" in text
+    assert "docker image prune" in v["next_step"]
+
+
+class FakeRegistry(BaseHTTPRequestHandler):
+    """The registry v2 manifest API with Docker Hub's Bearer-token challenge, as a real HTTP server."""
+
+    port = 0
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        FakeRegistry.requests.append(self.path)
+        if self.path.startswith("/token"):
+            return self._json({"token": "t0k"})
+        if self.headers.get("Authorization") != "Bearer t0k":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{self.port}/token",'
+                             'service="fake-registry",scope="repository:vllm/vllm-openai:pull"')
+            self.end_headers()
+            return None
+        if self.path == "/v2/vllm/vllm-openai/manifests/nightly-x":
+            return self._json({"mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+                {"digest": "sha256:arm", "platform": {"os": "linux", "architecture": "arm64"}},
+                {"digest": "sha256:amd", "platform": {"os": "linux", "architecture": "amd64"}}]})
+        if self.path == "/v2/vllm/vllm-openai/manifests/sha256:amd":
+            return self._json({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": {"size": 20_000},
+                               "layers": [{"size": 7_000_000_000}, {"size": 5_499_980_000}]})
+        self.send_response(404)
+        self.end_headers()
+        return None
+
+    def _json(self, body: dict) -> None:  # type: ignore[type-arg]
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_disk_size_from_the_registry(tmp_path: Path) -> None:
+    """Bearer challenge, token, OCI index, this host's platform, layer sizes: over real HTTP on loopback."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
+    FakeRegistry.port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fake_docker(tmp_path / "bin", tmp_path, image_present=False)
+        image = f"127.0.0.1:{FakeRegistry.port}/vllm/vllm-openai:nightly-x"
+        pull = 12.5 * 3
+        code, v = run(tmp_path, "--sections", "disk", "--image", image,
+                      "--disk-headroom-gb", f"{_free_gb(tmp_path) - pull - 5:.3f}")
+        assert code == 0, v
+        assert "image 12.5 GB compressed (2 layers in the 127.0.0.1" in v["evidence"][1]
+        assert FakeRegistry.requests == ["/v2/vllm/vllm-openai/manifests/nightly-x",
+                                         "/token?service=fake-registry&scope=repository%3Avllm%2Fvllm-openai%3Apull",
+                                         "/v2/vllm/vllm-openai/manifests/nightly-x",
+                                         "/v2/vllm/vllm-openai/manifests/sha256:amd"]
+        code, v = run(tmp_path, "--sections", "disk", "--image", image,
+                      "--disk-headroom-gb", f"{_free_gb(tmp_path) - pull + 5:.3f}")
+        assert code == 1 and "pulling needs 37.5 GB" in " ".join(v["evidence"])
+    finally:
+        server.shutdown()
+
+
+def test_disk_unknown_size_is_assumed_and_said(tmp_path: Path) -> None:
+    fake_docker(tmp_path / "bin", tmp_path, image_present=False)
+    with socket.socket() as probe:  # a port nothing listens on: the registry cannot be asked
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, v = run(tmp_path, "--sections", "disk", "--image", f"127.0.0.1:{port}/x/y:1", "--disk-headroom-gb", "0")
+    assert code == 0, v
+    assert "image size unknown: registry 127.0.0.1" in v["evidence"][1]
+    assert "assumed 20 GB compressed" in v["evidence"][1]
+
+
+def test_split_image_ref() -> None:
+    assert split_image_ref("vllm/vllm-openai:nightly-1") == ("registry-1.docker.io", "vllm/vllm-openai", "nightly-1")
+    assert split_image_ref("nginx") == ("registry-1.docker.io", "library/nginx", "latest")
+    assert split_image_ref("reg.local:5000/a/b:t@sha256:" + "f" * 64) == ("reg.local:5000", "a/b", "sha256:" + "f" * 64)
+
+
+def test_verdict_lists_passed_failed_and_not_run(tmp_path: Path) -> None:
+    """One line names every section by outcome: a fail does not hide a section that could not run."""
+    make_sysfs(tmp_path, {"mlx5_0:1": ("4: ACTIVE", "Ethernet", "RoCE v2")})
+    code, v = run(tmp_path, *FABRIC, "--sections", "infiniband,hca,toolkit,sysctl", *_roots(tmp_path),
+                  "--image", "img")
+    assert code == 1, v
+    summary = v["summary"]
+    assert summary.startswith("1 failed: hca; 1 not run: toolkit (")
+    assert summary.endswith("2 passed: infiniband, sysctl")
+    assert "toolkit: " in " ".join(v["evidence"])  # the reason it did not run travels with the failure
+
+
+def hanging(tmp: Path, name: str) -> None:
+    """A tool that never answers, through a child process that keeps the pipes open (the hard case)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / name).write_text("#!/bin/sh\nsleep 600\necho never\n")
+    (tmp / name).chmod(0o755)
+
+
+def test_hung_docker_ends_in_a_verdict_within_the_budgets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    hanging(tmp_path / "bin", "docker")
+    hanging(tmp_path / "bin", "nvidia-smi")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    sections = ["ownership", "disk", "gpu", "toolkit", "memlock"]
+    for name in sections:
+        monkeypatch.setitem(preflight.SECTION_BUDGET_S, name, 2)
+    started = time.monotonic()
+    code = preflight.main(["--json", "--sections", ",".join(sections), "--docker-root", str(tmp_path),
+                           "--image", "img", "--disk-headroom-gb", "0"])
+    took = time.monotonic() - started
+    v = json.loads(capsys.readouterr().out)
+    assert took < sum(preflight.SECTION_BUDGET_S[s] for s in sections) + 2, took
+    assert code == 2 and v["status"] == "cannot-run"
+    assert "ownership (`docker ps -a -q` did not answer within 2s)" in v["summary"]
+    assert "toolkit (skipped: `docker ps" in v["summary"] and "memlock (skipped: `docker ps" in v["summary"]
+    assert "gpu (`nvidia-smi --query-gpu" in v["summary"]
+    assert v["summary"].endswith("1 passed: disk")  # disk still checked the assumed root, without docker
+
+
+def test_outer_timeout_covers_every_section() -> None:
+    """The shell's `timeout` is the sum of the sections' budgets plus start-up: a section can never be cut off by it."""
+    for sections in (preflight.BEFORE_PULL, preflight.AFTER_PULL, preflight.FABRIC, tuple(preflight.SECTIONS)):
+        assert preflight.outer_timeout_s(sections) == preflight.STARTUP_S + sum(
+            preflight.SECTION_BUDGET_S[s] for s in sections)
+    # every call's own timeout fits its section (the section cuts longer ones to what is left)
+    assert preflight.SECTION_BUDGET_S["toolkit"] > 300 and preflight.SECTION_BUDGET_S["memlock"] > 120
+    assert preflight.SECTION_BUDGET_S["ownership"] > 20 + 30 + 20  # docker ps, docker inspect, nvidia-smi
+    assert preflight.SECTION_BUDGET_S["disk"] > 20 + 20 + 2 * 10  # docker info, image inspect, 2 registry calls
+    assert preflight.SECTION_BUDGET_S["gpu"] > 30
+
+
+def test_every_planned_command_outlasts_its_inner_timeouts() -> None:
+    """Each `timeout N` the program puts around a host check is longer than everything inside it."""
+    from checks.verdict import LOG_TIMEOUT_S
+    from components import check_commands as cc
+    from stacks.loader import parse_config, read_stack_values
+    from stacks.plan import build_plan
+
+    seen = set()
+    for stack in ("prod", "h20"):
+        config = parse_config(stack, read_stack_values(stack))
+        plan = build_plan(stack, config)
+        for check in plan.checks:
+            if check.module == "checks.preflight":
+                command, inner = cc.preflight_command(config, plan, check), preflight.outer_timeout_s(check.sections)
+                assert int(command.split()[1]) == inner
+                assert inner - preflight.STARTUP_S == sum(preflight.SECTION_BUDGET_S[s] for s in check.sections)
+            elif check.module in ("checks.nccl_transport", "checks.engines"):
+                command = (cc.nccl_command(config, plan, check) if check.module == "checks.nccl_transport"
+                           else cc.engines_command(plan, check))
+                assert int(command.split()[1]) >= LOG_TIMEOUT_S + preflight.STARTUP_S
+            elif check.module == "checks.ray_cluster":
+                command = cc.ray_ready_command(config, plan)
+                assert int(command.split()[1]) > config.ray.cluster_ready_timeout_s + 60
+            else:
+                continue
+            assert command.startswith("timeout "), command[:80]
+            # sshd runs it as one `sh -c` argument: Linux caps a single argument at MAX_ARG_STRLEN = 128 KiB
+            assert len(command.encode()) < 100 * 1024, (check.name, len(command.encode()))
+            seen.add(check.module)
+    assert seen == {"checks.preflight", "checks.nccl_transport", "checks.engines", "checks.ray_cluster"}
+
+
+def test_shipped_script_with_a_hung_docker_is_not_exit_124(tmp_path: Path) -> None:
+    """The exact shape of the remote command: `timeout N python3 - … <<EOF`, N from the sections."""
+    hanging(tmp_path / "bin", "docker")
+    sections = ["ownership", "toolkit"]
+    command = heredoc_command("preflight", ["--json", "--sections", ",".join(sections), "--image", "img",
+                                            "--call-timeout-s", "2"],
+                              timeout_s=preflight.outer_timeout_s(sections))
+    out = subprocess.run(["/bin/bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={"PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"})
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    v = json.loads(out.stdout)
+    assert v["summary"].startswith("2 not run: ownership (`docker ps -a -q` did not answer within 2s), toolkit")
 
 
 def test_bundled_script_runs_with_stdlib_only(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from checks.preflight import outer_timeout_s
 from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
-from stacks.plan import build_plan
+from stacks.plan import NODE_PREFLIGHT, build_plan
 from tests.pulumi_harness import SECRET_VALUES, Run, run_program
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's wire marker for a secret value
@@ -132,7 +133,8 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
 
 def test_checks_are_wrapped_triggered_and_ordered(prod: Run) -> None:
     pre = prod.mocks.named("node1-preflight")
-    assert pre.inputs["create"].startswith("timeout 900 python3 - --name preflight-node1 --sections gpu,toolkit")
+    assert pre.inputs["create"].startswith(f"timeout {outer_timeout_s(NODE_PREFLIGHT)} python3 - --name "
+                                           "preflight-node1 --sections gpu,toolkit")
     assert pre.inputs["triggers"][0] == "vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657"
     assert "def main(" in pre.inputs["create"]  # the script itself travels in the heredoc
     fabric = prod.mocks.named("fabric-node2-fabric-preflight")
