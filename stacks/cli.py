@@ -9,12 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stacks.config import SECRET_MARKER, ImageConfig
+from stacks.config import SECRET_MARKER
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
-from stacks.loader import PROJECT_ROOT, load_stack, parse_config, stack_file, values_from_document
+from stacks.loader import PROJECT_ROOT, load_stack, stack_file
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
@@ -22,7 +20,7 @@ from stacks.preview_summary import summarize
 from stacks.preview_summary import to_markdown as preview_markdown
 from stacks.proxy import masked_nginx_conf
 from stacks.render import render_plan
-from stacks.rollback import RollbackError, choose, past_images, read_history, rewrite_image
+from stacks.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -74,26 +72,26 @@ def _rollback(args: argparse.Namespace) -> int:
     try:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")
-        text = path.read_text()
-        values = values_from_document(yaml.safe_load(text) or {})
-        current = ImageConfig.model_validate(values["image"])
-        history = past_images(read_history(args.stack, args.history, PROJECT_ROOT))
-        target = choose(history, current, args.to)
-        values["image"] = target.image.model_dump()
-        build_plan(args.stack, parse_config(args.stack, values))
+        if args.page_size < 1:
+            raise RollbackError(f"--page-size {args.page_size}: must be at least 1 (Pulumi's default page is 10)")
+        history = read_history(args.stack, args.history, PROJECT_ROOT, args.page_size)
+        decided = prepare(args.stack, path.read_text(), path.name, history, args.to)
     except RollbackError as exc:
         print(f"rollback {args.stack}: {exc}", file=sys.stderr)
         return 2
-    except ConfigError as exc:
-        print(f"rollback {args.stack}: the current config with {target.image.pull_ref} is refused, so "
-              f"{path.name} was not changed:\n{exc.report()}", file=sys.stderr)
-        return 2
-    print(f"stack {args.stack}: image {current.pull_ref}\n          -> {target.image.pull_ref}")
+    target = decided.target
+    print(f"stack {args.stack}: image {decided.current.pull_ref}\n          -> {target.image.pull_ref}")
     print(f"   last served by {target.describe()}")
+    print(f"   history {decided.provenance}")
+    if not decided.complete:
+        print(f"   note: stopped after {MAX_PAGES} pages; older updates were not read")
+    print(f"   {decided.capability}")
+    for warning in decided.warnings:
+        print(f"   warning: {warning}")
     if args.dry_run:
         print(f"   --dry-run: {path.name} not changed")
     else:
-        path.write_text(rewrite_image(text, target.image))
+        path.write_text(decided.new_text)
         print(f"   {path.name}: image rewritten, comments and layout kept (review: git diff {path.name})")
     print("next:")
     print(f"   pulumi preview -s {args.stack} --diff   # expect every engine-* container and *-image replaced, "
@@ -155,9 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     conf.set_defaults(func=_nginx_conf)
     back = sub.add_parser("rollback", help="rewrite the stack's image to one a past successful update ran")
     back.add_argument("stack")
-    back.add_argument("--to", default="previous", metavar="previous|TAG|DIGEST",
-                      help="previous (default): the newest successful update with another image")
-    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output (default: run it)")
+    back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",
+                      help="previous (default): the newest successful update with another image; a tag, repo:tag "
+                      "or sha256:digest, or a unique start of one")
+    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output with every update "
+                      "(default: run it, every page)")
+    back.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="N",
+                      help=f"updates per `pulumi stack history` call [{PAGE_SIZE}]; pages are read until one is "
+                      "empty")
     back.add_argument("--dry-run", action="store_true", help="print the choice, leave the stack file alone")
     back.set_defaults(func=_rollback)
     diff = sub.add_parser("diff", help="Markdown review of what a change does to a stack's plan")
