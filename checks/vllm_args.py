@@ -219,7 +219,7 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
     if wrong:
         return Verdict(name, "fail", f"the vLLM in {image} parsed the argv differently than planned", wrong,
                        "a flag changed meaning in this vLLM: compare `vllm serve --help` of the two images")
-    evidence = [_reached(parsed)] + [f"{key}={parsed.get(key)!r}" for key in expect][:6]
+    evidence = [_reached(parsed), *[f"{key}={parsed.get(key)!r}" for key in expect][:6]]
     return Verdict(name, "pass", f"vLLM {parsed['_vllm_version']} in {image} accepts all {len(argv)} argv items",
                    evidence, details={"launcher": parsed.get("_launcher"),
                                       "api_server_count": parsed.get("api_server_count")})

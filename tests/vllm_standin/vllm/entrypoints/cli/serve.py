@@ -15,7 +15,6 @@ The parser is built from tests/fixtures/vllm-0.33.0-serve-flags.json (option str
 default of the real parser); argparse does the parsing, so an unknown flag fails with argparse's message.
 """
 
-import argparse
 
 import vllm
 import vllm.envs as envs
@@ -130,7 +129,7 @@ def run_multi_api_server(args):
     assert num_api_servers > 0
     if rust_frontend_path and num_api_servers > 1:
         raise ValueError("VLLM_RUST_FRONTEND_PATH does not support api_server_count > 1")
-    listen_address, sock = setup_server(args, reuse_port=num_api_servers > 1)
+    _listen_address, sock = setup_server(args, reuse_port=num_api_servers > 1)
     engine_args = vllm.AsyncEngineArgs.from_cli_args(args)
     engine_args.create_engine_config(usage_context=None)
     sock.close()

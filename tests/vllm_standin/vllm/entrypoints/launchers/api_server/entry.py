@@ -9,7 +9,7 @@ from vllm.entrypoints.launchers import launcher
 
 
 async def run_server(args, **uvicorn_kwargs):
-    listen_address, sock = launcher.setup_server(args, reuse_port=False)
+    _listen_address, sock = launcher.setup_server(args, reuse_port=False)
     engine_args = vllm.AsyncEngineArgs.from_cli_args(args)
     engine_args.create_engine_config()
     sock.close()
