@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from stacks.config import SECRET_MARKER
+from stacks.downtime import downtime_of
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
 from stacks.loader import PROJECT_ROOT, load_stack, stack_file
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
-from stacks.preview_summary import summarize
+from stacks.preview_summary import PreviewInputError, parse_events, summarize
+from stacks.preview_summary import exit_code as preview_exit_code
+from stacks.preview_summary import read_input as read_preview
 from stacks.preview_summary import to_markdown as preview_markdown
 from stacks.proxy import masked_nginx_conf
 from stacks.render import render_plan
@@ -114,6 +117,7 @@ def _diff(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         head, head_errors = None, [p.as_dict() for p in exc.problems]
     result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors) | {"base_plan": how}
+    result["downtime"] = downtime_of(result)
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
@@ -124,19 +128,25 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _preview_summary(args: argparse.Namespace) -> int:
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        preview = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"preview-summary: cannot read {args.file}: {exc} (expected `pulumi preview --json > FILE`)",
-              file=sys.stderr)
+        name = "stdin" if args.file == "-" else args.file
+        preview, events = read_preview(_read_text(args.file), name)
+        if args.events:
+            if events is not None:
+                raise PreviewInputError(f"{name} is already an event stream; --events goes with a digest")
+            events = parse_events(_read_text(args.events), args.events)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"preview-summary: cannot read {exc} (expected `pulumi preview --json > FILE`)", file=sys.stderr)
         return 2
-    if not isinstance(preview, dict) or not isinstance(preview.get("steps", []), list):
-        print(f"preview-summary: {args.file} is not a preview digest (an object with `steps`), as "
-              "`pulumi preview --json` prints", file=sys.stderr)
+    except PreviewInputError as exc:
+        print(f"preview-summary: {exc}", file=sys.stderr)
         return 2
-    summary = summarize(preview)
+    summary = summarize(preview, events)
     print(json.dumps(summary, indent=2) if args.json else preview_markdown(summary), end="" if not args.json else "\n")
-    return 0
+    return preview_exit_code(summary)
+
+
+def _read_text(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,8 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--base", required=True, metavar="GIT_REF", help="e.g. origin/main")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=_diff)
-    summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown")
-    summary.add_argument("file", help="the JSON file, or - for stdin")
+    summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
+                             "errors and mandatory policy violations")
+    summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")
+    summary.add_argument("--events", metavar="FILE", help="the engine event log of the same preview "
+                         "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
     return parser
