@@ -134,6 +134,11 @@ def _listener_key(item: dict[str, Any]) -> str:
     return f"{item['node']}:{item['port']} {item['bind']}"
 
 
+def _text(text: str) -> str:
+    """Free text in Markdown: GitHub would read `<digest>` as an HTML tag and hide it."""
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _v(value: Any) -> str:
     return "–" if value is None else f"`{value}`"
 
@@ -149,15 +154,15 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
             lines.append(f"- **Validation ({label}):** valid{warn}")
         else:
             lines.append(f"- **Validation ({label}):** INVALID, {len(v['problems'])} problem(s):")
-            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {p['message']}" for p in v["problems"]]
+            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {_text(p['message'])}" for p in v["problems"]]
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
     warnings, checks = diff.get("warnings") or {}, diff.get("checks") or {}
     if warnings.get("added") or warnings.get("removed"):
         lines += ["", "### Warnings", ""]
-        lines += [f"- added: {w}" for w in warnings.get("added", [])]
-        lines += [f"- removed: ~~{w}~~" for w in warnings.get("removed", [])]
+        lines += [f"- added: {_text(w)}" for w in warnings.get("added", [])]
+        lines += [f"- removed: ~~{_text(w)}~~" for w in warnings.get("removed", [])]
     if checks.get("added") or checks.get("removed"):
         lines += ["", "### Checks", ""]
         lines += [f"- added `{c}`" for c in checks.get("added", [])]
