@@ -1,9 +1,23 @@
-"""Argument dry run: the new image's own vLLM parses this node's `vllm serve` argv, before any engine moves.
+"""Argument dry run: the new image's own `vllm serve` runs on this node's argv, up to the engine start.
 
 Runs inside the new image with no GPU and no network (`docker run --rm -i --network none --entrypoint
-python3 <image> - …`). It drives vLLM's real CLI (`vllm.entrypoints.cli.main`) with the serve command's
-action swapped for a no-op, so parsing and vLLM's own post-parse validation run exactly as in
-`vllm serve`, and nothing loads. A rejected flag fails the update while the old engines still serve.
+python3 <image> - …`, `VLLM_TARGET_DEVICE=cpu`). It drives vLLM's real CLI (`vllm.entrypoints.cli.main`):
+parsing, `validate_parsed_serve_args`, and the serve command itself (vLLM 0.33.0
+`vllm/entrypoints/cli/serve.py`, `ServeSubcommand.cmd`: `--headless` with `--api-server-count`, the data
+parallel load-balancing mode, the API server count, the rust frontend), then whichever launcher it picks
+(`run_headless`, `run_multi_api_server`, `run_server`) up to the point where vLLM builds the engine config.
+Only what needs the model, a GPU or the network is stubbed:
+
+- `EngineArgs.create_engine_config` (reads the model's config.json; every launcher calls it before any
+  process starts) raises `_EngineStartReached`: that is the dry run's success;
+- the API server's listening socket (`create_server_socket`, `create_server_unix_socket` in
+  `vllm/entrypoints/launchers/launcher.py`) is created but never bound, so `setup_server` still runs its own
+  checks (`validate_api_server_args`: the tool call parser name);
+- the multi-port DP supervisor and the forkserver are not started.
+
+At that point the engine would look up `--reasoning-parser` in the image's registry before serving
+(`v1/structured_output/__init__.py`, `ReasoningParserManager.get_reasoning_parser`); the dry run makes the
+same lookup. A rejected argv fails the update while the old engines still serve.
 """
 
 from __future__ import annotations
@@ -11,11 +25,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from checks.verdict import Verdict, emit
+
+
+class _EngineStartReached(BaseException):
+    """Raised where vLLM would build the engine config; a BaseException so no `except Exception` in vLLM
+    swallows it on the way out."""
 
 
 def _errors(text: str) -> list[str]:
@@ -25,15 +46,98 @@ def _errors(text: str) -> list[str]:
     return [line[:400] for line in (picked or lines[-3:])[-4:]]
 
 
+def _stub_launch(seen: dict[str, Any]) -> bool:
+    """Swap the engine start and the socket binding for recorders; False where this vLLM lacks the hooks (then
+    only parsing and validation run, and the verdict says so)."""
+    try:
+        from vllm.engine import arg_utils
+        from vllm.entrypoints.cli import serve
+        from vllm.entrypoints.launchers import launcher
+    except ImportError:
+        return False
+    if not hasattr(arg_utils.EngineArgs, "create_engine_config") or not hasattr(launcher, "create_server_socket"):
+        return False
+
+    def engine_config(self: Any, usage_context: Any = None, headless: bool = False) -> Any:
+        seen["engine_headless"] = headless
+        raise _EngineStartReached
+
+    def unbound_socket(addr: Any, *, reuse_port: bool = False) -> socket.socket:
+        seen["listen"] = f"{addr[0] or '0.0.0.0'}:{addr[1]}"
+        return socket.socket(socket.AF_INET6 if ":" in str(addr[0]) else socket.AF_INET, socket.SOCK_STREAM)
+
+    def unbound_unix_socket(path: str) -> socket.socket:
+        seen["listen"] = f"unix:{path}"
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def dp_supervisor(args: argparse.Namespace) -> None:
+        seen["launcher"] = "run_dp_supervisor"
+        with contextlib.suppress(ImportError):  # its constructor validates the multi-port arguments
+            from vllm.entrypoints.launchers.dp_supervisor import DPSupervisor
+
+            DPSupervisor(args)
+        raise _EngineStartReached
+
+    arg_utils.EngineArgs.create_engine_config = engine_config
+    launcher.create_server_socket = unbound_socket
+    if hasattr(launcher, "create_server_unix_socket"):
+        launcher.create_server_unix_socket = unbound_unix_socket
+    if hasattr(serve, "create_server_socket"):
+        serve.create_server_socket = unbound_socket
+    if hasattr(serve, "run_dp_supervisor"):
+        serve.run_dp_supervisor = dp_supervisor
+    for name in ("run_headless", "run_multi_api_server"):
+        if hasattr(serve, name):
+            setattr(serve, name, _recording(name, getattr(serve, name), seen))
+    if hasattr(serve, "run_server"):
+        real_run_server = serve.run_server
+
+        async def run_server(args: argparse.Namespace, **kwargs: Any) -> None:
+            seen["launcher"] = "run_server"
+            await real_run_server(args, **kwargs)
+
+        serve.run_server = run_server
+    with contextlib.suppress(ImportError, AttributeError):
+        import multiprocessing.forkserver
+
+        multiprocessing.forkserver.ensure_running = lambda: None  # VLLM_WORKER_MULTIPROC_METHOD=forkserver
+    real_cmd = serve.ServeSubcommand.cmd
+
+    def cmd(args: argparse.Namespace) -> None:
+        seen["args"] = args
+        real_cmd(args)
+
+    serve.ServeSubcommand.cmd = staticmethod(cmd)
+    return True
+
+
+def _recording(name: str, function: Any, seen: dict[str, Any]) -> Any:
+    def wrapper(args: argparse.Namespace) -> Any:
+        seen["launcher"] = name
+        return function(args)
+
+    return wrapper
+
+
+def _engine_lookups(args: argparse.Namespace) -> None:
+    """What the engine resolves by name before serving and needs no model for: the reasoning parser."""
+    name = getattr(args, "reasoning_parser", None)
+    if not name:
+        return
+    from vllm.reasoning import ReasoningParserManager
+
+    plugin = getattr(args, "reasoning_parser_plugin", None)
+    if plugin and len(plugin) > 3:
+        ReasoningParserManager.import_reasoning_parser(plugin)
+    ReasoningParserManager.get_reasoning_parser(name)
+
+
 def parse_with_vllm(argv: list[str]) -> tuple[bool, str, dict[str, Any]]:
-    """(accepted, what vLLM printed, parsed fields). Raises ImportError where vLLM is not installed."""
+    """(accepted, what vLLM printed, parsed fields plus `_launcher`). Raises ImportError where vLLM is missing."""
     import vllm
 
     parsed: dict[str, Any] = {}
-
-    def accept(args: argparse.Namespace) -> None:
-        parsed.update({k: v for k, v in vars(args).items() if not callable(v)})
-
+    seen: dict[str, Any] = {}
     stderr, stdout = io.StringIO(), io.StringIO()
     try:
         from vllm.entrypoints.cli import main as cli_main
@@ -43,28 +147,51 @@ def parse_with_vllm(argv: list[str]) -> tuple[bool, str, dict[str, Any]]:
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
         try:
             if cli_main is not None:
-                cli_serve.ServeSubcommand.cmd = staticmethod(accept)
+                stubbed = _stub_launch(seen)
+                if not stubbed:  # no hooks to stop at the engine start: parse and validate only
+                    cli_serve.ServeSubcommand.cmd = staticmethod(lambda args: seen.setdefault("args", args))
                 saved = sys.argv
                 sys.argv = ["vllm", "serve", *argv]
                 try:
                     cli_main.main()
+                except _EngineStartReached:
+                    pass
                 finally:
                     sys.argv = saved
+                if "args" not in seen:
+                    return False, stderr.getvalue() + stdout.getvalue() + "\nvLLM's serve command was not reached", {}
+                if stubbed and "engine_headless" not in seen and seen.get("launcher") != "run_dp_supervisor":
+                    return False, stderr.getvalue() + "\nserve returned before building the engine", {}
+                _engine_lookups(seen["args"])
+                parsed["_launcher"] = seen.get("launcher") if stubbed else None
+                parsed["_listen"] = seen.get("listen")
+                args = seen["args"]
             else:
                 from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
                 from vllm.utils import FlexibleArgumentParser
 
                 args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", *argv])
                 validate_parsed_serve_args(args)
-                accept(args)
+                parsed["_launcher"] = None
         except SystemExit as exc:  # argparse: exit 2 and `error: unrecognized arguments: …`
             return False, stderr.getvalue() + stdout.getvalue() + f"\n(exit {exc.code})", {}
-        except Exception as exc:  # vLLM's post-parse validation raises ValueError/TypeError
-            return False, stderr.getvalue() + f"\n{type(exc).__name__}: {exc}", {}
-    if not parsed:
-        return False, stderr.getvalue() + stdout.getvalue() + "\nvLLM's serve command was not reached", {}
+        except Exception as exc:  # serve's checks raise ValueError/TypeError/KeyError
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            return False, stderr.getvalue() + f"\n{type(exc).__name__}: {message}", {}
+    parsed.update({k: v for k, v in vars(args).items() if not callable(v)})
     parsed["_vllm_version"] = getattr(vllm, "__version__", "?")
     return True, stderr.getvalue(), parsed
+
+
+def _reached(parsed: dict[str, Any]) -> str:
+    launcher = parsed.get("_launcher")
+    if launcher is None:
+        return "parsed and validated (this vLLM has no launch hooks: serve's launch logic was not run)"
+    servers = parsed.get("api_server_count")
+    what = {"run_headless": "headless engines", "run_server": "one API server in this process",
+            "run_multi_api_server": f"API server processes ({servers if servers is not None else '?'})",
+            "run_dp_supervisor": "the multi-port DP supervisor"}.get(str(launcher), str(launcher))
+    return f"serve reached {launcher} ({what}) and stopped where it builds the engine"
 
 
 def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[str], image: str) -> Verdict:
@@ -92,8 +219,10 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
     if wrong:
         return Verdict(name, "fail", f"the vLLM in {image} parsed the argv differently than planned", wrong,
                        "a flag changed meaning in this vLLM: compare `vllm serve --help` of the two images")
+    evidence = [_reached(parsed), *[f"{key}={parsed.get(key)!r}" for key in expect][:6]]
     return Verdict(name, "pass", f"vLLM {parsed['_vllm_version']} in {image} accepts all {len(argv)} argv items",
-                   [f"{key}={parsed.get(key)!r}" for key in expect][:6])
+                   evidence, details={"launcher": parsed.get("_launcher"),
+                                      "api_server_count": parsed.get("api_server_count")})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = args.serve_argv[1:] if args.serve_argv[:1] == ["--"] else args.serve_argv
     expect = dict(item.split("=", 1) for item in args.expect)
     modules = [m for m in args.import_only.split(",") if m]
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     return emit(check(args.name, serve, expect, modules, args.image), args.json)
 
 

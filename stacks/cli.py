@@ -10,19 +10,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stacks.config import ImageConfig
+from stacks.downtime import downtime_of
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
-from stacks.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, parse_config, stack_file
+from stacks.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, stack_file
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
-from stacks.preview_summary import summarize
+from stacks.preview_summary import PreviewInputError, parse_events, summarize
+from stacks.preview_summary import exit_code as preview_exit_code
+from stacks.preview_summary import read_input as read_preview
 from stacks.preview_summary import to_markdown as preview_markdown
 from stacks.proxy import masked_nginx_conf
 from stacks.render import render_plan
-from stacks.rollback import RollbackError, choose, past_images, read_history, rewrite_image
-from stacks.stack_file import parse_stack_text
+from stacks.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -73,26 +74,26 @@ def _rollback(args: argparse.Namespace) -> int:
     try:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")
-        text = path.read_text()
-        values = parse_stack_text(text, path.name).values
-        current = ImageConfig.model_validate(values.get("image"))
-        history = past_images(read_history(args.stack, args.history, PROJECT_ROOT))
-        target = choose(history, current, args.to)
-        values["image"] = target.image.model_dump()
-        build_plan(args.stack, parse_config(args.stack, values))
+        if args.page_size < 1:
+            raise RollbackError(f"--page-size {args.page_size}: must be at least 1 (Pulumi's default page is 10)")
+        history = read_history(args.stack, args.history, PROJECT_ROOT, args.page_size)
+        decided = prepare(args.stack, path.read_text(), path.name, history, args.to)
     except RollbackError as exc:
         print(f"rollback {args.stack}: {exc}", file=sys.stderr)
         return 2
-    except ConfigError as exc:
-        print(f"rollback {args.stack}: the current config with {target.image.pull_ref} is refused, so "
-              f"{path.name} was not changed:\n{exc.report()}", file=sys.stderr)
-        return 2
-    print(f"stack {args.stack}: image {current.pull_ref}\n          -> {target.image.pull_ref}")
+    target = decided.target
+    print(f"stack {args.stack}: image {decided.current.pull_ref}\n          -> {target.image.pull_ref}")
     print(f"   last served by {target.describe()}")
+    print(f"   history {decided.provenance}")
+    if not decided.complete:
+        print(f"   note: stopped after {MAX_PAGES} pages; older updates were not read")
+    print(f"   {decided.capability}")
+    for warning in decided.warnings:
+        print(f"   warning: {warning}")
     if args.dry_run:
         print(f"   --dry-run: {path.name} not changed")
     else:
-        path.write_text(rewrite_image(text, target.image))
+        path.write_text(decided.new_text)
         print(f"   {path.name}: image rewritten, comments and layout kept (review: git diff {path.name})")
     print("next:")
     print(f"   pulumi preview -s {args.stack} --diff   # expect every engine-* container and *-image replaced, "
@@ -115,6 +116,7 @@ def _diff(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         head, head_errors = None, [p.as_dict() for p in exc.problems]
     result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors) | {"base_plan": how}
+    result["downtime"] = downtime_of(result)
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
@@ -125,19 +127,25 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _preview_summary(args: argparse.Namespace) -> int:
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        preview = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"preview-summary: cannot read {args.file}: {exc} (expected `pulumi preview --json > FILE`)",
-              file=sys.stderr)
+        name = "stdin" if args.file == "-" else args.file
+        preview, events = read_preview(_read_text(args.file), name)
+        if args.events:
+            if events is not None:
+                raise PreviewInputError(f"{name} is already an event stream; --events goes with a digest")
+            events = parse_events(_read_text(args.events), args.events)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"preview-summary: cannot read {exc} (expected `pulumi preview --json > FILE`)", file=sys.stderr)
         return 2
-    if not isinstance(preview, dict) or not isinstance(preview.get("steps", []), list):
-        print(f"preview-summary: {args.file} is not a preview digest (an object with `steps`), as "
-              "`pulumi preview --json` prints", file=sys.stderr)
+    except PreviewInputError as exc:
+        print(f"preview-summary: {exc}", file=sys.stderr)
         return 2
-    summary = summarize(preview)
+    summary = summarize(preview, events)
     print(json.dumps(summary, indent=2) if args.json else preview_markdown(summary), end="" if not args.json else "\n")
-    return 0
+    return preview_exit_code(summary)
+
+
+def _read_text(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,9 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     conf.set_defaults(func=_nginx_conf)
     back = sub.add_parser("rollback", help="rewrite the stack's image to one a past successful update ran")
     back.add_argument("stack")
-    back.add_argument("--to", default="previous", metavar="previous|TAG|DIGEST",
-                      help="previous (default): the newest successful update with another image")
-    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output (default: run it)")
+    back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",
+                      help="previous (default): the newest successful update with another image; a tag, repo:tag "
+                      "or sha256:digest, or a unique start of one")
+    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output with every update "
+                      "(default: run it, every page)")
+    back.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="N",
+                      help=f"updates per `pulumi stack history` call [{PAGE_SIZE}]; pages are read until one is "
+                      "empty")
     back.add_argument("--dry-run", action="store_true", help="print the choice, leave the stack file alone")
     back.set_defaults(func=_rollback)
     diff = sub.add_parser("diff", help="Markdown review of what a change does to a stack's plan")
@@ -164,8 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--base", required=True, metavar="GIT_REF", help="e.g. origin/main")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=_diff)
-    summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown")
-    summary.add_argument("file", help="the JSON file, or - for stdin")
+    summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
+                             "errors and mandatory policy violations")
+    summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")
+    summary.add_argument("--events", metavar="FILE", help="the engine event log of the same preview "
+                         "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
     return parser

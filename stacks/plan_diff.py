@@ -7,9 +7,13 @@ reviewer can match them with `pulumi preview`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from stacks.downtime import downtime_of as default_downtime_of
+
 GENERATION = "vllm-cluster.generation"
+LOAD_ESTIMATE = "vllm-cluster.estimated-load-s"
 SETTINGS = ("volumes", "devices", "ulimits", "shm_size_mb", "privileged", "ipc_mode", "restart", "healthcheck",
             "capabilities")
 TOPOLOGY_KEYS = ("backend", "nodes", "tensor", "pipeline", "data", "expert", "gpus_used", "label")
@@ -59,9 +63,14 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
         },
         "topology": {}, "image": {}, "nodes": {"added": [], "removed": []}, "containers": {}, "replaced": [],
         "proxy": {}, "listeners": {"added": [], "removed": []},
+        "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
+        "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
     }
     if base is None or head is None:
         return result
+    result["warnings"] = _added_removed(base.get("warnings", []), head.get("warnings", []))
+    result["checks"] = _added_removed([c["name"] for c in base.get("checks", [])],
+                                      [c["name"] for c in head.get("checks", [])])
     result["topology"] = _changes({k: base["topology"].get(k) for k in TOPOLOGY_KEYS},
                                   {k: head["topology"].get(k) for k in TOPOLOGY_KEYS})
     result["image"] = _changes({k: base["image"].get(k) for k in ("repository", "tag", "digest")},
@@ -110,15 +119,32 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     return result
 
 
+def _added_removed(old: list[str], new: list[str]) -> dict[str, list[str]]:
+    return {"added": [x for x in new if x not in old], "removed": [x for x in old if x not in new]}
+
+
+def _load_estimate(plan: dict[str, Any] | None) -> int | None:
+    """The slowest node's estimated load time, from the containers' label (None for a plan without it)."""
+    values = [int(c["labels"][LOAD_ESTIMATE]) for n in (plan or {}).get("nodes", []) for c in n["containers"]
+              if str(c.get("labels", {}).get(LOAD_ESTIMATE, "")).isdigit()]
+    return max(values) if values else None
+
+
 def _listener_key(item: dict[str, Any]) -> str:
     return f"{item['node']}:{item['port']} {item['bind']}"
+
+
+def _text(text: str) -> str:
+    """Free text in Markdown: GitHub would read `<digest>` as an HTML tag and hide it."""
+    return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _v(value: Any) -> str:
     return "–" if value is None else f"`{value}`"
 
 
-def to_markdown(diff: dict[str, Any]) -> str:
+def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], str] = default_downtime_of) -> str:
+    """The review comment; `downtime_of` says what the change costs in serving time (stacks/downtime.py)."""
     lines = [f"## `{diff['stack']}`: plan at `{diff['base']}` → working tree", ""]
     for side in ("base", "head"):
         v = diff["validation"][side]
@@ -128,9 +154,19 @@ def to_markdown(diff: dict[str, Any]) -> str:
             lines.append(f"- **Validation ({label}):** valid{warn}")
         else:
             lines.append(f"- **Validation ({label}):** INVALID, {len(v['problems'])} problem(s):")
-            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {p['message']}" for p in v["problems"]]
+            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {_text(p['message'])}" for p in v["problems"]]
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
+    lines.append(f"- **Downtime:** {downtime_of(diff)}")
+    warnings, checks = diff.get("warnings") or {}, diff.get("checks") or {}
+    if warnings.get("added") or warnings.get("removed"):
+        lines += ["", "### Warnings", ""]
+        lines += [f"- added: {_text(w)}" for w in warnings.get("added", [])]
+        lines += [f"- removed: ~~{_text(w)}~~" for w in warnings.get("removed", [])]
+    if checks.get("added") or checks.get("removed"):
+        lines += ["", "### Checks", ""]
+        lines += [f"- added `{c}`" for c in checks.get("added", [])]
+        lines += [f"- **removed** `{c}` (it no longer runs)" for c in checks.get("removed", [])]
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
                 diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"]]):
         lines += ["", "No change to what gets deployed."]

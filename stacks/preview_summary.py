@@ -1,14 +1,28 @@
-"""Condense `pulumi preview --json` into the Markdown a PR reviewer reads: what is replaced, updated, created
-or deleted, by which changed keys, and how the stack's outputs (image, topology) move.
+"""Condense `pulumi preview` into the Markdown a PR reviewer reads: what is replaced, updated, created or deleted,
+by which changed keys, how the stack's outputs (image, topology) move, and every error, warning and policy
+violation, with an exit code that fails CI on errors and mandatory violations.
 
-The input is Pulumi's preview digest: `{"config", "steps": [{"op", "urn", "oldState", "newState",
-"diffReasons", "replaceReasons", "detailedDiff"}], "changeSummary", …}`. Values are never printed except
-the stack outputs that carry no secret (`image`, `topology`, `endpoint`, `nodes`).
+Inputs, as the Pulumi CLI writes them:
+
+- the preview digest of `pulumi preview --json` (pkg/backend/display/json.go `ShowPreviewDigest`, types in
+  `display.PreviewDigest`): `{config, steps: [{op, urn, provider, oldState, newState, diffReasons,
+  replaceReasons, detailedDiff}], diagnostics: [{urn, message, severity}], duration, changeSummary,
+  maybeCorrupt}`. The digest drops policy events (`case engine.PolicyViolationEvent: continue`), so a
+  digest alone cannot show policy results, and the summary says so;
+- the engine event stream, one `apitype.EngineEvent` per line (sdk/go/common/apitype/events.go): from
+  `PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE` (the `--events FILE` beside a digest) or
+  `PULUMI_ENABLE_STREAMING_JSON_PREVIEW=true pulumi preview --json` (alone). It carries `policyEvent`
+  {resourceUrn, message, policyName, policyPackName, enforcementLevel} and `diagnosticEvent` {urn, prefix,
+  message, severity, ephemeral}, and its `resourcePreEvent` metadata gives the steps.
+
+Diagnostic severities are Pulumi's `diag.Severity`: debug, info, info#err, warning, error. Values are never
+printed except the stack outputs that carry no secret (`image`, `topology`, `endpoint`, `nodes`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 ORDER = ("replace", "update", "create", "delete")
@@ -17,10 +31,168 @@ OP_GROUP = {"replace": "replace", "create-replacement": "replace", "delete-repla
             "refresh": "same", "discard": "delete", "import": "create", "import-replacement": "replace"}
 PLAIN_OUTPUTS = ("image", "topology", "endpoint", "nodes", "served_model")
 STACK_TYPE = "pulumi:pulumi:Stack"
+DIGEST_KEYS = ("config", "steps", "diagnostics", "duration", "changeSummary", "maybeCorrupt")
+EVENT_KEYS = ("cancelEvent", "stdoutEvent", "diagnosticEvent", "preludeEvent", "summaryEvent", "resourcePreEvent",
+              "resOutputsEvent", "resOpFailedEvent", "policyEvent", "policyRemediationEvent", "policyLoadEvent",
+              "policyAnalyzeSummaryEvent", "policyRemediateSummaryEvent", "policyAnalyzeStackSummaryEvent",
+              "startDebuggingEvent", "progressEvent", "errorEvent")
+BLOCKING_LEVELS = ("mandatory",)
+_COLOR_TAG = re.compile(r"<\{%[^%]*%\}>|\x1b\[[0-9;]*m")
+"""Pulumi's colour directives (`<{%reset%}>`, kept raw in policy events) and ANSI escapes."""
+
+
+class PreviewInputError(Exception):
+    """The input is not what `pulumi preview` writes; the CLI exits 2 with this text."""
+
+
+# --- reading -----------------------------------------------------------------------------------------------
+
+
+def _describe(data: Any) -> str:
+    if isinstance(data, list):
+        looks = (" (it looks like `pulumi stack history --json`)" if data and isinstance(data[0], dict)
+                 and {"kind", "startTime"} <= set(data[0]) else "")
+        return f"a JSON list of {len(data)} item(s){looks}"
+    if isinstance(data, dict):
+        if not data:
+            return "an empty object `{}`"
+        if "deployment" in data:
+            return "a stack export (`pulumi stack export`)"
+        return f"an object with keys {', '.join(sorted(data)[:8])}"
+    return f"a JSON {type(data).__name__}"
+
+
+def parse_digest(data: Any, name: str) -> dict[str, Any]:
+    """A preview digest, checked: an object with `steps` (a list of {op, urn}) or a `changeSummary`."""
+    if not isinstance(data, dict) or not ({"steps", "changeSummary"} & set(data)):
+        raise PreviewInputError(
+            f"{name} is not a `pulumi preview --json` digest: it is {_describe(data)}, and a digest has `steps` "
+            "and `changeSummary` (display.PreviewDigest). Write one with `pulumi preview --json -s <stack> > "
+            "preview.json`")
+    steps = data.get("steps") or []
+    if not isinstance(steps, list):
+        raise PreviewInputError(f"{name}: `steps` is {type(steps).__name__}, not a list of steps")
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict) or not isinstance(step.get("op"), str) or not isinstance(step.get("urn"), str):
+            raise PreviewInputError(f"{name}: steps[{index}] has no `op` and `urn` strings; not a preview step")
+    for key, kind in (("diagnostics", list), ("changeSummary", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise PreviewInputError(f"{name}: `{key}` is {type(data[key]).__name__}, not a {kind.__name__}")
+    return data
+
+
+def parse_events(text: str, name: str) -> list[dict[str, Any]]:
+    """Engine events, one JSON object per line, each with one of apitype.EngineEvent's event keys."""
+    events = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PreviewInputError(f"{name} line {number} is not JSON ({exc}); expected one engine event per "
+                                    "line (`--event-log`, or streaming `pulumi preview --json`)") from None
+        if not isinstance(event, dict) or not any(key in event for key in EVENT_KEYS):
+            raise PreviewInputError(f"{name} line {number} is {_describe(event)}, not a Pulumi engine event "
+                                    f"(one of {', '.join(EVENT_KEYS[:6])}, …)")
+        events.append(event)
+    if not events:
+        raise PreviewInputError(f"{name} holds no engine events")
+    summaries = [e["summaryEvent"] for e in events if isinstance(e.get("summaryEvent"), dict)]
+    if summaries and summaries[-1].get("isPreview") is False:
+        raise PreviewInputError(f"{name} is the event log of an update (`summaryEvent.isPreview` is false), not "
+                                "of a preview: summarise `pulumi preview`")
+    return events
+
+
+def read_input(text: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """(digest, events or None): a digest, or an event stream turned into the digest it implies."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        first = text.strip().splitlines()[:1]
+        if first and _is_event_line(first[0]):
+            events = parse_events(text, name)
+            return digest_from_events(events), events
+        raise PreviewInputError(f"{name} is not JSON ({exc}); expected `pulumi preview --json > FILE`") from None
+    if isinstance(data, dict) and any(key in data for key in EVENT_KEYS) and "steps" not in data:
+        events = parse_events(text, name)
+        return digest_from_events(events), events
+    return parse_digest(data, name), None
+
+
+def _is_event_line(line: str) -> bool:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(item, dict) and any(key in item for key in EVENT_KEYS)
+
+
+def digest_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ShowPreviewDigest would have built: a step per resourcePreEvent, the summary's change counts."""
+    steps = []
+    for event in events:
+        meta = (event.get("resourcePreEvent") or {}).get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("op"), str) and isinstance(meta.get("urn"), str):
+            steps.append({"op": meta["op"], "urn": meta["urn"], "oldState": meta.get("old"),
+                          "newState": meta.get("new"), "diffReasons": meta.get("diffs"),
+                          "replaceReasons": meta.get("keys"), "detailedDiff": meta.get("detailedDiff")})
+    summary: dict[str, Any] = next(
+        (e["summaryEvent"] for e in reversed(events) if isinstance(e.get("summaryEvent"), dict)), {})
+    return {"steps": steps, "changeSummary": summary.get("resourceChanges") or {},
+            "maybeCorrupt": bool(summary.get("maybeCorrupt"))}
+
+
+# --- findings: diagnostics and policy ----------------------------------------------------------------------
+
+
+def _clean(text: Any, limit: int = 600) -> str:
+    cleaned = _COLOR_TAG.sub("", str(text or "")).strip()
+    lines = cleaned.splitlines()
+    short = "\n".join(lines[:8]) + ("\n…" if len(lines) > 8 else "")
+    return short if len(short) <= limit else short[:limit] + "…"
 
 
 def _name(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
+
+
+def diagnostics(digest: dict[str, Any], events: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+    """Warnings and errors (not info, debug or ephemeral), each once: the digest's, then the events' others."""
+    found: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    raw = [d for d in digest.get("diagnostics") or [] if isinstance(d, dict)]
+    raw += [e["diagnosticEvent"] for e in events or [] if isinstance(e.get("diagnosticEvent"), dict)
+            and not e["diagnosticEvent"].get("ephemeral")]
+    for item in raw:
+        severity = str(item.get("severity") or "")
+        if severity not in ("warning", "error"):
+            continue
+        message = _clean(f"{item.get('prefix') or ''}{item.get('message') or ''}")
+        body = re.sub(r"^(error|warning): ", "", message)
+        key = (str(item.get("urn") or ""), body)
+        if key in seen:
+            continue
+        seen.add(key)
+        found.append({"severity": severity, "resource": _name(key[0]) if key[0] else "", "message": body})
+    return found
+
+
+def policy_violations(events: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+    out = []
+    for event in events or []:
+        policy = event.get("policyEvent")
+        if not isinstance(policy, dict):
+            continue
+        out.append({"level": str(policy.get("enforcementLevel") or "?"), "policy": str(policy.get("policyName") or "?"),
+                    "pack": str(policy.get("policyPackName") or "?"),
+                    "resource": _name(str(policy.get("resourceUrn") or "")) or "(stack)",
+                    "message": re.sub(r"^(mandatory|advisory|warning): ", "", _clean(policy.get("message")))})
+    return out
+
+
+# --- the summary --------------------------------------------------------------------------------------------
 
 
 def _type(step: dict[str, Any]) -> str:
@@ -44,7 +216,7 @@ def _keys(step: dict[str, Any]) -> tuple[list[str], list[str]]:
     return replace, [p for p in detailed if p not in replace]
 
 
-def summarize(preview: dict[str, Any]) -> dict[str, Any]:
+def summarize(preview: dict[str, Any], events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     groups: dict[str, dict[str, dict[str, Any]]] = {op: {} for op in ORDER}
     outputs: dict[str, list[Any]] = {}
     same = 0
@@ -70,19 +242,40 @@ def summarize(preview: dict[str, Any]) -> dict[str, Any]:
         entry["replace_keys"] += [k for k in replace if k not in entry["replace_keys"]]
         entry["changed_keys"] += [k for k in other if k not in entry["changed_keys"]]
     counts = {op: len(groups[op]) for op in ORDER}
+    found = diagnostics(preview, events)
+    policy = policy_violations(events)
+    blocking = ([f"error: {d['message']}" for d in found if d["severity"] == "error"]
+                + [f"{p['level']} policy {p['policy']}: {p['message']}" for p in policy
+                   if p["level"] in BLOCKING_LEVELS])
+    if preview.get("maybeCorrupt"):
+        blocking.append("Pulumi reports that one or more resources may be corrupt (maybeCorrupt)")
     return {"counts": counts, "unchanged": same, "outputs": outputs,
             "resources": {op: list(groups[op].values()) for op in ORDER},
-            "change_summary": preview.get("changeSummary") or {}}
+            "change_summary": preview.get("changeSummary") or {},
+            "diagnostics": found, "policy": policy, "policy_events_read": events is not None,
+            "blocking": blocking, "ok": not blocking}
+
+
+def exit_code(summary: dict[str, Any]) -> int:
+    """0 when nothing blocks, 1 on an error diagnostic, a mandatory violation or possible corruption."""
+    return 0 if summary["ok"] else 1
 
 
 def _code(items: list[str]) -> str:
     return ", ".join(f"`{i}`" for i in items) or "–"
 
 
+def _one_line(text: str) -> str:
+    """One table cell: newlines marked, pipes and angle brackets escaped (GitHub reads `<digest>` as HTML)."""
+    return text.replace("\n", " ⏎ ").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def to_markdown(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
-    head = ", ".join(f"{counts[op]} to {op}" for op in ORDER if counts[op]) or "no changes"
-    lines = [f"## `pulumi preview`: {head} ({summary['unchanged']} unchanged)", ""]
+    head = ", ".join(f"{counts[op]} to {op}" for op in ORDER if counts[op]) or "no resource changes"
+    verdict = "" if summary["ok"] else f" — **BLOCKED** ({len(summary['blocking'])} blocking finding(s))"
+    lines = [f"## `pulumi preview`: {head} ({summary['unchanged']} unchanged){verdict}", ""]
+    lines += _findings(summary)
     if summary["outputs"]:
         lines += ["### Stack outputs", ""]
         for key, (old, new) in summary["outputs"].items():
@@ -110,6 +303,38 @@ def to_markdown(summary: dict[str, Any]) -> str:
             lines += [f"- `{r['name']}` (`{r['type']}`)" for r in items]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _findings(summary: dict[str, Any]) -> list[str]:
+    errors = [d for d in summary["diagnostics"] if d["severity"] == "error"]
+    warnings = [d for d in summary["diagnostics"] if d["severity"] == "warning"]
+    mandatory = [p for p in summary["policy"] if p["level"] in BLOCKING_LEVELS]
+    other = [p for p in summary["policy"] if p["level"] not in BLOCKING_LEVELS]
+    lines = ["### Errors and policy", ""]
+    if summary["policy_events_read"]:
+        lines.append(f"- policy violations: {len(mandatory)} mandatory, {len(other)} advisory")
+    else:
+        lines.append("- policy violations: **not in this input**: `pulumi preview --json` leaves policy events out "
+                     "(pkg/backend/display/json.go); pass `--events FILE` from `PULUMI_DEBUG_COMMANDS=true pulumi "
+                     "preview --json --event-log FILE`")
+    lines.append(f"- diagnostics: {len(errors)} error(s), {len(warnings)} warning(s)")
+    if any(b.startswith("Pulumi reports") for b in summary["blocking"]):
+        lines.append("- **Pulumi reports that one or more resources may be corrupt (maybeCorrupt)**")
+    lines.append("")
+    if errors or mandatory or other or warnings:
+        lines += ["| level | what | resource | message |", "|---|---|---|---|"]
+        lines += [f"| **error** | diagnostic | {_res(d['resource'])} | {_one_line(d['message'])} |" for d in errors]
+        lines += [f"| **mandatory** | `{p['pack']}/{p['policy']}` | {_res(p['resource'])} | {_one_line(p['message'])} |"
+                  for p in mandatory]
+        lines += [f"| {p['level']} | `{p['pack']}/{p['policy']}` | {_res(p['resource'])} | {_one_line(p['message'])} |"
+                  for p in other]
+        lines += [f"| warning | diagnostic | {_res(d['resource'])} | {_one_line(d['message'])} |" for d in warnings]
+        lines.append("")
+    return lines
+
+
+def _res(name: str) -> str:
+    return f"`{name}`" if name else "–"
 
 
 def _short(value: Any) -> str:

@@ -16,6 +16,7 @@ PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 STANDIN = ROOT / "tests" / "vllm_standin"
 FLAGS = ROOT / "stacks" / "data" / "vllm-0.33.0-serve-flags.json"
+REGISTRIES = ROOT / "stacks" / "data" / "vllm-0.33.0-registries.json"
 SITE = "usr/local/lib/python3.11/dist-packages"
 _SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "__pycache__", "turtledemo"}
 
@@ -40,7 +41,8 @@ def _libraries(binary: Path) -> list[Path]:
 
 
 def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, with_vllm: bool = True) -> str:
-    """A python3 image; with the vLLM stand-in (and its flag table) unless `with_vllm` is false."""
+    """A python3 image; with the vLLM stand-in (its flag table and parser registries, and the executable
+    `vllm-rs` placeholder the real wheel ships) unless `with_vllm` is false."""
     if not PYTHON.exists():
         raise RuntimeError(f"{PYTHON} is missing: .ci/run installs Debian's python3")
     archive = workdir / f"{tag.replace('/', '_').replace(':', '_')}.tar"
@@ -65,6 +67,7 @@ def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, wi
             table = workdir / f"{archive.stem}-flags.json"
             table.write_text(json.dumps(flags if flags is not None else json.loads(FLAGS.read_text())))
             tar.add(table, arcname=f"{SITE}/vllm/_flags.json")
+            tar.add(REGISTRIES, arcname=f"{SITE}/vllm/_registries.json")
     subprocess.run(["docker", "import", str(archive), tag], check=True, capture_output=True)
     return tag
 
@@ -81,6 +84,11 @@ def renamed_flag(old: str, new: str, version: str) -> dict[str, Any]:
 
 def remove_image(tag: str) -> None:
     subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def standin_env() -> dict[str, str]:
+    """Environment that makes this interpreter import the stand-in with the captured fixtures."""
+    return {"PYTHONPATH": str(STANDIN), "VLLM_STANDIN_FLAGS": str(FLAGS), "VLLM_STANDIN_REGISTRIES": str(REGISTRIES)}
 
 
 def run_shell(command: str, timeout_s: int = 180) -> subprocess.CompletedProcess[str]:

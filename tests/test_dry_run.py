@@ -1,7 +1,9 @@
 """The argument dry run: the command the program registers, run for real against images in a real Docker.
 
-The images hold Debian's python3 and a vLLM stand-in whose `vllm serve` flags are the real vLLM 0.33.0
-parser's, captured in tests/fixtures (bench/dry_run_real_vllm.py runs the same script on real vLLM 0.33.0).
+The images hold Debian's python3 and a vLLM stand-in whose `vllm serve` flags (with defaults) and parser
+registries are the real vLLM 0.33.0's, captured in tests/fixtures, and which reproduces serve's own launch
+checks line by line (tests/vllm_standin, each with the upstream lines it mirrors). bench/dry_run_real_vllm.py
+runs the same script and argv on the real vLLM 0.33.0 and on the stand-in and compares them (README).
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any
 import pytest
 
 from components.check_commands import dry_run_command
+from stacks.errors import ConfigError
 from stacks.field_types import SECRET
 from stacks.loader import parse_config
 from stacks.plan import Plan, build_plan
 from tests.conftest import ROOT
-from tests.docker_harness import FLAGS, STANDIN, build_image, docker_ready, remove_image, renamed_flag, run_shell
+from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 
 GOOD = "vllm-cluster-test/vllm:0.33.0"
 RENAMED = "vllm-cluster-test/vllm:0.34.0-renamed"
@@ -88,6 +91,58 @@ def test_every_node_passes_in_an_image_whose_vllm_has_these_flags(stack: str, im
         assert line.startswith(f"PASS args-dry-run-{node}: ")
         role = plan.node(node).role
         assert ("imports vllm 0.33.0, ray 2.60.0" in line) == (role == "ray-worker"), line
+        launcher = {"dp-head": "run_multi_api_server (API server processes (1))",  # prod sets the rust frontend
+                    "headless-engine": "run_headless", "ray-head": "run_server"}.get(role)
+        assert launcher is None or f"serve reached {launcher}" in line, line
+
+
+SERVE_REJECTS = [
+    # (extra argv or config override, node serve rejects, its error): the three argv of issue 12 item 8.
+    # vLLM 0.33.0 gives these messages (bench/dry_run_real_vllm.py, README). The plan itself refuses the first
+    # two in serving.extra_args (managed options); the dry run must refuse them too if they ever reach argv.
+    (["--api-server-count", "2"], "node2",
+     "ValueError: --api-server-count=2 cannot be used with --headless (no API servers are started in headless "
+     "mode)."),
+    (["--data-parallel-rank", "1"], "node2",
+     "ValueError: Cannot use more than one data parallel load balancing mode."),
+    ({"serving": {"tool_call_parser": "deepseek_v5"}}, "node1",
+     "KeyError: invalid tool call parser: deepseek_v5 (chose from { apertus,"),
+]
+
+
+def _with_argv(plan: Plan, words: list[str]) -> Plan:
+    """The plan with `words` appended to every vLLM argv, as if it had generated them."""
+    nodes = [n.model_copy(update={"containers": [c.model_copy(update={"vllm_args": [*c.vllm_args, *words]})
+                                                 if c.vllm_args is not None else c for c in n.containers]})
+             for n in plan.nodes]
+    return plan.model_copy(update={"nodes": nodes})
+
+
+@pytest.mark.parametrize(("override", "rejected", "error"), SERVE_REJECTS,
+                         ids=["headless+api-server-count", "headless+data-parallel-rank", "unknown-tool-parser"])
+def test_what_vllm_serve_rejects_before_loading_fails_the_dry_run(
+        override: Any, rejected: str, error: str, prod_values: dict[str, Any], images: dict[str, str]) -> None:
+    values = copy.deepcopy(prod_values)
+    if isinstance(override, list):
+        values["serving"] = {**values["serving"], "extra_args": override}
+        with pytest.raises(ConfigError, match="which the config manages"):
+            plan_with_image(values, images["good"], "prod")  # the plan refuses it first
+        values = copy.deepcopy(prod_values)
+    else:
+        for section, fields in override.items():
+            values[section] = {**values[section], **fields}
+    config, plan = plan_with_image(values, images["good"], "prod")  # the plan accepts this
+    if isinstance(override, list):
+        plan = _with_argv(plan, override)
+    for node, command in dry_runs(config, plan).items():
+        out = run_shell(command)
+        line = verdict_of(out)
+        if node == rejected:
+            assert out.returncode == 1, line
+            assert line.startswith(f"FAIL args-dry-run-{node}: the vLLM in {images['good']} rejects this node's argv")
+            assert error in line, line
+        else:  # the other node's vLLM accepts the same setting, as vLLM 0.33.0 does
+            assert out.returncode == 0, line
 
 
 def test_a_renamed_flag_fails_the_dry_run_with_vllms_own_error(prod_values: dict[str, Any],
@@ -114,9 +169,10 @@ def test_an_image_that_is_not_on_the_node_is_not_pulled(prod_values: dict[str, A
     assert out.returncode != 0 and "No such image" in out.stderr  # --pull never: the pull step comes first
 
 
-def _script(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(STANDIN), "VLLM_STANDIN_FLAGS": str(FLAGS)}
-    return subprocess.run([sys.executable, "-m", "checks.vllm_args", "--json", *args], cwd=ROOT, env=env,
+def _script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **standin_env(), **(env or {})}
+    full["PYTHONPATH"] = f"{full['PYTHONPATH']}:{ROOT}"
+    return subprocess.run([sys.executable, "-m", "checks.vllm_args", "--json", *args], cwd=ROOT, env=full,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -124,6 +180,33 @@ def test_a_flag_that_parses_to_another_value_fails() -> None:
     out = _script("--expect", "tensor_parallel_size=8", "--", "/m", "--tensor-parallel-size", "4")
     verdict = json.loads(out.stdout)
     assert out.returncode == 1 and "tensor_parallel_size=4, expected '8'" in verdict["evidence"][0]
+
+
+def test_serve_picks_its_launcher_and_api_server_count_as_vllm_does() -> None:
+    """DP2 head: two API servers by default, one with the rust frontend (serve.py lines 113-136); a headless
+    node with a start rank is hybrid LB and starts none; DP1: one API server in this process."""
+    head = ["--", "/m", "--data-parallel-size", "2", "--data-parallel-size-local", "1"]
+    default = json.loads(_script(*head).stdout)
+    assert default["details"] == {"launcher": "run_multi_api_server", "api_server_count": 2}
+    rust = json.loads(_script(*head, env={"VLLM_USE_RUST_FRONTEND": "1"}).stdout)
+    assert rust["details"] == {"launcher": "run_multi_api_server", "api_server_count": 1}
+    headless = json.loads(_script(*head, "--headless", "--data-parallel-start-rank", "1").stdout)
+    assert headless["details"] == {"launcher": "run_headless", "api_server_count": 0}
+    single = json.loads(_script("--", "/m").stdout)
+    assert single["details"] == {"launcher": "run_server", "api_server_count": None}
+    negated = json.loads(_script(*head, "--no-data-parallel-hybrid-lb", "--data-parallel-rank", "0").stdout)
+    assert negated["details"] == {"launcher": "run_server", "api_server_count": None}  # external LB: one server
+
+
+def test_the_engine_looks_up_the_reasoning_parser_on_every_node() -> None:
+    """vLLM's engine core resolves --reasoning-parser before serving (v1/structured_output/__init__.py), on
+    headless nodes too; the dry run makes that lookup where it stops."""
+    for extra in ([], ["--headless"]):
+        out = _script("--", "/m", "--reasoning-parser", "deepseek_v5", *extra)
+        verdict = json.loads(out.stdout)
+        assert out.returncode == 1 and verdict["evidence"][-1].startswith(
+            "KeyError: Reasoning parser 'deepseek_v5' not found. Available parsers: beam,")
+    assert _script("--", "/m", "--reasoning-parser", "deepseek_v41", "--headless").returncode == 0
 
 
 def test_a_bad_value_is_reported_with_the_flag(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """PR review: `stacks diff` on a temp git repository with real commits, and `stacks preview-summary` on a
-realistic `pulumi preview --json` (the shape of Pulumi's preview digest)."""
+realistic `pulumi preview --json` (the shape of Pulumi's preview digest) and the engine event log of the same
+preview (apitype.EngineEvent lines: the only place Pulumi writes policy violations)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from stacks.downtime import downtime_of
+from stacks.plan_diff import to_markdown as diff_markdown
 from stacks.preview_summary import summarize, to_markdown
 from tests.conftest import ROOT
 
 PREVIEW = ROOT / "tests" / "fixtures" / "pulumi" / "preview-image-change-prod.json"
+EVENTS = ROOT / "tests" / "fixtures" / "pulumi" / "preview-events-image-change-prod.jsonl"
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 
 
@@ -64,9 +68,46 @@ def test_image_argv_and_env_changes_and_the_replaced_group(repo: Path) -> None:
     assert "- `engine-node1-deepseek-v41-flash`\n- `engine-node2-deepseek-v41-flash`\n" in md
     assert "- `node1-image` (pull)" in md and "planned by the code at HEAD~1" in md
     assert "### Topology" not in md  # nothing about parallelism changed
+    # nccl_debug WARN: the warning with its text, and the NCCL checks that no longer run
+    assert ("### Warnings\n\n- added: fabric.nccl_debug is not INFO: the NCCL transport (RDMA vs socket fallback) "
+            "will not be verified\n") in md
+    assert "- removed: ~~image vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657 is not pinned" in md
+    assert ("### Checks\n\n- **removed** `nccl-transport-node1` (it no longer runs)\n- **removed** "
+            "`nccl-transport-node2` (it no longer runs)\n") in md
+    plan = json.loads(subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json"], cwd=repo, text=True,
+                                     capture_output=True, env={**os.environ, "VLLM_CLUSTER_ROOT": str(repo)}).stdout)
+    estimate = max(int(c["labels"]["vllm-cluster.estimated-load-s"]) for n in plan["nodes"] for c in n["containers"])
+    minutes, seconds = divmod(estimate, 60)
+    assert (f"- **Downtime:** the whole engine group (2 container(s)) is down about {minutes} min {seconds} s (the "
+            "new plan's estimated load time, model.load_gb_per_s)") in md
     data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
     assert data["containers"]["engine-node2-deepseek-v41-flash"]["argv"]["--max-num-seqs"] == ["128", "64"]
     assert data["replaced"] == ["engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
+    assert data["checks"] == {"added": [], "removed": ["nccl-transport-node1", "nccl-transport-node2"]}
+    assert data["estimated_load_s"] == {"base": estimate, "head": estimate}
+    assert data["downtime"].startswith("the whole engine group (2 container(s)) is down about ")
+
+
+def test_downtime_comes_from_one_swappable_function() -> None:
+    valid = {"base": {"valid": True}, "head": {"valid": True}}
+    engines = {"validation": valid, "replaced": ["engine-a", "engine-b"], "containers": {},
+               "estimated_load_s": {"base": 2855, "head": 3000}, "proxy": {}}
+    assert downtime_of(engines).startswith("the whole engine group (2 container(s)) is down about 50 min 0 s")
+    added = {**engines, "replaced": [], "containers": {"engine-c": {"created": True}}}
+    assert downtime_of(added).startswith("the whole engine group (1 container(s))")
+    proxy = {**engines, "replaced": [], "proxy": {"listen": ["0.0.0.0:443", "0.0.0.0:8443"]}}
+    assert downtime_of(proxy) == "seconds: the proxy container is replaced; the engines keep serving"
+    quiet = {**engines, "replaced": []}
+    assert downtime_of(quiet).startswith("none: no engine or proxy container is replaced")
+    broken = {**engines, "validation": {"base": {"valid": True}, "head": {"valid": False}}}
+    assert downtime_of(broken).startswith("unknown")
+    full = {"stack": "prod", "base": "main", "validation": {side: v | {"problems": [], "warnings": []}
+                                                             for side, v in valid.items()},
+            "topology": {}, "image": {}, "nodes": {"added": [], "removed": []}, "containers": {}, "replaced": [],
+            "proxy": {}, "listeners": {"added": [], "removed": []}, "warnings": {"added": [], "removed": []},
+            "checks": {"added": ["api-deny"], "removed": []}}
+    md = diff_markdown(full, downtime_of=lambda d: "from the computed matrix")
+    assert "- **Downtime:** from the computed matrix" in md and "- added `api-deny`" in md
 
 
 def test_topology_change_and_an_invalid_result_are_shown_with_the_rules(repo: Path) -> None:
@@ -95,6 +136,7 @@ def test_valid_topology_change_lists_tensor_and_ranks(repo: Path) -> None:
 def test_no_change_and_a_new_stack(repo: Path) -> None:
     out = diff(repo, "prod", "--base", "HEAD")
     assert out.returncode == 0 and "No change to what gets deployed." in out.stdout
+    assert "- **Downtime:** none: no engine or proxy container is replaced" in out.stdout
     shutil.copy(repo / "Pulumi.prod.yaml", repo / "Pulumi.staging.yaml")
     new = diff(repo, "staging", "--base", "HEAD")
     assert new.returncode == 2 and "HEAD has no Pulumi.staging.yaml: the stack is new" in new.stderr
@@ -111,12 +153,16 @@ def test_a_code_change_in_the_planner_shows_up_as_an_argv_change(repo: Path) -> 
     assert "argv `--max-num-seqs`: `128` → `256`" in out.stdout
 
 
+def _summary(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", "preview-summary", *args], cwd=ROOT, input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_preview_summary_of_an_image_change() -> None:
-    out = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", str(PREVIEW)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = _summary(str(PREVIEW))
     assert out.returncode == 0, out.stderr
     md = out.stdout
-    assert md.startswith("## `pulumi preview`: 10 to replace, 1 to create (4 unchanged)")
+    assert md.startswith("## `pulumi preview`: 10 to replace, 1 to create (4 unchanged)\n")
     assert "- `image`: `vllm/vllm-openai:nightly-7a1c" in md and "→ `vllm/vllm-openai:nightly-eed1f3d0" in md
     assert ("| `engine-node1-deepseek-v41-flash` | `docker:index/container:Container` | `image`, `labels[4].value` "
             "| – |") in md
@@ -124,6 +170,45 @@ def test_preview_summary_of_an_image_change() -> None:
     assert "| `api-smoke` | `command:local:Command` | `triggers` | – |" in md  # from replaceReasons (no detail)
     assert "node1-docker" not in md and "fabric-node1-fabric-preflight" not in md  # unchanged: not listed
     assert "[secret]" not in md and "`engine`" not in md  # values and output-only component updates stay out
+    # the digest's warning, and no claim about policy: the digest does not carry policy events
+    assert "- diagnostics: 0 error(s), 1 warning(s)" in md
+    assert ("| warning | diagnostic | `vllm-cluster-prod` | image vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443"
+            "ee198dd56f657 is not pinned by digest: the tag can be re-pushed") in md
+    assert "- policy violations: **not in this input**: `pulumi preview --json` leaves policy events out" in md
+
+
+def test_policy_violations_from_the_event_log_block_with_exit_1() -> None:
+    out = _summary(str(PREVIEW), "--events", str(EVENTS))
+    assert out.returncode == 1, out.stderr
+    md = out.stdout
+    assert md.startswith("## `pulumi preview`: 10 to replace, 1 to create (4 unchanged) — **BLOCKED** (2 blocking")
+    assert "- policy violations: 2 mandatory, 2 advisory" in md
+    assert ("| **mandatory** | `vllm-cluster/prod-image-pinned-by-digest` | `node1-image` | image vllm/vllm-openai:"
+            "nightly-eed1f3d0c6043bd494424a22443ee198dd56f657 is not pinned by digest: a tag can be re-pushed; write "
+            "repo:tag@sha256:&lt;digest&gt; |") in md
+    assert "| advisory | `vllm-cluster/image-pinned-by-digest` | `node2-image` |" in md
+    assert "<{%" not in md and md.count("| warning | diagnostic |") == 1  # colour tags gone; the warning once
+    alone = _summary(str(EVENTS))  # the streamed event log on its own gives the same review
+    assert alone.returncode == 1 and alone.stdout == md
+    data = json.loads(_summary(str(EVENTS), "--json").stdout)
+    assert data["ok"] is False and len(data["blocking"]) == 2 and data["counts"]["replace"] == 10
+    advisory_only = "\n".join(line for line in EVENTS.read_text().splitlines() if '"mandatory"' not in line)
+    relaxed = _summary("-", stdin=advisory_only)
+    assert relaxed.returncode == 0 and "- policy violations: 0 mandatory, 2 advisory" in relaxed.stdout
+
+
+def test_an_error_diagnostic_blocks() -> None:
+    preview: dict[str, Any] = json.loads(PREVIEW.read_text())
+    preview["diagnostics"].append({"urn": preview["steps"][0]["urn"], "severity": "error", "message":
+                                   "error: Program failed with an unhandled exception:\nstack 'prod': 1 config "
+                                   "problem(s), nothing was created\n"})
+    preview["diagnostics"].append({"severity": "info", "message": "Previewing update (prod)"})
+    out = _summary("-", stdin=json.dumps(preview))
+    assert out.returncode == 1
+    assert "- diagnostics: 1 error(s), 1 warning(s)" in out.stdout
+    assert ("| **error** | diagnostic | `vllm-cluster-prod` | Program failed with an unhandled exception: ⏎ stack "
+            "'prod': 1 config problem(s), nothing was created |") in out.stdout
+    assert "Previewing update" not in out.stdout
 
 
 def test_preview_summary_topology_and_json() -> None:
@@ -134,14 +219,42 @@ def test_preview_summary_topology_and_json() -> None:
     summary = summarize(changed)
     assert summary["counts"] == {"replace": 10, "update": 0, "create": 1, "delete": 0}
     assert "- `topology`: tensor: `8` → `16`; data: `2` → `1`" in to_markdown(summary)
-    assert summarize({"steps": []})["counts"] == {"replace": 0, "update": 0, "create": 0, "delete": 0}
-    assert to_markdown(summarize({"steps": []})).startswith("## `pulumi preview`: no changes (0 unchanged)")
-    bad = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", "-"], cwd=ROOT, input="not json",
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "pulumi preview --json > FILE" in bad.stderr
-    wrong = subprocess.run([sys.executable, "-m", "stacks", "preview-summary", "-"], cwd=ROOT, input="[1, 2]",
-                           capture_output=True, text=True, timeout=60)
-    assert wrong.returncode == 2 and "not a preview digest" in wrong.stderr
+    empty = summarize({"steps": [], "changeSummary": {}})
+    assert empty["counts"] == {"replace": 0, "update": 0, "create": 0, "delete": 0} and empty["ok"]
+    assert to_markdown(empty).startswith("## `pulumi preview`: no resource changes (0 unchanged)\n")
+
+
+@pytest.mark.parametrize(("stdin", "args", "message"), [
+    ("not json", [], "stdin is not JSON"),
+    ("{}", [], "stdin is not a `pulumi preview --json` digest: it is an empty object `{}`, and a digest has `steps` "
+               "and `changeSummary`"),
+    ("[1, 2]", [], "it is a JSON list of 2 item(s)"),
+    ('{"version": 3, "deployment": {}}', [], "it is a stack export (`pulumi stack export`)"),
+    ('{"steps": [{"op": "same"}]}', [], "steps[0] has no `op` and `urn` strings"),
+    ('{"steps": [], "diagnostics": "boom"}', [], "`diagnostics` is str, not a list"),
+    ('{"sequence": 0, "summaryEvent": {"isPreview": false, "resourceChanges": {}}}', [],
+     "is the event log of an update (`summaryEvent.isPreview` is false), not of a preview"),
+])
+def test_what_is_not_a_preview_is_exit_2_naming_what_is_missing(stdin: str, args: list[str], message: str) -> None:
+    out = _summary("-", *args, stdin=stdin)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_bad_files_for_preview_summary_are_exit_2(tmp_path: Path) -> None:
+    history = ROOT / "tests" / "fixtures" / "pulumi" / "stack-history-prod.json"
+    out = _summary(str(history))
+    assert out.returncode == 2 and "(it looks like `pulumi stack history --json`)" in out.stderr
+    missing = _summary(str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    (tmp_path / "e.jsonl").write_text('{"hello": 1}\n')
+    bad_events = _summary(str(PREVIEW), "--events", str(tmp_path / "e.jsonl"))
+    assert bad_events.returncode == 2 and "line 1 is an object with keys hello, not a Pulumi engine event" in \
+        bad_events.stderr
+    twice = _summary(str(EVENTS), "--events", str(EVENTS))
+    assert twice.returncode == 2 and "already an event stream" in twice.stderr
+    for result in (out, missing, bad_events, twice):
+        assert "Traceback" not in result.stderr
 
 
 def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path) -> None:
