@@ -195,6 +195,7 @@ class ParallelismConfig(_Model):
     expert: bool = False
     backend: Literal["mp", "ray"] = "mp"
     data_parallel_rpc_port: int = Field(default=29550, ge=1, le=65535)
+    master_port: int = Field(default=29501, ge=1, le=65535, description="--master-port when a replica spans nodes")
 
 
 class ServingConfig(_Model):

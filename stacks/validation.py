@@ -16,7 +16,7 @@ from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
 from stacks.load_estimate import estimated_load_s, weight_shards
 from stacks.profiles import PROFILES, ModelProfile, get_profile
-from stacks.topology import Topology, derive_topology
+from stacks.topology import DP_MASTER_PORT, Topology, derive_topology, replica_spans_nodes
 
 MANAGED_FLAGS: dict[str, str] = {
     "--tensor-parallel-size": "parallelism.tensor",
@@ -29,6 +29,10 @@ MANAGED_FLAGS: dict[str, str] = {
     "--distributed-executor-backend": "parallelism.backend",
     "--enable-expert-parallel": "parallelism.expert",
     "--headless": "the node order (every node after the first is headless)",
+    "--nnodes": "the node list (mp, where a replica spans nodes)",
+    "--node-rank": "the node order (mp, where a replica spans nodes)",
+    "--master-addr": "fabric.control_plane (the head's control-plane IP)",
+    "--master-port": "parallelism.master_port",
     "--host": "serving.host",
     "--port": "serving.port",
     "--served-model-name": "model.served_name",
@@ -211,13 +215,16 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
         if len(per_node) == 1 and par.tensor > next(iter(per_node)):
             result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
                                    "prefer TP = GPUs per node and PP = nodes")
+    elif topo.spans_nodes:
+        _spanning_rules(config, topo, result)
     else:
         for node in config.nodes:
             if par.tensor * par.pipeline > node.gpus.count:
                 add(Problem("parallelism.tensor", par.tensor,
-                            f"mp runs each DP rank inside one node: TP{par.tensor} x PP{par.pipeline} > "
-                            f"{node.gpus.count} GPUs on {node.name}",
-                            fix=f"tensor <= {node.gpus.count} with data parallelism, or backend: ray"))
+                            f"with {len(config.nodes)} node(s) for {par.data} replica(s) each DP rank runs inside "
+                            f"one node: TP{par.tensor} x PP{par.pipeline} > {node.gpus.count} GPUs on {node.name}",
+                            fix=f"tensor x pipeline <= {node.gpus.count} with data parallelism, or more nodes than "
+                            "replicas so that each replica spans nodes (mp --nnodes), or backend: ray"))
                 break
     idle = topo.gpus_present - topo.gpus_used
     if idle > 0 and not result.problems:
@@ -225,6 +232,31 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
     models = {n.gpus.model for n in config.nodes}
     if len(models) > 1:
         result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
+
+
+ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
+
+
+def _spanning_rules(config: StackConfig, topo: Topology, result: Validation) -> None:
+    """Replicas that span nodes (vLLM's `--nnodes`): what vLLM 0.33.0 itself refuses or makes slow.
+
+    The node-count and world-size rules live in `stacks.topology` (they decide the layout); the per-model
+    rules (FlashMLA groups, Engram shards, DSpark without PP, memory per GPU) apply per replica unchanged.
+    """
+    par = config.parallelism
+    share = par.tensor * par.pipeline // topo.replica_nodes
+    if "--enable-elastic-ep" in config.serving.extra_args:
+        result.problems.append(Problem(
+            "serving.extra_args", "--enable-elastic-ep",
+            f"a replica spans {topo.replica_nodes} nodes: elastic EP needs every TP/PP rank of a replica on one node",
+            upstream=f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1830-1832, 1987-1994)",
+            fix="remove --enable-elastic-ep, or a tensor x pipeline that fits one node"))
+    # Ranks are laid out TP-fastest, node by node: a TP group stays in one node iff it tiles the node's share.
+    if share and (par.tensor > share or share % par.tensor):
+        result.warnings.append(
+            f"TP{par.tensor} crosses nodes ({share} GPUs of each replica per node): every layer's all-reduce goes "
+            f"over the fabric; prefer tensor = GPUs per node and pipeline = nodes per replica "
+            f"({topo.replica_nodes})")
 
 
 def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
@@ -256,12 +288,38 @@ def _port_rules(config: StackConfig, result: Validation) -> None:
     if config.parallelism.backend == "ray":
         ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
                   "ray.client_port": config.ray.client_port}
+    spans = replica_spans_nodes(config)
+    if spans:
+        ports["parallelism.master_port"] = config.parallelism.master_port
     seen: dict[int, str] = {}
     for key, port in ports.items():
         if port in seen:
             result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
                                            "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
         seen.setdefault(port, key)
+    if spans:
+        _master_port_rules(config, result)
+
+
+EPHEMERAL_PORTS = range(32768, 61000)
+"""Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
+
+
+def _master_port_rules(config: StackConfig, result: Validation) -> None:
+    """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
+    1875-1877): it must not be vLLM's own DP process-group port, and should not be an ephemeral port."""
+    port = config.parallelism.master_port
+    if config.parallelism.data > 1 and port == DP_MASTER_PORT:
+        result.problems.append(Problem(
+            "parallelism.master_port", port, f"same port as vLLM's DP process-group port {DP_MASTER_PORT} "
+            "(ParallelConfig.data_parallel_master_port, vllm/config/parallel.py:165)",
+            upstream="torch.distributed.DistNetworkError: … EADDRINUSE (the bind failure vllm/config/parallel.py:"
+                     "756-762 retries on)", fix="29501, vLLM's default --master-port"))
+    if port in EPHEMERAL_PORTS:
+        result.warnings.append(
+            f"parallelism.master_port {port} is in Linux's ephemeral range {EPHEMERAL_PORTS.start}-"
+            f"{EPHEMERAL_PORTS.stop - 1}: an outgoing connection on the head may hold it when rank 0 binds; "
+            "prefer a port below 32768 (vLLM's default is 29501)")
 
 
 LOOPBACK = ("127.0.0.1", "::1")
