@@ -72,7 +72,7 @@ def derive(argv):
            "data_parallel_external_lb", "master_addr", "master_port", "data_parallel_master_ip", "world_size")}
     out |= {"nnodes_within_dp": pc.nnodes_within_dp, "node_rank_within_dp": pc.node_rank_within_dp,
             "local_world_size": pc.local_world_size, "headless": args.headless}
-    # entrypoints/cli/serve.py: headless -> run_headless; node_rank_within_dp > 0 there -> executor only (216-232)
+    # entrypoints/cli/serve.py: headless -> run_headless; node_rank_within_dp > 0 there -> executor only (218-233)
     out["serve_path"] = (("workers only" if pc.node_rank_within_dp > 0 else "headless engine core")
                          if args.headless else "API server + engine core")
     return out

@@ -72,7 +72,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
 
     Where a replica spans nodes every node gets `--nnodes/--node-rank/--master-addr/--master-port` (vllm/engine/
     arg_utils.py:1175-1178); ranks > 0 are `--headless`, which vLLM requires there (no API server: entrypoints/
-    cli/serve.py:61-69). With DP > 1 no node gets `--data-parallel-start-rank`: vLLM infers each node's DP rank
+    cli/serve.py:69-77). With DP > 1 no node gets `--data-parallel-start-rank`: vLLM infers each node's DP rank
     from `--node-rank` (engine/arg_utils.py:2421-2424, 2506-2511), and a start rank on the head would switch it
     to hybrid load balancing, which refuses the headless replica heads (v1/engine/utils.py:1502-1514).
     """

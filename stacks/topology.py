@@ -12,7 +12,7 @@ With `mp` there are two shapes:
   a node's share of its replica is TP x PP x DP / N GPUs (engine/arg_utils.py:2399-2424). Node r serves DP
   rank r // (N / DP) (the rank vLLM infers from `--node-rank`, engine/arg_utils.py:2421-2424, 2506-2511).
   The first node of a replica (`node_rank_within_dp == 0`) runs that replica's engine core and executor
-  leader; the others run workers only (entrypoints/cli/serve.py:216-232).
+  leader; the others run workers only (entrypoints/cli/serve.py:218-233).
 """
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ def _spanning_rules(config: StackConfig, topo: Topology, result: Validation) -> 
         result.problems.append(Problem(
             "serving.extra_args", "--enable-elastic-ep",
             f"a replica spans {topo.replica_nodes} nodes: elastic EP needs every TP/PP rank of a replica on one node",
-            upstream=f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1830-1832, 1987-1994)",
+            upstream=f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1830-1832, 1987-1995)",
             fix="remove --enable-elastic-ep, or a tensor x pipeline that fits one node"))
     # Ranks are laid out TP-fastest, node by node: a TP group stays in one node iff it tiles the node's share.
     if share and (par.tensor > share or share % par.tensor):
@@ -314,7 +314,7 @@ def _master_port_rules(config: StackConfig, result: Validation) -> None:
             "parallelism.master_port", port, f"same port as vLLM's DP process-group port {DP_MASTER_PORT} "
             "(ParallelConfig.data_parallel_master_port, vllm/config/parallel.py:165)",
             upstream="torch.distributed.DistNetworkError: … EADDRINUSE (the bind failure vllm/config/parallel.py:"
-                     "756-762 retries on)", fix="29501, vLLM's default --master-port"))
+                     "744-756 retries on)", fix="29501, vLLM's default --master-port"))
     if port in EPHEMERAL_PORTS:
         result.warnings.append(
             f"parallelism.master_port {port} is in Linux's ephemeral range {EPHEMERAL_PORTS.start}-"
