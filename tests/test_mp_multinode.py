@@ -16,12 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checks.bundle import heredoc_command
 from checks.engines import classify as engines
 from components.check_commands import dry_run_command, engines_command
-from stacks.errors import Problem
-from stacks.loader import parse_config
+from stacks.errors import ConfigError, Problem
+from stacks.loader import parse_config, read_stack_values
 from stacks.plan import Plan, build_plan
 from stacks.render import render_plan
 from stacks.validation import DSPARK_PP_ERROR, ELASTIC_EP_MULTINODE_ERROR
@@ -151,6 +153,55 @@ def test_checks_engine_evidence_per_node_no_ray(h20_values: dict[str, Any]) -> N
            if c.module == "checks.vllm_args"}
     assert "--expect nnodes=4 --expect node_rank=2 --expect master_addr=192.0.2.11 --expect master_port=29501" in (
         dry["h20-3"])
+
+
+@st.composite
+def spanning(draw: st.DrawFn) -> dict[str, Any]:
+    """h20 on mp with g GPUs per node, DP replicas of TP x PP over about N / DP nodes (sometimes not whole)."""
+    values = h20_mp(read_stack_values("h20"))
+    gpus, per_replica, data = draw(st.sampled_from([2, 4, 8])), draw(st.integers(2, 4)), draw(st.integers(1, 3))
+    nodes = per_replica * data + draw(st.sampled_from([0, 0, 0, 1, -1]))
+    tensor = draw(st.sampled_from([t for t in (1, 2, 4, 8) if t <= gpus * per_replica]))
+    pipeline = draw(st.sampled_from([max(1, gpus * per_replica // tensor), per_replica, 2]))
+    values = h20_mp(values, nodes=max(nodes, 2), data=data)
+    values["parallelism"] |= {"tensor": tensor, "pipeline": pipeline, "expert": False}
+    values["model"]["weights_gb"] = 10
+    for node in values["nodes"]:
+        node["gpus"]["count"] = gpus
+    return values
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spanning())
+def test_layout_matches_vllms_own_arithmetic(values: dict[str, Any]) -> None:
+    """Each accepted plan against vLLM 0.33.0's formulas, written out from the source: world = DP x TP x PP,
+    local = world / N, DP rank = node_rank x local // (TP x PP) (engine/arg_utils.py:2399-2424), nnodes_within_dp
+    = N / DP and node_rank_within_dp = node_rank % that (config/parallel.py:808-836)."""
+    par = values["parallelism"]
+    n, dp, per_replica = len(values["nodes"]), par["data"], par["tensor"] * par["pipeline"]
+    world = per_replica * dp
+    try:
+        plan = build_plan("prop", parse_config("prop", values))
+    except ConfigError as exc:
+        keys = {p.key for p in exc.problems}
+        spans = n > dp and per_replica > values["nodes"][0]["gpus"]["count"]
+        if spans and world % n:
+            assert "parallelism.pipeline" in keys
+        if spans and n % dp:
+            assert "parallelism.data" in keys
+        return
+    if plan.topology["replica_nodes"] == 1:
+        assert per_replica <= values["nodes"][0]["gpus"]["count"] or n <= dp
+        return
+    local, within = world // n, n // dp
+    assert world % n == 0 and n % dp == 0 and plan.topology["replica_nodes"] == within
+    for rank, node in enumerate(plan.nodes):
+        assert node.node_rank == rank and node.gpus_used == local
+        assert node.replica == rank * local // per_replica
+        first = rank % within == 0
+        assert node.dp_ranks == ([node.replica] if first else [])
+        assert node.role == ("mp-head" if rank == 0 else "mp-replica-head" if first else "mp-worker")
+    assert plan.start_order[-1] == plan.head.name
 
 
 # --- rules: the upstream refusals, and every per-replica rule with the same key / value / fix ----------------
@@ -435,7 +486,6 @@ def test_shipped_engines_check_reads_a_log_file(tmp_path: Any) -> None:
 
 @pytest.fixture(scope="module")
 def four(request: pytest.FixtureRequest) -> Run:
-    from stacks.loader import read_stack_values
     return run_program("h20", h20_mp(read_stack_values("h20"), nodes=4, data=2))
 
 
