@@ -28,6 +28,9 @@ class ModelProfile:
     min_vram_gb: float | None
     max_context: int
     sources: dict[str, str] = field(default_factory=dict)
+    moe: bool = True
+    """Mixture of experts (DeepSeek V4/V4.1 are: `n_routed_experts` in config.json). vLLM 0.33.0 runs the DP
+    ranks of a dense model as independent replicas, which breaks DP over replicas that span nodes."""
 
 
 PROFILES: dict[str, ModelProfile] = {

@@ -96,7 +96,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
                 f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
                 f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
                 "server would give up while the engines still load; the policy pack refuses this")
-    _parallelism_rules(config, topology, result)
+    _parallelism_rules(config, topology, result, profile)
     _uniqueness_rules(config, result)
     _port_rules(config, result)
     _proxy_rules(config, result)
@@ -197,7 +197,8 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                 fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
 
 
-def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) -> None:
+def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
+                       profile: ModelProfile | None = None) -> None:
     par = config.parallelism
     add = result.problems.append
     total = sum(n.gpus.count for n in config.nodes)
@@ -216,7 +217,7 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
             result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
                                    "prefer TP = GPUs per node and PP = nodes")
     elif topo.spans_nodes:
-        _spanning_rules(config, topo, result)
+        _spanning_rules(config, topo, result, profile)
     else:
         for node in config.nodes:
             if par.tensor * par.pipeline > node.gpus.count:
@@ -237,7 +238,7 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
 ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
 
 
-def _spanning_rules(config: StackConfig, topo: Topology, result: Validation) -> None:
+def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, profile: ModelProfile | None) -> None:
     """Replicas that span nodes (vLLM's `--nnodes`): what vLLM 0.33.0 itself refuses or makes slow.
 
     The node-count and world-size rules live in `stacks.topology` (they decide the layout); the per-model
@@ -245,6 +246,17 @@ def _spanning_rules(config: StackConfig, topo: Topology, result: Validation) -> 
     """
     par = config.parallelism
     share = par.tensor * par.pipeline // topo.replica_nodes
+    if profile is not None and not profile.moe and par.data > 1:
+        # Dense DP ranks are independent: each engine core re-forms a DP1 world of its own replica
+        # (v1/engine/core.py:1545-1555, config/parallel.py:1191-1200), while a workers-only node runs the executor
+        # with the DP config as given (entrypoints/cli/serve.py:218-233): the two disagree on world size and
+        # ranks at --master-port.
+        result.problems.append(Problem(
+            "parallelism.data", par.data,
+            f"{profile.key} is a dense model: vLLM 0.33.0 runs its DP ranks as independent replicas, and with "
+            "replicas spanning nodes its engine cores and its workers-only nodes would join different worlds at "
+            "--master-port, so start-up fails or hangs",
+            fix="data: 1 (one replica over these nodes), and another stack per extra replica behind a load balancer"))
     if "--enable-elastic-ep" in config.serving.extra_args:
         result.problems.append(Problem(
             "serving.extra_args", "--enable-elastic-ep",

@@ -8,6 +8,7 @@ tests/vllm_standin), the dry run runs in a real Docker engine, and the Pulumi pr
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ from components.check_commands import dry_run_command, engines_command
 from stacks.errors import ConfigError, Problem
 from stacks.loader import parse_config, read_stack_values
 from stacks.plan import Plan, build_plan
+from stacks.profiles import PROFILES
 from stacks.render import render_plan
 from stacks.validation import DSPARK_PP_ERROR, ELASTIC_EP_MULTINODE_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of
@@ -253,6 +255,22 @@ def test_elastic_ep_refused_with_upstream_error(h20_values: dict[str, Any]) -> N
     values["serving"]["extra_args"] = ["--enable-elastic-ep"]
     problem = _only(problems_of(values), "serving.extra_args")
     assert problem.upstream is not None and problem.upstream.startswith(ELASTIC_EP_MULTINODE_ERROR)
+
+
+def test_dense_model_dp_over_spanning_replicas_refused(h20_values: dict[str, Any],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.33.0 re-forms each dense DP rank as DP1 in its engine core but not on workers-only nodes."""
+    dense = dataclasses.replace(PROFILES["deepseek-v4-flash"], key="dense-test", moe=False)
+    monkeypatch.setitem(PROFILES, "dense-test", dense)
+    values = h20_mp(h20_values, nodes=4, data=2)
+    values["model"]["profile"] = "dense-test"
+    values["image"] = "vllm/vllm-openai:unlisted"
+    values["parallelism"]["expert"] = False
+    problem = _only(problems_of(values), "parallelism.data")
+    assert problem.value == 2 and "dense model" in problem.message and "data: 1" in (problem.fix or "")
+    values["parallelism"]["data"] = 1
+    values["nodes"] = values["nodes"][:2]
+    assert [n.role for n in plan_of(values).nodes] == ["mp-head", "mp-worker"]  # one dense replica is fine
 
 
 @pytest.mark.parametrize("flag", ["--nnodes", "--node-rank", "--master-addr", "--master-port"])
