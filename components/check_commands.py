@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from checks.bundle import heredoc_command
-from stacks.config import SECRET_MARKER, StackConfig
+from stacks.config import StackConfig
 from stacks.plan import CheckSpec, Plan
 from stacks.profiles import get_profile
 from stacks.proxy import DENIED_PATHS
@@ -68,7 +68,7 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     node = plan.node(str(check.node))
     spec = node.containers[0]
     image = config.image.pull_ref
-    env = [part for key, value in spec.env.items() if value != SECRET_MARKER for part in ("-e", f"{key}={value}")]
+    env = [part for key, value in spec.env.items() for part in ("-e", f"{key}={value}")]  # plain env only
     # Without a GPU vLLM cannot even build its parser ("Failed to infer device type"); the CPU platform
     # builds the same serve parser. Seen with vLLM 0.33.0 (bench/dry_run_real_vllm.py).
     env += ["-e", "VLLM_TARGET_DEVICE=cpu"]

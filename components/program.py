@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import get_config
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime.config import get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
@@ -26,37 +28,78 @@ from components.check_commands import (
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.vllm_engine import VllmEngine, VllmEngineArgs
-from stacks.config import CONFIG_KEYS, SECRET_KEYS, SECRET_MARKER, SECRET_OBJECT_KEYS, StackConfig
-from stacks.errors import ConfigError
+from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
+from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
-from stacks.loader import PROJECT, parse_config
+from stacks.field_types import SECRET
+from stacks.loader import parse_config, read_stack_document, secret_problems
 from stacks.plan import API_CHECKS, CheckSpec, Plan, build_plan, check_client, roles
 from stacks.proxy import ProxyKeyError, render_nginx_conf
+from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
 
 
-def read_config() -> tuple[dict[str, Any], dict[str, pulumi.Output[Any]]]:
-    """Plain values from `pulumi.Config`, and the secrets as Outputs (the model only sees a marker)."""
-    cfg = pulumi.Config(PROJECT)
+def _entry(whole: pulumi.Output[Any], name: str) -> pulumi.Output[str]:
+    """One value of a secret object, still secret."""
+    return whole.apply(lambda values: str(values[name]))
+
+
+def _pulumi_config() -> tuple[dict[str, str], set[str]]:
+    """Every config value the engine passed to this program (full key -> text), and which keys are secrets.
+
+    The language host hands them over in PULUMI_CONFIG / PULUMI_CONFIG_SECRET_KEYS and `set_all_config`
+    (pulumi `sdk/python/cmd/pulumi-language-python-exec`); both places are read."""
+    raw = {**get_config_env(), **runtime_config.CONFIG.get()}
+    secret = {k for k in raw if is_config_secret(k)} | set(get_config_secret_keys_env())
+    return {str(k): str(v) for k, v in raw.items()}, secret
+
+
+def read_config(stack: str) -> tuple[dict[str, Any], dict[str, pulumi.Output[Any]]]:
+    """Plain values and secret Outputs from Pulumi's config; the model only ever sees the SECRET marker.
+
+    Raises ConfigError, before any resource registers, for a key that Pulumi holds in plain text where a
+    secret belongs (Pulumi would decrypt nothing and deploy it as is), a secret where plain config belongs
+    (it would be decrypted into plain resource inputs), a near-miss of the namespace, and - when the stack
+    file is at hand - a plain leaf inside proxy_keys / env_secrets that Pulumi's per-key flag cannot show."""
+    raw, secret_keys = _pulumi_config()
     values: dict[str, Any] = {}
     secrets: dict[str, pulumi.Output[Any]] = {}
-    for key in CONFIG_KEYS:
-        if key in SECRET_OBJECT_KEYS:
-            raw = get_config(f"{PROJECT}:{key}")
-            if raw is not None:
-                # Only the names become plain values (they are reviewable); the keys stay in a secret Output.
-                names = json.loads(raw) if isinstance(raw, str) else raw
-                values[key] = {name: SECRET_MARKER for name in names} if isinstance(names, dict) else SECRET_MARKER
-                secrets[key] = pulumi.Output.secret(cfg.require_secret_object(key))
+    problems: list[Problem] = []
+    for full_key, text in raw.items():
+        namespace, name = split_config_key(full_key, PROJECT)
+        if namespace != PROJECT:
+            if namespace is not None and near_miss(namespace):
+                problems.append(Problem(full_key, "…", f"namespace {namespace!r} is not {PROJECT!r}: nothing reads "
+                                        "this key", fix=f"{PROJECT}:{name}"))
             continue
-        if key in SECRET_KEYS:
-            secret = cfg.get_secret(key)
-            if secret is not None:
-                secrets[key] = secret
-                values[key] = SECRET_MARKER
-            continue
-        value = cfg.get_object(key)
-        if value is not None:
-            values[key] = value
+        value = decode_top_level(text)
+        is_secret = full_key in secret_keys
+        if name in SECRET_KEYS:
+            values[name] = SECRET if is_secret else text
+            if is_secret:
+                secrets[name] = pulumi.Output.secret(text)
+        elif name in SECRET_OBJECT_KEYS:
+            if is_secret and isinstance(value, dict):
+                # Only the names become plain values (they are reviewable); the values stay in a secret Output.
+                values[name] = {str(k): SECRET for k in value}
+                whole = pulumi.Output.secret(value)
+                secrets[name] = whole
+                for entry in value:
+                    secrets[f"{name}.{entry}"] = _entry(whole, str(entry))
+            else:
+                values[name] = value if not is_secret else SECRET
+        else:
+            values[name] = SECRET if is_secret else value
+    stack_path = Path.cwd() / f"Pulumi.{stack}.yaml"
+    if stack_path.is_file():
+        try:
+            in_file = read_stack_document(stack, Path.cwd()).values
+        except ConfigError as exc:
+            problems += exc.problems
+        else:
+            leaf_problems, _ = secret_problems(in_file)
+            problems += [p for p in leaf_problems if p.key.split(".")[0] in SECRET_OBJECT_KEYS or p.value is SECRET]
+    if problems:
+        raise ConfigError(stack, problems)
     return values, secrets
 
 
@@ -65,8 +108,8 @@ def _digest(value: Any) -> str:
 
 
 def deploy(stack: str) -> dict[str, Any]:
-    values, secrets = read_config()
     try:
+        values, secrets = read_config(stack)
         config = parse_config(stack, values)
         plan = build_plan(stack, config)
     except ConfigError as exc:
@@ -124,7 +167,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         for name, node in nodes.items()}
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
-        secrets={"VLLM_API_KEY": secrets["api_key"]} if "api_key" in secrets else {},
+        secrets={ref: secrets[ref] for node in plan.nodes for c in node.containers for ref in c.secret_env.values()},
         dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None))
     smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]

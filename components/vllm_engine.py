@@ -14,7 +14,6 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.gpu_node import GpuNode
-from stacks.config import SECRET_MARKER
 from stacks.launch import LABEL_PREFIX, ContainerSpec
 from stacks.plan import Plan
 
@@ -29,7 +28,7 @@ class VllmEngineArgs:
     gates: Mapping[str, Sequence[pulumi.Resource]]
     """Per node, the preflights that must pass before any container is touched."""
     secrets: Mapping[str, pulumi.Input[str]]
-    """Values for env vars the plan marks `[secret]` (VLLM_API_KEY)."""
+    """Secret config key (`api_key`, `env_secrets.HF_TOKEN`) -> its value, for the plan's `secret_env`."""
     dry_run_commands: Mapping[str, str]
     """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
@@ -42,12 +41,8 @@ def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
 def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
                    secrets: Mapping[str, pulumi.Input[str]]) -> docker.ContainerArgs:
     """The plan's container spec, field by field, as pulumi-docker arguments."""
-    envs: list[pulumi.Input[str]] = []
-    for key, value in spec.env.items():
-        if value == SECRET_MARKER:
-            envs.append(_secret_env(key, secrets[key]))
-        else:
-            envs.append(f"{key}={value}")
+    envs: list[pulumi.Input[str]] = [f"{key}={value}" for key, value in spec.env.items()]
+    envs += [_secret_env(key, secrets[ref]) for key, ref in spec.secret_env.items()]
     health = spec.healthcheck
     return docker.ContainerArgs(
         name=spec.name,

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stacks.config import SECRET_MARKER, ImageConfig
+from stacks.config import ImageConfig
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
-from stacks.loader import PROJECT_ROOT, load_stack, parse_config, stack_file, values_from_document
+from stacks.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, parse_config, stack_file
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
@@ -23,11 +22,7 @@ from stacks.preview_summary import to_markdown as preview_markdown
 from stacks.proxy import masked_nginx_conf
 from stacks.render import render_plan
 from stacks.rollback import RollbackError, choose, past_images, read_history, rewrite_image
-
-
-def _overrides(args: argparse.Namespace) -> list[str]:
-    """`--set` values plus `--assume-secret KEY`: plan as if that secret were set, without its value."""
-    return [*args.set, *(f"{key}={json.dumps(SECRET_MARKER)}" for key in args.assume_secret)]
+from stacks.stack_file import parse_stack_text
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +34,11 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     try:
-        config = load_stack(args.stack, _overrides(args))
-        plan = build_plan(args.stack, config)
+        config, document = load_stack_document(args.stack, args.set, args.assume_secret)
+        try:
+            plan = build_plan(args.stack, config)
+        except ConfigError as exc:
+            raise ConfigError(exc.stack, locate(exc.problems, document.positions)) from None
     except ConfigError as exc:
         if args.json:
             print(json.dumps({"stack": args.stack, "valid": False,
@@ -48,6 +46,7 @@ def _plan(args: argparse.Namespace) -> int:
         else:
             print(exc.report(), file=sys.stderr)
         return 2
+    plan = plan.model_copy(update={"warnings": [*document.warnings, *plan.warnings]})
     if args.json:
         print(json.dumps(plan.to_json_dict(), indent=2, ensure_ascii=False))
     else:
@@ -57,7 +56,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _nginx_conf(args: argparse.Namespace) -> int:
     try:
-        config = load_stack(args.stack, _overrides(args))
+        config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
         build_plan(args.stack, config)
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
@@ -75,8 +74,8 @@ def _rollback(args: argparse.Namespace) -> int:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")
         text = path.read_text()
-        values = values_from_document(yaml.safe_load(text) or {})
-        current = ImageConfig.model_validate(values["image"])
+        values = parse_stack_text(text, path.name).values
+        current = ImageConfig.model_validate(values.get("image"))
         history = past_images(read_history(args.stack, args.history, PROJECT_ROOT))
         target = choose(history, current, args.to)
         values["image"] = target.image.model_dump()
@@ -174,4 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
+        if os.environ.get("VLLM_CLUSTER_DEBUG"):
+            raise
+        print(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not your config: "
+              "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
+        return 3

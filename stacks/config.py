@@ -1,29 +1,59 @@
 """Typed model of one stack's config, exactly as written under `vllm-cluster:` in `Pulumi.<stack>.yaml`.
 
-Every model forbids unknown keys so a typo (`tensor_paralel`) fails at preview instead of being ignored.
-The model holds only what the user wrote plus defaults; everything derived (ranks, env, argv) lives in
-`topology`, `fabric` and `launch` so the derivation is testable on its own.
+Closed and strict: every model forbids unknown keys (a typo fails at preview instead of being ignored), no
+value is coerced from another type (`"8"` is not 8, `off` is not false), every number is finite and bounded,
+and every string has a type from `stacks.field_types`. The model holds only what the user wrote plus
+defaults; everything derived (ranks, env, argv) lives in `topology`, `fabric` and `launch`.
+Each field's `description` is what error messages and the README's config reference say about it.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-SECRET_MARKER = "[secret]"
+from stacks.field_types import (
+    SECRET,
+    AbsPath,
+    Capability,
+    Cidr,
+    ClientName,
+    ContainerName,
+    DevicePath,
+    Digest,
+    EnvName,
+    EnvValue,
+    FiniteFloat,
+    HcaName,
+    Host,
+    Identifier,
+    IfName,
+    IpAddress,
+    NodeName,
+    ParserName,
+    Port,
+    RelPath,
+    Repository,
+    SecretValue,
+    ServedModelName,
+    ServerName,
+    SshUser,
+    Tag,
+    Text,
+    UlimitName,
+    UlimitPair,
+    refuse,
+)
+
+SECRET_MARKER = SECRET
 """What a `secure:` value becomes in the pure model: the plan never sees secret plaintext."""
-
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
-_HCA = re.compile(r"^[A-Za-z0-9_]+(:[0-9]+)?$")
-_CLIENT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def parse_image_ref(ref: str) -> dict[str, str | None]:
@@ -33,7 +63,7 @@ def parse_image_ref(ref: str) -> dict[str, str | None]:
     slash = name.rfind("/")
     colon = name.rfind(":")
     if colon <= slash:
-        raise ValueError(f"{ref!r} has no tag: write repo:tag or repo:tag@sha256:<64 hex>")
+        raise refuse("has no tag", "repo:tag or repo:tag@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.33.0")
     return {"repository": name[:colon], "tag": name[colon + 1:], "digest": digest or None}
 
 
@@ -41,21 +71,14 @@ class ImageConfig(_Model):
     """The engine image: a mapping, or one string `repo:tag@sha256:…`. Pin the digest in prod: a tag like
     `nightly-…` can be re-pushed."""
 
-    repository: str = Field(min_length=1)
-    tag: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-    digest: str | None = None
+    repository: Repository = Field(description="Docker repository, e.g. vllm/vllm-openai")
+    tag: Tag = Field(description="tag reviewers read, e.g. v0.33.0")
+    digest: Digest | None = Field(default=None, description="sha256:<64 hex>; what Docker pulls when set")
 
     @model_validator(mode="before")
     @classmethod
     def _from_string(cls, value: Any) -> Any:
         return parse_image_ref(value) if isinstance(value, str) else value
-
-    @field_validator("digest")
-    @classmethod
-    def _digest_form(cls, value: str | None) -> str | None:
-        if value is not None and not _DIGEST.match(value):
-            raise ValueError(f"must look like 'sha256:' followed by 64 hex digits, got {value!r}")
-        return value
 
     @property
     def ref(self) -> str:
@@ -71,97 +94,90 @@ class ImageConfig(_Model):
 class ModelConfig(_Model):
     """Where the weights live. The same host dir must hold them on every node."""
 
-    profile: str
-    served_name: str = Field(min_length=1)
-    host_dir: str
-    container_dir: str = "/models"
-    path: str = Field(min_length=1, description="path of the model inside host_dir")
-    weights_gb: float | None = Field(default=None, gt=0, description="overrides the profile's size")
-    load_gb_per_s: float = Field(default=0.1, gt=0, description="weights read per node per second (seed 000)")
+    profile: Literal["deepseek-v4.1-flash", "deepseek-v4-flash"] = Field(
+        description="model profile (stacks/profiles.py)")
+    served_name: ServedModelName = Field(description="the model name clients send")
+    host_dir: AbsPath = Field(description="host directory mounted read-only into the engines")
+    container_dir: AbsPath = Field(default="/models", description="where host_dir appears in the container")
+    path: RelPath = Field(description="the model's directory inside host_dir")
+    weights_gb: FiniteFloat | None = Field(default=None, ge=1, le=100_000,
+                                           description="weight size in GB (default: the profile's)")
+    load_gb_per_s: FiniteFloat = Field(default=0.1, ge=0.001, le=100,
+                                       description="GB a node reads per second while loading (seed 000: ~0.1)")
 
-    @field_validator("host_dir", "container_dir")
+    @field_validator("container_dir")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"must be an absolute path, got {value!r}")
-        return value.rstrip("/") or "/"
+    def _not_root(cls, value: str) -> str:
+        if value == "/":
+            raise refuse("would mount the model over the container's root", "/models")
+        return value
 
     @property
     def container_path(self) -> str:
         """The model path vLLM receives (first argument of `vllm serve`)."""
-        return f"{self.container_dir.rstrip('/')}/{self.path.strip('/')}"
+        return f"{self.container_dir.rstrip('/')}/{self.path}"
 
     @property
     def host_path(self) -> str:
-        return f"{self.host_dir.rstrip('/')}/{self.path.strip('/')}"
+        return f"{self.host_dir.rstrip('/')}/{self.path}"
 
 
 class SshConfig(_Model):
-    host: str = Field(min_length=1)
-    user: str = "root"
-    port: int = Field(default=22, ge=1, le=65535)
+    host: Host = Field(description="address the deployer reaches the node's sshd on")
+    user: SshUser = Field(default="root", description="SSH user (must run docker)")
+    port: Port = Field(default=22, description="sshd port")
 
 
 class GpuConfig(_Model):
-    count: int = Field(ge=1, le=64)
-    model: str = Field(min_length=1, description="as nvidia-smi names it, e.g. 'NVIDIA H100 80GB HBM3'")
-    memory_gb: float = Field(gt=0, description="memory of one GPU in GB")
-
-
-def _ip(value: str) -> str:
-    ipaddress.ip_address(value)
-    return value
-
-
-IpAddress = Annotated[str, Field(min_length=2)]
+    count: int = Field(ge=1, le=64, description="GPUs in the node")
+    model: Text = Field(description="GPU name as nvidia-smi prints it, e.g. 'NVIDIA H100 80GB HBM3'")
+    memory_gb: FiniteFloat = Field(ge=1, le=1024, description="memory of one GPU in GB")
 
 
 class NodeConfig(_Model):
     """One GPU host. The first node of the list is the head (API, DP coordinator or Ray head)."""
 
-    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+    name: NodeName = Field(description="node name (resource names, labels)")
     ssh: SshConfig
     gpus: GpuConfig
-    management_ip: IpAddress
-    management_ifname: str | None = None
-    data_ips: list[IpAddress] = Field(default_factory=list)
-    nics: list[str] = Field(default_factory=list, description="data-plane NICs, same order as data_ips")
-    hcas: list[str] = Field(default_factory=list, description="RDMA HCAs as dev:port, e.g. mlx5_0:1")
-    gid_index: int | None = Field(default=None, ge=0, le=255)
-    data_parallel_local: int | None = Field(default=None, ge=1, description="DP ranks on this node (mp)")
+    management_ip: IpAddress = Field(description="the node's management address")
+    management_ifname: IfName | None = Field(default=None, description="the management interface, e.g. bond0")
+    data_ips: list[IpAddress] = Field(default_factory=list, max_length=64,
+                                      description="data-plane (RDMA NIC) addresses, same order as nics")
+    nics: list[IfName] = Field(default_factory=list, max_length=64, description="data-plane NICs")
+    hcas: list[HcaName] = Field(default_factory=list, max_length=64, description="RDMA HCAs as dev:port")
+    gid_index: int | None = Field(default=None, ge=0, le=255, description="RoCE v2 GID index (NCCL_IB_GID_INDEX)")
+    data_parallel_local: int | None = Field(default=None, ge=1, le=64, description="DP ranks on this node (mp)")
 
-    @field_validator("management_ip")
+    @field_validator("data_ips", "nics", "hcas")
     @classmethod
-    def _mgmt_ip(cls, value: str) -> str:
-        return _ip(value)
-
-    @field_validator("data_ips")
-    @classmethod
-    def _data_ips(cls, value: list[str]) -> list[str]:
-        return [_ip(v) for v in value]
-
-    @field_validator("nics")
-    @classmethod
-    def _nics(cls, value: list[str]) -> list[str]:
-        for nic in value:
-            if not _IFNAME.match(nic):
-                raise ValueError(f"{nic!r} is not a Linux interface name (1-15 chars, no spaces)")
-        return value
-
-    @field_validator("management_ifname")
-    @classmethod
-    def _mgmt_ifname(cls, value: str | None) -> str | None:
-        if value is not None and not _IFNAME.match(value):
-            raise ValueError(f"{value!r} is not a Linux interface name (1-15 chars, no spaces)")
+    def _unique(cls, value: list[str]) -> list[str]:
+        seen = [v for i, v in enumerate(value) if v in value[:i]]
+        if seen:
+            raise refuse(f"lists {seen[0]!r} twice", "each entry once")
         return value
 
     @field_validator("hcas")
     @classmethod
-    def _hcas(cls, value: list[str]) -> list[str]:
-        for hca in value:
-            if not _HCA.match(hca):
-                raise ValueError(f"{hca!r} is not an HCA name like 'mlx5_0:1'")
+    def _one_port_per_device(cls, value: list[str]) -> list[str]:
+        devices = [h.partition(":")[0] for h in value]
+        twice = [d for i, d in enumerate(devices) if d in devices[:i] and ":" not in value[i]]
+        if twice:
+            raise refuse(f"names device {twice[0]!r} twice", "each dev:port once")
         return value
+
+    @field_validator("management_ip")
+    @classmethod
+    def _routable(cls, value: str) -> str:
+        import ipaddress
+
+        address = ipaddress.ip_address(value)
+        if address.is_unspecified or address.is_multicast:
+            raise refuse("is not a host address (unspecified or multicast)", "the node's own address, e.g. 10.30.8.1")
+        return value
+
+
+_NCCL_ENV = re.compile(r"(NCCL|UCX|GLOO|NVSHMEM)_[A-Z0-9_]+")
 
 
 class FabricConfig(_Model):
@@ -171,120 +187,178 @@ class FabricConfig(_Model):
     NCCL bootstraps over. Seed 000 runs both on the first 400G NIC; seed 001 keeps them on management.
     """
 
-    transport: Literal["roce", "ib", "socket"] = "roce"
-    control_plane: Literal["data", "management"] = "data"
-    nccl_socket: Literal["data", "management"] = "data"
-    nccl_net: Literal["IB", "Socket"] | None = None
-    nccl_debug: Literal["INFO", "WARN", "TRACE", "VERSION"] | None = "INFO"
+    transport: Literal["roce", "ib", "socket"] = Field(default="roce", description="NCCL's data transport")
+    control_plane: Literal["data", "management"] = Field(
+        default="data", description="network of VLLM_HOST_IP, Gloo, DP RPC and Ray")
+    nccl_socket: Literal["data", "management"] = Field(default="data", description="NCCL_SOCKET_IFNAME's network")
+    nccl_net: Literal["IB", "Socket"] | None = Field(default=None, description="NCCL_NET")
+    nccl_debug: Literal["INFO", "WARN", "TRACE", "VERSION"] | None = Field(
+        default="INFO", description="NCCL_DEBUG (INFO is needed for the transport check)")
     exact_ifnames: bool = Field(default=True, description="prefix NCCL lists with '=' (no prefix match)")
-    env: dict[str, str] = Field(default_factory=dict, description="extra NCCL_*/UCX_* variables")
-    private_networks: list[str] = Field(default_factory=list, description="CIDRs declared private")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64,
+                                         description="extra NCCL_*/UCX_*/GLOO_*/NVSHMEM_* variables")
+    private_networks: list[Cidr] = Field(default_factory=list, max_length=256, description="CIDRs declared private")
 
-    @field_validator("private_networks")
+    @field_validator("env")
     @classmethod
-    def _cidrs(cls, value: list[str]) -> list[str]:
-        for cidr in value:
-            ipaddress.ip_network(cidr, strict=False)
+    def _fabric_only(cls, value: dict[str, str]) -> dict[str, str]:
+        other = [k for k in value if not _NCCL_ENV.fullmatch(k)]
+        if other:
+            raise refuse(f"{other[0]!r} is not a fabric variable (NCCL_*, UCX_*, GLOO_*, NVSHMEM_*)",
+                         "other variables go in container.env")
         return value
 
 
 class ParallelismConfig(_Model):
-    tensor: int = Field(ge=1, le=64)
-    pipeline: int = Field(default=1, ge=1, le=64)
-    data: int = Field(default=1, ge=1, le=1024)
-    expert: bool = False
-    backend: Literal["mp", "ray"] = "mp"
-    data_parallel_rpc_port: int = Field(default=29550, ge=1, le=65535)
-    master_port: int = Field(default=29501, ge=1, le=65535, description="--master-port when a replica spans nodes")
+    tensor: int = Field(ge=1, le=64, description="GPUs per TP group")
+    pipeline: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+    data: int = Field(default=1, ge=1, le=1024, description="data-parallel ranks")
+    expert: bool = Field(default=False, description="expert parallelism (EP = DP x TP)")
+    backend: Literal["mp", "ray"] = Field(default="mp", description="mp (vLLM internal DP) or ray")
+    data_parallel_rpc_port: Port = Field(default=29550, description="DP coordinator RPC port")
+    master_port: Port = Field(default=29501, description="--master-port when a replica spans nodes (mp)")
 
 
 class ServingConfig(_Model):
-    host: str = "0.0.0.0"
-    port: int = Field(default=8000, ge=1, le=65535)
-    max_model_len: int = Field(ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    max_num_seqs: int = Field(default=256, ge=1)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    kv_cache_dtype: str | None = Field(default=None, description="default: the profile's")
-    prefix_caching: bool = False
-    trust_remote_code: bool = False
-    dtype: str | None = None
-    tokenizer_mode: str | None = Field(default=None, description="default: the profile's")
-    tool_call_parser: str | None = Field(default=None, description="default: the profile's")
-    reasoning_parser: str | None = Field(default=None, description="default: the profile's")
-    auto_tool_choice: bool = True
-    engine_ready_timeout_s: int = Field(default=3600, ge=60)
-    extra_args: list[str] = Field(default_factory=list)
+    host: IpAddress = Field(default="0.0.0.0", description="address vLLM's API binds (an IP literal)")
+    port: Port = Field(default=8000, description="vLLM's API port")
+    max_model_len: int = Field(ge=1, le=16_777_216, description="context length in tokens")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=16_777_216,
+                                               description="per-iteration token budget")
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536, description="active sequences per DP rank")
+    gpu_memory_utilization: FiniteFloat = Field(default=0.9, gt=0, le=1, description="share of GPU memory vLLM takes")
+    kv_cache_dtype: ParserName | None = Field(default=None, description="KV cache dtype (default: the profile's)")
+    prefix_caching: bool = Field(default=False, description="--enable-prefix-caching")
+    trust_remote_code: bool = Field(default=False, description="--trust-remote-code")
+    dtype: ParserName | None = Field(default=None, description="--dtype")
+    tokenizer_mode: ParserName | None = Field(default=None, description="default: the profile's")
+    tool_call_parser: ParserName | None = Field(default=None, description="default: the profile's")
+    reasoning_parser: ParserName | None = Field(default=None, description="default: the profile's")
+    auto_tool_choice: bool = Field(default=True, description="--enable-auto-tool-choice")
+    engine_ready_timeout_s: int = Field(default=3600, ge=60, le=172_800, description="VLLM_ENGINE_READY_TIMEOUT_S")
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=200,
+        description="more `vllm serve` argv words, one per item; no flag the config manages")
+
+
+def _json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why a speculative option value cannot travel as JSON to vLLM, or None."""
+    if depth > 4:
+        return "nested deeper than 4 levels"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return "a number too large for JSON"
+    if isinstance(value, str) and (len(value) > 4096 or re.search(r"[\x00-\x1f\x7f]", value)):
+        return "a string with control characters or longer than 4096"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for _, item in items:
+        found = _json_problem(item, depth + 1)
+        if found:
+            return found
+    return None
 
 
 class SpeculativeConfig(_Model):
     """Rendered as `--speculative-config` JSON: method, num_speculative_tokens, then `options` in order."""
 
-    method: str
-    num_speculative_tokens: int = Field(ge=1, le=64)
-    options: dict[str, Any] = Field(default_factory=dict)
+    method: Identifier = Field(description="speculative method, e.g. dspark")
+    num_speculative_tokens: int = Field(ge=1, le=64, description="draft tokens per step")
+    options: dict[Identifier, JsonValue] = Field(default_factory=dict, max_length=32,
+                                                 description="further SpeculativeConfig fields, in order")
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in ("method", "num_speculative_tokens"):
+            if key in value:
+                raise refuse(f"sets {key!r}, which overrides the checked speculative.{key}",
+                             f"set speculative.{key} instead")
+        for key, item in value.items():
+            problem = _json_problem(item)
+            if problem:
+                raise refuse(f"option {key!r} is {problem}", "a JSON value: string, number, boolean, list or mapping")
+        return value
 
 
 class VolumeConfig(_Model):
-    host: str
-    container: str
-    read_only: bool = False
+    host: AbsPath = Field(description="host path")
+    container: AbsPath = Field(description="container path")
+    read_only: bool = Field(default=False, description="mount read-only")
 
-    @field_validator("host", "container")
+    @field_validator("container")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"must be an absolute path (Docker's API has no compose directory), got {value!r}")
+    def _not_root(cls, value: str) -> str:
+        if value == "/":
+            raise refuse("would mount over the container's root", "a directory, e.g. /var/log/vllm")
         return value
 
 
 class ContainerConfig(_Model):
-    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
-    restart: Literal["no", "on-failure", "always", "unless-stopped"] = "unless-stopped"
-    network_mode: Literal["host"] = "host"
-    ipc_mode: Literal["host", "private", "shareable"] = "host"
-    privileged: bool = False
-    shm_size_mb: int | None = Field(default=None, ge=64)
-    ulimits: dict[str, tuple[int, int]] = Field(
-        default_factory=lambda: {"memlock": (-1, -1), "stack": (67108864, 67108864)}
-    )
-    cache_dir: str | None = Field(default=None, description="host dir mounted at /root/.cache")
-    volumes: list[VolumeConfig] = Field(default_factory=list)
-    devices: list[str] = Field(default_factory=list)
-    capabilities: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    set_cuda_visible_devices: bool = True
+    name: ContainerName = Field(description="engine container name on every node")
+    restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
+        default="unless-stopped", description="Docker restart policy")
+    network_mode: Literal["host"] = Field(default="host", description="host networking (NCCL, RDMA)")
+    ipc_mode: Literal["host", "private", "shareable"] = Field(default="host", description="IPC namespace")
+    privileged: bool = Field(default=False, description="privileged container")
+    shm_size_mb: int | None = Field(default=None, ge=64, le=4_194_304, description="/dev/shm size in MB")
+    ulimits: dict[UlimitName, UlimitPair] = Field(
+        default_factory=lambda: {"memlock": [-1, -1], "stack": [67108864, 67108864]}, max_length=15,
+        description="name -> [soft, hard], -1 unlimited")
+    cache_dir: AbsPath | None = Field(default=None, description="host dir mounted at /root/.cache")
+    volumes: list[VolumeConfig] = Field(default_factory=list, max_length=64)
+    devices: list[DevicePath] = Field(default_factory=list, max_length=64,
+                                      description="host devices, e.g. /dev/infiniband")
+    capabilities: list[Capability] = Field(default_factory=list, max_length=41,
+                                           description="Linux capabilities to add")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=200,
+                                         description="extra container env; no variable the plan manages, no secret")
+    managed_env_overrides: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, max_length=32,
+        description="escape hatch: override a variable the plan manages (each one is a plan warning)")
+    set_cuda_visible_devices: bool = Field(default=True, description="set CUDA_VISIBLE_DEVICES to the GPUs used")
 
-    @field_validator("cache_dir")
+    @field_validator("volumes")
     @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("/"):
-            raise ValueError(f"must be an absolute host path, got {value!r}")
+    def _distinct_targets(cls, value: list[VolumeConfig]) -> list[VolumeConfig]:
+        targets = [v.container for v in value]
+        twice = [t for i, t in enumerate(targets) if t in targets[:i]]
+        if twice:
+            raise refuse(f"mounts two volumes at {twice[0]!r}", "one volume per container path")
+        return value
+
+    @field_validator("devices", "capabilities")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        twice = [v for i, v in enumerate(value) if v in value[:i]]
+        if twice:
+            raise refuse(f"lists {twice[0]!r} twice", "each entry once")
         return value
 
 
 class RayConfig(_Model):
-    gcs_port: int = Field(default=6379, ge=1, le=65535)
-    dashboard_port: int = Field(default=8265, ge=1, le=65535)
-    client_port: int = Field(default=10001, ge=1, le=65535)
-    cluster_ready_timeout_s: int = Field(default=600, ge=10)
+    gcs_port: Port = Field(default=6379, description="Ray GCS port on the head")
+    dashboard_port: Port = Field(default=8265, description="Ray dashboard port (bound to 127.0.0.1)")
+    client_port: Port = Field(default=10001, description="Ray client server port")
+    cluster_ready_timeout_s: int = Field(default=600, ge=10, le=86_400,
+                                         description="how long the head waits for every node and GPU")
 
 
 class SmokeConfig(_Model):
-    prompt: str = "17*19等于多少？只返回数字。"
-    expect: str = "323"
-    thinking_check: bool = True
-    stream_check: bool = True
+    prompt: Text = Field(default="17*19等于多少？只返回数字。", description="golden prompt")
+    expect: Text = Field(default="323", description="the exact answer at temperature 0")
+    thinking_check: bool = Field(default=True, description="also check that thinking mode returns reasoning")
+    stream_check: bool = Field(default=True, description="also check streaming (SSE and [DONE])")
 
 
 class ProxyLimits(_Model):
     """nginx limit_req / limit_conn. Per key = per client name in `proxy_keys`; per client = per source IP."""
 
-    requests_per_minute_per_key: int = Field(default=600, ge=1)
-    requests_per_minute_per_client: int = Field(default=1200, ge=1)
-    burst: int = Field(default=20, ge=0, description="requests allowed above the rate before 429")
-    connections_per_key: int = Field(default=64, ge=1, description="open requests (SSE streams count)")
-    connections_per_client: int = Field(default=128, ge=1)
+    requests_per_minute_per_key: int = Field(default=600, ge=1, le=1_000_000, description="per client key")
+    requests_per_minute_per_client: int = Field(default=1200, ge=1, le=1_000_000, description="per source IP")
+    burst: int = Field(default=20, ge=0, le=100_000, description="requests allowed above the rate before 429")
+    connections_per_key: int = Field(default=64, ge=1, le=100_000, description="open requests per key (SSE counts)")
+    connections_per_client: int = Field(default=128, ge=1, le=100_000, description="open requests per source IP")
 
 
 class ProxyConfig(_Model):
@@ -293,31 +367,28 @@ class ProxyConfig(_Model):
     Off by default, so a stack keeps its direct vLLM port until its config turns this on.
     """
 
-    enabled: bool = False
-    image: ImageConfig = Field(default_factory=lambda: ImageConfig(repository="nginx", tag="1.27-alpine"))
-    container_name: str = Field(default="vllm-proxy", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
-    bind: str = "0.0.0.0"
-    port: int = Field(default=443, ge=1, le=65535)
+    enabled: bool = Field(default=False, description="run the nginx front door on the head")
+    image: ImageConfig = Field(default_factory=lambda: ImageConfig(repository="nginx", tag="1.27-alpine"),
+                               description="nginx image")
+    container_name: ContainerName = Field(default="vllm-proxy", description="proxy container name")
+    bind: IpAddress = Field(default="0.0.0.0", description="address the proxy listens on")
+    port: Port = Field(default=443, description="proxy port")
     tls: bool = Field(default=True, description="certificate and key from the tls_* secrets")
-    server_name: str | None = Field(default=None, description="nginx server_name and the endpoint's host")
-    max_body_mb: int = Field(default=8, ge=1, le=1024)
-    read_timeout_s: int = Field(default=3600, ge=30, description="longest silence on a streamed answer")
+    server_name: ServerName | None = Field(default=None, description="nginx server_name and the endpoint's host")
+    max_body_mb: int = Field(default=8, ge=1, le=1024, description="request body cap in MB")
+    read_timeout_s: int = Field(default=3600, ge=30, le=86_400, description="longest silence on a streamed answer")
     limits: ProxyLimits = Field(default_factory=ProxyLimits)
-    check_client: str | None = Field(default=None, description="whose key the API checks use; default the first")
-
-    @field_validator("bind")
-    @classmethod
-    def _bind(cls, value: str) -> str:
-        return _ip(value)
+    check_client: ClientName | None = Field(default=None, description="whose key the API checks use")
 
 
 class ApiConfig(_Model):
     """Post-deploy API checks and the optional front proxy. Neither ever touches an engine."""
 
-    public_host: str | None = Field(default=None, description="address clients use; default head mgmt IP")
-    health_timeout_s: int | None = Field(default=None, ge=10, description="default: engine timeout + 600")
-    progress_interval_s: int = Field(default=30, ge=1)
-    request_timeout_s: int = Field(default=300, ge=1)
+    public_host: Host | None = Field(default=None, description="address clients use (default: head management IP)")
+    health_timeout_s: int | None = Field(default=None, ge=10, le=172_800,
+                                         description="how long the health check waits (default: engine timeout + 600)")
+    progress_interval_s: int = Field(default=30, ge=1, le=3600, description="progress line interval while waiting")
+    request_timeout_s: int = Field(default=300, ge=1, le=86_400, description="per-request timeout of the checks")
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
@@ -327,41 +398,23 @@ class StackConfig(_Model):
 
     image: ImageConfig
     model: ModelConfig
-    nodes: list[NodeConfig] = Field(min_length=1)
+    nodes: list[NodeConfig] = Field(min_length=1, max_length=1024)
     fabric: FabricConfig = Field(default_factory=FabricConfig)
     parallelism: ParallelismConfig
     serving: ServingConfig
     speculative: SpeculativeConfig | None = None
-    vision: bool = False
+    vision: bool = Field(default=False, description="keep the vision tower (false adds --language-model-only)")
     container: ContainerConfig
     ray: RayConfig = Field(default_factory=RayConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
-    api_key: str | None = Field(default=None, description="secret; set with `pulumi config set --secret`")
-    ssh_private_key: str | None = Field(default=None, description="secret; for check commands (default: agent)")
-    tls_certificate: str | None = Field(default=None, description="secret; PEM chain the proxy serves")
-    tls_private_key: str | None = Field(default=None, description="secret; PEM key of tls_certificate")
-    proxy_keys: dict[str, str] | None = Field(
-        default=None, description="client name -> bearer key, each a secret: `config set --secret --path`")
-
-    @field_validator("api_key", "ssh_private_key", "tls_certificate", "tls_private_key")
-    @classmethod
-    def _secret_only(cls, value: str | None) -> str | None:
-        if value is not None and value != SECRET_MARKER:
-            raise ValueError(
-                "must be a Pulumi secret: run `pulumi config set --secret vllm-cluster:<key> <value>`"
-            )
-        return value
-
-    @field_validator("proxy_keys")
-    @classmethod
-    def _client_keys(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for name, key in (value or {}).items():
-            if not _CLIENT.match(name):
-                raise ValueError(f"client name {name!r} must match {_CLIENT.pattern} (it appears in access logs)")
-            if key != SECRET_MARKER:
-                raise ValueError(f"the key of client {name!r} must be a Pulumi secret: run "
-                                 f"`pulumi config set --secret --path 'vllm-cluster:proxy_keys.{name}' <key>`")
-        return value
+    api_key: SecretValue | None = Field(default=None, description="vLLM's bearer key (VLLM_API_KEY), a secret")
+    ssh_private_key: SecretValue | None = Field(default=None, description="SSH key for the check commands, a secret")
+    tls_certificate: SecretValue | None = Field(default=None, description="PEM chain the proxy serves, a secret")
+    tls_private_key: SecretValue | None = Field(default=None, description="PEM key of tls_certificate, a secret")
+    proxy_keys: dict[ClientName, SecretValue] | None = Field(
+        default=None, max_length=1000, description="client name -> bearer key, each a secret (--secret --path)")
+    env_secrets: dict[EnvName, SecretValue] | None = Field(
+        default=None, max_length=64, description="env name -> value, each a secret (tokens: HF_TOKEN, …)")
 
     @property
     def head(self) -> NodeConfig:
@@ -371,7 +424,7 @@ class StackConfig(_Model):
 SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key", "tls_certificate", "tls_private_key")
 """Top-level keys that must be `secure:` values; the Pulumi program reads them with get_secret."""
 
-SECRET_OBJECT_KEYS: tuple[str, ...] = ("proxy_keys",)
+SECRET_OBJECT_KEYS: tuple[str, ...] = ("proxy_keys", "env_secrets")
 """Top-level objects whose every value is a secret (`config set --secret --path`); their keys are plain names."""
 
 CONFIG_KEYS: tuple[str, ...] = tuple(StackConfig.model_fields)

@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+MAX_VALUE_CHARS = 160
+"""A value is shown in full up to this length: a pasted certificate or an alias bomb must not flood the report."""
+
+
+def show_value(value: Any) -> str:
+    """The value as the report prints it: repr, cut to MAX_VALUE_CHARS."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -15,9 +24,13 @@ class Problem:
     message: str
     upstream: str | None = None
     fix: str | None = None
+    where: str | None = None
+    """`file:line:column` of the value, when it came from a stack file."""
 
     def render(self) -> str:
-        lines = [f"vllm-cluster:{self.key} = {self.value!r}: {self.message}"]
+        lines = [f"vllm-cluster:{self.key} = {show_value(self.value)}: {self.message}"]
+        if self.where:
+            lines.append(f"    at: {self.where}")
         if self.upstream:
             lines.append(f"    upstream failure it prevents: {self.upstream}")
         if self.fix:
@@ -25,12 +38,14 @@ class Problem:
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
+        value = self.value if isinstance(self.value, str | int | float | bool | type(None)) else show_value(self.value)
         return {
             "key": f"vllm-cluster:{self.key}",
-            "value": self.value,
+            "value": value,
             "message": self.message,
             "upstream": self.upstream,
             "fix": self.fix,
+            "where": self.where,
         }
 
 

@@ -19,6 +19,9 @@ class ImageCapabilities:
     source: str
     engram_shards_across_dp: bool = False
     """True where the image spreads the Engram embedding over DP too (shards = TP x DP)."""
+    option_table: str | None = None
+    """The vLLM version whose `vllm serve` option table (stacks/data/vllm-<v>-serve-flags.json) is this image's
+    own; None where no table was dumped from the image (extra_args are then checked for managed flags only)."""
 
 
 IMAGES: dict[str, ImageCapabilities] = {
@@ -47,6 +50,7 @@ IMAGES: dict[str, ImageCapabilities] = {
         source="the vLLM 0.33.0 wheel from PyPI, read 2026-12-02: its model registry has DeepseekV4ForCausalLM "
                "and DeepseekV41ForCausalLM, tokenizers/tool_parsers/reasoning register deepseek_v4 and "
                "deepseek_v41, config/speculative.py knows dspark; seed 001 baseline (image name hidden there)",
+        option_table="0.33.0",
     ),
 }
 

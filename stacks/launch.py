@@ -12,8 +12,9 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
-from stacks.config import SECRET_MARKER, NodeConfig, StackConfig
+from stacks.config import NodeConfig, StackConfig
 from stacks.fabric import control_ip, node_env
+from stacks.field_types import host_port
 from stacks.load_estimate import estimated_load_s
 from stacks.profiles import ModelProfile
 from stacks.topology import NodeTopology, Role, Topology
@@ -48,6 +49,10 @@ class ContainerSpec(BaseModel):
     command: list[str]
     entrypoint: list[str] | None
     env: dict[str, str]
+    """Plain variables only: what the plan, the dry run and labels may show."""
+    secret_env: dict[str, str]
+    """Variable -> the secret config key its value comes from (`api_key`, `env_secrets.HF_TOKEN`): the
+    component takes each from a Pulumi secret; it never appears in argv, labels, the dry run or the plan."""
     network_mode: str
     ipc_mode: str
     privileged: bool
@@ -60,11 +65,6 @@ class ContainerSpec(BaseModel):
     restart: str
     labels: dict[str, str]
     healthcheck: HealthcheckSpec | None
-
-    @property
-    def secret_env_keys(self) -> list[str]:
-        """Env vars whose value the component must take from a Pulumi secret."""
-        return [k for k, v in self.env.items() if v == SECRET_MARKER]
 
 
 def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology) -> list[str]:
@@ -134,6 +134,8 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
 
 
 def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:
+    """The plain env of a node's engine: GPUs, fabric, timeout, the user's extras, then any override the
+    config explicitly allows (`container.managed_env_overrides`, each a plan warning)."""
     env: dict[str, str] = {}
     if config.container.set_cuda_visible_devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(node_topo.gpus_used))
@@ -143,9 +145,17 @@ def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -
     env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(config.serving.engine_ready_timeout_s)
     env.update(config.container.env)
     env.update(fabric)
-    if node_topo.role.is_head and config.api_key is not None:
-        env["VLLM_API_KEY"] = SECRET_MARKER
+    env.update(config.container.managed_env_overrides)
     return env
+
+
+def secret_env(config: StackConfig, node_topo: NodeTopology) -> dict[str, str]:
+    """Variables whose values are Pulumi secrets: vLLM's key on the node that serves the API, and every
+    `env_secrets` entry on every engine."""
+    refs = {name: f"env_secrets.{name}" for name in sorted(config.env_secrets or {})}
+    if node_topo.role.is_head and config.api_key is not None:
+        refs["VLLM_API_KEY"] = "api_key"
+    return refs
 
 
 def ray_head_script(config: StackConfig, topo: Topology, serve_args: list[str]) -> str:
@@ -185,7 +195,8 @@ def cluster_ready_snippet(nodes: int, gpus: int, timeout_s: int) -> str:
 def ray_worker_command(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> list[str]:
     head_ip = control_ip(config, config.head)
     return [
-        "start", f"--address={head_ip}:{config.ray.gcs_port}", f"--node-ip-address={control_ip(config, node)}",
+        "start", f"--address={host_port(str(head_ip), config.ray.gcs_port)}",
+        f"--node-ip-address={control_ip(config, node)}",
         f"--num-gpus={node_topo.gpus_used}", "--disable-usage-stats", "--block",
     ]
 
@@ -198,8 +209,13 @@ def _volumes(config: StackConfig) -> list[VolumeSpec]:
     return vols
 
 
+def local_api_host(config: StackConfig) -> str:
+    """Where a process on the head reaches vLLM's API: the bind address, or loopback when it binds all."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.serving.host, config.serving.host)
+
+
 def _healthcheck(config: StackConfig) -> HealthcheckSpec:
-    url = f"http://127.0.0.1:{config.serving.port}/health"
+    url = f"http://{host_port(local_api_host(config), config.serving.port)}/health"
     probe = f"import urllib.request as u; u.urlopen('{url}', timeout=5)"
     return HealthcheckSpec(test=["CMD", "python3", "-c", probe], interval_s=30, timeout_s=10, retries=3,
                            start_period_s=config.serving.engine_ready_timeout_s)
@@ -244,6 +260,7 @@ def engine_containers(
             command=command,
             entrypoint=entrypoint,
             env=engine_env(config, node, node_topo),
+            secret_env=secret_env(config, node_topo),
             network_mode=c.network_mode,
             ipc_mode=c.ipc_mode,
             privileged=c.privileged,

@@ -1,188 +1,395 @@
 """Read a stack's config from `Pulumi.<stack>.yaml` (or from Pulumi's own Config) into a StackConfig.
 
 The offline `plan` and the Pulumi program both end in `parse_config`, so a bad config gets the same
-message in `python -m stacks plan` and in `pulumi preview`.
+message in `python -m stacks plan` and in `pulumi preview`. Every problem names the key, the value (never a
+secret's plaintext) and what works, in the project's words rather than pydantic's.
 """
 
 from __future__ import annotations
 
-import copy
+import difflib
+import math
 import os
+import types
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
-from stacks.config import SECRET_KEYS, SECRET_MARKER, SECRET_OBJECT_KEYS, StackConfig
+from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
+from stacks.field_types import SECRET, Kind
+from stacks.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
 
-PROJECT = "vllm-cluster"
 PROJECT_ROOT = Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parent.parent)
 """Where `Pulumi.<stack>.yaml` files are read; VLLM_CLUSTER_ROOT points elsewhere (tests, other repos)."""
+
+PLAIN = "<plain text>"
+"""What a problem shows instead of a secret written in plain text."""
 
 
 def stack_file(stack: str, root: Path = PROJECT_ROOT) -> Path:
     return root / f"Pulumi.{stack}.yaml"
 
 
-def read_stack_values(stack: str, root: Path = PROJECT_ROOT) -> dict[str, Any]:
-    """The `vllm-cluster:*` values of a stack file, keys without the namespace, secrets masked."""
+def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
+    """The `vllm-cluster:*` values of a stack file as Pulumi reads them, secrets masked, with positions."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stack) or stack in (".", ".."):
+        raise ConfigError(stack[:100], [Problem("<stack>", stack, "is not a stack name",
+                                                fix="letters, digits, _ . - (e.g. prod)")])
     path = stack_file(stack, root)
-    if not path.exists():
+    if not path.is_file():
         known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
         raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=f"one of {known}")])
-    return values_from_document(yaml.safe_load(path.read_text()) or {})
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(stack, [Problem("<stack>", stack, f"cannot read {path.name}: {exc}",
+                                          fix="a UTF-8 text file")]) from None
+    return parse_stack_text(text, path.name)
 
 
-def values_from_document(document: dict[str, Any]) -> dict[str, Any]:
-    config = document.get("config") or {}
-    values: dict[str, Any] = {}
-    for key, value in config.items():
-        namespace, _, name = str(key).partition(":")
-        if namespace == PROJECT and name:
-            values[name] = mask_secrets(value)
-    return values
+def read_stack_values(stack: str, root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    return read_stack_document(stack, root).values
 
 
-def mask_secrets(value: Any) -> Any:
-    """Replace every `{secure: …}` with the marker: the plan must never hold ciphertext or plaintext."""
-    if isinstance(value, dict):
-        if set(value) == {"secure"}:
-            return SECRET_MARKER
-        return {k: mask_secrets(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
+def _path(key: str) -> list[str | int]:
+    return [int(p) if p.isdigit() else p for p in key.split(".")]
 
 
-def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key.path=value` overrides; list items by index (`nodes.1.ssh.host=…`), values as YAML scalars."""
+def set_path(values: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.0.c` in nested values; list items by index. Raises ValueError with what is wrong."""
+    parts = _path(key)
+    if not key or any(p == "" for p in parts):
+        raise ValueError("empty key path segment")
+    node: Any = values
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            if not isinstance(part, int) or part >= len(node):
+                raise ValueError(f"{part!r} is not an index of a list of {len(node)}")
+            if last:
+                node[part] = value
+            else:
+                node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise ValueError(f"{'.'.join(map(str, parts[:depth]))} is a value, not a mapping")
+        name = str(part)
+        if last:
+            node[name] = value
+        else:
+            if node.get(name) is None:
+                node[name] = {}
+            node = node[name]
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret: Iterable[str] = ()) -> dict[str, Any]:
+    """`--set key.path=value` (values resolved like the stack file's) and `--assume-secret key.path`."""
+    import copy
+
     result = copy.deepcopy(values)
     problems: list[Problem] = []
     for item in overrides:
         path, sep, raw = item.partition("=")
-        if not sep or not path:
+        if not sep or not path.strip():
             problems.append(Problem("--set", item, "expected KEY.PATH=VALUE", fix="--set parallelism.tensor=16"))
             continue
         try:
-            _set_path(result, path.split("."), yaml.safe_load(raw) if raw != "" else "")
-        except (KeyError, IndexError, TypeError) as exc:
-            problems.append(Problem(path, raw, f"cannot set this path: {exc}", fix="a key path that exists"))
+            set_path(result, path.strip(), parse_value_text(raw))
+        except ValueError as exc:
+            problems.append(Problem(path, raw, f"--set: {exc}", fix="a key path of the config and a YAML value"))
+    for key in assume_secret:
+        top = key.split(".", 1)[0]
+        if top not in SECRET_KEYS + SECRET_OBJECT_KEYS or (top in SECRET_OBJECT_KEYS) != ("." in key):
+            problems.append(Problem("--assume-secret", key, "is not a secret key",
+                                    fix=f"one of {', '.join(SECRET_KEYS)}, or proxy_keys.<client> / "
+                                    "env_secrets.<NAME>"))
+            continue
+        try:
+            set_path(result, key, SECRET)
+        except ValueError as exc:
+            problems.append(Problem("--assume-secret", key, str(exc), fix="e.g. --assume-secret proxy_keys.team-a"))
     if problems:
         raise ConfigError("<overrides>", problems)
     return result
 
 
-def _set_path(node: Any, parts: list[str], value: Any) -> None:
-    head, rest = parts[0], parts[1:]
-    if isinstance(node, list):
-        index = int(head) if head.isdigit() else None
-        if index is None or index >= len(node):
-            raise IndexError(f"{head!r} is not an index of a list of {len(node)}")
-        if rest:
-            _set_path(node[index], rest, value)
-        else:
-            node[index] = value
-        return
-    if not isinstance(node, dict):
-        raise TypeError(f"{head!r} is below a scalar")
-    if rest:
-        if head not in node or node[head] is None:
-            node[head] = {}
-        _set_path(node[head], rest, value)
-    else:
-        node[head] = value
+# --- secrets --------------------------------------------------------------------------------------------------
 
 
-def parse_config(stack: str, values: dict[str, Any]) -> StackConfig:
-    """Validate the raw values; every schema problem is reported at once, with the key and what works."""
-    problems = [
-        Problem(key, "<plain text>", "holds a secret in plain config",
-                fix=f"pulumi config set --secret {PROJECT}:{key} <value>")
-        for key in SECRET_KEYS
-        if key in values and values[key] not in (None, SECRET_MARKER)
-    ]
+def _secret_fix(path: str) -> str:
+    top, _, rest = path.partition(".")
+    if top in ("container", "fabric") and rest.startswith("env."):
+        name = rest.removeprefix("env.")
+        return (f"remove it from {top}.env and run: pulumi config set --secret --path "
+                f"'{PROJECT}:env_secrets.{name}' <value>")
+    return f"only {', '.join(SECRET_KEYS)} and {', '.join(SECRET_OBJECT_KEYS)}.* hold secrets"
+
+
+def secret_problems(values: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
+    """Plain text where a secret belongs, and secrets where plain config belongs. Returns the problems and the
+    values with the offending keys removed, so no later message can echo a secret's plaintext."""
+    problems: list[Problem] = []
+    clean = dict(values)
+    for key in SECRET_KEYS:
+        if key in values and values[key] is not None and values[key] is not SECRET:
+            problems.append(Problem(key, PLAIN, "holds a secret in plain config",
+                                    fix=f"pulumi config set --secret {PROJECT}:{key} <value>"))
+            clean.pop(key)
     for key in SECRET_OBJECT_KEYS:
         entries = values.get(key)
         if entries is None:
             continue
         if not isinstance(entries, dict):
-            problems.append(Problem(key, "<secret>" if entries == SECRET_MARKER else "<plain text>",
-                                    "must be an object of client name -> secret key, so names stay reviewable",
-                                    fix=f"pulumi config set --secret --path '{PROJECT}:{key}.<client>' <key>"))
+            problems.append(Problem(key, "[secret]" if entries is SECRET else PLAIN,
+                                    "must be a mapping of name -> secret, so the names stay reviewable",
+                                    fix=f"pulumi config set --secret --path '{PROJECT}:{key}.<name>' <value>"))
+            clean.pop(key)
             continue
-        problems += [Problem(f"{key}.{name}", "<plain text>", "holds a secret in plain config",
-                             fix=f"pulumi config set --secret --path '{PROJECT}:{key}.{name}' <key>")
-                     for name, secret in entries.items() if secret != SECRET_MARKER]
-    flagged = {p.key.split(".")[0] for p in problems}
-    clean = {k: v for k, v in values.items() if k not in flagged}
+        plain = [name for name, secret in entries.items() if secret is not SECRET]
+        problems += [Problem(f"{key}.{name}", PLAIN, "holds a secret in plain config",
+                             fix=f"pulumi config set --secret --path '{PROJECT}:{key}.{name}' <value>")
+                     for name in plain]
+        if plain:
+            clean.pop(key)
+
+    def walk(value: Any, path: str) -> None:
+        if value is SECRET:
+            problems.append(Problem(path, SECRET, "holds a secret here, where Pulumi would pass the decrypted "
+                                    "value into plain resource inputs (env, argv, labels)", fix=_secret_fix(path)))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{path}.{i}")
+
+    for key, value in values.items():
+        if key not in SECRET_KEYS + SECRET_OBJECT_KEYS:
+            before = len(problems)
+            walk(value, key)
+            if len(problems) > before:
+                clean.pop(key, None)
+    return problems, clean
+
+
+# --- pydantic errors in the project's words ----------------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Optional[X] -> X; Annotated[X, …] -> X."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def field_at(loc: tuple[Any, ...]) -> tuple[FieldInfo | None, type[BaseModel] | None]:
+    """The FieldInfo a validation error location points at, and the model that holds it."""
+    model: type[BaseModel] | None = StackConfig
+    info: FieldInfo | None = None
+    annotation: Any = None
+    holder: type[BaseModel] | None = None
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        if model is not None and isinstance(part, str) and part in model.model_fields:
+            holder = model
+            info = model.model_fields[part]
+            annotation = _unwrap(info.annotation)
+        elif annotation is not None and typing.get_origin(annotation) in (list, dict):
+            annotation = _unwrap(typing.get_args(annotation)[-1])
+        else:
+            return info, holder
+        while typing.get_origin(annotation) in (list, dict) and parts and (
+                isinstance(parts[0], int) or typing.get_origin(annotation) is dict):
+            parts.pop(0)
+            annotation = _unwrap(typing.get_args(annotation)[-1])
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return info, holder
+
+
+def _bounds(info: FieldInfo | None) -> tuple[Any, Any]:
+    low = high = None
+    for item in info.metadata if info else []:
+        for attr in ("ge", "gt"):
+            if getattr(item, attr, None) is not None:
+                low = getattr(item, attr)
+        for attr in ("le", "lt"):
+            if getattr(item, attr, None) is not None:
+                high = getattr(item, attr)
+    return low, high
+
+
+def _kind(info: FieldInfo | None) -> str | None:
+    if info is None:
+        return None
+    for item in info.metadata:
+        if isinstance(item, Kind):
+            return item.name
+    annotation = info.annotation
+    for arg in typing.get_args(annotation) or ():
+        for meta in typing.get_args(arg)[1:] if typing.get_origin(arg) is typing.Annotated else ():
+            if isinstance(meta, Kind):
+                return meta.name
+    return None
+
+
+def _example(info: FieldInfo | None, low: Any) -> str:
+    default = info.default if info is not None else None
+    if isinstance(default, bool) or default is None or not isinstance(default, int | float):
+        return f"{low}" if low is not None else "8"
+    return f"{default}"
+
+
+def _range_text(low: Any, high: Any) -> str:
+    if low is not None and high is not None:
+        return f"from {low} to {high}"
+    if low is not None:
+        return f"at least {low}"
+    return f"at most {high}" if high is not None else "a number"
+
+
+def _problem(error: Any) -> Problem:
+    loc = tuple(part for part in error["loc"] if part != "[key]")
+    key = ".".join(str(part) for part in loc) or "<root>"
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    info, _ = field_at(loc)
+    what = f" ({info.description})" if info is not None and info.description else ""
+    low, high = _bounds(info)
+    if kind == "vllm_cluster":
+        return Problem(key, value, error["msg"], fix=ctx.get("fix"))
+    if kind == "extra_forbidden":
+        known = _known_keys(loc[:-1])
+        near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return Problem(key, value, "unknown key (Pulumi would pass it on and nothing would read it)",
+                       fix=f"{hint}known keys here: {', '.join(known)}")
+    if kind == "missing":
+        return Problem(key, None, f"required key is missing{what}", fix="add it (README: config reference)")
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return Problem(key, value, f"must be a whole number{what}",
+                       fix=f"a whole number {_range_text(low, high)}, e.g. {_example(info, low)} (unquoted)")
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        return Problem(key, value, f"must be a finite number{what}",
+                       fix=f"a number {_range_text(low, high)}, e.g. {_example(info, low)}")
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}")
+    if kind in ("bool_type", "bool_parsing"):
+        return Problem(key, value, f"must be true or false{what}",
+                       fix="true or false, unquoted (yes/no/on/off are strings in YAML 1.2, as Pulumi reads it)")
+    if kind == "string_type":
+        return Problem(key, value, f"must be a string{what}",
+                       fix=f"quote it: \"{value}\" (YAML reads 1.20 as the number 1.2)"
+                       if isinstance(value, int | float) and not isinstance(value, bool) else "a quoted string")
+    if kind == "string_too_short":
+        return Problem(key, value, f"is empty{what}", fix=f"a {_kind(info) or 'value'}")
+    if kind == "string_too_long":
+        return Problem(key, value, f"is longer than {ctx.get('max_length')} characters{what}",
+                       fix="a shorter value")
+    if kind in ("too_short", "too_long"):
+        bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        word = "at least" if kind == "too_short" else "at most"
+        return Problem(key, f"{ctx.get('actual_length')} item(s)", f"needs {word} {bound} item(s){what}",
+                       fix=f"{word} {bound} item(s)")
+    if kind == "list_type":
+        return Problem(key, value, f"must be a list{what}", fix="a YAML list: [a, b] or one '- item' per line")
+    if kind in ("dict_type", "model_type", "model_attributes_type", "mapping_type"):
+        keys = _known_keys(loc)
+        return Problem(key, value, f"must be a mapping{what}",
+                       fix=f"a mapping with keys {', '.join(keys)}" if keys else "a mapping of name: value")
+    if kind in ("literal_error", "enum"):
+        return Problem(key, value, f"is not one of the allowed values{what}", fix=f"one of {ctx.get('expected')}")
+    if kind == "is_instance_of":
+        return Problem(key, value, f"must be a Pulumi secret{what}",
+                       fix=f"pulumi config set --secret {PROJECT}:{key} <value>")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return Problem(key, value, f"{message}{what}", fix=f"a {_kind(info)}" if _kind(info) else None)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    if not loc:
+        return list(StackConfig.model_fields)
+    info, _ = field_at(loc)
+    if info is None:
+        return []
+    annotation = _unwrap(info.annotation)
+    while typing.get_origin(annotation) in (list, dict):
+        annotation = _unwrap(typing.get_args(annotation)[-1])
+    return list(annotation.model_fields) if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+
+
+def _non_finite(value: Any, path: str) -> list[Problem]:
+    """Pulumi cannot store NaN or infinity (its config values are JSON): refuse them anywhere."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [Problem(path, value, "is not a finite number (Pulumi stores config as JSON, which has no "
+                        "infinity or NaN)", fix="a finite number")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{path}.{i}")]
+    return []
+
+
+def parse_config(stack: str, values: dict[str, Any], positions: dict[tuple[str | int, ...], str] | None = None
+                 ) -> StackConfig:
+    """Validate the raw values; every schema problem is reported at once, with the key and what works."""
+    problems, clean = secret_problems(values)
+    for key in list(clean):
+        found = _non_finite(clean[key], key)
+        if found:
+            problems += found
+            clean.pop(key)
     try:
         config = StackConfig.model_validate(clean)
     except ValidationError as exc:
-        problems.extend(_schema_problems(exc))
-        raise ConfigError(stack, problems) from None
+        problems += [_problem(error) for error in exc.errors()]
+        raise ConfigError(stack, locate(problems, positions)) from None
     if problems:
-        raise ConfigError(stack, problems)
+        raise ConfigError(stack, locate(problems, positions))
     return config
 
 
-def _schema_problems(exc: ValidationError) -> list[Problem]:
-    problems = []
-    for error in exc.errors():
-        loc = [str(part) for part in error["loc"]]
-        key = ".".join(loc) or "<root>"
-        kind = error["type"]
-        value = error.get("input")
-        if kind == "extra_forbidden":
-            fix = f"one of the known keys: {', '.join(_known_keys(loc[:-1]))}"
-            problems.append(Problem(key, value, "unknown key (typo?)", fix=fix))
-        elif kind == "missing":
-            problems.append(Problem(key, None, "required key is missing", fix="add it to the stack file"))
-        else:
-            message = error["msg"].removeprefix("Value error, ")
-            problems.append(Problem(key, value, message, fix=_hint(error)))
-    return problems
+def locate(problems: list[Problem], positions: dict[tuple[str | int, ...], str] | None) -> list[Problem]:
+    """Add `file:line:column` to each problem whose key (or its nearest parent) came from the stack file."""
+    if not positions:
+        return problems
+    located = []
+    for problem in problems:
+        parts: tuple[str | int, ...] = tuple(_path(problem.key.replace("[]", "")))
+        where = None
+        while parts and where is None:
+            where = positions.get(parts)
+            parts = parts[:-1]
+        located.append(problem if where is None or problem.where else
+                       Problem(problem.key, problem.value, problem.message, problem.upstream, problem.fix, where))
+    return located
 
 
-def _known_keys(loc: list[str]) -> list[str]:
-    model: type[BaseModel] = StackConfig
-    for part in loc:
-        if part.isdigit():
-            continue
-        field = model.model_fields.get(part)
-        annotation = getattr(field, "annotation", None)
-        inner = _model_in(annotation)
-        if inner is None:
-            return []
-        model = inner
-    return list(model.model_fields)
+def load_stack_document(stack: str, overrides: list[str] | None = None, assume_secret: Iterable[str] = (),
+                        root: Path = PROJECT_ROOT) -> tuple[StackConfig, StackDocument]:
+    document = read_stack_document(stack, root)
+    values = document.values
+    if overrides or assume_secret:
+        values = apply_overrides(values, list(overrides or []), assume_secret)
+    return parse_config(stack, values, document.positions), document
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _hint(error: Any) -> str | None:
-    ctx = error.get("ctx") or {}
-    if "expected" in ctx:
-        return f"one of {ctx['expected']}"
-    for bound, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-        if bound in ctx:
-            return f"a value {word} {ctx[bound]}"
-    if "pattern" in ctx:
-        return f"a value matching {ctx['pattern']}"
-    return None
-
-
-def load_stack(stack: str, overrides: list[str] | None = None, root: Path = PROJECT_ROOT) -> StackConfig:
-    values = read_stack_values(stack, root)
-    if overrides:
-        values = apply_overrides(values, overrides)
-    return parse_config(stack, values)
+def load_stack(stack: str, overrides: list[str] | None = None, root: Path = PROJECT_ROOT,
+               assume_secret: Iterable[str] = ()) -> StackConfig:
+    return load_stack_document(stack, overrides, assume_secret, root)[0]

@@ -14,9 +14,10 @@ from pydantic import BaseModel, ConfigDict
 from stacks.config import StackConfig
 from stacks.errors import ConfigError
 from stacks.fabric import control_ip
+from stacks.field_types import bracket_host
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
-from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS, bracket_host
+from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
 from stacks.topology import DP_MASTER_PORT, NodeTopology, Role, Topology
 from stacks.validation import validate
 

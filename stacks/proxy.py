@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stacks.config import ProxyConfig
+from stacks.field_types import bracket_host
 
 ALLOWED_PATHS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")
 OPEN_PATHS: tuple[str, ...] = ("/health",)
@@ -193,8 +194,3 @@ def _error(message: str, kind: str) -> str:
 def _regex_literal(key: str) -> str:
     """Of the token68 characters only `.` and `+` mean something in a PCRE outside a class."""
     return re.sub(r"([.+])", r"\\\1", key)
-
-
-def bracket_host(host: str) -> str:
-    """An IPv6 address in brackets, as URLs and nginx `listen` want it; names and IPv4 as they are."""
-    return f"[{host}]" if ":" in host else host

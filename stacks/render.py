@@ -33,6 +33,8 @@ def render_plan(plan: Plan) -> str:
             lines.append(f"== {node.name} ({node.role}): container {c.name} — {c.purpose}")
             for key, value in c.env.items():
                 lines.append(f"   env {key}={value}")
+            for key, ref in c.secret_env.items():
+                lines.append(f"   env {key}=[secret] (Pulumi secret {ref})")
             if c.entrypoint:
                 lines.append(f"   entrypoint {shlex.join(c.entrypoint)}")
             if c.vllm_args is not None:

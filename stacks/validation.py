@@ -15,35 +15,9 @@ from stacks.errors import Problem
 from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
 from stacks.load_estimate import estimated_load_s, weight_shards
+from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.topology import DP_MASTER_PORT, Topology, derive_topology, replica_spans_nodes
-
-MANAGED_FLAGS: dict[str, str] = {
-    "--tensor-parallel-size": "parallelism.tensor",
-    "--pipeline-parallel-size": "parallelism.pipeline",
-    "--data-parallel-size": "parallelism.data",
-    "--data-parallel-size-local": "nodes[].data_parallel_local",
-    "--data-parallel-address": "fabric.control_plane",
-    "--data-parallel-rpc-port": "parallelism.data_parallel_rpc_port",
-    "--data-parallel-backend": "parallelism.backend",
-    "--distributed-executor-backend": "parallelism.backend",
-    "--enable-expert-parallel": "parallelism.expert",
-    "--headless": "the node order (every node after the first is headless)",
-    "--nnodes": "the node list (mp, where a replica spans nodes)",
-    "--node-rank": "the node order (mp, where a replica spans nodes)",
-    "--master-addr": "fabric.control_plane (the head's control-plane IP)",
-    "--master-port": "parallelism.master_port",
-    "--host": "serving.host",
-    "--port": "serving.port",
-    "--served-model-name": "model.served_name",
-    "--max-model-len": "serving.max_model_len",
-    "--max-num-seqs": "serving.max_num_seqs",
-    "--max-num-batched-tokens": "serving.max_num_batched_tokens",
-    "--gpu-memory-utilization": "serving.gpu_memory_utilization",
-    "--kv-cache-dtype": "serving.kv_cache_dtype",
-    "--speculative-config": "speculative",
-    "--language-model-only": "vision: false",
-}
 
 _PARSER_ERRORS = {
     # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
@@ -52,7 +26,6 @@ _PARSER_ERRORS = {
     "reasoning_parser": "KeyError: 'invalid reasoning parser: {value} (chose from {{ … }})'",
 }
 
-HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
 DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
                    "Supported models implement the SupportsPP interface.")
 
@@ -100,7 +73,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _uniqueness_rules(config, result)
     _port_rules(config, result)
     _proxy_rules(config, result)
-    _extra_arg_rules(config, result)
+    _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
     _notes(config, topology, result)
     return topology, profile, result
@@ -291,37 +264,52 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
                                        fix="a unique data-plane IP per NIC"))
 
 
+DP_MASTER_PORTS = range(29500, 29510)
+"""vLLM's `ParallelConfig.data_parallel_master_port` (0.33.0: 29500, counted up once per process group it
+creates: `get_next_dp_init_port`); the torch TCPStore rendezvous of the DP group listens there on the head."""
+
+
 def _port_rules(config: StackConfig, result: Validation) -> None:
+    """Every port bound on the head is distinct, and none is the head's sshd port (host networking)."""
     ports = {"serving.port": config.serving.port}
     if config.api.proxy.enabled:
         ports["api.proxy.port"] = config.api.proxy.port
-    if config.parallelism.backend == "mp" and config.parallelism.data > 1:
+    dp = config.parallelism.backend == "mp" and config.parallelism.data > 1
+    if dp:
         ports["parallelism.data_parallel_rpc_port"] = config.parallelism.data_parallel_rpc_port
     if config.parallelism.backend == "ray":
         ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
                   "ray.client_port": config.ray.client_port}
-    spans = replica_spans_nodes(config)
-    if spans:
-        ports["parallelism.master_port"] = config.parallelism.master_port
-    seen: dict[int, str] = {}
+    seen: dict[int, str] = {config.head.ssh.port: "nodes.0.ssh.port (the head's sshd)"}
     for key, port in ports.items():
         if port in seen:
             result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
                                            "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+        elif dp and port in DP_MASTER_PORTS:
+            result.problems.append(Problem(key, port, f"inside the DP rendezvous range {DP_MASTER_PORTS.start}-"
+                                           f"{DP_MASTER_PORTS.stop - 1} that vLLM's torch.distributed store binds on "
+                                           "the head", upstream="RuntimeError: The server socket has failed to listen "
+                                           "on any local network address (EADDRINUSE)",
+                                           fix=f"a port outside {DP_MASTER_PORTS.start}-{DP_MASTER_PORTS.stop - 1}"))
         seen.setdefault(port, key)
-    if spans:
-        _master_port_rules(config, result)
+    if replica_spans_nodes(config):
+        _master_port_rules(config, result, seen)
 
 
 EPHEMERAL_PORTS = range(32768, 61000)
 """Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
 
 
-def _master_port_rules(config: StackConfig, result: Validation) -> None:
+def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:
     """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
-    1875-1877): it must not be vLLM's own DP process-group port, and should not be an ephemeral port."""
+    1875-1877): distinct from every other port bound there, not vLLM's own DP process-group port, and better not
+    an ephemeral port. Not held to DP_MASTER_PORTS: with DP > 1 vLLM 0.33.0 replaces its DP master port with free
+    ports (config/parallel.py:998-1014), and 29501 is vLLM's own default for this flag."""
     port = config.parallelism.master_port
-    if config.parallelism.data > 1 and port == DP_MASTER_PORT:
+    if port in seen:
+        result.problems.append(Problem("parallelism.master_port", port, f"same port as {seen[port]}: one would fail "
+                                       "to bind (OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+    elif config.parallelism.data > 1 and port == DP_MASTER_PORT:
         result.problems.append(Problem(
             "parallelism.master_port", port, f"same port as vLLM's DP process-group port {DP_MASTER_PORT} "
             "(ParallelConfig.data_parallel_master_port, vllm/config/parallel.py:165)",
@@ -373,21 +361,19 @@ def _proxy_rules(config: StackConfig, result: Validation) -> None:
         result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
 
 
-def _extra_arg_rules(config: StackConfig, result: Validation) -> None:
-    for arg in config.serving.extra_args:
-        flag = arg.split("=", 1)[0]
-        if flag == "--data-parallel-start-rank":
-            result.problems.append(Problem(
-                "serving.extra_args", arg, "start ranks are derived per node; on the head a start rank switches "
-                "vLLM into hybrid load balancing", upstream=HYBRID_LB_ERROR,
-                fix="remove it: the head gets none, node k gets the sum of the local DP sizes before it"))
-        elif flag == "--api-key":
-            result.problems.append(Problem("serving.extra_args", "--api-key …", "a key in argv is visible in "
-                                           "`ps`, `docker inspect` and Pulumi state",
-                                           fix="pulumi config set --secret vllm-cluster:api_key <key>"))
-        elif flag in MANAGED_FLAGS:
-            result.problems.append(Problem("serving.extra_args", arg, "this flag is derived from the config",
-                                           fix=f"set {MANAGED_FLAGS[flag]} instead"))
+def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
+    """extra_args and env through the managed-option guard; option values against the image's choices."""
+    for problems, warnings in (argv_problems(config, image), env_problems(config)):
+        result.problems += problems
+        result.warnings += warnings
+    table, own = table_for(image)
+    if own and config.serving.dtype is not None:
+        choices = table.options["--dtype"].choices if "--dtype" in table.options else None
+        if choices and config.serving.dtype not in choices:
+            result.problems.append(Problem("serving.dtype", config.serving.dtype,
+                                           f"vLLM {table.version} has no such dtype",
+                                           upstream=f"vllm serve: error: argument --dtype: invalid choice: "
+                                           f"'{config.serving.dtype}'", fix=f"one of {', '.join(choices)}"))
 
 
 def _notes(config: StackConfig, topo: Topology, result: Validation) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 STANDIN = ROOT / "tests" / "vllm_standin"
-FLAGS = ROOT / "tests" / "fixtures" / "vllm-0.33.0-serve-flags.json"
+FLAGS = ROOT / "stacks" / "data" / "vllm-0.33.0-serve-flags.json"
 SITE = "usr/local/lib/python3.11/dist-packages"
 _SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "__pycache__", "turtledemo"}
 

@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from stacks.loader import apply_overrides, mask_secrets, values_from_document
+from stacks.field_types import SECRET
+from stacks.loader import apply_overrides
+from stacks.stack_file import parse_stack_text
 from tests.conftest import ROOT
 
 
@@ -70,15 +72,14 @@ def test_overrides_parse_yaml_scalars_and_indexes() -> None:
 
 
 def test_secure_values_print_as_secret(tmp_path: Path) -> None:
-    doc = {"config": {"vllm-cluster:api_key": {"secure": "AAABAxyz"}, "other:thing": 1,
-                      "vllm-cluster:nested": {"a": {"secure": "v"}}}}
-    assert values_from_document(doc) == {"api_key": "[secret]", "nested": {"a": "[secret]"}}
-    assert mask_secrets([{"secure": "x"}]) == ["[secret]"]
+    doc = ("config:\n  vllm-cluster:api_key: {secure: AAABAxyz}\n  other:thing: 1\n"
+           "  vllm-cluster:nested: {a: {secure: v}, b: [{secure: x}]}\n")
+    assert parse_stack_text(doc, "Pulumi.t.yaml").values == {"api_key": SECRET, "nested": {"a": SECRET, "b": [SECRET]}}
     src = (ROOT / "Pulumi.prod.yaml").read_text()
     (tmp_path / "Pulumi.prod.yaml").write_text(src + '  vllm-cluster:api_key:\n    secure: AAABAGhpZGRlbg==\n')
     out = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json"], cwd=ROOT, capture_output=True,
                          text=True, env={"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert "AAABAGhpZGRlbg" not in out.stdout
-    head_env = json.loads(out.stdout)["nodes"][0]["containers"][0]["env"]
-    assert head_env["VLLM_API_KEY"] == "[secret]"
+    head = json.loads(out.stdout)["nodes"][0]["containers"][0]
+    assert head["secret_env"] == {"VLLM_API_KEY": "api_key"} and "VLLM_API_KEY" not in head["env"]

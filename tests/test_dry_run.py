@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from components.check_commands import dry_run_command
+from stacks.field_types import SECRET
 from stacks.loader import parse_config
 from stacks.plan import Plan, build_plan
 from tests.conftest import ROOT
@@ -61,7 +62,7 @@ def verdict_of(out: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_command_shape_no_gpu_no_network_no_secret(prod_values: dict[str, Any]) -> None:
-    prod_values["api_key"] = "[secret]"
+    prod_values["api_key"] = SECRET
     config, plan = plan_with_image(prod_values, "vllm/vllm-openai:v0.33.0@sha256:" + "ab" * 32, "prod")
     commands = dry_runs(config, plan)
     assert set(commands) == {"node1", "node2"}

@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from checks.bundle import heredoc_command
 from checks.engines import classify as engines
 from components.check_commands import dry_run_command, engines_command
+from stacks import validation
 from stacks.errors import ConfigError, Problem
+from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
 from stacks.plan import Plan, build_plan
 from stacks.profiles import PROFILES
@@ -116,13 +118,14 @@ def test_four_node_dp2_golden_argv_and_layout(h20_values: dict[str, Any]) -> Non
 
 def test_env_secrets_and_healthcheck_per_role(h20_values: dict[str, Any]) -> None:
     values = h20_mp(h20_values, nodes=4, data=2)
-    values["api_key"] = "[secret]"
+    values["api_key"] = SECRET
     plan = plan_of(values)
     for i, node in enumerate(plan.nodes):
         spec = node.containers[0]
         assert spec.env["VLLM_HOST_IP"] == f"192.0.2.{11 + i}"  # its own control-plane IP (ZMQ queues bind it)
         assert spec.env["GLOO_SOCKET_IFNAME"] == "bond0" and spec.env["NCCL_IB_GID_INDEX"] == "3"
-        assert ("VLLM_API_KEY" in spec.env) == (i == 0) and (spec.healthcheck is not None) == (i == 0)
+        assert ("VLLM_API_KEY" in spec.secret_env) == (i == 0) and (spec.healthcheck is not None) == (i == 0)
+        assert "VLLM_API_KEY" not in spec.env
         assert spec.entrypoint is None and spec.command == spec.vllm_args  # the image's `vllm serve`
         assert spec.labels["vllm-cluster.role"] == node.role
     assert len({n.containers[0].labels["vllm-cluster.generation"] for n in plan.nodes}) == 1
@@ -260,11 +263,9 @@ def test_elastic_ep_refused_with_upstream_error(h20_values: dict[str, Any]) -> N
 def test_dense_model_dp_over_spanning_replicas_refused(h20_values: dict[str, Any],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM 0.33.0 re-forms each dense DP rank as DP1 in its engine core but not on workers-only nodes."""
-    dense = dataclasses.replace(PROFILES["deepseek-v4-flash"], key="dense-test", moe=False)
-    monkeypatch.setitem(PROFILES, "dense-test", dense)
+    dense = dataclasses.replace(PROFILES["deepseek-v4-flash"], moe=False)
+    monkeypatch.setattr(validation, "get_profile", lambda key: dense)
     values = h20_mp(h20_values, nodes=4, data=2)
-    values["model"]["profile"] = "dense-test"
-    values["image"] = "vllm/vllm-openai:unlisted"
     values["parallelism"]["expert"] = False
     problem = _only(problems_of(values), "parallelism.data")
     assert problem.value == 2 and "dense model" in problem.message and "data: 1" in (problem.fix or "")
@@ -277,8 +278,8 @@ def test_dense_model_dp_over_spanning_replicas_refused(h20_values: dict[str, Any
 def test_multinode_flags_are_managed(h20_values: dict[str, Any], flag: str) -> None:
     values = h20_mp(h20_values)
     values["serving"]["extra_args"] = [flag, "1"]
-    problem = _only(problems_of(values), "serving.extra_args")
-    assert "derived from the config" in problem.message
+    problem = _only(problems_of(values), "serving.extra_args.0")
+    assert "which the config manages" in problem.message
 
 
 @pytest.mark.parametrize(("key", "clash"), [("serving.port", 8000), ("parallelism.data_parallel_rpc_port", 29550)])

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
 from stacks.plan import build_plan
 from tests.pulumi_harness import SECRET_VALUES, Run, run_program
@@ -59,7 +60,8 @@ def _wire_container(spec: dict[str, Any], image_id: str) -> dict[str, Any]:
     """The plan's container spec in pulumi-docker wire names (what the provider receives)."""
     wire: dict[str, Any] = {
         "name": spec["name"], "image": image_id, "command": spec["command"], "envs":
-            [f"{k}={SECRET_VALUES['api_key'] if v == '[secret]' else v}" for k, v in spec["env"].items()],
+            [f"{k}={v}" for k, v in spec["env"].items()]
+            + [f"{k}={SECRET_VALUES[ref]}" for k, ref in spec["secret_env"].items()],
         "networkMode": spec["network_mode"], "ipcMode": spec["ipc_mode"], "privileged": spec["privileged"],
         "gpus": spec["gpus"], "restart": spec["restart"],
         "ulimits": [{"name": k, "soft": v[0], "hard": v[1]} for k, v in spec["ulimits"].items()],
@@ -81,7 +83,7 @@ def _wire_container(spec: dict[str, Any], image_id: str) -> dict[str, Any]:
 @pytest.mark.parametrize("stack", ["prod", "h20"])
 def test_every_container_input_equals_the_plan(stack: str) -> None:
     run = run_program(stack)
-    values = read_stack_values(stack) | {k: "[secret]" for k in SECRET_VALUES}  # as the program sees them
+    values = read_stack_values(stack) | {k: SECRET for k in SECRET_VALUES}  # as the program sees them
     plan = build_plan(stack, parse_config(stack, values)).to_json_dict()
     for node in plan["nodes"]:
         spec = node["containers"][0]

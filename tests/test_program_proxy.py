@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from stacks.field_types import SECRET
 from stacks.loader import read_stack_values
 from stacks.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
 from tests.nginx_harness import CLIENT_KEYS, UPSTREAM_KEY
@@ -102,7 +103,7 @@ def test_a_short_client_key_fails_the_preview_without_showing_it() -> None:
     secrets = copy.deepcopy(SECRETS)
     secrets["proxy_keys"] = {"team-a": "short"}
     values = proxied_values("prod")
-    values["proxy_keys"] = {"team-a": "[secret]"}
+    values["proxy_keys"] = {"team-a": SECRET}
     run = run_program("prod", values, preview=True, secrets=secrets)
     assert run.error is not None
     assert "proxy_keys.team-a" in str(run.error) and "at least 16" in str(run.error)

@@ -37,7 +37,7 @@ def test_plain_text_client_key_is_refused_without_echoing_it(prod_values: dict[s
     report = info.value.report()
     assert "vllm-cluster:proxy_keys.ops = '<plain text>'" in report and "sk-plaintext" not in report
     values["proxy_keys"] = SECRET_MARKER  # one encrypted blob: names would be unreviewable
-    with pytest.raises(ConfigError, match="object of client name -> secret key"):
+    with pytest.raises(ConfigError, match="must be a mapping of name -> secret"):
         parse_config("prod", values)
 
 

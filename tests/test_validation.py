@@ -65,7 +65,7 @@ def test_vision_off_adds_language_model_only(prod_values: dict[str, Any]) -> Non
 
 def test_start_rank_on_head_rejected(prod_values: dict[str, Any]) -> None:
     prod_values["serving"]["extra_args"] = ["--data-parallel-start-rank", "0"]
-    problem = _only(problems_of(prod_values), "serving.extra_args")
+    problem = _only(problems_of(prod_values), "serving.extra_args.0")
     assert problem.upstream == "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
 
 
@@ -144,12 +144,12 @@ def test_min_vram(prod_values: dict[str, Any]) -> None:
 
 def test_managed_flag_in_extra_args(prod_values: dict[str, Any]) -> None:
     prod_values["serving"]["extra_args"] = ["--tensor-parallel-size=16"]
-    assert "set parallelism.tensor instead" in (_only(problems_of(prod_values), "serving.extra_args").fix or "")
+    assert "set parallelism.tensor instead" in (_only(problems_of(prod_values), "serving.extra_args.0").fix or "")
 
 
 def test_api_key_in_argv_rejected(prod_values: dict[str, Any]) -> None:
     prod_values["serving"]["extra_args"] = ["--api-key", "sk-123"]
-    problem = _only(problems_of(prod_values), "serving.extra_args")
+    problem = _only(problems_of(prod_values), "serving.extra_args.0")
     assert "sk-123" not in problem.render() and "--secret" in (problem.fix or "")
 
 
@@ -210,7 +210,7 @@ def test_schema_errors_name_key_value_and_alternatives(prod_values: dict[str, An
     assert typo.message.startswith("unknown key") and "tensor" in (typo.fix or "")
     backend = _only(problems, "parallelism.backend")
     assert backend.value == "slurm" and "'mp'" in (backend.fix or "")
-    assert "<= 1" in (_only(problems, "serving.gpu_memory_utilization").fix or "")
+    assert "to 1" in (_only(problems, "serving.gpu_memory_utilization").fix or "")
 
 
 def test_all_errors_reported_together(prod_values: dict[str, Any]) -> None:
@@ -230,6 +230,6 @@ def test_image_as_one_pinned_string(prod_values: dict[str, Any]) -> None:
     assert not any("not pinned" in w for w in plan.warnings)
     prod_values["image"] = "registry.local:5000/vllm/vllm-openai"
     problem = problems_of(prod_values)[0]
-    assert problem.key == "image" and "has no tag" in problem.message and "repo:tag@sha256" in problem.message
+    assert problem.key == "image" and "has no tag" in problem.message and "repo:tag@sha256" in (problem.fix or "")
     prod_values["image"] = "vllm/vllm-openai:v0.33.0@sha256:short"
     assert problems_of(prod_values)[0].key == "image.digest"

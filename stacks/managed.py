@@ -1,0 +1,193 @@
+"""What the config manages: `vllm serve` options and environment variables no free-form field may touch.
+
+`serving.extra_args`, `container.env` and `fabric.env` exist for what the config does not model. Through them a
+user could set, unset or override what the config does model (`-tp 16` next to `parallelism.tensor: 8`,
+`--data_parallel_start_rank=1` on the head: exactly the hybrid-LB failure the start-rank rule prevents,
+`NCCL_SOCKET_IFNAME` under the fabric's feet, `VLLM_API_KEY` in plain text). The guard reads argv the way vLLM
+reads it (`stacks.serve_options`) and compares destinations, so no spelling gets through.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stacks.config import StackConfig
+from stacks.errors import Problem
+from stacks.images import ImageCapabilities
+from stacks.serve_options import OptionTable, option_table, read_argv
+
+HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+
+MANAGED_OPTIONS: dict[str, str] = {
+    "model": "model.container_dir / model.path (the first argument)",
+    "model_tag": "model.container_dir / model.path (the first argument)",
+    "headless": "the node order (every node after the head is headless)",
+    "host": "serving.host",
+    "port": "serving.port",
+    "uds": "serving.host / serving.port (vLLM would listen on a socket the checks and proxy do not know)",
+    "grpc": "serving.port (a gRPC server instead of the OpenAI API the checks and proxy expect)",
+    "grpc_port": "serving.port (a listener the plan and firewall do not know)",
+    "api_key": "api_key (a Pulumi secret: argv is visible in `ps`, `docker inspect` and Pulumi state)",
+    "api_server_count": "the node roles (headless nodes refuse API servers)",
+    "served_model_name": "model.served_name",
+    "trust_remote_code": "serving.trust_remote_code",
+    "dtype": "serving.dtype",
+    "tensor_parallel_size": "parallelism.tensor",
+    "pipeline_parallel_size": "parallelism.pipeline",
+    "distributed_executor_backend": "parallelism.backend",
+    "data_parallel_size": "parallelism.data",
+    "data_parallel_size_local": "nodes[].data_parallel_local",
+    "data_parallel_start_rank": "the node order (start ranks are derived; the head never gets one)",
+    "data_parallel_rank": "the node order (an explicit rank is another load-balancing mode)",
+    "data_parallel_address": "fabric.control_plane (the head's control-plane IP)",
+    "data_parallel_rpc_port": "parallelism.data_parallel_rpc_port",
+    "data_parallel_backend": "parallelism.backend",
+    "data_parallel_hybrid_lb": "the node roles (internal load balancing with headless engines)",
+    "data_parallel_external_lb": "the node roles (internal load balancing with headless engines)",
+    "data_parallel_multi_port_external_lb": "the node roles (internal load balancing with headless engines)",
+    "nnodes": "the node list",
+    "node_rank": "the node order",
+    "master_addr": "fabric.control_plane (the head's control-plane IP)",
+    "master_port": "parallelism.master_port",
+    "enable_expert_parallel": "parallelism.expert",
+    "max_model_len": "serving.max_model_len",
+    "max_num_seqs": "serving.max_num_seqs",
+    "max_num_batched_tokens": "serving.max_num_batched_tokens",
+    "gpu_memory_utilization": "serving.gpu_memory_utilization",
+    "kv_cache_dtype": "serving.kv_cache_dtype",
+    "enable_prefix_caching": "serving.prefix_caching",
+    "tokenizer_mode": "serving.tokenizer_mode",
+    "tool_call_parser": "serving.tool_call_parser",
+    "enable_auto_tool_choice": "serving.auto_tool_choice",
+    "reasoning_parser": "serving.reasoning_parser",
+    "speculative_config": "speculative",
+    "language_model_only": "vision",
+    "config": "the stack config (a --config file can set any managed flag behind the plan's back)",
+    "ssl_keyfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_certfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_ca_certs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_cert_reqs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+}
+"""`vllm serve` destinations (argparse `dest`) the plan derives, and the config key that sets each."""
+
+LB_MODE_OPTIONS = ("data_parallel_start_rank", "data_parallel_rank", "data_parallel_hybrid_lb",
+                   "data_parallel_external_lb")
+"""Options that switch vLLM out of internal load balancing, which the head's headless engines need."""
+
+SECRET_OPTIONS: dict[str, str] = {
+    "api_key": "remove it and run: pulumi config set --secret vllm-cluster:api_key <key>",
+    "hf_token": "remove it and run: pulumi config set --secret --path 'vllm-cluster:env_secrets.HF_TOKEN' <token>",
+}
+"""Options whose value is a credential: refused in argv whatever the config manages."""
+
+MANAGED_ENV: dict[str, str] = {
+    "VLLM_HOST_IP": "fabric.control_plane",
+    "NCCL_SOCKET_IFNAME": "fabric.nccl_socket and nodes[].nics / management_ifname",
+    "GLOO_SOCKET_IFNAME": "fabric.control_plane and nodes[].nics / management_ifname",
+    "NCCL_IB_HCA": "nodes[].hcas",
+    "NCCL_IB_GID_INDEX": "nodes[].gid_index",
+    "NCCL_IB_DISABLE": "fabric.transport",
+    "NCCL_NET": "fabric.nccl_net",
+    "NCCL_DEBUG": "fabric.nccl_debug",
+    "CUDA_VISIBLE_DEVICES": "container.set_cuda_visible_devices and the GPUs the topology uses",
+    "VLLM_ENGINE_READY_TIMEOUT_S": "serving.engine_ready_timeout_s",
+    "VLLM_API_KEY": "api_key (a Pulumi secret)",
+    "VLLM_PORT": "the listener table (vLLM derives its internal ports from it)",
+    "VLLM_DP_RANK": "the node order (vLLM sets it per engine)",
+    "VLLM_DP_RANK_LOCAL": "the node order (vLLM sets it per engine)",
+    "VLLM_DP_SIZE": "parallelism.data",
+    "VLLM_DP_MASTER_IP": "fabric.control_plane",
+    "VLLM_DP_MASTER_PORT": "the listener table",
+    "MASTER_ADDR": "fabric.control_plane",
+    "MASTER_PORT": "the listener table",
+    "RAY_ADDRESS": "the Ray head the plan starts",
+    "VLLM_TARGET_DEVICE": "the image (cuda)",
+}
+"""Environment variables the plan sets or depends on, and the config key that controls each."""
+
+OVERRIDABLE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA",
+                             "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG",
+                             "CUDA_VISIBLE_DEVICES"})
+"""What `container.managed_env_overrides` may override (fabric settings a site may need to pin by hand); the
+rest have a config key of their own, or a secret, or would break the topology."""
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+_SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY) or by a well-known value prefix (sk-, hf_)."""
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value))
+
+
+def table_for(image: ImageCapabilities | None) -> tuple[OptionTable, bool]:
+    """The option table of the image's vLLM, and whether it is the image's own (else the newest known one,
+    used only to catch managed flags; unknown options are then left to the argument dry run)."""
+    if image is not None and image.option_table:
+        return option_table(image.option_table), True
+    return option_table("0.33.0"), False
+
+
+def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple[list[Problem], list[str]]:
+    """Problems and warnings of `serving.extra_args`, read as the image's vLLM reads them."""
+    table, own = table_for(image)
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    key = "serving.extra_args"
+    for item in read_argv(list(config.serving.extra_args), table):
+        shown = f"{key}.{item.index}"
+        value = item.word
+        if item.dest in SECRET_OPTIONS:
+            problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
+                                    "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
+        elif item.dest in MANAGED_OPTIONS:
+            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else None
+            problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config manages",
+                                    upstream=upstream, fix=f"remove it; set {MANAGED_OPTIONS[item.dest]} instead"))
+        elif item.problem and item.dest is None and not own and "has no option" in item.problem:
+            warnings.append(f"{key}: {item.word!r} is not an option of vLLM {table.version}, the newest option "
+                            f"table known here; the argument dry run checks it against {config.image.ref}")
+        elif item.problem:
+            problems.append(Problem(shown, value, item.problem, fix=item.fix))
+    return problems, warnings
+
+
+def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
+    """container.env, fabric.env and managed_env_overrides: no managed variable, no plain-text secret."""
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    sources = [("container.env", config.container.env), ("fabric.env", config.fabric.env)]
+    for where, env in sources:
+        for name, value in env.items():
+            key = f"{where}.{name}"
+            if name in MANAGED_ENV:
+                hatch = (f", or if you must: container.managed_env_overrides.{name} (printed as a warning)"
+                         if name in OVERRIDABLE_ENV else "")
+                problems.append(Problem(key, "<plain text>" if looks_secret(name, value) else value,
+                                        f"{name} is set by the plan", fix=f"set {MANAGED_ENV[name]}{hatch}"))
+            elif looks_secret(name, value):
+                problems.append(Problem(key, "<plain text>", "looks like a credential in plain config (it would sit "
+                                        "in the container's env, `docker inspect` and Pulumi state unencrypted)",
+                                        fix=f"remove it and run: pulumi config set --secret --path "
+                                        f"'vllm-cluster:env_secrets.{name}' <value>"))
+    both = set(config.container.env) & set(config.fabric.env)
+    for name in sorted(both):
+        problems.append(Problem(f"fabric.env.{name}", config.fabric.env[name], "also set in container.env",
+                                fix="set it in one place"))
+    for name, value in config.container.managed_env_overrides.items():
+        key = f"container.managed_env_overrides.{name}"
+        if name not in OVERRIDABLE_ENV:
+            problems.append(Problem(key, value, f"{name} cannot be overridden here" if name in MANAGED_ENV else
+                                    f"{name} is not a variable the plan manages",
+                                    fix=f"set {MANAGED_ENV[name]}" if name in MANAGED_ENV else f"container.env.{name}"))
+        else:
+            warnings.append(f"container.managed_env_overrides sets {name}={value} on every engine, over what the "
+                            f"plan derives from {MANAGED_ENV[name]}: the fabric checks no longer describe it")
+    for name in sorted(config.env_secrets or {}):
+        if name in MANAGED_ENV:
+            problems.append(Problem(f"env_secrets.{name}", "[secret]", f"{name} is set by the plan",
+                                    fix=f"set {MANAGED_ENV[name]}"))
+        if name in config.container.env or name in config.fabric.env:
+            problems.append(Problem(f"env_secrets.{name}", "[secret]", "also set in plain env",
+                                    fix=f"remove container.env.{name} / fabric.env.{name}"))
+    return problems, warnings
