@@ -26,6 +26,7 @@ EXPECTED_FIELDS = {
     "--data-parallel-start-rank": "data_parallel_start_rank", "--host": "host", "--port": "port",
     "--max-model-len": "max_model_len", "--max-num-seqs": "max_num_seqs",
     "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--nnodes": "nnodes", "--node-rank": "node_rank", "--master-addr": "master_addr", "--master-port": "master_port",
 }
 """Flags whose parsed value must come out exactly as planned (vLLM's argparse dest names)."""
 EVIDENCE_TIMEOUT_S = 300
@@ -144,8 +145,10 @@ def nccl_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
 
 def engines_command(plan: Plan, check: CheckSpec) -> str:
     node = plan.node(str(check.node))
-    return heredoc_command("engines", ["--name", check.name, "--container", node.containers[0].name,
-                                       "--ranks", ",".join(map(str, node.dp_ranks))], timeout_s=EVIDENCE_TIMEOUT_S)
+    args = ["--name", check.name, "--container", node.containers[0].name, "--ranks", ",".join(map(str, node.dp_ranks))]
+    if "workers" in check.sections:  # a replica spans nodes: this node's own workers are evidence too
+        args += ["--workers", str(node.gpus_used)]
+    return heredoc_command("engines", args, timeout_s=EVIDENCE_TIMEOUT_S)
 
 
 def health_deadline_s(config: StackConfig) -> int:

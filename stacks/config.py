@@ -216,6 +216,7 @@ class ParallelismConfig(_Model):
     expert: bool = Field(default=False, description="expert parallelism (EP = DP x TP)")
     backend: Literal["mp", "ray"] = Field(default="mp", description="mp (vLLM internal DP) or ray")
     data_parallel_rpc_port: Port = Field(default=29550, description="DP coordinator RPC port")
+    master_port: Port = Field(default=29501, description="--master-port when a replica spans nodes (mp)")
 
 
 class ServingConfig(_Model):

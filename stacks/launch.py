@@ -68,10 +68,17 @@ class ContainerSpec(BaseModel):
 
 
 def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology) -> list[str]:
-    """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`)."""
+    """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`).
+
+    Where a replica spans nodes every node gets `--nnodes/--node-rank/--master-addr/--master-port` (vllm/engine/
+    arg_utils.py:1175-1178); ranks > 0 are `--headless`, which vLLM requires there (no API server: entrypoints/
+    cli/serve.py:69-77). With DP > 1 no node gets `--data-parallel-start-rank`: vLLM infers each node's DP rank
+    from `--node-rank` (engine/arg_utils.py:2421-2424, 2506-2511), and a start rank on the head would switch it
+    to hybrid load balancing, which refuses the headless replica heads (v1/engine/utils.py:1502-1514).
+    """
     par, serving = config.parallelism, config.serving
     args = [config.model.container_path]
-    if node.role is Role.HEADLESS_ENGINE:
+    if node.role.headless:
         args.append("--headless")
     else:
         args += ["--host", serving.host, "--port", str(serving.port)]
@@ -84,8 +91,13 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
     if par.pipeline > 1:
         args += ["--pipeline-parallel-size", str(par.pipeline)]
     args += ["--distributed-executor-backend", par.backend]
+    if topo.spans_nodes:
+        args += ["--nnodes", str(len(topo.nodes)), "--node-rank", str(node.node_rank),
+                 "--master-addr", str(control_ip(config, config.head)), "--master-port", str(par.master_port)]
     if par.backend == "mp" and par.data > 1:
-        args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(node.dp_local)]
+        # Spanning: one DP rank per group of nodes, so 1 on every node (what vLLM infers: arg_utils.py:2442-2446).
+        local = 1 if topo.spans_nodes else node.dp_local
+        args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(local)]
         if node.dp_start_rank is not None:
             args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
         args += [
@@ -214,6 +226,11 @@ _PURPOSE = {
     Role.HEADLESS_ENGINE: "headless vLLM DP engine(s), joins the head's coordinator",
     Role.RAY_HEAD: "Ray head; waits for the whole cluster, then runs vllm serve",
     Role.RAY_WORKER: "Ray worker: lends its GPUs to the head's vllm serve",
+    Role.MP_HEAD: "vllm API server (and DP coordinator), engine core and workers of replica 0's first node; "
+                  "hosts the torch.distributed rendezvous on --master-port",
+    Role.MP_REPLICA_HEAD: "headless: engine core and workers of a replica's first node; joins the head's DP RPC "
+                          "port and --master-port",
+    Role.MP_WORKER: "headless: TP/PP workers only (no engine core, no API); joins the head's --master-port",
 }
 
 

@@ -48,7 +48,7 @@ MANAGED_OPTIONS: dict[str, str] = {
     "nnodes": "the node list",
     "node_rank": "the node order",
     "master_addr": "fabric.control_plane (the head's control-plane IP)",
-    "master_port": "parallelism (the planned master port)",
+    "master_port": "parallelism.master_port",
     "enable_expert_parallel": "parallelism.expert",
     "max_model_len": "serving.max_model_len",
     "max_num_seqs": "serving.max_num_seqs",

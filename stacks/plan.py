@@ -18,13 +18,11 @@ from stacks.field_types import bracket_host
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
 from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
-from stacks.topology import Topology
+from stacks.topology import DP_MASTER_PORT, NodeTopology, Role, Topology
 from stacks.validation import validate
 
 NODE_PREFLIGHT = ("gpu", "toolkit", "memlock", "model", "disk")
 FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
-DP_MASTER_PORT = 29500
-"""vLLM's `ParallelConfig.data_parallel_master_port` default (0.33.0), counted up per process group."""
 API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
 
 
@@ -80,6 +78,10 @@ class NodePlan(_Frozen):
     dp_ranks: list[int]
     dp_start_rank: int | None
     containers: list[ContainerSpec]
+    node_rank: int | None = None
+    """`--node-rank` where a replica spans nodes (mp), else None."""
+    replica: int | None = None
+    """The DP rank whose replica this node serves, where a replica spans nodes."""
 
 
 class Plan(_Frozen):
@@ -119,7 +121,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     nodes = [
         NodePlan(name=n.name, host=cfg.ssh.host, role=n.role.value, gpus_present=n.gpus_present,
                  gpus_used=n.gpus_used, dp_ranks=n.dp_ranks, dp_start_rank=n.dp_start_rank,
-                 containers=containers[n.name])
+                 containers=containers[n.name], node_rank=n.node_rank, replica=n.replica)
         for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
     return Plan(
@@ -139,12 +141,19 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         listeners=api_listeners(config) + internal,
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
-        warnings=result.warnings + _unverified(config, topo) + [
-            f"{x.purpose} listens on {x.bind}:{x.port} ({x.node}), which is neither loopback nor in "
-            "fabric.private_networks: declare that network private if it is, or move the control plane"
-            for x in internal if x.public],
+        warnings=result.warnings + _unverified(config, topo) + [_exposure_warning(x) for x in internal if x.public],
         notes=result.notes,
     )
+
+
+def _exposure_warning(listener: Listener) -> str:
+    if listener.network == "all":
+        return (f"{listener.purpose} listens on every address of {listener.node} (port {listener.port}; it takes "
+                "no bind address): only a host firewall keeps it private; allow it from the other nodes' "
+                "control-plane IPs only")
+    return (f"{listener.purpose} listens on {listener.bind}:{listener.port} ({listener.node}), which is neither "
+            "loopback nor in fabric.private_networks: declare that network private if it is, or move the control "
+            "plane")
 
 
 def endpoint(config: StackConfig) -> str:
@@ -193,13 +202,14 @@ def topology_summary(topo: Topology) -> dict[str, Any]:
         "data": topo.data,
         "expert": topo.expert_size,
         "label": topo.label,
+        "replica_nodes": topo.replica_nodes,
     }
 
 
 def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     checks: list[CheckSpec] = []
     for node_topo in topo.nodes:
-        runs_vllm = node_topo.role.value != "ray-worker"
+        runs_vllm = node_topo.role is not Role.RAY_WORKER
         checks.append(CheckSpec(
             name=f"args-dry-run-{node_topo.name}", node=node_topo.name, runs_on="node", module="checks.vllm_args",
             sections=[], proves="the new image's own vLLM parses this node's argv (no GPU), before any engine "
@@ -221,7 +231,13 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         for c in API_CHECKS
         if _api_check_applies(config, c)
     ]
-    if topo.backend == "mp" and topo.data > 1:
+    if topo.spans_nodes:
+        checks += [
+            CheckSpec(name=f"engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
+                      sections=["workers"], proves=_spanning_proves(topo, n))
+            for n in topo.nodes
+        ]
+    elif topo.backend == "mp" and topo.data > 1:
         checks += [
             CheckSpec(name=f"dp-engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
                       sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
@@ -232,6 +248,15 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
     return checks
+
+
+def _spanning_proves(topo: Topology, node: NodeTopology) -> str:
+    """Engine evidence per node where a replica spans nodes: every node's own workers, plus the engine core
+    where one runs (the first node of each replica)."""
+    workers = f"its {node.gpus_used} worker(s) of replica {node.replica} loaded their weights"
+    if node.dp_ranks:
+        return f"the engine core of DP rank {node.dp_ranks[0]} reported its KV cache and {workers}"
+    return f"{workers} (workers only: no engine core runs here)"
 
 
 def _api_check_applies(config: StackConfig, check: str) -> bool:
@@ -290,6 +315,12 @@ def internal_listeners(config: StackConfig, topo: Topology) -> list[Listener]:
     ip = str(control_ip(config, head))
     net = config.fabric.control_plane
     internal: list[tuple[int, str, str]] = []
+    if topo.spans_nodes:
+        # Global rank 0 (a worker on the head) hosts the world group's TCPStore on --master-port
+        # (vllm/distributed/parallel_state.py:1875-1877); torch's TCPStore binds every address
+        # (TCPStoreLibUvBackend.cpp, makeWithPort: 0.0.0.0 / ::).
+        internal.append((config.parallelism.master_port, "0.0.0.0",
+                         "torch.distributed rendezvous of the replicas (--master-port, TCPStore; unauthenticated)"))
     if topo.backend == "mp" and topo.data > 1:
         internal += [(config.parallelism.data_parallel_rpc_port, ip, "DP coordinator RPC (unauthenticated)"),
                      (DP_MASTER_PORT, ip, "DP process-group rendezvous, torch.distributed (unauthenticated; "
@@ -298,7 +329,8 @@ def internal_listeners(config: StackConfig, topo: Topology) -> list[Listener]:
         internal += [(config.ray.gcs_port, ip, "Ray GCS (unauthenticated)"),
                      (config.ray.dashboard_port, "127.0.0.1", "Ray dashboard/jobs (remote code execution)"),
                      (config.ray.client_port, ip, "Ray client server")]
-    return [Listener(node=head.name, port=port, bind=bind, network="loopback" if bind == "127.0.0.1" else net,
+    return [Listener(node=head.name, port=port, bind=bind,
+                     network={"127.0.0.1": "loopback", "0.0.0.0": "all"}.get(bind, net),
                      purpose=purpose, public=_is_public(config, bind)) for port, bind, purpose in internal]
 
 

@@ -35,6 +35,9 @@ class ModelProfile:
     kv_ratios: tuple[int, ...]
     """Compress ratio of every decoder layer (1 = sliding window only), for the KV bytes per token."""
     sources: dict[str, str] = field(default_factory=dict)
+    moe: bool = True
+    """Mixture of experts (DeepSeek V4/V4.1 are: `n_routed_experts` in config.json). vLLM 0.33.0 runs the DP
+    ranks of a dense model as independent replicas, which breaks DP over replicas that span nodes."""
 
 
 def _alternating(layers: int) -> tuple[int, ...]:

@@ -21,6 +21,8 @@ def render_plan(plan: Plan) -> str:
     ]
     for n in plan.nodes:
         ranks = ",".join(map(str, n.dp_ranks)) or "-"
+        if n.node_rank is not None:
+            ranks += f"  (node-rank {n.node_rank}, replica {n.replica})"
         lines.append(f"{n.name:<16} {n.host:<18} {n.role:<16} {n.gpus_used:>4}/{n.gpus_present:<4}  {ranks}")
     lines += ["", "start order: " + " -> ".join(plan.start_order),
               "on an image or launch change: pull on every node -> preflights -> argument dry run in the new "

@@ -19,7 +19,7 @@ from stacks.load_estimate import engine_memory, estimated_load_s
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.serve_options import speculative_fields
-from stacks.topology import Topology, derive_topology
+from stacks.topology import Topology, derive_topology, replica_spans_nodes
 
 _PARSER_ERRORS = {
     # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
@@ -71,7 +71,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
                 f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
                 f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
                 "server would give up while the engines still load; the policy pack refuses this")
-    _parallelism_rules(config, topology, result)
+    _parallelism_rules(config, topology, result, profile)
     _uniqueness_rules(config, result)
     _port_rules(config, result)
     _proxy_rules(config, result)
@@ -204,7 +204,8 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                 fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
 
 
-def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) -> None:
+def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
+                       profile: ModelProfile | None = None) -> None:
     par = config.parallelism
     add = result.problems.append
     total = sum(n.gpus.count for n in config.nodes)
@@ -222,13 +223,16 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
         if len(per_node) == 1 and par.tensor > next(iter(per_node)):
             result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
                                    "prefer TP = GPUs per node and PP = nodes")
+    elif topo.spans_nodes:
+        _spanning_rules(config, topo, result, profile)
     else:
         for node in config.nodes:
             if par.tensor * par.pipeline > node.gpus.count:
                 add(Problem("parallelism.tensor", par.tensor,
-                            f"mp runs each DP rank inside one node: TP{par.tensor} x PP{par.pipeline} > "
-                            f"{node.gpus.count} GPUs on {node.name}",
-                            fix=f"tensor <= {node.gpus.count} with data parallelism, or backend: ray"))
+                            f"with {len(config.nodes)} node(s) for {par.data} replica(s) each DP rank runs inside "
+                            f"one node: TP{par.tensor} x PP{par.pipeline} > {node.gpus.count} GPUs on {node.name}",
+                            fix=f"tensor x pipeline <= {node.gpus.count} with data parallelism, or more nodes than "
+                            "replicas so that each replica spans nodes (mp --nnodes), or backend: ray"))
                 break
     idle = topo.gpus_present - topo.gpus_used
     if idle > 0 and not result.problems:
@@ -236,6 +240,42 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation) 
     models = {n.gpus.model for n in config.nodes}
     if len(models) > 1:
         result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
+
+
+ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
+
+
+def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, profile: ModelProfile | None) -> None:
+    """Replicas that span nodes (vLLM's `--nnodes`): what vLLM 0.33.0 itself refuses or makes slow.
+
+    The node-count and world-size rules live in `stacks.topology` (they decide the layout); the per-model
+    rules (FlashMLA groups, Engram shards, DSpark without PP, memory per GPU) apply per replica unchanged.
+    """
+    par = config.parallelism
+    share = par.tensor * par.pipeline // topo.replica_nodes
+    if profile is not None and not profile.moe and par.data > 1:
+        # Dense DP ranks are independent: each engine core re-forms a DP1 world of its own replica
+        # (v1/engine/core.py:1545-1555, config/parallel.py:1191-1200), while a workers-only node runs the executor
+        # with the DP config as given (entrypoints/cli/serve.py:218-233): the two disagree on world size and
+        # ranks at --master-port.
+        result.problems.append(Problem(
+            "parallelism.data", par.data,
+            f"{profile.key} is a dense model: vLLM 0.33.0 runs its DP ranks as independent replicas, and with "
+            "replicas spanning nodes its engine cores and its workers-only nodes would join different worlds at "
+            "--master-port, so start-up fails or hangs",
+            fix="data: 1 (one replica over these nodes), and another stack per extra replica behind a load balancer"))
+    if "--enable-elastic-ep" in config.serving.extra_args:
+        result.problems.append(Problem(
+            "serving.extra_args", "--enable-elastic-ep",
+            f"a replica spans {topo.replica_nodes} nodes: elastic EP needs every TP/PP rank of a replica on one node",
+            upstream=f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1830-1832, 1987-1995)",
+            fix="remove --enable-elastic-ep, or a tensor x pipeline that fits one node"))
+    # Ranks are laid out TP-fastest, node by node: a TP group stays in one node iff it tiles the node's share.
+    if share and (par.tensor > share or share % par.tensor):
+        result.warnings.append(
+            f"TP{par.tensor} crosses nodes ({share} GPUs of each replica per node): every layer's all-reduce goes "
+            f"over the fabric; prefer tensor = GPUs per node and pipeline = nodes per replica "
+            f"({topo.replica_nodes})")
 
 
 def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
@@ -258,11 +298,6 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
                                        fix="a unique data-plane IP per NIC"))
 
 
-DP_MASTER_PORTS = range(29500, 29510)
-"""vLLM's `ParallelConfig.data_parallel_master_port` (0.33.0: 29500, counted up once per process group it
-creates: `get_next_dp_init_port`); the torch TCPStore rendezvous of the DP group listens there on the head."""
-
-
 def _port_rules(config: StackConfig, result: Validation) -> None:
     """Every port bound on the head is distinct, and none is the head's sshd port (host networking)."""
     ports = {"serving.port": config.serving.port}
@@ -279,13 +314,28 @@ def _port_rules(config: StackConfig, result: Validation) -> None:
         if port in seen:
             result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
                                            "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
-        elif dp and port in DP_MASTER_PORTS:
-            result.problems.append(Problem(key, port, f"inside the DP rendezvous range {DP_MASTER_PORTS.start}-"
-                                           f"{DP_MASTER_PORTS.stop - 1} that vLLM's torch.distributed store binds on "
-                                           "the head", upstream="RuntimeError: The server socket has failed to listen "
-                                           "on any local network address (EADDRINUSE)",
-                                           fix=f"a port outside {DP_MASTER_PORTS.start}-{DP_MASTER_PORTS.stop - 1}"))
         seen.setdefault(port, key)
+    if replica_spans_nodes(config):
+        _master_port_rules(config, result, seen)
+
+
+EPHEMERAL_PORTS = range(32768, 61000)
+"""Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
+
+
+def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:
+    """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
+    1875-1877): distinct from every other port bound there, and better not an ephemeral port. vLLM's DP
+    process-group port is no clash: with DP > 1, 0.33.0 replaces it with free ports (config/parallel.py:998-1014)."""
+    port = config.parallelism.master_port
+    if port in seen:
+        result.problems.append(Problem("parallelism.master_port", port, f"same port as {seen[port]}: one would fail "
+                                       "to bind (OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+    if port in EPHEMERAL_PORTS:
+        result.warnings.append(
+            f"parallelism.master_port {port} is in Linux's ephemeral range {EPHEMERAL_PORTS.start}-"
+            f"{EPHEMERAL_PORTS.stop - 1}: an outgoing connection on the head may hold it when rank 0 binds; "
+            "prefer a port below 32768 (vLLM's default is 29501)")
 
 
 LOOPBACK = ("127.0.0.1", "::1")

@@ -56,7 +56,7 @@ def test_prod_topology_and_order() -> None:
     plan = _prod()
     assert plan["topology"] | {"gpus_per_node": None} == {
         "backend": "mp", "nodes": 2, "gpus_per_node": None, "gpus_used": 16, "tensor": 8, "pipeline": 1,
-        "data": 2, "expert": 16, "label": "mp-dp2-tp8-pp1-ep16"}
+        "data": 2, "expert": 16, "label": "mp-dp2-tp8-pp1-ep16", "replica_nodes": 1}
     assert plan["topology"]["gpus_per_node"] == {"node1": 8, "node2": 8}
     assert plan["start_order"] == ["node2", "node1"]  # secondaries first, then the head (seed 六)
     assert [(n["name"], n["host"], n["role"]) for n in plan["nodes"]] == [

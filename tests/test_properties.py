@@ -49,11 +49,24 @@ def test_accepted_topologies_are_consistent(values: dict[str, Any]) -> None:
         assert exc.problems and all(p.key and p.message for p in exc.problems)
         return
     par = values["parallelism"]
-    heads = [n for n in plan.nodes if n.role in ("dp-head", "ray-head")]
+    heads = [n for n in plan.nodes if n.role in ("dp-head", "ray-head", "mp-head")]
     assert len(heads) == 1 and plan.nodes[0] is heads[0]
     assert all(0 < n.gpus_used <= n.gpus_present for n in plan.nodes)
     assert sorted(plan.start_order) == sorted(n.name for n in plan.nodes)
-    if par["backend"] == "mp":
+    if par["backend"] == "mp" and plan.topology["replica_nodes"] > 1:
+        # A replica spans nodes (vLLM's --nnodes): equal shares, one engine core per replica, ranks from the order.
+        n, k = len(plan.nodes), plan.topology["replica_nodes"]
+        assert n == k * par["data"] and par["tensor"] * par["pipeline"] > min(x.gpus_present for x in plan.nodes)
+        assert [r for x in plan.nodes for r in x.dp_ranks] == list(range(par["data"]))
+        assert plan.start_order[-1] == plan.head.name
+        for i, node in enumerate(plan.nodes):
+            flags = dict(flag_pairs((node.containers[0].vllm_args or [])[1:]))
+            assert node.gpus_used == par["tensor"] * par["pipeline"] // k and node.replica == i // k
+            assert flags["--nnodes"] == str(n) and flags["--node-rank"] == str(i)
+            assert flags["--master-addr"] == plan.head.containers[0].env["VLLM_HOST_IP"]
+            assert ("--headless" in flags) == (i > 0) and "--data-parallel-start-rank" not in flags
+            assert node.role == ("mp-head" if i == 0 else "mp-replica-head" if i % k == 0 else "mp-worker")
+    elif par["backend"] == "mp":
         ranks = [r for n in plan.nodes for r in n.dp_ranks]
         assert ranks == list(range(par["data"]))
         assert plan.head.dp_start_rank is None and plan.start_order[-1] == plan.head.name
