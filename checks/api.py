@@ -286,17 +286,27 @@ def _describe(probe: Probe, golden: Golden, several: bool) -> str:
     return f"{label} {probe.answer[:40]} in {probe.latency_s:.2f}s{tokens}{which}"
 
 
-_NEXT_STEP = {
-    "chat": "a wrong answer at temperature 0 on one rank means a broken GPU or a wrong shard on its node; on every "
-            "rank: broken weights, parser or tokenizer mode (compare model files and serving.tokenizer_mode with "
-            "the profile). Read the named node's engine log",
-    "thinking": "check serving.reasoning_parser matches the model (profile default)",
-    "stream": "a proxy in front may buffer SSE (proxy_buffering off); an error event names the engine's failure",
-}
+_WRONG_ANSWER = ("a wrong answer at temperature 0 on one rank means a broken GPU or a wrong shard on its node; on "
+                 "every rank: broken weights, parser or tokenizer mode (compare model files and "
+                 "serving.tokenizer_mode with the profile). Read the named node's engine log")
+_NO_ANSWER = ("the rank did not answer: read the named node's engine log (`docker logs`); vLLM is fail-stop, so one "
+              "dead engine takes the group down")
 
 
-def _out_of_range(probes: list[Probe]) -> bool:
-    return any("is out of range" in p.error for p in probes)
+def _next_step(probe: Probe) -> str:
+    """What to do about one failed probe, from what went wrong."""
+    if "is out of range" in probe.error:
+        return "--dp-size is larger than the engine's data-parallel size: it must be parallelism.data"
+    if probe.error.startswith(("ConnectError", "ReadTimeout", "ReadError", "RemoteProtocolError", "HTTP 5")):
+        return _NO_ANSWER
+    if probe.section == "thinking":
+        return "check serving.reasoning_parser matches the model (profile default)"
+    if probe.section == "stream" and probe.error and not probe.error.startswith("streamed "):
+        return ("a proxy in front may buffer SSE (proxy_buffering off); an error event in the stream names the "
+                "engine's failure")
+    if probe.error.startswith("HTTP "):
+        return "read the head log for the request error"
+    return _WRONG_ANSWER
 
 
 def run_ranked(section: str, probes: list[Probe], goldens: list[Golden]) -> Section:
@@ -307,13 +317,8 @@ def run_ranked(section: str, probes: list[Probe], goldens: list[Golden]) -> Sect
     evidence = [_describe(p, by_prompt[p.prompt], several) for p in ordered]
     if all(p.ok for p in probes):
         return Section(section, True, evidence)
-    step = _NEXT_STEP[section]
-    if _out_of_range(probes):
-        step = "--dp-size is larger than the engine's data-parallel size: it must be parallelism.data"
-    elif any(p.error.startswith(("ConnectError", "ReadTimeout", "HTTP 5")) for p in probes if not p.ok):
-        step = "the rank did not answer: read the named node's engine log (`docker logs`); vLLM is fail-stop, " \
-               "so one dead engine takes the group down"
-    return Section(section, False, evidence, step)
+    steps = list(dict.fromkeys(_next_step(p) for p in probes if not p.ok))
+    return Section(section, False, evidence, "; ".join(steps))
 
 
 def check_chat(api: Api, served: str, goldens: list[Golden], targets: list[Target]) -> tuple[Section, list[Probe]]:
@@ -551,10 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append(result)
         if section == "health" and not result.ok:
             break
-    return emit(_with_ranks(combine(args.name, sections), probes), args.json)
+    return emit(_with_ranks(combine(args.name, sections), sections, probes), args.json)
 
 
-def _with_ranks(verdict: Verdict, probes: list[Probe]) -> Verdict:
+def _with_ranks(verdict: Verdict, sections: list[Section], probes: list[Probe]) -> Verdict:
     """Name the failing ranks and their nodes in the summary; every probe's numbers go into its section's
     JSON details (`details.chat.probes`: rank, node, prompt, ok, answer, latency_s, tokens, error, …)."""
     failing = sorted({(p.rank, p.node or "") for p in probes if not p.ok and p.rank is not None})
@@ -562,6 +567,8 @@ def _with_ranks(verdict: Verdict, probes: list[Probe]) -> Verdict:
         verdict.summary += "; failing: " + ", ".join(Target(r, n or None).label for r, n in failing)
     for probe in probes:
         verdict.details[probe.section].setdefault("probes", []).append(asdict(probe))
+    if verdict.status == "fail":  # chat and stream failing for one wrong rank give the same advice once
+        verdict.next_step = "; ".join(dict.fromkeys(s.next_step for s in sections if s.ok is False and s.next_step))
     return verdict
 
 

@@ -102,3 +102,14 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
         "WantedBy=multi-user.target",
     ]
     return "\n".join(lines) + "\n"
+
+
+def dp_rank_nodes(ranks_by_node: list[tuple[str, list[int]]]) -> tuple[int, list[str]]:
+    """(`--dp-size`, `--rank-nodes`) from the plan's nodes (`[(n.name, n.dp_ranks) for n in plan.nodes]`):
+    one node name per DP rank in rank order; (1, []) where nothing is pinned (Ray, or DP 1)."""
+    owner = {rank: name for name, ranks in ranks_by_node for rank in ranks}
+    if len(owner) <= 1:
+        return 1, []
+    if sorted(owner) != list(range(len(owner))):
+        raise ValueError(f"DP ranks {sorted(owner)} are not 0..{len(owner) - 1}")
+    return len(owner), [owner[r] for r in range(len(owner))]

@@ -6,12 +6,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stacks.golden import GoldenPair
-from stacks.watch_unit import render_watch_unit, systemd_quote, unit_name, watch_argv
-from tests.conftest import ROOT
+from stacks.watch_unit import dp_rank_nodes, render_watch_unit, systemd_quote, unit_name, watch_argv
+from tests.conftest import ROOT, plan_of
 from tests.test_check_api import standin
 
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"  # Debian systemd, from .ci/run
@@ -96,3 +97,13 @@ def test_bad_inputs_are_refused(tmp_path: Path) -> None:
         unit(tmp_path, workdir="repo")
     with pytest.raises(ValueError, match="cannot name a unit"):
         unit(tmp_path, stack="prod/../x")
+
+
+def test_rank_nodes_from_the_plan(prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
+    prod = plan_of(prod_values, "prod")
+    assert dp_rank_nodes([(n.name, n.dp_ranks) for n in prod.nodes]) == (2, ["node1", "node2"])
+    h20 = plan_of(h20_values, "h20")
+    assert dp_rank_nodes([(n.name, n.dp_ranks) for n in h20.nodes]) == (1, [])
+    assert dp_rank_nodes([("a", [0, 1]), ("b", [2, 3])]) == (4, ["a", "a", "b", "b"])
+    with pytest.raises(ValueError, match=r"not 0\.\.2"):
+        dp_rank_nodes([("a", [0, 1]), ("b", [3])])
