@@ -7,6 +7,9 @@ engine r instead of the least loaded one (`vllm/v1/engine/core_client.py`, `get_
 A rank outside [0, N) is refused with HTTP 400 `data_parallel_rank R is out of range [0, N).`
 (`vllm/v1/engine/input_processor.py`); with streaming that arrives as an error event inside a 200 stream.
 A header that is not an integer is ignored by vLLM (the request is load balanced), so only integers are sent.
+With `VLLM_USE_RUST_FRONTEND=1` (prod) HTTP is served by the compiled `vllm/vllm-rs` instead; its strings hold
+the same header name (next to `X-Request-Id`) and an `InvalidDataParallelRank {connected_ranks}` error, but its
+source is not in the wheel, so its out-of-range status is not known here: any non-200 fails with its message.
 
 `--watch` probes the golden set on every rank forever and prints one line per transition (a rank going down
 or coming back), never one per probe; it exits non-zero only for configuration errors.
