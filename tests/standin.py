@@ -35,14 +35,21 @@ def _error(message: str, kind: str, code: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+LAST_CONTROL: list[dict[str, Any]] = []
+
+
 def _faults() -> tuple[int | None, int | None]:
-    """(wrong rank, down rank): the control file when there is one, else the flags."""
-    wrong, down = ARGS.wrong_rank, ARGS.down_rank
+    """(wrong rank, down rank): the control file when there is one (the last complete one while it is being
+    rewritten), else the flags."""
     if ARGS.control_file and os.path.exists(ARGS.control_file):
-        with open(ARGS.control_file) as handle:
-            control = json.load(handle)
-        wrong, down = control.get("wrong_rank"), control.get("down_rank")
-    return wrong, down
+        try:
+            with open(ARGS.control_file) as handle:
+                LAST_CONTROL[:] = [json.load(handle)]
+        except ValueError:
+            pass
+    if LAST_CONTROL:
+        return LAST_CONTROL[0].get("wrong_rank"), LAST_CONTROL[0].get("down_rank")
+    return ARGS.wrong_rank, ARGS.down_rank
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -276,15 +276,19 @@ def test_watch_prints_one_line_per_transition(tmp_path: Path) -> None:
                     return line
             raise AssertionError(f"no {needle!r} in {lines}")
 
+        def control_with(faults: dict[str, int]) -> None:  # atomically: the stand-in reads it on every request
+            (tmp_path / "next.json").write_text(json.dumps(faults))
+            (tmp_path / "next.json").replace(control)
+
         try:
             until("FIRST api-watch: 2 of 2 target(s) answer the golden set")
             time.sleep(0.5)  # several healthy rounds: no output
-            control.write_text(json.dumps({"down_rank": 1}))
+            control_with({"down_rank": 1})
             down = until("DOWN api-watch")
             time.sleep(1.0)  # rank 1 stays down for about ten rounds: still one line
-            control.write_text(json.dumps({}))
+            control_with({})
             up = until("UP api-watch")
-            control.write_text(json.dumps({"wrong_rank": 0}))
+            control_with({"wrong_rank": 0})
             wrong = until("DOWN api-watch")
         finally:
             proc.terminate()
