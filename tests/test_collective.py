@@ -218,18 +218,18 @@ def numbers(verdict: dict[str, Any]) -> str:
 
 def test_all_reduce_passes_on_a_healthy_link_and_fails_below_the_minimum_when_shaped(
         prod_values: dict[str, Any]) -> None:
-    minimum = 1.0  # Gb/s; the healthy bridge carries several, the shaped link 0.2
+    minimum = 0.5  # Gb/s; the healthy bridge carries 1.7-5 here (2 cores, under load), the shaped link 0.1
     started = time.monotonic()
     with star(3) as hosts:
         values = namespace_stack(prod_values, hosts)
         port = DEFAULT_MASTER_PORT + os.getpid() % 200
         healthy = verdicts(start_nodes(values, hosts, port, "--sizes", "1M,4M,16M", "--warmup", "2", "--iters",
                                        "5", "--min-busbw-gbps", str(minimum), "--timeout-s", "120"))
-        shape(hosts[1], 200)
+        shape(hosts[1], 100)
         shaped = verdicts(start_nodes(values, hosts, port + 1, "--sizes", "1M,4M", "--warmup", "1", "--iters", "3",
                                       "--min-busbw-gbps", str(minimum), "--timeout-s", "120"))
     elapsed = time.monotonic() - started
-    print(f"\nhealthy: {numbers(healthy[0][1])}\nshaped 200 Mbit/s: {numbers(shaped[0][1])}\n"
+    print(f"\nhealthy: {numbers(healthy[0][1])}\nshaped 100 Mbit/s: {numbers(shaped[0][1])}\n"
           f"namespaces, both runs: {elapsed:.1f}s")
     for code, verdict in healthy:
         assert code == 0, verdict
@@ -242,7 +242,7 @@ def test_all_reduce_passes_on_a_healthy_link_and_fails_below_the_minimum_when_sh
     for code, verdict in shaped:
         assert code == 1, verdict
         peak = verdict["details"]["peak_busbw_gbps"]
-        said = re.search(r"peak busbw (\d+\.\d\d) Gb/s below the minimum 1 Gb/s \(fabric.min_busbw_gbps\)",
+        said = re.search(r"peak busbw (\d+\.\d\d) Gb/s below the minimum 0.5 Gb/s \(fabric.min_busbw_gbps\)",
                          verdict["summary"])
         assert peak < minimum and said and float(said.group(1)) == pytest.approx(peak, abs=0.006), verdict
         assert verdict["evidence"][0].startswith("1 MiB: busbw ") and "shaping" in verdict["next_step"]
