@@ -1,8 +1,22 @@
 """API verification from where `pulumi up` runs: health, models, chat, thinking, streaming, auth, deny.
 
+With `--dp-size N` the chat, thinking and stream sections run once per data-parallel rank: each request
+carries `X-data-parallel-rank: r`, which vLLM 0.33.0 reads in `_get_data_parallel_rank`
+(`vllm/entrypoints/generate/base/serving.py`) and passes to the engine client, which sends the request to
+engine r instead of the least loaded one (`vllm/v1/engine/core_client.py`, `get_core_engine_for_request`).
+A rank outside [0, N) is refused with HTTP 400 `data_parallel_rank R is out of range [0, N).`
+(`vllm/v1/engine/input_processor.py`); with streaming that arrives as an error event inside a 200 stream.
+A header that is not an integer is ignored by vLLM (the request is load balanced), so only integers are sent.
+With `VLLM_USE_RUST_FRONTEND=1` (prod) HTTP is served by the compiled `vllm/vllm-rs` instead; its strings hold
+the same header name (next to `X-Request-Id`) and an `InvalidDataParallelRank {connected_ranks}` error, but its
+source is not in the wheel, so its out-of-range status is not known here: any non-200 fails with its message.
+
+`--watch` probes the golden set on every rank forever and prints one line per transition (a rank going down
+or coming back), never one per probe; it exits non-zero only for configuration errors.
+
 The bearer key is read from the environment variable named by --api-key-env, never from argv; the
-certificate to trust (the proxy's) from --ca-env. Only
-connection-level failures are retried; a wrong answer or an HTTP error fails at once, with the answer shown.
+certificate to trust (the proxy's) from --ca-env or --ca-file. Only connection-level failures (and 429s)
+are retried; a wrong answer or an HTTP error fails at once, with the answer shown.
 """
 
 from __future__ import annotations
@@ -10,16 +24,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import ssl
+import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 import httpx
 
-from checks.verdict import Section, combine, emit
+from checks.verdict import Section, Verdict, combine, emit
+from stacks.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, compile_expect, parse_golden
 
 RETRYABLE = (httpx.TransportError,)
+RANK_HEADER = "X-data-parallel-rank"
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+UNKNOWN_PATH = "/v1/no-such-endpoint"
 
 
 def tls_context(ca_pem: str | None) -> ssl.SSLContext:
@@ -37,8 +60,11 @@ class Api:
         self.key = key
         self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10), verify=tls_context(ca_pem))
 
-    def headers(self, with_key: bool = True) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"} if (self.key and with_key) else {}
+    def headers(self, with_key: bool = True, rank: int | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self.key}"} if (self.key and with_key) else {}
+        if rank is not None:
+            headers[RANK_HEADER] = str(rank)
+        return headers
 
     def request(self, method: str, path: str, retries: int = 3, **kwargs: Any) -> httpx.Response:
         for attempt in range(retries):
@@ -53,6 +79,37 @@ class Api:
                     raise
                 time.sleep(2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes: a DP rank (the header) and the node it runs on, or None for the balanced path."""
+
+    rank: int | None
+    node: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.rank is None:
+            return "the endpoint"
+        return f"rank {self.rank}" + (f" ({self.node})" if self.node else "")
+
+
+@dataclass
+class Probe:
+    """One request to one target: what came back, how fast, how many tokens."""
+
+    section: str
+    rank: int | None
+    node: str | None
+    prompt: str
+    ok: bool
+    answer: str = ""
+    latency_s: float = 0.0
+    tokens: int | None = None
+    error: str = ""
+    reasoning_chars: int = 0
+    first_chunk_s: float | None = None
 
 
 def wait_health(api: Api, deadline_s: float, interval_s: float, name: str,
@@ -103,49 +160,75 @@ def check_models(api: Api, served: str) -> Section:
     return Section("models", True, [f"/v1/models lists {served}"])
 
 
-def _chat(api: Api, served: str, prompt: str, thinking: bool, stream: bool = False) -> dict[str, Any]:
-    return {"model": served, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": 2048 if thinking else 64, "stream": stream,
-            "chat_template_kwargs": {"thinking": thinking}}
+def _chat(served: str, prompt: str, thinking: bool, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": served, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                            "max_tokens": 2048 if thinking else 64, "stream": stream,
+                            "chat_template_kwargs": {"thinking": thinking}}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
 
 
-def check_chat(api: Api, served: str, prompt: str, expect: str) -> Section:
-    response = api.request("POST", "/v1/chat/completions", json=_chat(api, served, prompt, False),
-                           headers=api.headers())
+def _error_text(response: httpx.Response) -> str:
+    """vLLM's ErrorResponse message when there is one, else the body's start."""
+    try:
+        error = response.json().get("error")
+    except (json.JSONDecodeError, AttributeError):
+        error = None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:300]
+    return response.text[:300]
+
+
+def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: bool = False,
+               retries: int = 3) -> Probe:
+    """One non-streamed chat completion pinned to the target's rank."""
+    section = "thinking" if thinking else "chat"
+    probe = Probe(section, target.rank, target.node, golden.prompt, False)
+    start = time.monotonic()
+    try:
+        response = api.request("POST", "/v1/chat/completions", retries=retries,
+                               json=_chat(served, golden.prompt, thinking), headers=api.headers(rank=target.rank))
+    except httpx.TransportError as exc:
+        probe.error = f"{type(exc).__name__}: {exc}"[:200]
+        return probe
+    probe.latency_s = time.monotonic() - start
     if response.status_code != 200:
-        return Section("chat", False, [f"HTTP {response.status_code}: {response.text[:300]}"],
-                       "read the head log for the request error")
-    content = (response.json()["choices"][0]["message"].get("content") or "").strip()
-    if content.rstrip("。.").strip() != expect:
-        return Section("chat", False, [f"asked {prompt!r}, expected {expect!r}, got {content[:200]!r}"],
-                       "a wrong answer at temperature 0 means broken weights, parser or tokenizer mode: "
-                       "compare model files and serving.tokenizer_mode with the profile")
-    return Section("chat", True, [f"{prompt} -> {content}"])
+        probe.error = f"HTTP {response.status_code}: {_error_text(response)}"
+        return probe
+    try:
+        body = response.json()
+        message = body["choices"][0]["message"]
+        probe.answer = (message.get("content") or "").strip()
+        probe.tokens = (body.get("usage") or {}).get("completion_tokens")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        probe.error = f"HTTP 200 without a chat completion: {response.text[:200]!r}"
+        return probe
+    if thinking:
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        probe.reasoning_chars = len(reasoning.strip())
+        probe.ok = probe.reasoning_chars > 0
+        if not probe.ok:
+            probe.error = f"no reasoning content; message keys {sorted(message)}"
+    else:
+        probe.ok = golden.matches(probe.answer)
+    return probe
 
 
-def check_thinking(api: Api, served: str, prompt: str) -> Section:
-    response = api.request("POST", "/v1/chat/completions", json=_chat(api, served, prompt, True),
-                           headers=api.headers())
-    if response.status_code != 200:
-        return Section("thinking", False, [f"HTTP {response.status_code}: {response.text[:300]}"],
-                       "read the head log for the request error")
-    message = response.json()["choices"][0]["message"]
-    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    if not reasoning.strip():
-        return Section("thinking", False, [f"no reasoning content; message keys {sorted(message)}"],
-                       "check serving.reasoning_parser matches the model (profile default)")
-    return Section("thinking", True, [f"{len(reasoning)} chars of reasoning, answer {message.get('content')!r}"])
-
-
-def check_stream(api: Api, served: str, prompt: str) -> Section:
-    chunks, done, text = 0, False, ""
-    body = _chat(api, served, prompt, False, stream=True)
+def probe_stream(api: Api, served: str, golden: Golden, target: Target) -> Probe:
+    """One streamed chat completion: SSE chunks, an answer matching the golden pattern, then [DONE]."""
+    probe = Probe("stream", target.rank, target.node, golden.prompt, False)
+    chunks, done, text, errors = 0, False, "", []
+    body = _chat(served, golden.prompt, False, stream=True)
     for attempt in range(3):
+        start = time.monotonic()
         try:
             with api.client.stream("POST", api.url + "/v1/chat/completions", json=body,
-                                   headers=api.headers()) as response:
+                                   headers=api.headers(rank=target.rank)) as response:
                 if response.status_code != 200:
-                    return Section("stream", False, [f"HTTP {response.status_code}"], "read the head log")
+                    response.read()
+                    probe.error = f"HTTP {response.status_code}: {_error_text(response)}"
+                    return probe
                 for line in response.iter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -153,18 +236,109 @@ def check_stream(api: Api, served: str, prompt: str) -> Section:
                     if data == "[DONE]":
                         done = True
                         break
-                    chunks += 1
-                    delta = json.loads(data)["choices"][0].get("delta", {})
-                    text += delta.get("content") or ""
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        errors.append(f"not JSON: {data[:80]!r}")
+                        continue
+                    if "error" in event:  # vLLM reports errors after the 200 as an event in the stream
+                        errors.append(str((event["error"] or {}).get("message", event["error"]))[:200])
+                        continue
+                    if probe.first_chunk_s is None:
+                        probe.first_chunk_s = time.monotonic() - start
+                    if event.get("usage"):
+                        probe.tokens = event["usage"].get("completion_tokens")
+                    for choice in event.get("choices") or []:  # the usage chunk has none
+                        chunks += 1
+                        text += (choice.get("delta") or {}).get("content") or ""
+            probe.latency_s = time.monotonic() - start
             break
-        except RETRYABLE:
+        except RETRYABLE as exc:
             if attempt == 2:
-                raise
+                probe.error = f"{type(exc).__name__}: {exc}"[:200]
+                return probe
             time.sleep(2)
-    evidence = [f"{chunks} SSE chunk(s), [DONE] {'seen' if done else 'missing'}, text {text.strip()[:40]!r}"]
-    if chunks == 0 or not done:
-        return Section("stream", False, evidence, "a proxy in front may buffer SSE: proxy_buffering off")
-    return Section("stream", True, evidence)
+    probe.answer = text.strip()
+    facts = f"{chunks} SSE chunk(s), [DONE] {'seen' if done else 'missing'}"
+    if errors:
+        probe.error = f"error in the stream: {errors[0]}; {facts}"
+    elif chunks == 0 or not done:
+        probe.error = facts
+    elif not golden.matches(probe.answer):
+        probe.error = f"streamed {probe.answer[:40]!r}, expected fullmatch /{golden.expect}/; {facts}"
+    probe.ok = not probe.error
+    return probe
+
+
+def _describe(probe: Probe, golden: Golden, several: bool) -> str:
+    """One evidence item: `rank 1 (node2) answered '324' for '17*19…' expected /323/`, or the good numbers."""
+    label = Target(probe.rank, probe.node).label
+    tokens = f", {probe.tokens} tokens" if probe.tokens is not None else ""
+    which = f" for {golden.short_prompt!r}" if several else ""
+    if probe.error:
+        return f"{label} for {golden.short_prompt!r}: {probe.error}"
+    if not probe.ok:
+        return (f"{label} answered {probe.answer[:60]!r} for {golden.short_prompt!r} "
+                f"expected /{golden.expect}/ (full match)")
+    if probe.section == "thinking":
+        return (f"{label} {probe.reasoning_chars} chars of reasoning in {probe.latency_s:.2f}s{tokens}, "
+                f"answer {probe.answer[:40]!r}")
+    if probe.section == "stream":
+        first = f", first chunk {probe.first_chunk_s:.2f}s" if probe.first_chunk_s is not None else ""
+        return f"{label} streamed {probe.answer[:40]} in {probe.latency_s:.2f}s{first}{tokens}, [DONE]"
+    return f"{label} {probe.answer[:40]} in {probe.latency_s:.2f}s{tokens}{which}"
+
+
+_WRONG_ANSWER = ("a wrong answer at temperature 0 on one rank means a broken GPU or a wrong shard on its node; on "
+                 "every rank: broken weights, parser or tokenizer mode (compare model files and "
+                 "serving.tokenizer_mode with the profile). Read the named node's engine log")
+_NO_ANSWER = ("the rank did not answer: read the named node's engine log (`docker logs`); vLLM is fail-stop, so one "
+              "dead engine takes the group down")
+
+
+def _next_step(probe: Probe) -> str:
+    """What to do about one failed probe, from what went wrong."""
+    if "is out of range" in probe.error:
+        return "--dp-size is larger than the engine's data-parallel size: it must be parallelism.data"
+    if probe.error.startswith(("ConnectError", "ReadTimeout", "ReadError", "RemoteProtocolError", "HTTP 5")):
+        return _NO_ANSWER
+    if probe.section == "thinking":
+        return "check serving.reasoning_parser matches the model (profile default)"
+    if probe.section == "stream" and probe.error and not probe.error.startswith("streamed "):
+        return ("a proxy in front may buffer SSE (proxy_buffering off); an error event in the stream names the "
+                "engine's failure")
+    if probe.error.startswith("HTTP "):
+        return "read the head log for the request error"
+    return _WRONG_ANSWER
+
+
+def run_ranked(section: str, probes: list[Probe], goldens: list[Golden]) -> Section:
+    """Failures first, then every rank's numbers, so a verdict line names the bad rank and shows the good."""
+    by_prompt = {g.prompt: g for g in goldens}
+    several = len(goldens) > 1 and section == "chat"
+    ordered = [p for p in probes if not p.ok] + [p for p in probes if p.ok]
+    evidence = [_describe(p, by_prompt[p.prompt], several) for p in ordered]
+    if all(p.ok for p in probes):
+        return Section(section, True, evidence)
+    steps = list(dict.fromkeys(_next_step(p) for p in probes if not p.ok))
+    return Section(section, False, evidence, "; ".join(steps))
+
+
+def check_chat(api: Api, served: str, goldens: list[Golden], targets: list[Target]) -> tuple[Section, list[Probe]]:
+    probes = [probe_chat(api, served, g, t) for t in targets for g in goldens]
+    return run_ranked("chat", probes, goldens), probes
+
+
+def check_thinking(api: Api, served: str, goldens: list[Golden], targets: list[Target]
+                   ) -> tuple[Section, list[Probe]]:
+    probes = [probe_chat(api, served, goldens[0], t, thinking=True) for t in targets]
+    return run_ranked("thinking", probes, goldens), probes
+
+
+def check_stream(api: Api, served: str, goldens: list[Golden], targets: list[Target]
+                 ) -> tuple[Section, list[Probe]]:
+    probes = [probe_stream(api, served, goldens[0], t) for t in targets]
+    return run_ranked("stream", probes, goldens), probes
 
 
 def check_auth(api: Api) -> Section:
@@ -181,56 +355,203 @@ def check_auth(api: Api) -> Section:
 
 
 def check_deny(api: Api, denied: list[str]) -> Section:
-    """Every named path 403, an unknown one 404, each with a valid key: the allowlist, not the key, refuses."""
+    """Every named path 403 and an unknown one 404, for each of GET, POST, PUT, PATCH and DELETE, each with a
+    valid key: the allowlist, not the key or the method, refuses."""
     wrong: list[str] = []
-    for path in denied:
-        response = api.request("GET", path, headers=api.headers())
-        if response.status_code != 403:
-            wrong.append(f"{path} {response.status_code}")
-    unknown = api.request("POST", "/v1/no-such-endpoint", headers=api.headers(), json={})
-    if unknown.status_code != 404:
-        wrong.append(f"/v1/no-such-endpoint {unknown.status_code}")
+    for path, expected in [(p, 403) for p in denied] + [(UNKNOWN_PATH, 404)]:
+        for method in HTTP_METHODS:
+            body: dict[str, Any] | None = {} if method in ("POST", "PUT", "PATCH") else None
+            response = api.request(method, path, headers=api.headers(), json=body)
+            if response.status_code != expected:
+                wrong.append(f"{method} {path} {response.status_code}")
     if wrong:
-        return Section("deny", False, [f"expected 403 (404 for the unknown path), got: {', '.join(wrong)}"],
+        return Section("deny", False, [f"expected 403 (404 for the unknown path), got: {', '.join(wrong[:40])}"
+                                       + (f" and {len(wrong) - 40} more" if len(wrong) > 40 else "")],
                        "the request reached vLLM: is the client talking to the proxy's port, not vLLM's?")
-    return Section("deny", True, [f"{len(denied)} named paths 403 (e.g. {', '.join(denied[:3])}), unknown 404"])
+    methods = "/".join(HTTP_METHODS)
+    return Section("deny", True, [f"{len(denied)} named paths 403 (e.g. {', '.join(denied[:3])}), unknown 404, "
+                                  f"each with {methods}"])
+
+
+# --- watch mode ----------------------------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def watch(api: Api, served: str, goldens: list[Golden], targets: list[Target], interval_s: float, name: str,
+          max_iterations: int | None = None, as_json: bool = False,
+          sleep: Callable[[float], None] = time.sleep) -> int:
+    """Probe every rank every interval; print a line when a rank goes down or comes back, and nothing else
+    (apart from one line when it starts and one after the first round). Runs until stopped: exit 0."""
+    state: dict[int | None, tuple[bool, float]] = {}
+    iteration = 0
+
+    def say(event: str, target: Target, detail: str, since: float | None = None) -> None:
+        if as_json:
+            record: dict[str, Any] = {"time": _now(), "check": name, "event": event, "rank": target.rank,
+                                      "node": target.node, "detail": detail}
+            if since is not None:
+                record["after_s"] = round(since, 1)
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+        else:
+            after = f" back after {since:.0f}s down" if since is not None and event == "up" else ""
+            print(f"{_now()} {event.upper()} {name}: {target.label}{after}: {detail}", flush=True)
+
+    labels = ", ".join(t.label for t in targets)
+    print(f"{_now()} WATCH {name}: {len(targets)} target(s) ({labels}), {len(goldens)} golden prompt(s), "
+          f"every {interval_s:g}s", flush=True)
+    while True:
+        iteration += 1
+        for target in targets:
+            probes = [probe_chat(api, served, g, target, retries=1) for g in goldens]
+            ok = all(p.ok for p in probes)
+            bad = next((p for p in probes if not p.ok), probes[0])
+            golden = next(g for g in goldens if g.prompt == bad.prompt)
+            detail = _describe(bad, golden, len(goldens) > 1).removeprefix(target.label + " ")
+            previous = state.get(target.rank)
+            now = time.monotonic()
+            if previous is None:
+                if not ok:
+                    say("down", target, detail)
+                state[target.rank] = (ok, now)
+            elif previous[0] != ok:
+                say("up" if ok else "down", target, detail, now - previous[1])
+                state[target.rank] = (ok, now)
+        if iteration == 1:
+            up = sum(1 for ok, _ in state.values() if ok)
+            print(f"{_now()} FIRST {name}: {up} of {len(targets)} target(s) answer the golden set", flush=True)
+        if max_iterations is not None and iteration >= max_iterations:
+            return 0
+        sleep(interval_s)
+
+
+# --- command line --------------------------------------------------------------------------------------------
+
+class ConfigProblem(Exception):
+    """A bad argument: exit 2 with the argument, the value and a fix."""
+
+
+def _targets(dp_size: int, rank_nodes: str) -> list[Target]:
+    if dp_size < 1:
+        raise ConfigProblem(f"--dp-size {dp_size}: must be at least 1 (parallelism.data)")
+    nodes = [n.strip() for n in rank_nodes.split(",")] if rank_nodes else []
+    if nodes and (len(nodes) != dp_size or not all(nodes)):
+        raise ConfigProblem(f"--rank-nodes {rank_nodes!r}: needs one node name per DP rank ({dp_size}), in rank "
+                            "order, e.g. node1,node1,node2,node2 for two ranks per node")
+    if dp_size == 1:
+        return [Target(None, nodes[0] if nodes else None)]  # nothing to pin: no header
+    return [Target(r, nodes[r] if nodes else None) for r in range(dp_size)]
+
+
+def _goldens(golden_json: str, prompt: str | None, expect: str | None) -> list[Golden]:
+    if golden_json:
+        if prompt is not None or expect is not None:
+            raise ConfigProblem("--golden-json with --prompt/--expect: give the golden set one way")
+        try:
+            return parse_golden(golden_json)
+        except ValueError as exc:
+            raise ConfigProblem(f"--golden-json {exc}; fix: a JSON list such as "
+                                f'[{{"prompt": "{DEFAULT_PROMPT}", "expect": "{DEFAULT_EXPECT}"}}]') from None
+    pattern = DEFAULT_EXPECT if expect is None else expect
+    try:
+        compiled = compile_expect(pattern)
+    except ValueError as exc:
+        raise ConfigProblem(f"--expect {pattern!r}: {exc}") from None
+    return [Golden(DEFAULT_PROMPT if prompt is None else prompt, pattern, compiled)]
+
+
+def _ca_pem(ca_env: str, ca_file: str) -> str | None:
+    if ca_file:
+        try:
+            with open(ca_file, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ConfigProblem(f"--ca-file {ca_file!r}: {exc.strerror}; give a readable PEM file") from None
+    return os.environ.get(ca_env) if ca_env else None
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="api", description=__doc__)
+    p = argparse.ArgumentParser(prog="api", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--name", default="api")
     p.add_argument("--url", required=True)
     p.add_argument("--served-name", required=True)
     p.add_argument("--sections", default="health,models,chat,thinking,stream")
     p.add_argument("--api-key-env", default="VLLM_API_KEY", help="env var holding the bearer key (if any)")
     p.add_argument("--deadline-s", type=float, default=4200)
-    p.add_argument("--interval-s", type=float, default=30)
+    p.add_argument("--interval-s", type=float, default=30,
+                   help="health: seconds between progress lines; --watch: seconds between probe rounds")
     p.add_argument("--timeout-s", type=float, default=300)
-    p.add_argument("--prompt", default="17*19等于多少？只返回数字。")
-    p.add_argument("--expect", default="323")
+    p.add_argument("--prompt", default=None, help=f"one golden prompt (default {DEFAULT_PROMPT!r})")
+    p.add_argument("--expect", default=None,
+                   help=f"its expected answer: a regular expression the stripped answer must fully match "
+                        f"(default {DEFAULT_EXPECT!r})")
+    p.add_argument("--golden-json", default="",
+                   help='the golden set: JSON [{"prompt": ..., "expect": ...}, ...] (1-16 pairs); thinking and '
+                        "stream use the first")
+    p.add_argument("--dp-size", type=int, default=1,
+                   help="data-parallel ranks: chat, thinking and stream run once per rank (X-data-parallel-rank)")
+    p.add_argument("--rank-nodes", default="", help="node of each DP rank in rank order, e.g. node1,node2")
     p.add_argument("--ca-env", default="", help="env var holding a PEM certificate to trust (the proxy's)")
+    p.add_argument("--ca-file", default="", help="file holding a PEM certificate to trust (for --watch units)")
     p.add_argument("--deny-paths", default="", help="comma-separated paths the proxy must refuse with 403")
+    p.add_argument("--watch", action="store_true", help="probe every rank forever, one line per transition")
+    p.add_argument("--max-iterations", type=int, default=None, help="--watch: stop after N rounds (tests)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    try:
+        targets = _targets(args.dp_size, args.rank_nodes)
+        goldens = _goldens(args.golden_json, args.prompt, args.expect)
+        ca_pem = _ca_pem(args.ca_env, args.ca_file)
+        if args.interval_s <= 0:
+            raise ConfigProblem(f"--interval-s {args.interval_s:g}: must be > 0 seconds")
+        if args.max_iterations is not None and args.max_iterations < 1:
+            raise ConfigProblem(f"--max-iterations {args.max_iterations}: must be at least 1")
+    except ConfigProblem as exc:
+        print(f"{args.name}: {exc}", file=sys.stderr)
+        print(f"CANNOT-RUN {args.name}: bad argument: {exc}")
+        return 2
     key = os.environ.get(args.api_key_env) or None
-    api = Api(args.url, key, args.timeout_s, os.environ.get(args.ca_env) if args.ca_env else None)
+    api = Api(args.url, key, args.timeout_s, ca_pem)
+    if args.watch:
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            return watch(api, args.served_name, goldens, targets, args.interval_s, args.name, args.max_iterations,
+                         args.json)
+        except KeyboardInterrupt:
+            return 0
+    probes: list[Probe] = []
+
+    def ranked(run: Callable[[Api, str, list[Golden], list[Target]], tuple[Section, list[Probe]]]
+               ) -> Callable[[], Section]:
+        def call() -> Section:
+            section, done = run(api, args.served_name, goldens, targets)
+            probes.extend(done)
+            return section
+        return call
+
     runners: dict[str, Callable[[], Section]] = {
         "health": lambda: wait_health(api, args.deadline_s, args.interval_s, args.name),
         "models": lambda: check_models(api, args.served_name),
-        "chat": lambda: check_chat(api, args.served_name, args.prompt, args.expect),
-        "thinking": lambda: check_thinking(api, args.served_name, args.prompt),
-        "stream": lambda: check_stream(api, args.served_name, args.prompt),
+        "chat": ranked(check_chat),
+        "thinking": ranked(check_thinking),
+        "stream": ranked(check_stream),
         "auth": lambda: check_auth(api),
         "deny": lambda: check_deny(api, [p for p in args.deny_paths.split(",") if p]),
     }
     names = [s for s in args.sections.split(",") if s]
+    unknown = [s for s in names if s not in runners]
+    if unknown:
+        print(f"CANNOT-RUN {args.name}: unknown section(s) {', '.join(unknown)}; known: {', '.join(runners)}")
+        return 2
     if key and "auth" not in names:
         names.append("auth")
     sections: list[Section] = []
     for section in names:
-        if section not in runners:
-            print(f"unknown section {section!r}; known: {', '.join(runners)}")
-            return 2
         try:
             result = runners[section]()
         except httpx.TransportError as exc:
@@ -238,7 +559,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append(result)
         if section == "health" and not result.ok:
             break
-    return emit(combine(args.name, sections), args.json)
+    return emit(_with_ranks(combine(args.name, sections), sections, probes), args.json)
+
+
+def _with_ranks(verdict: Verdict, sections: list[Section], probes: list[Probe]) -> Verdict:
+    """Name the failing ranks and their nodes in the summary; every probe's numbers go into its section's
+    JSON details (`details.chat.probes`: rank, node, prompt, ok, answer, latency_s, tokens, error, …)."""
+    failing = sorted({(p.rank, p.node or "") for p in probes if not p.ok and p.rank is not None})
+    if failing:
+        verdict.summary += "; failing: " + ", ".join(Target(r, n or None).label for r, n in failing)
+    for probe in probes:
+        verdict.details[probe.section].setdefault("probes", []).append(asdict(probe))
+    if verdict.status == "fail":  # chat and stream failing for one wrong rank give the same advice once
+        verdict.next_step = "; ".join(dict.fromkeys(s.next_step for s in sections if s.ok is False and s.next_step))
+    return verdict
 
 
 if __name__ == "__main__":

@@ -15,11 +15,23 @@ _IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
 _FUTURE = "from __future__ import annotations\n"
 INLINED = {"stacks.memory": HERE.parent / "stacks" / "memory.py"}
 """Stdlib-only project modules pasted in place of their (single-line or parenthesized) import."""
-REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args")
+REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective")
+_SIBLING = re.compile(r"^from checks\.(\w+) import .*$", re.M)
+_MAIN_BLOCK = re.compile(r"^if __name__ == \"__main__\":\n.*", re.M | re.S)
+
+
+def _sibling(module: str) -> str:
+    """Another host-side check's functions, for a check that imports them (collective uses nccl_transport's
+    parser): its own verdict import and `__main__` block dropped, its names defined before the importer's."""
+    if module not in REMOTE_MODULES:
+        raise ValueError(f"checks.{module} is not a host-side check; one of {REMOTE_MODULES}")
+    source = (HERE / f"{module}.py").read_text().replace(_FUTURE, "")
+    return _MAIN_BLOCK.sub("", _IMPORT.sub("", source))
 
 
 def remote_script(module: str) -> str:
-    """The module's source with the verdict helpers pasted in place of their import."""
+    """The module's source with the verdict helpers pasted in place of their import, and any other host-side
+    check it imports pasted in place of that import."""
     if module not in REMOTE_MODULES:
         raise ValueError(f"{module} is not a host-side check; one of {REMOTE_MODULES}")
     verdict = (HERE / "verdict.py").read_text().replace(_FUTURE, "")
@@ -29,6 +41,7 @@ def remote_script(module: str) -> str:
     for name, path in INLINED.items():
         pattern = re.compile(rf"^from {re.escape(name)} import (\([^)]*\)|.*)$", re.M)
         source = _paste(pattern, path.read_text().replace(_FUTURE, ""), source)
+    source = _SIBLING.sub(lambda m: m.group(0) if m.group(1) == "verdict" else _sibling(m.group(1)), source)
     return _FUTURE + _IMPORT.sub(lambda _: verdict, source, count=1)
 
 

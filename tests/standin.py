@@ -3,6 +3,16 @@
 Behaviours: a slow start (the port opens late, as while weights load), /health 503 before 200, wrong
 answers, no reasoning, SSE streaming with [DONE] (chat and completions), bearer auth on /v1 paths like vLLM's
 --api-key, and like vLLM some keyless paths left open (/metrics, /tokenize).
+
+Data parallelism as vLLM 0.33.0 does it: `X-data-parallel-rank: r` pins a chat/completion request to DP rank
+r (`vllm/entrypoints/generate/base/serving.py`, `_get_data_parallel_rank`: a value that is not an integer is
+ignored and the request is load balanced); a rank outside [0, dp size) is refused by
+`vllm/v1/engine/input_processor.py` with `data_parallel_rank R is out of range [0, N).`, a 400 without
+streaming and, with streaming, a 200 whose stream carries the error and then [DONE]
+(`chat_completion/serving.py`). Without the header requests go round robin over the ranks. One rank can be
+made to answer wrong (`--wrong-rank`) or fail like a dead engine (500); `--control-file` (JSON, read on every
+request: `wrong_rank`, `down_rank`) changes that while the server runs. Answers carry `usage` (one token per
+character), and streams a usage chunk when `stream_options.include_usage` is set.
 """
 
 from __future__ import annotations
@@ -16,6 +26,30 @@ from typing import Any
 
 ARGS: argparse.Namespace
 STARTED = 0.0
+ROUND_ROBIN = [0]
+ENGINE_DEAD = "The server had an error while processing your request."  # vllm/v1/engine/exceptions.py
+
+
+def _error(message: str, kind: str, code: int) -> dict[str, Any]:
+    """vLLM's ErrorResponse (`vllm/entrypoints/serve/engine/protocol.py`)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+LAST_CONTROL: list[dict[str, Any]] = []
+
+
+def _faults() -> tuple[int | None, int | None]:
+    """(wrong rank, down rank): the control file when there is one (the last complete one while it is being
+    rewritten), else the flags."""
+    if ARGS.control_file and os.path.exists(ARGS.control_file):
+        try:
+            with open(ARGS.control_file) as handle:
+                LAST_CONTROL[:] = [json.load(handle)]
+        except ValueError:
+            pass
+    if LAST_CONTROL:
+        return LAST_CONTROL[0].get("wrong_rank"), LAST_CONTROL[0].get("down_rank")
+    return ARGS.wrong_rank, ARGS.down_rank
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -60,27 +94,76 @@ class Handler(BaseHTTPRequestHandler):
         if self.path in ("/tokenize", "/pause", "/collective_rpc", "/invocations"):  # open in vLLM, no key
             self._send(200, {"ok": True, "path": self.path})
             return
-        if self.path == "/v1/completions":
-            if body.get("stream"):
-                self._stream(ARGS.answer, chat=False)
-            else:
-                self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": ARGS.served_name,
-                                 "choices": [{"index": 0, "text": ARGS.answer, "finish_reason": "stop"}]})
-            return
-        if self.path != "/v1/chat/completions":
+        if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._send(404, {"error": "not found"})
             return
+        stream = bool(body.get("stream"))
+        usage_chunk = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+        rank = self._rank()
+        if rank is not None and not 0 <= rank < ARGS.dp_size:
+            error = _error(f"data_parallel_rank {rank} is out of range [0, {ARGS.dp_size}).", "BadRequestError", 400)
+            if stream:
+                self._stream("", chat=self.path.endswith("chat/completions"), error=error)
+            else:
+                self._send(400, error)
+            return
+        if rank is None:
+            rank = ROUND_ROBIN[0] % ARGS.dp_size
+            ROUND_ROBIN[0] += 1
+        wrong, down = _faults()
+        if rank == down:
+            self._send(500, _error(ENGINE_DEAD, "InternalServerError", 500))
+            return
+        answer = ARGS.wrong_answer if rank == wrong else ARGS.answer
+        if self.path == "/v1/completions":
+            if stream:
+                self._stream(answer, chat=False, usage=usage_chunk)
+            else:
+                self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": ARGS.served_name,
+                                 "choices": [{"index": 0, "text": answer, "finish_reason": "stop"}],
+                                 "usage": _usage(answer)})
+            return
         thinking = (body.get("chat_template_kwargs") or {}).get("thinking", False)
-        message: dict[str, Any] = {"role": "assistant", "content": ARGS.answer}
+        message: dict[str, Any] = {"role": "assistant", "content": answer}
+        reasoning = ""
         if thinking and not ARGS.no_reasoning:
-            message["reasoning_content"] = "17*19 = 17*20 - 17 = 340 - 17 = 323"
-        if body.get("stream"):
-            self._stream(ARGS.answer)
+            reasoning = "17*19 = 17*20 - 17 = 340 - 17 = 323"
+            message["reasoning_content"] = reasoning
+        if stream:
+            self._stream(answer, usage=usage_chunk)
             return
         self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": ARGS.served_name,
-                         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+                         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                         "usage": _usage(answer + reasoning)})
 
-    def _stream(self, text: str, chat: bool = True) -> None:
+    def _rank(self) -> int | None:
+        """As vLLM's `_get_data_parallel_rank`: the header as an int, None when absent or not an int."""
+        value = self.headers.get("X-data-parallel-rank")
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            return None
+
+    def do_PUT(self) -> None:
+        self._other_method()
+
+    def do_PATCH(self) -> None:
+        self._other_method()
+
+    def do_DELETE(self) -> None:
+        self._other_method()
+
+    def _other_method(self) -> None:
+        """Like FastAPI: a known path with another method is 405, an unknown one 404; keyless paths stay open."""
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        known = ("/v1/models", "/v1/chat/completions", "/v1/completions", "/health", "/metrics", "/tokenize")
+        self._send(405 if self.path in known else 404, {"detail": "Method Not Allowed" if self.path in known
+                                                        else "Not Found"})
+
+    def _stream(self, text: str, chat: bool = True, usage: bool = False, error: dict[str, Any] | None = None
+                ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -92,13 +175,21 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         time.sleep(ARGS.first_token_delay_s)  # prefill
+        if error is not None:
+            chunk(f"data: {json.dumps(error)}\n\n")
         for piece in [text[i:i + 1] for i in range(len(text))]:
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
             chunk(f"data: {json.dumps({'choices': [choice]})}\n\n")
             time.sleep(ARGS.token_delay_s)
+        if usage:
+            chunk(f"data: {json.dumps({'choices': [], 'usage': _usage(text)})}\n\n")
         if not ARGS.no_done:
             chunk("data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
+
+
+def _usage(text: str) -> dict[str, int]:
+    return {"prompt_tokens": 12, "completion_tokens": len(text), "total_tokens": 12 + len(text)}
 
 
 def main() -> None:
@@ -114,6 +205,11 @@ def main() -> None:
     p.add_argument("--no-done", action="store_true")
     p.add_argument("--token-delay-s", type=float, default=0.01)
     p.add_argument("--first-token-delay-s", type=float, default=0)
+    p.add_argument("--dp-size", type=int, default=1)
+    p.add_argument("--wrong-rank", type=int, default=None)
+    p.add_argument("--wrong-answer", default="324")
+    p.add_argument("--down-rank", type=int, default=None)
+    p.add_argument("--control-file", default="")
     ARGS = p.parse_args()
     time.sleep(ARGS.start_delay_s)
     server = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)

@@ -10,6 +10,9 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
 
 from tests.conftest import ROOT
 
@@ -68,7 +71,7 @@ def test_wrong_answer_fails_at_once_with_answer() -> None:
         code, verdict, _ = run_api(url, "--sections", "chat")
         elapsed = time.monotonic() - start
     assert code == 1
-    assert "got '324'" in " ".join(verdict["evidence"])
+    assert verdict["evidence"] == ["chat: the endpoint answered '324' for '17*19…' expected /323/ (full match)"]
     assert elapsed < 10
 
 
@@ -112,3 +115,252 @@ def test_unreachable_is_a_connection_failure() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     code, verdict, _ = run_api(url, "--sections", "models")
     assert code == 1 and "ConnectError" in verdict["evidence"][0]
+
+
+# --- every DP rank, pinned with X-data-parallel-rank -----------------------------------------------------------
+
+RANKED = ("--dp-size", "2", "--rank-nodes", "node1,node2")
+
+
+def test_every_rank_answers_with_latency_and_tokens() -> None:
+    with standin("--dp-size", "2") as url:
+        code, verdict, stdout = run_api(url, "--sections", "chat,thinking,stream", *RANKED)
+    assert code == 0, stdout
+    chat = verdict["details"]["chat"]
+    assert [(p["rank"], p["node"], p["answer"], p["tokens"]) for p in chat["probes"]] == [
+        (0, "node1", "323", 3), (1, "node2", "323", 3)]
+    assert chat["evidence"][0].startswith("rank 0 (node1) 323 in ") and chat["evidence"][0].endswith("s, 3 tokens")
+    assert chat["evidence"][1].startswith("rank 1 (node2) 323 in ")
+    assert [p["rank"] for p in verdict["details"]["thinking"]["probes"]] == [0, 1]
+    stream = verdict["details"]["stream"]["evidence"]
+    assert stream[1].startswith("rank 1 (node2) streamed 323 in ") and "3 tokens, [DONE]" in stream[1]
+
+
+def test_one_wrong_rank_fails_and_the_verdict_names_it_and_its_node() -> None:
+    with standin("--dp-size", "2", "--wrong-rank", "1") as url:
+        code, verdict, stdout = run_api(url, "--sections", "chat,stream", *RANKED)
+        human = subprocess.run([sys.executable, "-m", "checks.api", "--url", url, "--served-name",
+                                "DeepSeek-V4.1-Flash", "--sections", "chat", "--name", "api-golden", *RANKED],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert code == 1, stdout
+    assert verdict["summary"].endswith("; failing: rank 1 (node2)")
+    chat = verdict["details"]["chat"]["evidence"]
+    assert chat[0] == "rank 1 (node2) answered '324' for '17*19…' expected /323/ (full match)"
+    assert chat[1].startswith("rank 0 (node1) 323 in ")
+    assert verdict["details"]["stream"]["evidence"][0].startswith("rank 1 (node2) for '17*19…': streamed '324'")
+    line = human.stdout.strip()
+    assert human.returncode == 1
+    assert line.startswith("FAIL api-golden: 1 failed: chat; failing: rank 1 (node2) | evidence: "
+                           "chat: rank 1 (node2) answered '324' for '17*19…' expected /323/ (full match); "
+                           "chat: rank 0 (node1) 323 in "), line
+    assert "| next step: a wrong answer at temperature 0 on one rank" in line
+
+
+def test_without_pinning_a_wrong_rank_goes_unnoticed() -> None:
+    """Why the header matters: the balanced path sends the one chat request to a good rank."""
+    with standin("--dp-size", "2", "--wrong-rank", "1") as url:
+        code, verdict, stdout = run_api(url, "--sections", "chat")
+    assert code == 0, stdout
+    assert verdict["details"]["chat"]["evidence"][0].startswith("the endpoint 323 in ")
+
+
+def test_a_rank_beyond_the_engines_dp_size_is_refused_as_vllm_refuses_it() -> None:
+    with standin("--dp-size", "2") as url:
+        code, verdict, stdout = run_api(url, "--sections", "chat,stream", "--dp-size", "3")
+    assert code == 1, stdout
+    assert verdict["details"]["chat"]["evidence"][0] == (
+        "rank 2 for '17*19…': HTTP 400: data_parallel_rank 2 is out of range [0, 2).")
+    assert verdict["details"]["stream"]["evidence"][0].startswith(
+        "rank 2 for '17*19…': error in the stream: data_parallel_rank 2 is out of range [0, 2).")
+    assert "must be parallelism.data" in verdict["next_step"]
+
+
+def test_a_dead_rank_is_reported_with_the_engines_error() -> None:
+    with standin("--dp-size", "2", "--down-rank", "0") as url:
+        code, verdict, _ = run_api(url, "--sections", "chat", *RANKED)
+    assert code == 1 and verdict["summary"].endswith("failing: rank 0 (node1)")
+    assert verdict["evidence"][0] == ("chat: rank 0 (node1) for '17*19…': HTTP 500: The server had an error while "
+                                      "processing your request.")
+    assert "engine log" in verdict["next_step"]
+
+
+def test_several_ranks_per_node() -> None:
+    with standin("--dp-size", "4", "--wrong-rank", "2") as url:
+        code, verdict, _ = run_api(url, "--sections", "chat", "--dp-size", "4",
+                                   "--rank-nodes", "node1,node1,node2,node2")
+    assert code == 1 and verdict["summary"].endswith("failing: rank 2 (node2)")
+    assert [p["node"] for p in verdict["details"]["chat"]["probes"]] == ["node1", "node1", "node2", "node2"]
+
+
+# --- the golden set --------------------------------------------------------------------------------------------
+
+def test_golden_set_runs_every_pair_on_every_rank() -> None:
+    golden = json.dumps([{"prompt": "17*19等于多少？只返回数字。", "expect": "3\\d3"},
+                         {"prompt": "what is 17*19?", "expect": "32[0-9]"}], ensure_ascii=False)
+    with standin("--dp-size", "2") as url:
+        code, verdict, stdout = run_api(url, "--sections", "chat", *RANKED, "--golden-json", golden)
+        assert code == 0, stdout
+        assert len(verdict["details"]["chat"]["probes"]) == 4
+        assert "for 'what …'" in verdict["details"]["chat"]["evidence"][1]
+        wrong = json.dumps([{"prompt": "a", "expect": "323"}, {"prompt": "what is 2+2?", "expect": "4"}])
+        code, verdict, _ = run_api(url, "--sections", "chat", *RANKED, "--golden-json", wrong)
+    assert code == 1
+    assert verdict["details"]["chat"]["evidence"][:2] == [
+        "rank 0 (node1) answered '323' for 'what …' expected /4/ (full match)",
+        "rank 1 (node2) answered '323' for 'what …' expected /4/ (full match)"]
+
+
+def test_answer_is_stripped_of_one_full_stop_then_fully_matched() -> None:
+    with standin("--answer", " 323。\n") as url:
+        assert run_api(url, "--sections", "chat")[0] == 0
+    with standin("--answer", "1323") as url:
+        assert run_api(url, "--sections", "chat")[0] == 1  # a search would have passed this
+
+
+def run_bad(*args: str) -> tuple[int, str]:
+    out = subprocess.run([sys.executable, "-m", "checks.api", "--url", "http://127.0.0.1:9", "--served-name", "m",
+                          *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
+    cases = {
+        ("--dp-size", "2", "--rank-nodes", "node1"): "--rank-nodes 'node1': needs one node name per DP rank (2)",
+        ("--dp-size", "0"): "--dp-size 0: must be at least 1",
+        ("--golden-json", "[]"): "--golden-json must be a list of 1 to 16 objects",
+        ("--golden-json", '[{"prompt": "x", "expect": "(a+)+"}]'): "--golden-json [0.expect]: Value error, '(a+)+': "
+                                                                   "a repeated group",
+        ("--golden-json", '[{"prompt": "x", "expect": "1"}]', "--expect", "2"): "give the golden set one way",
+        ("--expect", "(3"): "--expect '(3': '(3' is not a regular expression",
+        ("--watch", "--interval-s", "0"): "--interval-s 0: must be > 0 seconds",
+        ("--ca-file", "/nonexistent.pem"): "--ca-file '/nonexistent.pem': No such file or directory",
+        ("--sections", "chat,nope"): "unknown section(s) nope",
+    }
+    for args, message in cases.items():
+        code, text = run_bad(*args)
+        assert code == 2, (args, text)
+        assert message in text, (args, text)
+
+
+# --- deny: every method ------------------------------------------------------------------------------------------
+
+def test_deny_tries_every_method_and_reports_each_open_one() -> None:
+    with standin() as url:
+        code, verdict, _ = run_api(url, "--sections", "deny", "--deny-paths", "/metrics,/tokenize")
+    assert code == 1
+    text = verdict["evidence"][0]
+    for wrong in ("GET /metrics 200", "POST /tokenize 200", "PUT /metrics 405", "DELETE /tokenize 405",
+                  "PATCH /metrics 405"):
+        assert wrong in text, text
+    assert "/v1/no-such-endpoint" not in text  # the stand-in says 404 to every method there
+
+
+# --- watch mode ------------------------------------------------------------------------------------------------
+
+def test_watch_prints_one_line_per_transition(tmp_path: Path) -> None:
+    control = tmp_path / "control.json"
+    with standin("--dp-size", "2", "--control-file", str(control)) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "checks.api", "--url", url, "--served-name",
+                                 "DeepSeek-V4.1-Flash", "--name", "api-watch", "--watch", "--interval-s", "0.1",
+                                 *RANKED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        lines: list[str] = []
+
+        def until(needle: str) -> str:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+                lines.append(line)
+                if needle in line:
+                    return line
+            raise AssertionError(f"no {needle!r} in {lines}")
+
+        def control_with(faults: dict[str, int]) -> None:  # atomically: the stand-in reads it on every request
+            (tmp_path / "next.json").write_text(json.dumps(faults))
+            (tmp_path / "next.json").replace(control)
+
+        try:
+            until("FIRST api-watch: 2 of 2 target(s) answer the golden set")
+            time.sleep(0.5)  # several healthy rounds: no output
+            control_with({"down_rank": 1})
+            down = until("DOWN api-watch")
+            time.sleep(1.0)  # rank 1 stays down for about ten rounds: still one line
+            control_with({})
+            up = until("UP api-watch")
+            control_with({"wrong_rank": 0})
+            wrong = until("DOWN api-watch")
+        finally:
+            proc.terminate()
+            rest = proc.communicate(timeout=10)[0]
+    assert proc.returncode == 0  # SIGTERM is a clean stop
+    assert down.split(" ", 1)[1].strip() == ("DOWN api-watch: rank 1 (node2): for '17*19…': HTTP 500: "
+                                             "The server had an error while processing your request.")
+    assert " UP api-watch: rank 1 (node2) back after " in up and "s down: 323 in " in up
+    assert "DOWN api-watch: rank 0 (node1): answered '324' for '17*19…' expected /323/" in wrong
+    transitions = [line for line in lines + rest.splitlines() if " DOWN " in line or " UP " in line]
+    assert len(transitions) == 3, transitions
+    assert lines[0].split(" ", 1)[1].startswith("WATCH api-watch: 2 target(s) (rank 0 (node1), rank 1 (node2))")
+
+
+def test_watch_bounded_run_reports_a_rank_down_from_the_start_once_as_json() -> None:
+    with standin("--dp-size", "2", "--wrong-rank", "1") as url:
+        out = subprocess.run([sys.executable, "-m", "checks.api", "--url", url, "--served-name",
+                              "DeepSeek-V4.1-Flash", "--watch", "--interval-s", "0.05", "--max-iterations", "4",
+                              "--json", *RANKED], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr  # failures are reported, never an exit code
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(events) == 1
+    assert events[0] | {"time": "t"} == {"time": "t", "check": "api", "event": "down", "rank": 1, "node": "node2",
+                                         "detail": "answered '324' for '17*19…' expected /323/ (full match)"}
+    assert "FIRST api: 1 of 2 target(s)" in out.stdout
+
+
+def test_watch_through_an_unreachable_endpoint_reports_every_rank_down_once() -> None:
+    out = subprocess.run([sys.executable, "-m", "checks.api", "--url", f"http://127.0.0.1:{free_port()}",
+                          "--served-name", "m", "--watch", "--interval-s", "0.05", "--max-iterations", "3", *RANKED],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    down = [line for line in out.stdout.splitlines() if " DOWN " in line]
+    assert [d.split("DOWN api: ")[1].split(":")[0] for d in down] == ["rank 0 (node1)", "rank 1 (node2)"]
+    assert "ConnectError" in down[0]
+
+
+# --- through the generated nginx front door ----------------------------------------------------------------------
+
+def test_rank_header_passes_through_the_generated_nginx_and_the_check_runs_there(tmp_path: Path) -> None:
+    from checks.api import tls_context
+    from stacks.config import ProxyConfig
+    from stacks.proxy import DENIED_PATHS
+    from tests.nginx_harness import CLIENT_KEYS, UPSTREAM_KEY, make_certificate, running_nginx, write_conf
+
+    tls = make_certificate(tmp_path)
+    with standin("--api-key-env", "STANDIN_KEY", "--dp-size", "2", "--wrong-rank", "1",
+                 env={"STANDIN_KEY": UPSTREAM_KEY}) as upstream:
+        port = free_port()
+        conf = write_conf(tmp_path, ProxyConfig(enabled=True, bind="127.0.0.1", port=port),
+                          int(upstream.rsplit(":", 1)[1]), tls)
+        url = f"https://localhost:{port}"
+        key = {"Authorization": f"Bearer {CLIENT_KEYS['team-a']}"}
+        with running_nginx(conf, port), httpx.Client(base_url=url, verify=tls_context(tls.pem), timeout=30) as c:
+            chat = {r: c.post("/v1/chat/completions", headers={**key, "X-data-parallel-rank": str(r)},
+                              json={"messages": [{"role": "user", "content": "17*19"}]}).json()
+                    for r in (0, 1)}
+            completion = c.post("/v1/completions", headers={**key, "x-data-parallel-rank": "1"},
+                                json={"prompt": "17*19="}).json()
+            out = subprocess.run(
+                [sys.executable, "-m", "checks.api", "--url", url, "--served-name", "DeepSeek-V4.1-Flash",
+                 "--ca-env", "VLLM_TLS_CA", "--sections", "chat,thinking,stream,deny", *RANKED,
+                 "--deny-paths", ",".join(DENIED_PATHS), "--json"], cwd=ROOT, capture_output=True, text=True,
+                timeout=120, env={**os.environ, "VLLM_API_KEY": CLIENT_KEYS["team-a"], "VLLM_TLS_CA": tls.pem})
+    # Only the stand-in's rank 1 answers 324: the header reached it through nginx, on both generate paths.
+    assert chat[0]["choices"][0]["message"]["content"] == "323"
+    assert chat[1]["choices"][0]["message"]["content"] == "324"
+    assert completion["choices"][0]["text"] == "324"
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 1, out.stdout
+    assert verdict["summary"] == "2 failed: chat, stream; 3 passed: thinking, deny, auth; failing: rank 1 (node2)"
+    assert verdict["details"]["deny"]["ok"] is True and verdict["details"]["thinking"]["ok"] is True
+    assert "each with GET/POST/PUT/PATCH/DELETE" in verdict["details"]["deny"]["evidence"][0]
+    assert [p["ok"] for p in verdict["details"]["chat"]["probes"]] == [True, False]
+    assert CLIENT_KEYS["team-a"] not in out.stdout
