@@ -321,6 +321,33 @@ class ApiConfig(_Model):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
+class FirewallConfig(_Model):
+    """The host firewall (`stacks/firewall.py`): one nftables table per node that lets only the cluster reach
+    its unauthenticated ports. On by default; `enabled: false` leaves the hosts' rules alone (plan warning)."""
+
+    enabled: bool = True
+    api_sources: list[str] | None = Field(
+        default=None, description="CIDRs that may reach the API/proxy port; default: fabric.private_networks "
+        "with the proxy off, anywhere with it on")
+    ephemeral_ports: tuple[int, int] = Field(
+        default=(32768, 60999), description="OS-picked listener ports (net.ipv4.ip_local_port_range) to guard")
+
+    @field_validator("api_sources")
+    @classmethod
+    def _sources(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or []:
+            ipaddress.ip_network(cidr, strict=False)
+        return value
+
+    @field_validator("ephemeral_ports")
+    @classmethod
+    def _range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        low, high = value
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError(f"must be [low, high] with 1024 <= low <= high <= 65535, got {list(value)}")
+        return value
+
+
 class StackConfig(_Model):
     """The whole `vllm-cluster:` namespace of a stack file."""
 
@@ -335,6 +362,7 @@ class StackConfig(_Model):
     container: ContainerConfig
     ray: RayConfig = Field(default_factory=RayConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+    firewall: FirewallConfig = Field(default_factory=FirewallConfig)
     api_key: str | None = Field(default=None, description="secret; set with `pulumi config set --secret`")
     ssh_private_key: str | None = Field(default=None, description="secret; for check commands (default: agent)")
     tls_certificate: str | None = Field(default=None, description="secret; PEM chain the proxy serves")
