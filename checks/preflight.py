@@ -1,7 +1,8 @@
 """Host preflight: prove a GPU host can run the engine before 511 GB of weights start loading.
 
 Runs on the host over SSH with Python 3's standard library only (shipped by `checks.bundle`). Sections:
-gpu, toolkit, memlock, model, disk (GpuNode) and infiniband, hca, gid, sysctl (RdmaFabric).
+gpu, toolkit, memlock, model, disk (GpuNode), infiniband, hca, gid, sysctl (RdmaFabric) and firewall (before the
+host firewall's nftables table is applied).
 """
 
 from __future__ import annotations
@@ -238,6 +239,34 @@ def check_sysctl(procfs: str, nics: list[str]) -> Section:
     return Section("sysctl", True, evidence + warnings)
 
 
+def check_firewall(procfs: str, ephemeral: str) -> Section:
+    """nft must exist and answer (root), and the kernel's ephemeral port range must lie inside the range the
+    firewall guards: an OS-picked listener port outside it would be left open to every source."""
+    code, out = _run(["nft", "--version"], 30)
+    if code is None:
+        return Section("firewall", False, [out], "apt-get install nftables (or dnf install nftables), or set "
+                       "firewall.enabled: false in the stack (the plan then warns that nothing filters the ports)")
+    evidence = [out.splitlines()[0] if out else "nft"]
+    code, listing = _run(["nft", "list", "tables"], 30)
+    if code != 0:
+        return Section("firewall", False, [*evidence, f"nft list tables exit {code}: {listing[-200:]}"],
+                       "run the firewall command as root (or with sudo -n): nft needs CAP_NET_ADMIN")
+    tables = [line.split(" ", 1)[1] for line in listing.splitlines() if line.startswith("table ")]
+    evidence.append(f"tables: {', '.join(tables) or 'none'}")
+    try:
+        low, high = (int(v) for v in (Path(procfs) / "sys/net/ipv4/ip_local_port_range").read_text().split())
+        want_low, want_high = (int(v) for v in ephemeral.split("-"))
+    except (OSError, ValueError) as exc:
+        return Section("firewall", None, [*evidence, f"cannot read the ephemeral port range: {exc}"],
+                       "check /proc/sys/net/ipv4/ip_local_port_range and --ephemeral-ports LOW-HIGH")
+    evidence.append(f"net.ipv4.ip_local_port_range {low}-{high}, guarded {want_low}-{want_high}")
+    if low < want_low or high > want_high:
+        return Section("firewall", False, evidence,
+                       f"set firewall.ephemeral_ports: [{min(low, want_low)}, {max(high, want_high)}] in the stack "
+                       "(OS-picked ports of NCCL, Gloo, ZMQ and TCPStore come from the kernel's range)")
+    return Section("firewall", True, evidence)
+
+
 def _split(value: str | None) -> list[str]:
     return [v for v in (value or "").split(",") if v]
 
@@ -252,6 +281,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "hca": lambda a: check_hca(a.sysfs_root, _split(a.hcas), a.link_layer),
     "gid": lambda a: check_gid(a.sysfs_root, _split(a.hcas), a.gid_index),
     "sysctl": lambda a: check_sysctl(a.procfs_root, _split(a.nics)),
+    "firewall": lambda a: check_firewall(a.procfs_root, a.ephemeral_ports),
 }
 
 
@@ -276,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sysfs-root", default="/sys")
     p.add_argument("--procfs-root", default="/proc")
     p.add_argument("--dev-root", default="/dev")
+    p.add_argument("--ephemeral-ports", default="32768-60999", help="LOW-HIGH the firewall guards")
     return p
 
 

@@ -252,3 +252,17 @@ rm -f {shlex.quote(state_dir)}/firewall.nft {shlex.quote(state_dir)}/firewall.nf
 rmdir {shlex.quote(state_dir)} 2>/dev/null || true
 echo "PASS firewall-{node}: table {FAMILY} {TABLE} removed"
 """
+
+
+def firewall_commands(config: StackConfig, plan: FirewallPlan) -> dict[str, FirewallCommand]:
+    """Node name -> its command resource's create/update/delete/triggers (empty with the firewall off: Pulumi
+    then runs the delete of a table an earlier update created)."""
+    by_name = {n.name: n for n in config.nodes}
+    return {spec.node: firewall_command(spec, by_name[spec.node]) for spec in plan.nodes}
+
+
+def preflight_args(config: StackConfig) -> list[str]:
+    """Arguments of `checks.preflight` for its `firewall` section: nft present and usable, and the kernel's
+    ephemeral range inside `firewall.ephemeral_ports`."""
+    low, high = config.firewall.ephemeral_ports
+    return ["--sections", "firewall", "--ephemeral-ports", f"{low}-{high}"]
