@@ -371,7 +371,7 @@ def listener_problems(listeners: list[Listener]) -> list[Problem]:
                 continue
             port = max(x.port, other.port)
             problems.append(Problem(
-                _KEYS.get(x.source, "ray"), port, f"{x.purpose} and {other.purpose} both listen on "
+                _KEYS.get(other.source) or _KEYS.get(x.source, "ray"), port, f"{x.purpose} and {other.purpose} both listen on "
                 f"{x.node}:{port}: one fails to bind (OSError: [Errno 98] Address already in use)",
                 fix="another port; Ray's fixed ports are stacks/listeners.py RAY_PORTS ("
                     f"{RAY_PORTS.node_manager}-{RAY_PORTS.metrics_export}, {RAY_PORTS.min_worker}-"

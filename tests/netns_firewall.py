@@ -9,6 +9,7 @@ machine's own network namespace or ruleset. Everything is torn down on exit, fai
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -18,6 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from stacks.config import StackConfig
+from stacks.loader import parse_config, read_stack_values
 
 ROLES = ("head", "peer", "out")
 HOST = {"head": 1, "peer": 2, "out": 3}
@@ -180,3 +185,16 @@ def listeners(lab: Lab, role: str, specs: list[tuple[str, str, int]]) -> Iterato
         yield json.loads(line)
     finally:
         stop(proc, 2)
+
+
+def lab_config(lab: Lab, stack: str = "h20", **firewall: Any) -> StackConfig:
+    """A committed stack with the lab's addresses: head and peer are the two nodes (IPv4 management = control
+    plane, IPv6 data), no private networks declared, so the outsider — on the same /24 — is outside the cluster.
+    h20 is Ray (GCS 6379); prod is vLLM's mp DP, planned with a multi-node `--master-port` 29500."""
+    values = copy.deepcopy(read_stack_values(stack))
+    for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
+        node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
+                    data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
+    values["fabric"].update(private_networks=[], control_plane="management", nccl_socket="management")
+    values["firewall"] = firewall
+    return parse_config("lab", values)
