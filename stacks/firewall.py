@@ -24,7 +24,6 @@ and `fabric.private_networks`; the API/proxy port only from `firewall.api_source
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import shlex
 from dataclasses import dataclass
 
@@ -69,20 +68,28 @@ class FirewallPlan(BaseModel):
 
 def firewall_plan(config: StackConfig, listeners: list[Listener]) -> FirewallPlan:
     fw = config.firewall
-    nodes = [node_firewall(config, listeners, n) for n in config.nodes] if fw.enabled else []
+    by_node: dict[str, list[Listener]] = {}
+    for x in listeners:
+        by_node.setdefault(x.node, []).append(x)
+    cluster, api = internal_sources(config), api_sources(config)   # once: they hold every node's addresses
+    nodes = [node_firewall(config, by_node.get(n.name, []), n, cluster=cluster, api=api)
+             for n in config.nodes] if fw.enabled else []
     low, high = fw.ephemeral_ports
     return FirewallPlan(enabled=fw.enabled, table=f"{FAMILY} {TABLE}", ephemeral_ports=f"{low}-{high}", nodes=nodes)
 
 
-def node_firewall(config: StackConfig, listeners: list[Listener], node: NodeConfig) -> NodeFirewall:
+def node_firewall(config: StackConfig, listeners: list[Listener], node: NodeConfig, *,
+                  cluster: list[str] | None = None, api: list[str] | None = None) -> NodeFirewall:
     mine = [x for x in listeners if x.node == node.name]
-    api = merge([(x.port, x.port_end or x.port) for x in mine if x.reach == "clients"])
+    api_ports = merge([(x.port, x.port_end or x.port) for x in mine if x.reach == "clients"])
     keep = merge([(22, 22), (node.ssh.port, node.ssh.port)])
     internal = subtract(merge([(x.port, x.port_end or x.port) for x in mine if x.reach != "clients"]),
-                        [*api, *keep])
-    spec = NodeFirewall(node=node.name, internal_ports=[_fmt(r) for r in internal], api_ports=[_fmt(r) for r in api],
-                        cluster_sources=internal_sources(config), api_sources=api_sources(config) if api else [],
-                        kept_open=[_fmt(r) for r in merge([*keep, *api])], sha256="")
+                        [*api_ports, *keep])
+    spec = NodeFirewall(
+        node=node.name, internal_ports=[_fmt(r) for r in internal], api_ports=[_fmt(r) for r in api_ports],
+        cluster_sources=internal_sources(config) if cluster is None else cluster,
+        api_sources=(api_sources(config) if api is None else api) if api_ports else [],
+        kept_open=[_fmt(r) for r in merge([*keep, *api_ports])], sha256="")
     return spec.model_copy(update={"sha256": hashlib.sha256(apply_file(spec).encode()).hexdigest()})
 
 
@@ -118,8 +125,8 @@ def _fmt(r: PortRange) -> str:
 
 
 def _split(cidrs: list[str]) -> tuple[list[str], list[str]]:
-    nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
-    return ([str(n) for n in nets if n.version == 4], [str(n) for n in nets if n.version == 6])
+    """IPv4 and IPv6 elements; the lists come canonical from `stacks.listeners.collapse`."""
+    return [c for c in cidrs if ":" not in c], [c for c in cidrs if ":" in c]
 
 
 @dataclass(frozen=True)

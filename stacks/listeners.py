@@ -164,11 +164,28 @@ def listener_table(config: StackConfig, topo: Topology, *, multinode_master_port
     """Every listener of every node, client-facing ones first. `multinode_master_port`: the head's
     `--master-port` when the mp executor spans nodes (`--nnodes`, vLLM's default 29501)."""
     out: list[Listener] = []
+    sources = _Sources.of(config)
     for node_cfg, node_topo in zip(config.nodes, topo.nodes, strict=True):
         rows = _rows(config, topo, node_cfg, node_topo, multinode_master_port)
         rows.sort(key=lambda r: (r.reach != "clients", r.ephemeral, r.port))
-        out += [_listener(config, node_cfg, node_topo, r) for r in rows]
+        out += [_listener(config, sources, node_cfg, node_topo, r) for r in rows]
     return out
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """Who the firewall admits, computed once per plan (not once per listener: N nodes x N addresses)."""
+
+    internal: list[str]
+    api: list[str]
+    internal_public: bool
+    api_public: bool
+
+    @classmethod
+    def of(cls, config: StackConfig) -> _Sources:
+        internal, api = internal_sources(config), api_sources(config)
+        trusted = collapse([*cluster_addresses(config), *config.fabric.private_networks])
+        return cls(internal, api, _outside(internal, trusted), _outside(api, trusted))
 
 
 def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: NodeTopology,
@@ -283,14 +300,17 @@ def _nccl_ips(config: StackConfig, node: NodeConfig) -> list[str]:
     return ips if config.fabric.transport == "socket" else ips[:1]
 
 
-def _listener(config: StackConfig, node: NodeConfig, node_topo: NodeTopology, row: _Row) -> Listener:
+def _listener(config: StackConfig, sources: _Sources, node: NodeConfig, node_topo: NodeTopology,
+              row: _Row) -> Listener:
     loopback = _is_loopback(row.bind)
-    allowed = [] if loopback else (api_sources(config) if row.reach == "clients" else internal_sources(config))
+    clients = row.reach == "clients"
+    allowed = [] if loopback else list(sources.api if clients else sources.internal)
+    admits_public = sources.api_public if clients else sources.internal_public
     return Listener(
         node=node.name, port=row.port, port_end=row.port_end, bind=row.bind, network=_network(node, row.bind),
-        purpose=row.purpose, public=not loopback and _bind_public(config, row.bind) and _sources_public(
-            config, allowed), role=row.role or node_topo.role.value, process=row.process, reach=row.reach,
-        internal=row.reach != "clients", ephemeral=row.ephemeral, allowed_sources=allowed, source=row.source)
+        purpose=row.purpose, public=not loopback and admits_public and _bind_public(config, row.bind),
+        role=row.role or node_topo.role.value, process=row.process, reach=row.reach, internal=not clients,
+        ephemeral=row.ephemeral, allowed_sources=allowed, source=row.source)
 
 
 def cluster_addresses(config: StackConfig) -> list[str]:
@@ -338,15 +358,15 @@ def _bind_public(config: StackConfig, bind: str) -> bool:
     return not any(address in ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks)
 
 
-def _sources_public(config: StackConfig, allowed: list[str]) -> bool:
-    """True when the firewall admits some address outside the private networks and the cluster's addresses."""
-    trusted = [ipaddress.ip_network(c, strict=False) for c in [*config.fabric.private_networks,
-                                                                *cluster_addresses(config)]]
-    for cidr in allowed:
-        net = ipaddress.ip_network(cidr, strict=False)
-        if not any(net.version == t.version and net.subnet_of(t) for t in trusted):  # type: ignore[arg-type]
-            return True
-    return False
+def _outside(allowed: list[str], trusted: list[str]) -> bool:
+    """True when the firewall admits some address outside the private networks and the cluster's addresses.
+    `allowed` is usually `trusted` itself (or built from it): checked as strings first, as networks only when not."""
+    known = set(trusted)
+    rest = [ipaddress.ip_network(c) for c in allowed if c not in known]
+    if not rest:
+        return False
+    nets = [ipaddress.ip_network(c) for c in trusted]
+    return any(not any(n.version == t.version and n.subnet_of(t) for t in nets) for n in rest)  # type: ignore[arg-type]
 
 
 def _network(node: NodeConfig, bind: str) -> str:
@@ -361,23 +381,31 @@ def _network(node: NodeConfig, bind: str) -> str:
 
 def listener_problems(listeners: list[Listener]) -> list[Problem]:
     """Two fixed listeners of different processes on one port of one node: one fails with `Address already in
-    use`. Compared as intervals, so the 10k-port worker range costs nothing."""
+    use`. Compared as intervals within a node, so the 10k-port worker range and 128 nodes cost nothing."""
+    by_node: dict[str, list[Listener]] = {}
+    for x in listeners:
+        if not x.ephemeral:
+            by_node.setdefault(x.node, []).append(x)
     problems: list[Problem] = []
-    fixed = [x for x in listeners if not x.ephemeral]
-    for i, x in enumerate(fixed):
-        for other in fixed[:i]:
-            if (other.node != x.node or other.process == x.process or not _overlap(other.bind, x.bind)
-                    or other.port > (x.port_end or x.port) or x.port > (other.port_end or other.port)):
+    for fixed in by_node.values():
+        for i, x in enumerate(fixed):
+            other = next((o for o in fixed[:i] if _clash(o, x)), None)
+            if other is None:
                 continue
             port = max(x.port, other.port)
             problems.append(Problem(
-                _KEYS.get(other.source) or _KEYS.get(x.source, "ray"), port, f"{x.purpose} and {other.purpose} both listen on "
-                f"{x.node}:{port}: one fails to bind (OSError: [Errno 98] Address already in use)",
+                _KEYS.get(other.source) or _KEYS.get(x.source, "ray"), port,
+                f"{x.purpose} and {other.purpose} both listen on {x.node}:{port}: one fails to bind "
+                "(OSError: [Errno 98] Address already in use)",
                 fix="another port; Ray's fixed ports are stacks/listeners.py RAY_PORTS ("
                     f"{RAY_PORTS.node_manager}-{RAY_PORTS.metrics_export}, {RAY_PORTS.min_worker}-"
                     f"{RAY_PORTS.max_worker}, {RAY_PORTS.dashboard_agent_http}, {RAY_PORTS.dashboard_metrics})"))
-            break
     return problems
+
+
+def _clash(a: Listener, b: Listener) -> bool:
+    return (a.process != b.process and _overlap(a.bind, b.bind)
+            and a.port <= (b.port_end or b.port) and b.port <= (a.port_end or a.port))
 
 
 _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",

@@ -317,6 +317,8 @@ def _parse_ss(text: str) -> list[tuple[str, int, str]]:
     rows = []
     for line in text.splitlines():
         parts = line.split()
+        if len(parts) < 5 or parts[0] != "LISTEN":
+            continue
         address, _, port = parts[3].rpartition(":")
         rows.append((address.strip("[]"), int(port), parts[5].split('"')[1] if len(parts) > 5 else ""))
     return rows
