@@ -305,8 +305,10 @@ def test_real_ray_cluster_matches_the_table_and_works_behind_the_firewall(lab: L
 
 
 def _logs(root: Path) -> str:
-    """The tails of Ray's own logs, for a failure message."""
-    parts = []
+    """The tails of Ray's own logs, for a failure message. A `ray stop --force` anywhere on the machine (another
+    test run's fixture) kills Ray processes in every namespace: the GCS line of ps says whether that happened."""
+    gcs = subprocess.run(["pgrep", "-af", f"gcs_server.*{root}"], capture_output=True, text=True).stdout.strip()
+    parts = [f"--- gcs_server of this test: {gcs or 'NOT RUNNING (killed from outside? ray stop --force)'}"]
     for path in sorted(root.rglob("*")):
         if path.is_file() and path.suffix in (".log", ".out", ".err") and path.stat().st_size:
             parts.append(f"--- {path.relative_to(root)}\n{path.read_text(errors='replace')[-1500:]}")
