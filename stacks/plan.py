@@ -252,19 +252,17 @@ _API_PROVES = {
 
 
 def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
-    """Internal listeners anyone can reach: all of them in one line when the firewall is off, else each."""
+    """With the firewall off, the internal listeners anyone can reach, in one line (with it on there are none:
+    their allowed sources are the cluster and the private networks by construction)."""
     exposed = [x for x in table if x.internal and x.public]
     if not exposed:
         return []
-    if not config.firewall.enabled:
-        ports = sorted({f"{x.node}:{x.ports}" for x in exposed})
-        return [f"firewall.enabled is false: {len(exposed)} internal listener(s) (unauthenticated: "
-                f"{', '.join(sorted({x.purpose.split(' (')[0] for x in exposed})[:4])}, ...) accept connections "
-                f"from any address that can route to the nodes ({', '.join(ports[:6])}"
-                f"{', ...' if len(ports) > 6 else ''}); keep the firewall on, or filter these ports yourself"]
-    return [f"{x.purpose} listens on {x.bind}:{x.ports} ({x.node}) and the firewall admits "
-            f"{', '.join(x.allowed_sources)}: narrow firewall.api_sources or fabric.private_networks"
-            for x in exposed]
+    ports = sorted({f"{x.node}:{x.ports}" for x in exposed})
+    kinds = sorted({x.purpose.split(" (")[0] for x in exposed})
+    return [f"firewall.enabled is false: {len(exposed)} internal listener(s) ({', '.join(kinds[:4])}"
+            f"{', ...' if len(kinds) > 4 else ''}; unauthenticated) accept connections from any address that can "
+            f"route to the nodes ({', '.join(ports[:6])}{', ...' if len(ports) > 6 else ''}); keep the firewall on, "
+            "or filter these ports yourself"]
 
 
 def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:

@@ -78,8 +78,28 @@ class Lab:
         for proc in self.procs:
             stop(proc)
         for name in reversed(self.namespaces):
+            self.reap(name)
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
         self.namespaces.clear()
+
+    def reap(self, name: str, grace_s: float = 15) -> None:
+        """Wait for, then SIGKILL, whatever still runs in one of this lab's namespaces (`ip netns pids`): only
+        processes this test started live there, e.g. Ray workers that outlive their raylet by a few seconds."""
+        if not name.startswith(f"fw-{self.tag}-"):
+            raise ValueError(f"{name} is not a namespace of this lab")
+        deadline = time.time() + grace_s
+        while True:
+            pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                                                   check=False).stdout.split()]
+            if not pids:
+                return
+            if time.time() > deadline:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.5)
+                return
+            time.sleep(0.5)
 
     def run(self, role: str, argv: list[str], *, check: bool = True, timeout: float = 60,
             input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ from stacks.loader import load_stack, parse_config
 from stacks.plan import Plan, build_plan
 from stacks.topology import derive_topology
 from tests.conftest import clone_node, plan_of, problems_of
-from tests.netns_firewall import Lab, lab_config
+from tests.netns_firewall import Lab, lab_config, stop
 
 EPH = (32768, 60999)
 # (node, role, port, port_end, bind, network, reach, purpose starts with) — from the code cited in listeners.py
@@ -302,6 +302,10 @@ def test_real_ray_cluster_matches_the_table_and_works_behind_the_firewall(lab: L
     finally:
         for role in ("head", "peer"):
             lab.run(role, ["sh", "-c", commands[role].delete], check=False)
+        stop(peer)
+        stop(head)
+        lab.reap(lab.ns("head"))
+        lab.reap(lab.ns("peer"))
 
 
 def _logs(root: Path) -> str:
