@@ -6,7 +6,9 @@ Runs on the host over SSH with Python 3's standard library only (shipped by `che
   the engine's container name, ports or GPUs: the seed's docker-compose deployment), disk (free space on Docker's
   storage for the pull), gpu, model (files, config.json, and per-GPU memory from the real safetensors headers);
 - after the pull: toolkit, memlock (both run the image, `--pull never`);
-- fabric (RdmaFabric): infiniband, hca, gid, sysctl.
+- fabric (RdmaFabric): infiniband, hca, gid, sysctl;
+- firewall: nft is there and answers, and the kernel's ephemeral range lies inside the one the host firewall
+  guards (before the project's nftables table is applied).
 
 Every external call has its own timeout inside its section's budget (`SECTION_BUDGET_S`); the shell's outer
 `timeout` is the sum plus start-up (`outer_timeout_s`), so a hung `docker` still ends in a verdict that names the
@@ -55,7 +57,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 SECTION_BUDGET_S = {
     "ownership": 90, "disk": 75, "gpu": 45, "model": 150, "toolkit": 330, "memlock": 130,
-    "infiniband": 15, "hca": 15, "gid": 15, "sysctl": 15,
+    "infiniband": 15, "hca": 15, "gid": 15, "sysctl": 15, "firewall": 30,
 }
 """Seconds each section may take; its calls' timeouts are cut to what is left of it."""
 STARTUP_S = 30
@@ -818,6 +820,35 @@ def check_sysctl(ctx: Context) -> Section:
     return Section("sysctl", True, evidence + warnings)
 
 
+def check_firewall(ctx: Context) -> Section:
+    """nft must exist and answer (root), and the kernel's ephemeral port range must lie inside the range the
+    firewall guards: an OS-picked listener port outside it would be left open to every source."""
+    procfs, ephemeral = ctx.args.procfs_root, ctx.args.ephemeral_ports
+    code, out = _run(ctx, ["nft", "--version"], 30)
+    if code is None:
+        return Section("firewall", False, [out], "apt-get install nftables (or dnf install nftables), or set "
+                       "firewall.enabled: false in the stack (the plan then warns that nothing filters the ports)")
+    evidence = [out.splitlines()[0] if out else "nft"]
+    code, listing = _run(ctx, ["nft", "list", "tables"], 30)
+    if code != 0:
+        return Section("firewall", False, [*evidence, f"nft list tables exit {code}: {listing[-200:]}"],
+                       "run the firewall command as root (or with sudo -n): nft needs CAP_NET_ADMIN")
+    tables = [line.split(" ", 1)[1] for line in listing.splitlines() if line.startswith("table ")]
+    evidence.append(f"tables: {', '.join(tables) or 'none'}")
+    try:
+        low, high = (int(v) for v in (Path(procfs) / "sys/net/ipv4/ip_local_port_range").read_text().split())
+        want_low, want_high = (int(v) for v in ephemeral.split("-"))
+    except (OSError, ValueError) as exc:
+        return Section("firewall", None, [*evidence, f"cannot read the ephemeral port range: {exc}"],
+                       "check /proc/sys/net/ipv4/ip_local_port_range and --ephemeral-ports LOW-HIGH")
+    evidence.append(f"net.ipv4.ip_local_port_range {low}-{high}, guarded {want_low}-{want_high}")
+    if low < want_low or high > want_high:
+        return Section("firewall", False, evidence,
+                       f"set firewall.ephemeral_ports: [{min(low, want_low)}, {max(high, want_high)}] in the stack "
+                       "(OS-picked ports of NCCL, Gloo, ZMQ and TCPStore come from the kernel's range)")
+    return Section("firewall", True, evidence)
+
+
 def _split(value: str | None) -> list[str]:
     return [v for v in (value or "").split(",") if v]
 
@@ -833,6 +864,7 @@ SECTIONS: dict[str, Callable[[Context], Section]] = {
     "hca": check_hca,
     "gid": check_gid,
     "sysctl": check_sysctl,
+    "firewall": check_firewall,
 }
 
 
@@ -884,6 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--sysfs-root", default="/sys")
     f.add_argument("--procfs-root", default="/proc")
     f.add_argument("--dev-root", default="/dev")
+    f.add_argument("--ephemeral-ports", default="32768-60999", help="LOW-HIGH the firewall guards")
     return p
 
 

@@ -64,7 +64,9 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         names = [c.name for c in node_plan.containers]
         if plan.proxy is not None and plan.proxy.node == node.name:
             names.append(plan.proxy.container)
-        ports = sorted({x.port for x in plan.listeners if x.node == node.name})
+        # Fixed ports only: an OS-picked (ephemeral) port or a range cannot be held for us in advance.
+        ports = sorted({x.port for x in plan.listeners if x.node == node.name and not x.ephemeral
+                        and x.port_end is None})
         args += ["--owned-label", f"{LABEL_PREFIX}.stack={plan.stack}", "--container-names", ",".join(names)]
         if plan.proxy is not None and plan.proxy.node == node.name:
             # ApiEndpoint labels the proxy by role only (components/api_endpoint.py).

@@ -393,6 +393,27 @@ class ApiConfig(_Model):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
+class FirewallConfig(_Model):
+    """The host firewall (`stacks/firewall.py`): one nftables table per node that lets only the cluster reach
+    its unauthenticated ports. On by default; `enabled: false` leaves the hosts' rules alone (plan warning)."""
+
+    enabled: bool = Field(default=True, description="install the project's nftables table on every node")
+    api_sources: list[Cidr] | None = Field(
+        default=None, max_length=256, description="CIDRs that may reach the API/proxy port; default: "
+        "fabric.private_networks with the proxy off, anywhere with it on")
+    ephemeral_ports: Annotated[list[Annotated[int, Field(ge=1024, le=65535)]], Field(min_length=2, max_length=2)] = (
+        Field(default_factory=lambda: [32768, 60999],
+              description="[low, high]: OS-picked listener ports (net.ipv4.ip_local_port_range) to guard"))
+
+    @field_validator("ephemeral_ports")
+    @classmethod
+    def _range(cls, value: list[int]) -> list[int]:
+        low, high = value
+        if low > high:
+            raise refuse("has low above high", "[low, high], e.g. [32768, 60999] (Linux's default)")
+        return value
+
+
 class StackConfig(_Model):
     """The whole `vllm-cluster:` namespace of a stack file."""
 
@@ -407,6 +428,7 @@ class StackConfig(_Model):
     container: ContainerConfig = Field(description="the engine container on every node")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray head settings (backend: ray)")
     api: ApiConfig = Field(default_factory=ApiConfig)
+    firewall: FirewallConfig = Field(default_factory=FirewallConfig, description="the host firewall on every node")
     api_key: SecretValue | None = Field(default=None, description="vLLM's bearer key (VLLM_API_KEY), a secret")
     ssh_private_key: SecretValue | None = Field(default=None, description="SSH key for the check commands, a secret")
     tls_certificate: SecretValue | None = Field(default=None, description="PEM chain the proxy serves, a secret")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.config import NodeConfig, StackConfig
 from stacks.fabric import control_ip, node_env
 from stacks.field_types import host_port
+from stacks.listeners import RAY_PORTS
 from stacks.load_estimate import estimated_load_s
 from stacks.profiles import ModelProfile
 from stacks.topology import NodeTopology, Role, Topology
@@ -165,7 +166,7 @@ def ray_head_script(config: StackConfig, topo: Topology, serve_args: list[str]) 
     start = [
         "ray", "start", "--head", f"--node-ip-address={ip}", f"--port={ray.gcs_port}",
         f"--num-gpus={topo.head.gpus_used}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ray.dashboard_port}",
-        f"--ray-client-server-port={ray.client_port}", "--disable-usage-stats",
+        f"--ray-client-server-port={ray.client_port}", *RAY_PORTS.start_flags(), "--disable-usage-stats",
     ]
     wait = cluster_ready_snippet(len(topo.nodes), topo.gpus_used, ray.cluster_ready_timeout_s)
     return "\n".join([
@@ -197,7 +198,7 @@ def ray_worker_command(config: StackConfig, node: NodeConfig, node_topo: NodeTop
     return [
         "start", f"--address={host_port(str(head_ip), config.ray.gcs_port)}",
         f"--node-ip-address={control_ip(config, node)}",
-        f"--num-gpus={node_topo.gpus_used}", "--disable-usage-stats", "--block",
+        f"--num-gpus={node_topo.gpus_used}", *RAY_PORTS.start_flags(), "--disable-usage-stats", "--block",
     ]
 
 

@@ -6,19 +6,19 @@ diff/rollback tools, so what a reviewer reads is what gets deployed.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from stacks.config import StackConfig
 from stacks.errors import ConfigError
-from stacks.fabric import control_ip
 from stacks.field_types import bracket_host
+from stacks.firewall import FirewallPlan, firewall_plan
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
+from stacks.listeners import Listener, listener_problems, listener_table
 from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
-from stacks.topology import DP_MASTER_PORT, NodeTopology, Role, Topology
+from stacks.topology import NodeTopology, Role, Topology
 from stacks.validation import validate
 
 NODE_PREFLIGHT = ("gpu", "toolkit", "memlock", "model", "disk")
@@ -37,17 +37,6 @@ class CheckSpec(_Frozen):
     module: str
     sections: list[str]
     proves: str
-
-
-class Listener(_Frozen):
-    """A port something listens on, where, and on which network: reviewers check nothing internal is public."""
-
-    node: str
-    port: int
-    bind: str
-    network: str
-    purpose: str
-    public: bool
 
 
 class ProxyPlan(_Frozen):
@@ -93,6 +82,7 @@ class Plan(_Frozen):
     nodes: list[NodePlan]
     checks: list[CheckSpec]
     listeners: list[Listener]
+    firewall: FirewallPlan
     proxy: ProxyPlan | None
     endpoint: str
     warnings: list[str]
@@ -115,7 +105,11 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
     containers = engine_containers(stack, config, profile, topo)
-    internal = internal_listeners(config, topo)
+    table = listener_table(config, topo,
+                           multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
+    clashes = listener_problems(table)
+    if clashes:
+        raise ConfigError(stack, clashes)
     caps = get_capabilities(config.image.ref)
     weights = config.model.weights_gb or profile.weights_gb
     nodes = [
@@ -138,11 +132,12 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         start_order=list(topo.start_order),
         nodes=nodes,
         checks=planned_checks(config, topo),
-        listeners=api_listeners(config) + internal,
+        listeners=table,
+        firewall=firewall_plan(config, table),
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
-        warnings=result.warnings + _unverified(config, topo) + [_exposure_warning(x) for x in internal if x.public],
-        notes=result.notes,
+        warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
+        notes=result.notes + firewall_notes(config, table),
     )
 
 
@@ -288,71 +283,30 @@ _API_PROVES = {
 }
 
 
-def listeners(config: StackConfig, topo: Topology) -> list[Listener]:
-    return api_listeners(config) + internal_listeners(config, topo)
+def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
+    """With the firewall off, the internal listeners anyone can reach, in one line (with it on there are none:
+    their allowed sources are the cluster and the private networks by construction)."""
+    exposed = [x for x in table if x.internal and x.public]
+    if not exposed:
+        return []
+    ports = sorted({f"{x.node}:{x.ports}" for x in exposed})
+    kinds = sorted({x.purpose.split(" (")[0] for x in exposed})
+    return [f"firewall.enabled is false: {len(exposed)} internal listener(s) ({', '.join(kinds[:4])}"
+            f"{', ...' if len(kinds) > 4 else ''}; unauthenticated) accept connections from any address that can "
+            f"route to the nodes ({', '.join(ports[:6])}{', ...' if len(ports) > 6 else ''}); keep the firewall on, "
+            "or filter these ports yourself"]
 
 
-def api_listeners(config: StackConfig) -> list[Listener]:
-    """Where clients come in: the proxy when it is on, and vLLM's own API port."""
-    out: list[Listener] = []
-    head = config.head
-    proxy = config.api.proxy
-    if proxy.enabled:
-        out.append(Listener(node=head.name, port=proxy.port, bind=proxy.bind, network=_network(config, proxy.bind),
-                            purpose="OpenAI API (nginx: TLS, bearer keys, limits, allowlist)"
-                            if proxy.tls else "OpenAI API (nginx, plain HTTP: bearer keys, limits, allowlist)",
-                            public=_is_public(config, proxy.bind)))
-    bind = config.serving.host
-    out.append(Listener(node=head.name, port=config.serving.port, bind=bind, network=_network(config, bind),
-                        purpose="OpenAI API (vLLM; reached through the proxy)" if proxy.enabled
-                        else "OpenAI API (vLLM)", public=_is_public(config, bind)))
-    return out
-
-
-def internal_listeners(config: StackConfig, topo: Topology) -> list[Listener]:
-    """Unauthenticated engine-to-engine ports: they must stay on loopback or a declared-private network."""
-    head = config.head
-    ip = str(control_ip(config, head))
-    net = config.fabric.control_plane
-    internal: list[tuple[int, str, str]] = []
-    if topo.spans_nodes:
-        # Global rank 0 (a worker on the head) hosts the world group's TCPStore on --master-port
-        # (vllm/distributed/parallel_state.py:1875-1877); torch's TCPStore binds every address
-        # (TCPStoreLibUvBackend.cpp, makeWithPort: 0.0.0.0 / ::).
-        internal.append((config.parallelism.master_port, "0.0.0.0",
-                         "torch.distributed rendezvous of the replicas (--master-port, TCPStore; unauthenticated)"))
-    if topo.backend == "mp" and topo.data > 1:
-        internal += [(config.parallelism.data_parallel_rpc_port, ip, "DP coordinator RPC (unauthenticated)"),
-                     (DP_MASTER_PORT, ip, "DP process-group rendezvous, torch.distributed (unauthenticated; "
-                      f"{DP_MASTER_PORT} and up)")]
-    if topo.backend == "ray":
-        internal += [(config.ray.gcs_port, ip, "Ray GCS (unauthenticated)"),
-                     (config.ray.dashboard_port, "127.0.0.1", "Ray dashboard/jobs (remote code execution)"),
-                     (config.ray.client_port, ip, "Ray client server")]
-    return [Listener(node=head.name, port=port, bind=bind,
-                     network={"127.0.0.1": "loopback", "0.0.0.0": "all"}.get(bind, net),
-                     purpose=purpose, public=_is_public(config, bind)) for port, bind, purpose in internal]
-
-
-def _network(config: StackConfig, bind: str) -> str:
-    if bind in ("0.0.0.0", "::"):
-        return "all"
-    if ipaddress.ip_address(bind).is_loopback:
-        return "loopback"
-    node = config.head
-    if bind == node.management_ip:
-        return "management"
-    return "data" if bind in node.data_ips else bind
-
-
-def _is_public(config: StackConfig, bind: str) -> bool:
-    """Public unless loopback or inside a network the stack declares private (1.1.1.0/24 can be private)."""
-    if bind in ("0.0.0.0", "::"):
-        return True
-    address = ipaddress.ip_address(bind)
-    if address.is_loopback:
-        return False
-    return not any(address in ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks)
+def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:
+    """Who the firewall lets reach the API port, because the deployer's own checks must be among them."""
+    if not config.firewall.enabled:
+        return []
+    api = [x for x in table if x.reach == "clients"]
+    if not api or "0.0.0.0/0" in api[0].allowed_sources:
+        return []
+    return [f"firewall: {api[0].node}:{', '.join(sorted({x.ports for x in api}))} accepts only "
+            f"{', '.join(api[0].allowed_sources)}; clients, load balancers and the deployer (api-* checks) "
+            "elsewhere need firewall.api_sources"]
 
 
 def roles(plan: Plan) -> dict[str, str]:

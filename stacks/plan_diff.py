@@ -131,7 +131,12 @@ def _load_estimate(plan: dict[str, Any] | None) -> int | None:
 
 
 def _listener_key(item: dict[str, Any]) -> str:
-    return f"{item['node']}:{item['port']} {item['bind']}"
+    return f"{_ports(item)} {item['bind']} {item['purpose']}"
+
+
+def _ports(item: dict[str, Any]) -> str:
+    end = item.get("port_end")
+    return f"{item['node']}:{item['port']}" + (f"-{end}" if end else "")
 
 
 def _text(text: str) -> str:
@@ -205,7 +210,7 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     if diff["listeners"]["added"] or diff["listeners"]["removed"]:
         lines += ["", "### Listening ports", ""]
         for tag, items in (("+", diff["listeners"]["added"]), ("-", diff["listeners"]["removed"])):
-            lines += [f"- {tag} {x['node']}:{x['port']} bind {x['bind']} ({x['network']}) {x['purpose']}"
+            lines += [f"- {tag} {_ports(x)} bind {x['bind']} ({x['network']}) {x['purpose']}"
                       + (" **PUBLIC**" if x["public"] else "") for x in items]
     if diff["replaced"]:
         lines += ["", "### Replaced by `pulumi up`", "",

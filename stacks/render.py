@@ -63,10 +63,7 @@ def render_plan(plan: Plan) -> str:
             f"SSE unbuffered, read timeout {px.read_timeout_s}s",
             "",
         ]
-    lines.append("listening ports:")
-    for item in plan.listeners:
-        lines.append(f"   {item.node}:{item.port} bind {item.bind} ({item.network}) {item.purpose}"
-                     + ("  PUBLIC" if item.public else ""))
+    lines += render_listeners(plan)
     lines += ["", "checks:"]
     for check in plan.checks:
         lines.append(f"   {check.name:<28} on {check.node or 'deployer':<12} {check.proves}")
@@ -85,3 +82,41 @@ def _pairs(args: list[str]) -> list[str]:
         else:
             out.append(shlex.quote(arg))
     return out
+
+
+def render_listeners(plan: Plan) -> list[str]:
+    """The listener table: what binds where (`::` = every IPv4 and IPv6 address), who must reach it, what the host
+    firewall admits, and the upstream code each bind was read from (numbered footnotes)."""
+    fw = plan.firewall
+    cluster = {n.node: n.cluster_sources for n in fw.nodes}
+    sources: dict[str, int] = {}
+    lines = ["listening ports (bind is what the socket really binds; :: = all IPv4 and IPv6 addresses, "
+             f"ephemeral = any port of {fw.ephemeral_ports}, picked by the OS):",
+             f"   {'node':<12} {'role':<15} {'port':<11} {'bind':<16} {'network':<10} {'reach':<7} "
+             f"{'firewall admits':<24} purpose [source]"]
+    for x in plan.listeners:
+        ref = sources.setdefault(x.source, len(sources) + 1)
+        if not x.allowed_sources:
+            admits = "- (this host)"
+        elif "0.0.0.0/0" in x.allowed_sources:
+            admits = "anywhere"
+        elif x.internal and x.allowed_sources == cluster.get(x.node):
+            admits = "cluster"
+        else:
+            admits = ", ".join(x.allowed_sources)
+        port = "ephemeral" if x.ephemeral else (f"{x.port}-{x.port_end}" if x.port_end else str(x.port))
+        lines.append(f"   {x.node:<12} {x.role:<15} {port:<11} {x.bind:<16} {x.network:<10} {x.reach:<7} "
+                     f"{admits:<24} {x.purpose} [{ref}]" + ("  PUBLIC" if x.public else ""))
+    lines.append("   sources:")
+    lines += [f"   [{n}] {src}" for src, n in sources.items()]
+    lines.append("")
+    if not fw.enabled:
+        lines.append("host firewall: OFF (firewall.enabled: false): nothing filters the ports above")
+        return lines
+    lines.append(f"host firewall: table {fw.table} on every node, chain input policy accept; drops only new "
+                 "connections to these ports from other sources; SSH and every other port untouched:")
+    for n in fw.nodes:
+        api = f"; API {', '.join(n.api_ports)} from {', '.join(n.api_sources)}" if n.api_ports else ""
+        lines.append(f"   {n.node}: {', '.join(n.internal_ports) or '-'} from {', '.join(n.cluster_sources)}{api}; "
+                     f"kept open: {', '.join(n.kept_open)} (sha256 {n.sha256[:12]})")
+    return lines

@@ -233,7 +233,7 @@ def test_planned_pre_pull_command_against_a_compose_container(host: Host) -> Non
     command = preflight_command(config, plan, check)
     assert command.startswith(f"timeout 120 python3 - --name pre-pull-node1 --sections ownership "
                               f"--owned-label vllm-cluster.stack=prod --container-names {engine} "
-                              f"--ports {','.join(map(str, sorted({port, 13399, 29500})))} <<")
+                              f"--ports {','.join(map(str, sorted({port, 13399, 28028})))} <<")
     assert set(BEFORE_PULL) == {"ownership", "disk", "gpu", "model"}
     host.container(engine, port, {"com.docker.compose.project": "dsv41"})
     done = run_shell(command)

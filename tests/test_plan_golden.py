@@ -142,8 +142,14 @@ def test_h20_serve_flags_and_ray_commands() -> None:
         head["command"][0].index("exec vllm serve")
     assert worker["vllm_args"] is None
     assert worker["entrypoint"] == ["ray"]
+    # Every Ray port pinned so the host firewall can name it (stacks/listeners.py RAY_PORTS); the worker range
+    # is `ray start`'s own default made explicit.
+    ray_ports = ["--node-manager-port=6380", "--object-manager-port=6381", "--runtime-env-agent-port=6382",
+                 "--dashboard-agent-grpc-port=6383", "--dashboard-agent-listen-port=52365",
+                 "--metrics-export-port=6384", "--min-worker-port=10002", "--max-worker-port=19999"]
     assert worker["command"] == ["start", "--address=192.0.2.11:6379", "--node-ip-address=192.0.2.12",
-                                 "--num-gpus=8", "--disable-usage-stats", "--block"]
+                                 "--num-gpus=8", *ray_ports, "--disable-usage-stats", "--block"]
+    assert script[1].endswith("--ray-client-server-port=10001 " + " ".join(ray_ports) + " --disable-usage-stats")
 
 
 def test_h20_env_and_container() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -63,18 +64,33 @@ def test_listeners_show_bind_and_network_and_nothing_internal_is_public(prod_val
         plan = plan_of(with_proxy(values))
         public = [x for x in plan.listeners if x.public]
         assert [(x.port, x.bind) for x in public] == [(443, "0.0.0.0")]
-        assert "nginx" in public[0].purpose
+        assert "nginx" in public[0].purpose and public[0].allowed_sources == ["0.0.0.0/0", "::/0"]
         api = next(x for x in plan.listeners if "vLLM" in x.purpose)
         assert (api.bind, api.network, api.public) == ("127.0.0.1", "loopback", False)
-        internal = [x for x in plan.listeners if "unauthenticated" in x.purpose or "Ray" in x.purpose]
+        internal = [x for x in plan.listeners if x.internal]
         assert internal and not any(x.public for x in internal)
-    ray = {x.port: x for x in plan_of(with_proxy(h20_values)).listeners}
-    assert ray[6379].network == "management" and ray[8265].network == "loopback"
-    rpc = next(x for x in plan_of(with_proxy(prod_values)).listeners if "DP coordinator" in x.purpose)
+    ray = {x.port: x for x in plan_of(with_proxy(h20_values)).listeners if x.reach != "local"}
+    # Ray's GCS binds every address whatever --node-ip-address says; only the host firewall keeps it private.
+    assert (ray[6379].bind, ray[6379].network, ray[6379].public) == ("::", "all", False)
+    assert ray[6379].allowed_sources == ["192.0.2.0/24", "198.51.100.0/24"]
+    assert ray[10001].network == "management"
+    loopback = {x.port: x for x in plan_of(with_proxy(h20_values)).listeners if x.reach == "local"}
+    assert loopback[8265].network == "loopback"
+    rpc = next(x for x in plan_of(with_proxy(prod_values)).listeners if "DP handshake" in x.purpose)
     assert rpc.network == "data" and rpc.bind == "1.1.1.2"  # 1.1.1.0/24 is declared private by the stack
+    off = with_proxy(h20_values)
+    off["firewall"] = {"enabled": False}
+    exposed = [x for x in plan_of(off).listeners if x.internal and x.public]
+    assert {6379, 6380, 10002} <= {x.port for x in exposed}
 
 
 def test_direct_mode_marks_the_vllm_port_public_and_warns_without_a_key(prod_values: dict[str, Any]) -> None:
+    plan = plan_of(prod_values)
+    api = next(x for x in plan.listeners if "vLLM" in x.purpose)
+    # The host firewall admits only the declared private networks to the direct port by default.
+    assert not api.public and api.allowed_sources == ["1.1.1.0/24", "1.1.2.0/24", "10.30.8.0/24"]
+    assert any("exposes vLLM without a key" in w for w in plan.warnings)
+    prod_values["firewall"] = {"api_sources": ["0.0.0.0/0"]}
     plan = plan_of(prod_values)
     api = next(x for x in plan.listeners if "vLLM" in x.purpose)
     assert api.public and plan.proxy is None
@@ -118,8 +134,9 @@ def test_cli_plan_and_nginx_conf_with_assumed_secrets() -> None:
     out = _cli("plan", "h20", *PROXY_ARGS)
     assert out.returncode == 0, out.stderr
     assert "container vllm-proxy — nginx front door" in out.stdout
-    assert "h20-1:443 bind 0.0.0.0 (all) OpenAI API (nginx" in out.stdout
-    assert "h20-1:8000 bind 127.0.0.1 (loopback)" in out.stdout
+    assert re.search(r"h20-1 +proxy +443 +0\.0\.0\.0 +all +clients +anywhere +OpenAI API \(nginx.*PUBLIC",
+                     out.stdout)
+    assert re.search(r"h20-1 +ray-head +8000 +127\.0\.0\.1 +loopback +local +- \(this host\)", out.stdout)
     conf = _cli("nginx-conf", "h20", *PROXY_ARGS)
     assert conf.returncode == 0 and '"~^Bearer SECRET-KEY-OF-TEAM-A$" "team-a";' in conf.stdout
     assert "proxy_pass http://vllm/v1/chat/completions;" in conf.stdout
