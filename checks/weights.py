@@ -733,7 +733,8 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     extras = _extras(root, {e.key for e in entries}) if root.is_dir() else []
     details: dict[str, Any] = {
         "source": manifest.source, "endpoint_url": opts.endpoint_url, "dest": opts.dest, "files": len(entries),
-        "bytes": total, "manifest_sha256": manifest.sha256, "present_files": len(present),
+        "bytes": total, "manifest_sha256": manifest.sha256, "hash_kind": "manifest-sha256", "hash": manifest.sha256,
+        "present_files": len(present),
         "adopted_files": adopted, "fetch_files": [job.entry.key for job in jobs], "fetch_bytes": fetch_bytes,
         "resumed_parts": sum(len(job.done) for job in jobs), "resumed_bytes": resumed,
         "extra_files": extras, "deleted": [], "seconds": 0.0, "mb_per_s": 0.0,

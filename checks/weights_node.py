@@ -14,6 +14,7 @@ and `docker run -e NAME` (no value) copies them into the container. The remote `
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -41,6 +42,7 @@ VERIFY_TIMEOUT_S = 600
 _LOCAL_IMPORT = re.compile(r"^from checks\.\w+ import (\([^)]*\)|.*)$\n", re.M)
 _MAIN_GUARD = re.compile(r"^if __name__ == \"__main__\":\n    sys\.exit\(main\(\)\)\n", re.M)
 _FUTURE = "from __future__ import annotations\n"
+_HASH = re.compile(r"\b(?:manifest|listing)-sha256=([0-9a-f]{64})\b")
 
 
 def remote_script() -> str:
@@ -135,3 +137,23 @@ def node_verify_command(dest: str, image: str | None = None, expect_hash: str | 
         args.append("--json")
     runner = f"{_docker(image, dest, 'none', True, pull, ())} " if image else "python3 "
     return f"timeout {int(timeout_s)} {runner}- {shlex.join(args)} <<'{MARKER}'\n{remote_script()}\n{MARKER}"
+
+
+def weights_hash(stdout: str) -> str | None:
+    """The hash a passing sync or verify run reported (JSON verdict's `details.hash`, else the `manifest-sha256=` /
+    `listing-sha256=` token of a `PASS` line): the value to export per node and compare across nodes. None when the
+    run did not pass, so a broken node never exports a hash that could match."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            verdict = json.loads(line)
+        except ValueError:
+            found = _HASH.search(line)
+            if line.startswith("PASS ") and found:
+                return found.group(1)
+            continue
+        if not isinstance(verdict, dict) or verdict.get("status") != "pass":
+            continue
+        value = verdict.get("details", {}).get("hash")
+        if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+            return value
+    return None

@@ -25,6 +25,7 @@ from checks.weights_node import (
     node_sync_command,
     node_verify_command,
     remote_script,
+    weights_hash,
 )
 from checks.weights_verify import MANIFEST_NAME
 from tests.docker_harness import PYTHON, SITE, STDLIB, _libraries, build_image, docker_ready, remove_image
@@ -178,15 +179,22 @@ def test_sync_runs_in_the_image_with_credentials_from_stdin(images: dict[str, st
     assert tree(str(dest)) == FILES and (dest / MANIFEST_NAME).exists()
     assert secret not in done.stdout + done.stderr
     digest = verdict["details"]["manifest_sha256"]
+    assert weights_hash(done.stdout) == digest
     # the completeness check, in the image without network and on the node's own python3, agrees on the hash
     for image in (images["boto"], None):
         check = shell(node_verify_command(str(dest), image=image, expect_hash=digest, pull="never"))
         result = verdict_of(check)
         assert check.returncode == 0 and result["details"]["hash"] == digest, result
+        assert weights_hash(check.stdout) == digest
+    plain = shell(node_verify_command(str(dest), pull="never", as_json=False))
+    assert plain.stdout.startswith("PASS weights:") and weights_hash(plain.stdout) == digest
     (dest / "model-00002-of-00002.safetensors").unlink()
     check = shell(node_verify_command(str(dest), image=images["boto"], pull="never"))
     result = verdict_of(check)
     assert check.returncode == 1 and "model-00002-of-00002.safetensors" in result["summary"]
+    assert result["details"]["hash"] and weights_hash(check.stdout) is None, "a failing node exports no hash"
+    text = shell(node_verify_command(str(dest), image=images["boto"], pull="never", as_json=False))
+    assert text.returncode == 1 and text.stdout.startswith("FAIL weights:") and weights_hash(text.stdout) is None
 
 
 def test_sync_without_credentials_on_stdin_cannot_run(images: dict[str, str], store: tuple[Moto, str, str],
