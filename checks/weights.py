@@ -181,8 +181,8 @@ def options_from(args: argparse.Namespace) -> Options:
     if not REGION_RE.match(region):
         raise CannotRun(f"--region {region!r} is not a region name (e.g. us-east-1)")
     if not 1 <= args.workers <= MAX_WORKERS:
-        raise CannotRun(f"--workers {args.workers}: must be 1..{MAX_WORKERS} (parallel ranged GETs; "
-                        f"{DEFAULT_WORKERS} fills a 25 Gbit/s link on S3)")
+        raise CannotRun(f"--workers {args.workers}: must be 1..{MAX_WORKERS} (parallel GETs; default "
+                        f"{DEFAULT_WORKERS})")
     if not MIN_PART_MB <= args.part_size_mb <= MAX_PART_MB:
         raise CannotRun(f"--part-size-mb {args.part_size_mb}: must be {MIN_PART_MB}..{MAX_PART_MB}")
     if args.limit_mb_s is not None and not args.limit_mb_s > 0:

@@ -1,9 +1,10 @@
 """The shell commands that run the weight sync and the completeness check on a node (pure: no Pulumi, no boto3).
 
 A node is assumed to have Docker and the stack's images and nothing else, so the sync runs in the engine image:
-vLLM's `docker/Dockerfile` installs boto3 into the `vllm-openai` stage (`uv pip install … boto3
-runai-model-streamer runai-model-streamer[s3]`; the 0.33.0 wheel lists boto3 under the `runai` extra, and its
-own S3 helpers `vllm/transformers_utils/s3_utils.py` import it). An image without boto3 gives exit 2 naming it.
+vLLM's `docker/Dockerfile` (upstream commit 0000977e) installs boto3 into the `vllm-openai-base` stage
+(`uv pip install … boto3 runai-model-streamer runai-model-streamer[s3]`); the 0.33.0 wheel's METADATA does not
+require boto3, its S3 helpers (`vllm/transformers_utils/s3_utils.py`) import it optionally. An image without
+boto3 gives exit 2 naming it.
 
 The program travels as one heredoc on the container's stdin (`python3 - sync …`), like `checks.bundle`.
 Credentials never appear in the command: `pulumi_command`'s remote `Command` sends its `stdin` input
