@@ -441,6 +441,7 @@ class Transfer:
         self.fatal: Fatal | None = None
         self.failed: dict[str, str] = {}
         self.journal_lock = threading.Lock()
+        self.retries = 0
         self.chunk = CHUNK if opts.limit_bps is None else max(64 * 1024, min(CHUNK, int(opts.limit_bps / 4)))
 
     def run(self) -> None:
@@ -537,7 +538,7 @@ class Transfer:
                 if code in ("NoSuchKey", "PreconditionFailed", "404", "412") or (status or 500) < 500:
                     raise FileFailed(line) from exc
                 attempts = self._again(attempts, line)
-            except (BotoCoreError, _ShortRead, ConnectionError, TimeoutError) as exc:
+            except (BotoCoreError, _ShortRead, OSError) as exc:  # the network (writes are _WriteError above)
                 attempts = self._again(attempts, f"s3://{self.opts.bucket}/{self.opts.prefix}{job.entry.key} "
                                                  f"bytes {offset}-{end - 1}: {exc}")
         os.fdatasync(fd)
@@ -552,9 +553,14 @@ class Transfer:
             self._finish(job)
 
     def _again(self, attempts: int, line: str) -> int:
+        """Count a broken request or stream; the caller re-requests from the byte it reached."""
         attempts += 1
         if attempts >= READ_ATTEMPTS:
             raise FileFailed(f"{line} (gave up after {attempts} attempts)")
+        with self.journal_lock:
+            self.retries += 1
+        print(f"{self.opts.name}: retrying after {line} (attempt {attempts + 1} of {READ_ATTEMPTS})",
+              file=sys.stderr, flush=True)
         time.sleep(min(30.0, 0.5 * 2 ** attempts))
         return attempts
 
@@ -776,7 +782,7 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     seconds = time.monotonic() - t0
     fetched = progress.bytes - resumed
     details.update(seconds=round(seconds, 3), mb_per_s=round(fetched / seconds / 1e6, 1) if seconds else 0.0,
-                   stale_partials_removed=stale, failed=transfer.failed)
+                   stale_partials_removed=stale, failed=transfer.failed, retries=transfer.retries)
     rate = f"{fetched / 1e9:.2f} GB in {seconds:.1f} s, {details['mb_per_s']} MB/s" if jobs else "nothing to fetch"
     if transfer.fatal is not None:
         return Verdict(opts.name, transfer.fatal.status, f"stopped: {transfer.fatal}",

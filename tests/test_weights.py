@@ -9,9 +9,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -357,6 +359,64 @@ def test_an_object_replaced_during_the_sync_fails_naming_it(moto: Moto, wdir: Pa
     verdict = json.loads(capsys.readouterr().out)
     assert code == 1 and SHARDS[0] in verdict["summary"] and "changed during the sync" in verdict["summary"]
     assert not (dest / SHARDS[0]).exists() and not (dest / MANIFEST_NAME).exists()
+
+
+class CuttingProxy:
+    """A TCP proxy on loopback in front of moto that drops the first connection that carries more than `cut_after`
+    bytes from the server, once: a stream that breaks in the middle of a response body, as a flaky network does."""
+
+    def __init__(self, target: str, cut_after: int) -> None:
+        host, port = target.removeprefix("http://").split(":")
+        self.target = (host, int(port))
+        self.cut_after = cut_after
+        self.cuts = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, cut: bool) -> None:
+        sent, limit = 0, self.cut_after
+        try:
+            while data := source.recv(65536):
+                if cut and self.cuts == 0 and sent + len(data) > limit:
+                    sink.sendall(data[:limit - sent])
+                    self.cuts += 1
+                    break
+                sink.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_stream_broken_mid_body_is_re_requested_from_where_it_stopped(moto: Moto, wdir: Path) -> None:
+    proxy = CuttingProxy(moto.endpoint, cut_after=1_500_000)
+    try:
+        dest = wdir / "model"
+        code, verdict, stderr = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", proxy.endpoint,
+                                    "--workers", "1", "--part-size-mb", "8")
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1
+    assert code == 0, verdict
+    assert tree(str(dest)) == FILES
+    assert verdict["details"]["retries"] >= 1 and "retrying after" in stderr, stderr
 
 
 def _local_copy(dest: Path) -> None:
