@@ -1,0 +1,160 @@
+"""The shell commands that run the weight sync and the completeness check on a node (pure: no Pulumi, no boto3).
+
+A node is assumed to have Docker and the stack's images and nothing else, so the sync runs in the engine image:
+vLLM's `docker/Dockerfile` (upstream commit 0000977e) installs boto3 into the `vllm-openai-base` stage
+(`uv pip install … boto3 runai-model-streamer runai-model-streamer[s3]`); the 0.33.0 wheel's METADATA does not
+require boto3, its S3 helpers (`vllm/transformers_utils/s3_utils.py`) import it optionally. An image without
+boto3 gives exit 2 naming it.
+
+The program travels as one heredoc on the container's stdin (`python3 - sync …`), like `checks.bundle`.
+Credentials never appear in the command: `pulumi_command`'s remote `Command` sends its `stdin` input
+(a secret Output) over the SSH channel; the command reads `NAME=VALUE` lines from it into its own environment
+and `docker run -e NAME` (no value) copies them into the container. The remote `environment` input would need
+`AcceptEnv` in every node's sshd, so it is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from checks.weights import (
+    DEFAULT_PART_MB,
+    DEFAULT_WORKERS,
+    MAX_WORKERS,
+    CannotRun,
+    check_dest,
+    check_endpoint,
+    parse_source,
+)
+
+HERE = Path(__file__).resolve().parent
+MODULES = ("verdict", "weights_verify", "weights")
+"""Pasted in this order; each later one imports names from the earlier ones."""
+CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+PASS_THROUGH = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
+"""Proxy settings of the node's shell, passed by name when set (a node that reaches S3 through a proxy)."""
+MARKER = "VLLM_CLUSTER_WEIGHTS_EOF"
+SYNC_TIMEOUT_S = 6 * 3600
+"""511 GB at 30 MB/s (a slow store) is 4.7 h; a run cut by the timeout resumes where it stopped."""
+VERIFY_TIMEOUT_S = 600
+_LOCAL_IMPORT = re.compile(r"^from checks\.\w+ import (\([^)]*\)|.*)$\n", re.M)
+_MAIN_GUARD = re.compile(r"^if __name__ == \"__main__\":\n    sys\.exit\(main\(\)\)\n", re.M)
+_FUTURE = "from __future__ import annotations\n"
+_HASH = re.compile(r"\b(?:manifest|listing)-sha256=([0-9a-f]{64})\b")
+
+
+def remote_script() -> str:
+    """verdict + weights_verify + weights as one script: local imports removed, one `__main__` guard (the last)."""
+    parts = []
+    for i, module in enumerate(MODULES):
+        source = (HERE / f"{module}.py").read_text().replace(_FUTURE, "")
+        source = _LOCAL_IMPORT.sub("", source)
+        if i < len(MODULES) - 1:
+            source = _MAIN_GUARD.sub("", source)
+        parts.append(f"# ---- checks/{module}.py\n{source}")
+    script = _FUTURE + "\n".join(parts)
+    if MARKER in script:
+        raise ValueError(f"the script contains the heredoc marker {MARKER}")
+    return script
+
+
+def credentials_stdin(access_key_id: str, secret_access_key: str, session_token: str | None = None) -> str:
+    """What the Command's `stdin` input carries (build it inside an apply over the secret Outputs)."""
+    values = {"AWS_ACCESS_KEY_ID": access_key_id, "AWS_SECRET_ACCESS_KEY": secret_access_key}
+    if session_token:
+        values["AWS_SESSION_TOKEN"] = session_token
+    for name, value in values.items():
+        if not value or any(c in value for c in "\r\n\x00"):
+            raise ValueError(f"{name} is empty or contains a line break")
+    return "".join(f"{name}={value}\n" for name, value in values.items())
+
+
+def _read_credentials() -> str:
+    """POSIX sh: NAME=VALUE lines from stdin into the environment, only the three AWS names; the last line may
+    lack its newline. Nothing is echoed."""
+    names = "|".join(f"{n}=*" for n in CREDENTIAL_NAMES)
+    return (f'while IFS= read -r line || [ -n "$line" ]; do case "$line" in {names}) export "$line";; esac; '
+            'done; unset line\n')
+
+
+def _docker(image: str, dest: str, network: str, read_only: bool, pull: str, env_names: tuple[str, ...]) -> str:
+    env = [part for name in env_names for part in ("-e", name)]
+    mount = f"{dest}:{dest}" + (":ro" if read_only else "")
+    return shlex.join(["docker", "run", "--rm", "-i", "--network", network, "--pull", pull, *env, "-v", mount,
+                       "--entrypoint", "python3", image])
+
+
+def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | None = None,
+                      region: str | None = None, workers: int = DEFAULT_WORKERS, part_size_mb: int = DEFAULT_PART_MB,
+                      delete: bool = False, name: str = "weights-sync", timeout_s: int = SYNC_TIMEOUT_S,
+                      pull: str = "missing", as_json: bool = True) -> str:
+    """`<read credentials from stdin>; timeout N docker run … IMAGE - sync ARGS <<'EOF' script EOF`.
+
+    Runs `python -m checks.weights sync` inside `image` with host networking (the node's route to the store) and
+    `dest` mounted read-write at the same path. Exit code and verdict are the program's (0/1/2); 124 is the timeout,
+    125 a docker error. ValueError for arguments the program would refuse, so a bad config fails at preview."""
+    try:
+        parse_source(source)
+        dest = check_dest(dest)
+        if endpoint_url:
+            check_endpoint(endpoint_url)
+    except CannotRun as exc:
+        raise ValueError(str(exc)) from exc
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers {workers}: must be 1..{MAX_WORKERS}")
+    if pull not in ("missing", "never", "always"):
+        raise ValueError(f"pull {pull!r}: one of missing, never, always")
+    args = ["sync", "--source", source, "--dest", dest, "--workers", str(workers), "--part-size-mb",
+            str(part_size_mb), "--name", name]
+    if endpoint_url:
+        args += ["--endpoint-url", endpoint_url]
+    if region:
+        args += ["--region", region]
+    if delete:
+        args.append("--delete")
+    if as_json:
+        args.append("--json")
+    docker = _docker(image, dest, "host", False, pull, CREDENTIAL_NAMES + PASS_THROUGH)
+    return (f"{_read_credentials()}timeout {int(timeout_s)} {docker} - {shlex.join(args)} <<'{MARKER}'\n"
+            f"{remote_script()}\n{MARKER}")
+
+
+def node_verify_command(dest: str, image: str | None = None, expect_hash: str | None = None,
+                        name: str = "weights", timeout_s: int = VERIFY_TIMEOUT_S, pull: str = "missing",
+                        as_json: bool = True) -> str:
+    """The completeness check, for synced and for hand-copied directories: in `image` with no network and `dest`
+    mounted read-only, or with the node's own `python3` when `image` is None (the preflight's way)."""
+    try:
+        dest = check_dest(dest)
+    except CannotRun as exc:
+        raise ValueError(str(exc)) from exc
+    args = ["verify", "--dest", dest, "--name", name]
+    if expect_hash:
+        args += ["--expect-hash", expect_hash]
+    if as_json:
+        args.append("--json")
+    runner = f"{_docker(image, dest, 'none', True, pull, ())} " if image else "python3 "
+    return f"timeout {int(timeout_s)} {runner}- {shlex.join(args)} <<'{MARKER}'\n{remote_script()}\n{MARKER}"
+
+
+def weights_hash(stdout: str) -> str | None:
+    """The hash a passing sync or verify run reported (JSON verdict's `details.hash`, else the `manifest-sha256=` /
+    `listing-sha256=` token of a `PASS` line): the value to export per node and compare across nodes. None when the
+    run did not pass, so a broken node never exports a hash that could match."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            verdict = json.loads(line)
+        except ValueError:
+            found = _HASH.search(line)
+            if line.startswith("PASS ") and found:
+                return found.group(1)
+            continue
+        if not isinstance(verdict, dict) or verdict.get("status") != "pass":
+            continue
+        value = verdict.get("details", {}).get("hash")
+        if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+            return value
+    return None

@@ -1,0 +1,383 @@
+"""Is a model directory complete? The manifest a sync writes, its hash, and the check that reads both.
+
+Standard library only: it runs on a node's own `python3` or inside any image (shipped as one heredoc by
+`checks.weights_node`), and `checks.weights` (the S3 sync, which needs boto3) builds on it.
+
+A directory passes when `config.json` parses, a tokenizer file is there, every shard that
+`model.safetensors.index.json` names is present, no shard is shorter than its own safetensors header says
+(8-byte length + JSON header + the largest `data_offsets` end: the format vLLM's loader reads, see
+`vllm/model_executor/model_loader/weight_utils.py`), and, when the sync's manifest is there, every listed
+file has the manifest's size. The hash printed in the verdict line is the same on every node that holds the
+same weights: the manifest's `files_sha256` after a sync, or a hash of the (path, size) listing otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checks.verdict import Verdict, emit
+
+VERIFY_DESCRIPTION = "Is a model directory complete (config, tokenizer, every indexed shard, manifest sizes)?"
+MANIFEST_NAME = ".weights-manifest.json"
+HASH_NAME = ".weights-manifest.sha256"
+JOURNAL_NAME = ".weights-sync.journal"
+LOCK_NAME = ".weights-sync.lock"
+PARTIAL_SUFFIX = ".weights-partial"
+SIDECAR_SUFFIX = ".weights-partial.json"
+OWN_NAMES = frozenset({MANIFEST_NAME, HASH_NAME, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME + ".tmp",
+                       HASH_NAME + ".tmp", JOURNAL_NAME + ".tmp"})
+"""Files the sync keeps in the model directory; never part of the weights, never deleted by `--delete`."""
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+"""A tokenizer a transformers `AutoTokenizer` can build from (`tokenizer_config.json` alone is not one)."""
+SAFETENSORS_MAX_HEADER = 100_000_000
+"""The safetensors format refuses headers above 100 MB (safetensors `MAX_HEADER_SIZE`)."""
+MANIFEST_VERSION = 1
+SHOW = 5
+"""How many names a verdict line lists before '… and N more'."""
+
+
+class ManifestError(Exception):
+    """The manifest or its hash file is there but cannot be trusted."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object of the listing: its path relative to the model directory, size in bytes, ETag (no quotes)."""
+
+    key: str
+    size: int
+    etag: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: str
+    endpoint_url: str | None
+    files: tuple[Entry, ...]
+
+    @property
+    def sha256(self) -> str:
+        return manifest_hash(self.files)
+
+    def to_json(self) -> str:
+        body = {"version": MANIFEST_VERSION, "source": self.source, "endpoint_url": self.endpoint_url,
+                "files": [{"key": e.key, "size": e.size, "etag": e.etag} for e in self.files],
+                "files_sha256": self.sha256}
+        return json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def manifest_hash(entries: Iterable[Entry]) -> str:
+    """sha256 of the canonical (key, size, etag) list sorted by key: equal on every node with the same listing,
+    whatever order the store listed it in and whatever else the manifest records."""
+    rows = sorted([e.key, e.size, e.etag] for e in entries)
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def listing_hash(rows: Iterable[tuple[str, int]]) -> str:
+    """sha256 of the sorted (path, size) list: what a directory without a manifest can offer for comparison."""
+    canon = sorted([path, size] for path, size in rows)
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def unsafe_reason(key: str) -> str | None:
+    """Why a relative path from a bucket listing or an index must not be written under the model directory, or
+    None. Refuses anything that could leave the directory or collide with the sync's own files."""
+    if not key:
+        return "empty path"
+    if "\x00" in key or any(ord(c) < 32 for c in key):
+        return "control character in path"
+    if "\\" in key:
+        return "backslash in path"
+    if key.startswith("/"):
+        return "absolute path"
+    parts = key.split("/")
+    if any(p == "" for p in parts):
+        return "empty path component (// or trailing /)"
+    if any(p in (".", "..") for p in parts):
+        return "'.' or '..' component"
+    if any(len(p.encode()) > 255 for p in parts):
+        return "path component longer than 255 bytes"
+    if len(key.encode()) > 4000:
+        return "path longer than 4000 bytes"
+    name = parts[-1]
+    if name in OWN_NAMES or name.endswith((PARTIAL_SUFFIX, SIDECAR_SUFFIX)):
+        return f"name collides with the sync's own files ({name})"
+    return None
+
+
+def is_own_file(name: str) -> bool:
+    return name in OWN_NAMES or name.endswith((PARTIAL_SUFFIX, SIDECAR_SUFFIX))
+
+
+def _entry(raw: Any, where: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{where}: not an object")
+    key, size, etag = raw.get("key"), raw.get("size"), raw.get("etag")
+    if not isinstance(key, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0 \
+            or not isinstance(etag, str):
+        raise ManifestError(f"{where}: needs key (string), size (integer >= 0), etag (string)")
+    reason = unsafe_reason(key)
+    if reason:
+        raise ManifestError(f"{where}: key {key!r}: {reason}")
+    return Entry(key, size, etag)
+
+
+def read_manifest(root: Path) -> Manifest | None:
+    """The manifest of `root`, or None when there is none; ManifestError when it is unreadable or its hash (in
+    the file and in the hash file beside it) does not match its content."""
+    path = root / MANIFEST_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: unreadable: {exc}") from exc
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ManifestError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION or not isinstance(raw.get("files"), list):
+        raise ManifestError(f"{path}: not a version-{MANIFEST_VERSION} manifest")
+    files = tuple(_entry(item, f"{path} files[{i}]") for i, item in enumerate(raw["files"]))
+    if len({e.key for e in files}) != len(files):
+        raise ManifestError(f"{path}: a key is listed twice")
+    endpoint = raw.get("endpoint_url")
+    manifest = Manifest(str(raw.get("source", "")), endpoint if isinstance(endpoint, str) else None, files)
+    if raw.get("files_sha256") != manifest.sha256:
+        raise ManifestError(f"{path}: files_sha256 {raw.get('files_sha256')!r} does not match its files "
+                            f"({manifest.sha256}): edited by hand or half written")
+    hash_path = root / HASH_NAME
+    try:
+        recorded = hash_path.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        recorded = [manifest.sha256]
+    except OSError as exc:
+        raise ManifestError(f"{hash_path}: unreadable: {exc}") from exc
+    if not recorded or recorded[0] != manifest.sha256:
+        raise ManifestError(f"{hash_path} says {recorded[0] if recorded else '(empty)'}, the manifest hashes to "
+                            f"{manifest.sha256}")
+    return manifest
+
+
+def safetensors_size(path: Path) -> tuple[int | None, str | None]:
+    """(the size the file's own header implies, None) or (None, why the header is unusable)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                return None, "shorter than the 8-byte safetensors header length"
+            (length,) = struct.unpack("<Q", head)
+            if length > SAFETENSORS_MAX_HEADER:
+                return None, f"header length {length} is not a safetensors header"
+            header = handle.read(length)
+    except OSError as exc:
+        return None, f"unreadable: {exc}"
+    if len(header) < length:
+        return None, f"truncated inside its {length}-byte header"
+    try:
+        table = json.loads(header)
+    except ValueError:
+        return None, "header is not JSON"
+    if not isinstance(table, dict):
+        return None, "header is not a JSON object"
+    end = 0
+    for name, info in table.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            return None, f"tensor {name!r} has no data_offsets"
+        end = max(end, offsets[1])
+    return 8 + length + end, None
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def _names(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:SHOW])
+    return shown + (f" … and {len(items) - SHOW} more" if len(items) > SHOW else "")
+
+
+def _walk(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """(relative path, size) of every regular file under root except the sync's own files; and own partials."""
+    files: list[tuple[str, int]] = []
+    partials: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if name.endswith(PARTIAL_SUFFIX):
+                partials.append(rel)
+            if is_own_file(name) or full.is_symlink() or not full.is_file():
+                continue
+            files.append((rel, full.stat().st_size))
+    return files, partials
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
+
+
+def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights") -> Verdict:
+    """The completeness check (see the module docstring); fail names every missing or wrong file."""
+    if not dest.startswith("/"):
+        return Verdict(name, "cannot-run", f"--dest {dest!r} is not an absolute path",
+                       next_step="pass the model directory as an absolute path (model.host_dir/model.path)")
+    if expect_hash is not None and not _is_sha256(expect_hash):
+        return Verdict(name, "cannot-run", f"--expect-hash {expect_hash!r} is not 64 lowercase hex digits",
+                       next_step="pass the manifest-sha256 / listing-sha256 a verdict line printed")
+    root = Path(dest)
+    if not root.is_dir():
+        return Verdict(name, "fail", f"{dest} is not a directory", [f"{dest}: no such directory"],
+                       "sync the weights (python -m checks.weights sync) or copy them to this path on every node")
+    try:
+        manifest = read_manifest(root)
+    except ManifestError as exc:
+        return Verdict(name, "fail", f"manifest cannot be trusted: {exc}", [str(exc)],
+                       "re-run python -m checks.weights sync to rewrite it (only missing or wrong files are fetched)")
+    files, partials = _walk(root)
+    present = dict(files)
+    problems: list[str] = []
+    missing: list[str] = []
+    wrong: list[str] = []
+    listed = {e.key: e for e in manifest.files} if manifest else {}
+    for entry in manifest.files if manifest else ():
+        have = _size(root / entry.key)
+        if have is None:
+            missing.append(entry.key)
+        elif have != entry.size:
+            wrong.append(f"{entry.key} has {have} bytes, manifest says {entry.size}")
+
+    def need(rel: str, what: str) -> int | None:
+        """Size of a required file, or None after noting why it does not count."""
+        have = present.get(rel)
+        if manifest is not None and rel not in listed:
+            problems.append(f"{what} {rel} is not in the manifest (the bucket prefix lacks it)")
+        if have is None:
+            if rel not in missing:
+                missing.append(rel)
+            return None
+        return have
+
+    config: Any = None
+    if need(CONFIG_NAME, "config") is not None:
+        try:
+            config = json.loads((root / CONFIG_NAME).read_text(encoding="utf-8"))
+        except (ValueError, OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{CONFIG_NAME} is not JSON: {exc}")
+        if config is not None and not isinstance(config, dict):
+            problems.append(f"{CONFIG_NAME} is not a JSON object")
+    tokenizers = [t for t in TOKENIZER_FILES if t in present]
+    if not tokenizers:
+        problems.append(f"no tokenizer: none of {', '.join(TOKENIZER_FILES)}")
+    shards: list[str] = []
+    if INDEX_NAME in present or (manifest is not None and INDEX_NAME in listed):
+        if need(INDEX_NAME, "index") is not None:
+            try:
+                index = json.loads((root / INDEX_NAME).read_text(encoding="utf-8"))
+                weight_map = index.get("weight_map") if isinstance(index, dict) else None
+                if not isinstance(weight_map, dict) or not weight_map:
+                    problems.append(f"{INDEX_NAME} has no weight_map")
+                else:
+                    shards = sorted({str(v) for v in weight_map.values()})
+            except (ValueError, OSError, UnicodeDecodeError) as exc:
+                problems.append(f"{INDEX_NAME} is not JSON: {exc}")
+    elif SINGLE_NAME in present or SINGLE_NAME in listed:
+        shards = [SINGLE_NAME]
+    else:
+        problems.append(f"no {INDEX_NAME} and no {SINGLE_NAME}")
+    short: list[str] = []
+    for shard in shards:
+        reason = unsafe_reason(shard)
+        if reason:
+            problems.append(f"{INDEX_NAME} names {shard!r}: {reason}")
+            continue
+        have = need(shard, "shard")
+        if have is None:
+            continue
+        implied, why = safetensors_size(root / shard)
+        if why:
+            short.append(f"{shard}: {why}")
+        elif implied != have:
+            short.append(f"{shard} has {have} bytes, its header says {implied}"
+                         + (" (truncated)" if implied is not None and have < implied else ""))
+    if manifest is None:
+        empty = [rel for rel, size in files if size == 0]
+        if empty:
+            problems.append(f"{len(empty)} empty file(s): {_names(empty)} (interrupted copy?)")
+    if missing:
+        problems.insert(0, f"{len(missing)} missing: {_names(sorted(missing))}")
+    if wrong:
+        problems.insert(1 if missing else 0, f"{len(wrong)} with the wrong size: {_names(sorted(wrong))}")
+    if short:
+        problems.append(f"{len(short)} shard(s) disagree with their header: {_names(short)}")
+    total = sum(size for _, size in files)
+    if manifest is not None:
+        digest_kind, digest = "manifest-sha256", manifest.sha256
+    else:
+        digest_kind, digest = "listing-sha256", listing_hash(files)
+    if expect_hash and digest != expect_hash:
+        problems.append(f"{digest_kind} is {digest}, expected {expect_hash}: this node holds other weights")
+    evidence = [f"{len(files)} file(s), {total / 1e9:.2f} GB in {dest}",
+                f"{len(shards)} shard(s) indexed, tokenizer: {', '.join(tokenizers) or 'none'}",
+                f"{digest_kind}={digest}"]
+    if manifest is not None:
+        evidence.insert(1, f"manifest of {manifest.source}: {len(manifest.files)} file(s)")
+    if partials:
+        evidence.append(f"{len(partials)} interrupted download(s) left: {_names(partials)}")
+    details: dict[str, Any] = {"dest": dest, "hash_kind": digest_kind, "hash": digest, "files": len(files),
+                               "bytes": total, "shards": len(shards), "tokenizer": tokenizers,
+                               "manifest": manifest is not None, "missing": sorted(missing),
+                               "wrong_size": sorted(wrong), "short": short, "problems": problems}
+    if problems:
+        return Verdict(name, "fail", "; ".join(problems), evidence,
+                       "re-run python -m checks.weights sync (it fetches only missing or wrong files), or re-copy "
+                       "the named files", details)
+    return Verdict(name, "pass", f"{len(shards)} shard(s), config, tokenizer complete; {digest_kind}={digest}",
+                   evidence, None, details)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line and exit 2, like every other refusal (argparse's default prints usage)."""
+
+    def error(self, message: str) -> Any:
+        as_json = "--json" in sys.argv
+        emit(Verdict("weights", "cannot-run", f"bad arguments: {message}",
+                     next_step=f"{self.prog} --help"), as_json)
+        raise SystemExit(2)
+
+
+def add_verify_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dest", required=True, help="the model directory (absolute)")
+    parser.add_argument("--expect-hash", help="fail unless the directory's hash is this (64 hex)")
+    parser.add_argument("--name", default="weights", help="check name in the verdict")
+    parser.add_argument("--json", action="store_true", help="print one JSON verdict")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _Parser(prog="python -m checks.weights_verify", description=VERIFY_DESCRIPTION)
+    add_verify_args(parser)
+    args = parser.parse_args(argv)
+    return emit(verify_dir(args.dest, args.expect_hash, args.name), args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,482 @@
+"""The weight sync and the completeness check against a real S3 API: moto in server mode on loopback, boto3 on
+the client side, the CLI run as its own process (exit codes and output as a node would see them)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks import weights
+from checks.weights_verify import (
+    HASH_NAME,
+    JOURNAL_NAME,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    SIDECAR_SUFFIX,
+    Entry,
+    manifest_hash,
+    verify_dir,
+)
+from tests.conftest import ROOT
+from tests.weights_harness import KEY_ID, SECRET, Moto, checkpoint, moto_server, tree, upload, wait_for
+
+BUCKET, PREFIX = "ckpt", "models/ds-v4"
+SOURCE = f"s3://{BUCKET}/{PREFIX}"
+FILES = checkpoint([6.0, 2.6, 1.1], tokenizer_mb=0.3)
+"""The first shard is above moto's 5 MiB part minimum, so it is a multipart object (ETag `<md5>-2`)."""
+SHARDS = sorted(k for k in FILES if k.endswith(".safetensors"))
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[Moto]:
+    with moto_server() as server:
+        upload(server.client(), BUCKET, PREFIX, FILES, multipart_mb=5)
+        yield server
+
+
+@pytest.fixture
+def wdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="weights-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def env(key_id: str | None = KEY_ID, secret: str | None = SECRET) -> dict[str, str]:
+    out = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tempfile.gettempdir(),
+           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    if key_id is not None:
+        out["AWS_ACCESS_KEY_ID"] = key_id
+    if secret is not None:
+        out["AWS_SECRET_ACCESS_KEY"] = secret
+    return out
+
+
+def cli(*args: str, environ: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    """`python -m checks.weights ARGS --json` as its own process: (exit code, the JSON verdict, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "checks.weights", *args, "--json"], cwd=ROOT, text=True,
+                          capture_output=True, env=environ or env(), timeout=240)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, f"expected one JSON line, got: {done.stdout!r} / {done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(lines[0]), done.stderr
+
+
+def sync(moto: Moto, dest: Path, *extra: str, source: str = SOURCE,
+         environ: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    return cli("sync", "--source", source, "--dest", str(dest), "--endpoint-url", moto.endpoint,
+               "--part-size-mb", "1", "--workers", "4", *extra, environ=environ)
+
+
+def test_fresh_sync_writes_every_file_the_manifest_and_its_hash(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "node1" / "DeepSeek-V4-Flash"
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0, verdict
+    assert tree(str(dest)) == FILES
+    listing = moto.client().list_objects_v2(Bucket=BUCKET, Prefix=PREFIX + "/")["Contents"]
+    expected = manifest_hash(Entry(o["Key"][len(PREFIX) + 1:], o["Size"], o["ETag"].strip('"')) for o in listing)
+    assert f"manifest-sha256={expected}" in verdict["summary"]
+    assert verdict["details"]["manifest_sha256"] == expected
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert manifest["files_sha256"] == expected and manifest["source"] == SOURCE + "/"
+    assert {f["key"] for f in manifest["files"]} == set(FILES)
+    assert any("-" in f["etag"] for f in manifest["files"]), "multipart ETags (<md5>-N) are kept as listed"
+    assert (dest / HASH_NAME).read_text().split()[0] == expected
+    assert not (dest / JOURNAL_NAME).exists()
+    assert not [p for p in dest.iterdir() if "weights-partial" in p.name]
+    # a second node synced from the same source holds a byte-identical manifest
+    code2, verdict2, _ = sync(moto, wdir / "node2")
+    assert code2 == 0 and verdict2["details"]["manifest_sha256"] == expected
+    assert (wdir / "node2" / MANIFEST_NAME).read_bytes() == (dest / MANIFEST_NAME).read_bytes()
+    code3, check, _ = cli("verify", "--dest", str(dest), "--expect-hash", expected)
+    assert code3 == 0 and check["details"]["hash"] == expected and check["details"]["hash_kind"] == "manifest-sha256"
+    # nothing to do the second time
+    code4, again, _ = sync(moto, dest)
+    assert code4 == 0 and again["details"]["fetch_files"] == [] and again["details"]["present_files"] == len(FILES)
+
+
+def test_progress_lines_show_bytes_files_rate_and_eta(moto: Moto, wdir: Path) -> None:
+    code, verdict, stderr = sync(moto, wdir / "m", "--limit-mb-s", "5", "--progress-s", "0.25")
+    assert code == 0, verdict
+    lines = [line for line in stderr.splitlines() if line.startswith("weights-sync: ")]
+    assert len(lines) >= 2, stderr
+    assert all("file(s)" in line and "MB (" in line and "MB/s" in line and "ETA" in line for line in lines)
+    seconds = verdict["details"]["seconds"]
+    assert seconds >= 1.0, "--limit-mb-s 5 holds ~10 MB to well over a second"
+
+
+def _journal_keys(dest: Path) -> list[str]:
+    try:
+        return [json.loads(line)["key"] for line in (dest / JOURNAL_NAME).read_text().splitlines() if line]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def _sidecar_parts(dest: Path) -> int:
+    total = 0
+    for path in dest.glob("*" + SIDECAR_SUFFIX):
+        with contextlib.suppress(ValueError, KeyError, FileNotFoundError):
+            total += len(json.loads(path.read_text())["done"])
+    return total
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_interrupted_sync_resumes_and_a_half_file_never_counts(moto: Moto, wdir: Path, how: signal.Signals) -> None:
+    dest = wdir / "model"
+    argv = [sys.executable, "-m", "checks.weights", "sync", "--source", SOURCE, "--dest", str(dest),
+            "--endpoint-url", moto.endpoint, "--part-size-mb", "1", "--workers", "1", "--limit-mb-s", "3",
+            "--progress-s", "0", "--json"]
+    process = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # files are fetched in key order: config.json, generation_config.json, then the 6 MB first shard
+        assert wait_for(lambda: len(_journal_keys(dest)) >= 2 and _sidecar_parts(dest) >= 1, 60), \
+            "the sync never reached the middle of a shard"
+        process.send_signal(how)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if how == signal.SIGTERM:
+        assert process.returncode == 1, err
+        verdict = json.loads(out.strip().splitlines()[-1])
+        assert "interrupted by signal" in verdict["summary"] and "resume" in verdict["next_step"]
+    else:
+        assert process.returncode == -signal.SIGKILL
+    done = _journal_keys(dest)
+    in_progress = SHARDS[0]
+    assert in_progress not in done
+    assert not (dest / in_progress).exists(), "a half file must never have its final name"
+    assert (dest / (in_progress + ".weights-partial")).exists()
+    assert not (dest / MANIFEST_NAME).exists()
+    half = verify_dir(str(dest))
+    assert half.status == "fail", "a directory a sync left half-way is never complete"
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0, verdict
+    details = verdict["details"]
+    assert details["resumed_parts"] >= 1
+    assert not set(done) & set(details["fetch_files"]), "journaled files are not fetched again"
+    assert in_progress in details["fetch_files"]
+    assert tree(str(dest)) == FILES
+
+
+def test_truncated_and_missing_shards_are_named_then_fetched_again(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    truncated, missing = SHARDS[0], SHARDS[1]
+    with open(dest / truncated, "r+b") as handle:
+        handle.truncate(len(FILES[truncated]) // 2)
+    (dest / missing).unlink()
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1
+    assert check["details"]["missing"] == [missing]
+    assert any(item.startswith(truncated) for item in check["details"]["wrong_size"])
+    assert missing in check["summary"] and truncated in check["summary"]
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0, verdict
+    assert sorted(verdict["details"]["fetch_files"]) == sorted([truncated, missing])
+    assert tree(str(dest)) == FILES
+
+
+def test_an_object_changed_in_the_bucket_is_fetched_again(wdir: Path) -> None:
+    with moto_server() as server:
+        upload(server.client(), BUCKET, PREFIX, FILES, multipart_mb=5)
+        dest = wdir / "model"
+        assert sync(server, dest)[0] == 0
+        changed = dict(FILES)
+        changed["config.json"] = FILES["config.json"].replace(b"bfloat16", b"float8_e")  # same size, new ETag
+        assert len(changed["config.json"]) == len(FILES["config.json"])
+        upload(server.client(), BUCKET, PREFIX, {"config.json": changed["config.json"]})
+        code, verdict, _ = sync(server, dest)
+        assert code == 0, verdict
+        assert verdict["details"]["fetch_files"] == ["config.json"]
+        assert tree(str(dest)) == changed
+
+
+def test_files_outside_the_manifest_are_kept_unless_delete(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    (dest / "notes").mkdir(parents=True)
+    (dest / "notes" / "README.md").write_text("ours")
+    (dest / "extra.bin").write_bytes(b"x" * 10)
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0, verdict
+    assert sorted(verdict["details"]["extra_files"]) == ["extra.bin", "notes/README.md"]
+    assert (dest / "extra.bin").exists() and (dest / "notes" / "README.md").read_text() == "ours"
+    assert any("kept 2 file(s) not in the manifest" in e for e in verdict["evidence"])
+    code, verdict, _ = sync(moto, dest, "--delete")
+    assert code == 0, verdict
+    assert sorted(verdict["details"]["deleted"]) == ["extra.bin", "notes/README.md"]
+    assert not (dest / "extra.bin").exists() and not (dest / "notes").exists()
+    assert tree(str(dest)) == FILES and (dest / MANIFEST_NAME).exists()
+
+
+def test_dry_run_lists_what_is_due_and_writes_nothing(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    code, verdict, _ = sync(moto, dest, "--dry-run")
+    assert code == 1 and sorted(verdict["details"]["fetch_files"]) == sorted(FILES)
+    assert not dest.exists()
+    assert sync(moto, dest)[0] == 0
+    code, verdict, _ = sync(moto, dest, "--dry-run")
+    assert code == 0 and "in sync" in verdict["summary"]
+
+
+def test_a_missing_bucket_is_one_line_naming_it(moto: Moto, wdir: Path) -> None:
+    code, verdict, _ = sync(moto, wdir / "m", source="s3://no-such-bucket/models")
+    assert code == 2 and verdict["status"] == "cannot-run"
+    assert "'no-such-bucket' does not exist" in verdict["summary"] and "NoSuchBucket" in verdict["summary"]
+    assert not (wdir / "m").exists()
+
+
+def test_an_empty_prefix_cannot_run(moto: Moto, wdir: Path) -> None:
+    code, verdict, _ = sync(moto, wdir / "m", source=f"s3://{BUCKET}/models/nothing-here")
+    assert code == 2 and "lists no objects" in verdict["summary"] and "nothing-here" in verdict["summary"]
+
+
+def test_refused_and_missing_credentials_are_clear(wdir: Path) -> None:
+    with moto_server() as server:
+        upload(server.client(), BUCKET, PREFIX, FILES, multipart_mb=5)
+        key_id, secret = server.enforce_auth()
+        code, verdict, _ = sync(server, wdir / "bad-secret", environ=env(key_id, "not-the-secret"))
+        assert code == 2 and "credentials refused" in verdict["summary"]
+        assert "SignatureDoesNotMatch" in verdict["summary"] and f"'{BUCKET}'" in verdict["summary"]
+        code, verdict, _ = sync(server, wdir / "bad-key", environ=env("AKIAUNKNOWNKEY000000", "x"))
+        assert code == 2 and "InvalidAccessKeyId" in verdict["summary"]
+        code, verdict, _ = sync(server, wdir / "none", environ=env(None, None))
+        assert code == 2 and "no usable credentials" in verdict["summary"]
+        assert "AWS_ACCESS_KEY_ID" in verdict["summary"]
+        code, verdict, stderr = sync(server, wdir / "good", environ=env(key_id, secret))
+        assert code == 0, verdict
+        assert secret not in json.dumps(verdict) + stderr
+
+
+def test_hostile_keys_never_leave_dest(wdir: Path) -> None:
+    outside = wdir / "outside"
+    with moto_server() as server:
+        client = server.client()
+        for i, (key, reason) in enumerate([("m/../../outside/evil.txt", "'..' component"),
+                                           ("m//outside/abs.txt", "absolute path"),
+                                           ("m/x.weights-partial", "collides"), ("m/a\\b", "backslash")]):
+            bucket = f"hostile-{i}"
+            upload(client, bucket, "m", {"config.json": b"{}"})
+            client.put_object(Bucket=bucket, Key=key, Body=b"pwned")
+            code, verdict, _ = sync(server, wdir / "dest", source=f"s3://{bucket}/m")
+            assert code == 2, verdict
+            assert repr(key) in verdict["summary"] and reason in verdict["summary"]
+        assert not outside.exists() and not (wdir / "dest").exists()
+        upload(client, "clash", "m", {"a": b"1", "a/b": b"2"})
+        code, verdict, _ = sync(server, wdir / "dest", source="s3://clash/m")
+        assert code == 2 and "a file cannot also be a directory" in verdict["summary"]
+        # a symlink inside dest that points out of it is not followed
+        upload(client, "linked", "m", {"sub/evil.txt": b"pwned", "config.json": b"{}"})
+        dest = wdir / "linked"
+        dest.mkdir()
+        outside.mkdir()
+        (dest / "sub").symlink_to(outside)
+        code, verdict, _ = sync(server, dest, source="s3://linked/m")
+        assert code == 2 and "resolves outside" in verdict["summary"]
+        assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--source", "http://bucket/x"], "is not an s3:// URL"),
+    (["--source", "s3:///models"], "names no bucket"),
+    (["--source", "s3://b"], "is not a bucket name"),
+    (["--source", "s3://bucket/models/../../etc"], "'.' or '..' component"),
+    (["--dest", "relative/dir"], "is not an absolute path"),
+    (["--dest", "/"], "below /"),
+    (["--workers", "100000"], "--workers 100000: must be 1..64"),
+    (["--workers", "0"], "--workers 0"),
+    (["--workers", "many"], "invalid int value: 'many'"),
+    (["--endpoint-url", "localhost:9000"], "is not an http(s)://HOST[:PORT] URL"),
+    (["--endpoint-url", "http://host:99999"], "is not a URL"),
+    (["--endpoint-url", "http://user:pw@host:9000"], "carries credentials"),
+    (["--endpoint-url", "ftp://host"], "is not an http(s)://HOST[:PORT] URL"),
+    (["--region", "US East"], "is not a region name"),
+    (["--part-size-mb", "0"], "--part-size-mb 0"),
+    (["--limit-mb-s", "-1"], "--limit-mb-s -1.0"),
+])
+def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str, wdir: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    argv = {"--source": "s3://bucket/models", "--dest": str(wdir / "m")}
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    argv.update(flags)
+    line = ["sync", *[part for item in argv.items() for part in item]]
+    with pytest.raises(SystemExit) as stop:
+        raise SystemExit(weights.main(line))
+    assert stop.value.code == 2
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and out.startswith("CANNOT-RUN ") and needle in out, out
+    assert not (wdir / "m").exists()
+
+
+def test_another_sync_holding_the_lock_cannot_run(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    dest.mkdir()
+    with open(dest / LOCK_NAME, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        code, verdict, _ = sync(moto, dest)
+    assert code == 2 and "another sync is writing" in verdict["summary"]
+
+
+def test_not_enough_disk_cannot_run(moto: Moto, wdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 10, 10))
+    code = weights.main(["sync", "--source", SOURCE, "--dest", str(wdir / "m"), "--endpoint-url", moto.endpoint])
+    out = capsys.readouterr().out
+    assert code == 2 and "GB free, the sync needs" in out and "0.0 GB free" in out
+
+
+def test_an_object_replaced_during_the_sync_fails_naming_it(moto: Moto, wdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The listing says one ETag, the store serves another: If-Match refuses it (412), the file is not written."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    real = weights.list_prefix
+
+    def stale(client: Any, opts: weights.Options) -> list[Entry]:
+        return [Entry(e.key, e.size, "0" * 32) if e.key == SHARDS[0] else e for e in real(client, opts)]
+
+    monkeypatch.setattr(weights, "list_prefix", stale)
+    dest = wdir / "m"
+    code = weights.main(["sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", moto.endpoint,
+                         "--progress-s", "0", "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == 1 and SHARDS[0] in verdict["summary"] and "changed during the sync" in verdict["summary"]
+    assert not (dest / SHARDS[0]).exists() and not (dest / MANIFEST_NAME).exists()
+
+
+class CuttingProxy:
+    """A TCP proxy on loopback in front of moto that drops the first connection that carries more than `cut_after`
+    bytes from the server, once: a stream that breaks in the middle of a response body, as a flaky network does."""
+
+    def __init__(self, target: str, cut_after: int) -> None:
+        host, port = target.removeprefix("http://").split(":")
+        self.target = (host, int(port))
+        self.cut_after = cut_after
+        self.cuts = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, cut: bool) -> None:
+        sent, limit = 0, self.cut_after
+        try:
+            while data := source.recv(65536):
+                if cut and self.cuts == 0 and sent + len(data) > limit:
+                    sink.sendall(data[:limit - sent])
+                    self.cuts += 1
+                    break
+                sink.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_stream_broken_mid_body_is_re_requested_from_where_it_stopped(moto: Moto, wdir: Path) -> None:
+    proxy = CuttingProxy(moto.endpoint, cut_after=1_500_000)
+    try:
+        dest = wdir / "model"
+        code, verdict, stderr = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", proxy.endpoint,
+                                    "--workers", "1", "--part-size-mb", "8")
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1
+    assert code == 0, verdict
+    assert tree(str(dest)) == FILES
+    assert verdict["details"]["retries"] >= 1 and "retrying after" in stderr, stderr
+
+
+def _local_copy(dest: Path) -> None:
+    dest.mkdir(parents=True)
+    for name, blob in FILES.items():
+        (dest / name).write_bytes(blob)
+
+
+def test_verify_a_local_directory_without_a_manifest(wdir: Path) -> None:
+    dest = wdir / "seed"
+    _local_copy(dest)
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 0 and check["details"]["hash_kind"] == "listing-sha256"
+    first = check["details"]["hash"]
+    other = wdir / "seed2"
+    _local_copy(other)
+    assert cli("verify", "--dest", str(other))[1]["details"]["hash"] == first, "same files, same hash on every node"
+    (dest / SHARDS[2]).unlink()
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and check["details"]["missing"] == [SHARDS[2]] and SHARDS[2] in check["summary"]
+    (dest / SHARDS[2]).write_bytes(FILES[SHARDS[2]][:-100])
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and "truncated" in check["summary"] and SHARDS[2] in check["summary"]
+    (dest / SHARDS[2]).write_bytes(FILES[SHARDS[2]])
+    (dest / "tokenizer.json").unlink()
+    (dest / "added_tokens.json").write_bytes(b"")
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and "no tokenizer" in check["summary"] and "empty file(s): added_tokens.json" in check["summary"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--dest", "models/x"], "is not an absolute path"),
+    (["--dest", "/tmp", "--expect-hash", "abc"], "is not 64 lowercase hex"),
+    ([], "the following arguments are required: --dest"),
+])
+def test_verify_bad_arguments_exit_2(args: list[str], needle: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "checks.weights", "verify", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2 and len(done.stdout.strip().splitlines()) == 1 and needle in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_verify_with_a_manifest_checks_sizes_and_a_tampered_manifest(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    with open(dest / "tokenizer_config.json", "ab") as handle:
+        handle.write(b" ")
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and "tokenizer_config.json has" in check["summary"] and "manifest says" in check["summary"]
+    raw = json.loads((dest / MANIFEST_NAME).read_text())
+    raw["files"][0]["size"] += 1
+    (dest / MANIFEST_NAME).write_text(json.dumps(raw))
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and "manifest cannot be trusted" in check["summary"]
+    code, check, _ = cli("verify", "--dest", str(dest), "--expect-hash", "0" * 64)
+    assert code == 1
+
+
+def test_manifest_hash_is_order_free_and_content_bound() -> None:
+    entries = [Entry("b.safetensors", 10, "e1"), Entry("a.json", 2, "e2")]
+    assert manifest_hash(entries) == manifest_hash(list(reversed(entries)))
+    assert manifest_hash(entries) != manifest_hash([Entry("b.safetensors", 10, "e9"), entries[1]])
+    assert manifest_hash(entries) != manifest_hash([Entry("b.safetensors", 11, "e1"), entries[1]])
