@@ -148,9 +148,18 @@ def _read_text(path: str) -> str:
     return sys.stdin.read() if path == "-" else Path(path).read_text()
 
 
+def _reference(args: argparse.Namespace) -> int:
+    from stacks.reference import markdown
+
+    print(markdown(), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    ref = sub.add_parser("reference", help="the config reference (every key, type, range, default) as Markdown")
+    ref.set_defaults(func=_reference)
     plan = sub.add_parser("plan", help="validate a stack and print what would be launched")
     plan.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
     plan.add_argument("--json", action="store_true", help="machine-readable plan")
