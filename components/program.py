@@ -26,12 +26,14 @@ from components.check_commands import (
     ray_ready_command,
 )
 from components.gpu_node import GpuNode, GpuNodeArgs
+from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.vllm_engine import VllmEngine, VllmEngineArgs
 from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
 from stacks.field_types import SECRET
+from stacks.launch import GENERATION_LABEL
 from stacks.loader import parse_config, read_stack_document, secret_problems
 from stacks.plan import API_CHECKS, CheckSpec, Plan, build_plan, check_client, roles
 from stacks.proxy import ProxyKeyError, render_nginx_conf
@@ -143,14 +145,24 @@ def _node_commands(plan: Plan, module: str, command: Callable[[CheckSpec], str])
     return {c.node or "": command(c) for c in plan.checks if c.module == module}
 
 
+def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
+    """The planning facts the policy pack joins with the engine containers; a change restarts nothing."""
+    return PolicyFacts("policy-facts", {
+        "privateNetworks": list(config.fabric.private_networks),
+        "estimatedLoadS": int(plan.model["estimated_load_s"]),
+    })
+
+
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
+    facts = policy_facts(config, plan)
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}
     fabric_args: dict[str, FabricNodeArgs] = {}
     for node in config.nodes:
         fabric_id = _digest([node.model_dump(), config.fabric.model_dump()])
-        triggers = [config.image.pull_ref, model_id, fabric_id]
+        # The group generation too: a group restart (restart_epoch) or any launch change re-runs the preflights.
+        triggers = [config.image.pull_ref, model_id, fabric_id, plan.head.containers[0].labels[GENERATION_LABEL]]
         nodes[node.name] = GpuNode(node.name, GpuNodeArgs(
             name=node.name, ssh_host=node.ssh.host, ssh_user=node.ssh.user, ssh_port=node.ssh.port,
             image=config.image.pull_ref,
@@ -160,7 +172,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         fabric_args[node.name] = FabricNodeArgs(
             node=nodes[node.name], env=node_env(config, node),
             preflight_command=preflight_command(config, plan, fabric_check) if fabric_check else None,
-            triggers=[fabric_id])
+            triggers=[fabric_id, plan.head.containers[0].labels[GENERATION_LABEL]])
     fabric = RdmaFabric("fabric", fabric_args)
     gates: dict[str, list[pulumi.Resource]] = {
         name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else [])]
@@ -195,4 +207,4 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     }
     for key, value in outputs.items():
         pulumi.export(key, value)
-    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api}
+    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts}

@@ -1,24 +1,46 @@
 """VllmEngine: the whole engine group — one container per node exactly as the plan lists it, in start order.
 
 vLLM is fail-stop: a lone restarted rank hangs against stale peers. Every container carries the group's
-`generation` label (a hash of all nodes' launch specs), so any change replaces every node's container.
+`generation` label (a hash of the inputs that replace a container, stacks/launch.py GENERATION_FIELDS), so a
+change that replaces one node's container replaces every node's; the secret values the group uses (which no
+label may carry) move every container through `replacement_trigger` instead.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
 from components.gpu_node import GpuNode
-from stacks.launch import LABEL_PREFIX, ContainerSpec
+from stacks.launch import GENERATION_LABEL, ContainerSpec
 from stacks.plan import Plan
 
 REPLACE_ON_CHANGES = ["healthcheck", "envs", "labels", "command", "entrypoints"]
-"""Properties the provider might otherwise update in place (healthcheck is silently ignored until recreate)."""
+"""Replace, never update, on these: `healthcheck` is updatable in place in pulumi-docker's schema but the change
+is silently ignored until the container is recreated; the others are willReplaceOnChanges already (stated again
+so a provider release that relaxes one cannot turn a launch change into a silent no-op)."""
+
+
+def secrets_trigger(secrets: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
+    """A secret digest of every secret value the group's containers use (sorted by config key): rotating
+    `api_key` changes only the head's env, and must still replace the whole group.
+
+    Set on every container as `replacement_trigger` (Pulumi engine >= 3.208: pkg/resource/deploy/step_generator.go
+    `shouldTriggerReplace` compares old and new with secrets unwrapped; a null on either side never triggers, so
+    a group without secrets still gets the digest of nothing). Stored in state as a secret, like the env itself."""
+    refs = sorted(secrets)
+
+    def digest(values: list[Any]) -> str:
+        return hashlib.sha256(json.dumps(dict(zip(refs, values, strict=True)), sort_keys=True).encode()).hexdigest()
+
+    return pulumi.Output.secret(pulumi.Output.all(*[secrets[r] for r in refs]).apply(digest))
 
 
 @dataclass(frozen=True)
@@ -81,7 +103,7 @@ class VllmEngine(pulumi.ComponentResource):
         plan = args.plan
         self._prefix = name
         self._args = args
-        self.generation = plan.head.containers[0].labels[f"{LABEL_PREFIX}.generation"]
+        self.generation = plan.head.containers[0].labels[GENERATION_LABEL]
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
         timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
         # Rollout order: every node's image is pulled (GpuNode) and preflighted (gates), then the new image's
@@ -99,6 +121,7 @@ class VllmEngine(pulumi.ComponentResource):
         gates: list[pulumi.Resource] = [*self.dry_runs.values()] or [
             *pulled, *(g for node_gates in args.gates.values() for g in node_gates)]
         self.containers = {}
+        trigger = secrets_trigger(args.secrets)
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:
             node_plan = plan.node(node_name)
@@ -117,7 +140,8 @@ class VllmEngine(pulumi.ComponentResource):
                     args=container_args(spec, node.image.image_id, args.secrets),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
-                        replace_on_changes=REPLACE_ON_CHANGES, custom_timeouts=timeouts))
+                        replace_on_changes=REPLACE_ON_CHANGES, replacement_trigger=trigger,
+                        custom_timeouts=timeouts))
                 started.append(self.containers[node_name])
         self.ray_ready = None
         if args.ray_ready_command is not None:

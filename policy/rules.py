@@ -1,8 +1,16 @@
 """The vllm-cluster policy pack's rules, as pure functions over a resource's type, inputs and URN.
 
 Self-contained (stdlib and pulumi_policy only): the pack runs in its own virtualenv, without this project.
-It reads what the program registers: engine containers carry `vllm-cluster.*` labels (role, declared
-private networks, estimated load time) so a rule never needs the stack config.
+It reads what the program registers, never the stack config: engine containers (the ones with a
+`vllm-cluster.generation` label), and one `vllm-cluster:index:PolicyFacts` component with the planning facts no
+process sees (declared private networks, estimated weight-load time). Those facts once rode on the containers as
+labels, and a label change replaces a container; the component restarts nothing.
+
+Rules that need only a container are resource policies (`Analyze`, before the container's step). Rules that join a
+container with the facts are stack policies: `AnalyzeStack` gets every resource (their outputs; a component's
+outputs are what it registers) but runs after the steps (pulumi/pulumi pkg/resource/deploy/deployment_executor.go:
+`AnalyzeResources` after `stepExec.WaitForCompletion`). So they block `pulumi preview` and the preview `pulumi up`
+runs first; `pulumi up --skip-preview` would report them only afterwards.
 """
 
 from __future__ import annotations
@@ -18,10 +26,13 @@ from pulumi_policy import (
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
 )
 
 CONTAINER = "docker:index/container:Container"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+FACTS = "vllm-cluster:index:PolicyFacts"
 LABEL = "vllm-cluster."
 MAX_GPU_MEMORY_UTILIZATION = 0.95
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -89,18 +100,26 @@ def api_auth(props: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def internal_ports_private(props: Mapping[str, Any]) -> list[str]:
-    """DP RPC, VLLM_HOST_IP (torch.distributed, ZMQ) and Ray must bind private or declared-private addresses."""
+def _facts_networks(facts: Mapping[str, Any] | None) -> list[str]:
+    return [str(_plain(c)) for c in _plain((facts or {}).get("privateNetworks")) or []]
+
+
+def internal_ports_private(props: Mapping[str, Any], facts: Mapping[str, Any] | None) -> list[str]:
+    """DP RPC, VLLM_HOST_IP (torch.distributed, ZMQ) and Ray must bind private or declared-private addresses.
+
+    `facts` is the PolicyFacts component's properties (None when the stack has none: only loopback and RFC 1918 /
+    ULA ranges count as private then)."""
     if not _is_engine(props):
         return []
-    declared = [c for c in _labels(props).get(f"{LABEL}private-networks", "").split(",") if c]
+    declared = _facts_networks(facts)
     words = _argv(props)
     found = [("VLLM_HOST_IP", a) for a in [_env(props).get("VLLM_HOST_IP", "")] if a]
     for flag, what in (("--data-parallel-address", "DP coordinator RPC"), ("--node-ip-address", "Ray node"),
                        ("--address", "Ray GCS"), ("--dashboard-host", "Ray dashboard/jobs")):
         found += [(what, a) for a in _after(words, flag)]
+    missing = "" if facts is not None else f" (no {FACTS} resource in the stack: no declared networks were read)"
     return [f"{what} on {address}: unauthenticated and able to run code, so it must be on loopback or a private "
-            "network (declare the stack's own in fabric.private_networks)"
+            f"network (declare the stack's own in fabric.private_networks){missing}"
             for what, address in found if not _is_private(address, declared)]
 
 
@@ -112,15 +131,16 @@ def gpu_memory_utilization(props: Mapping[str, Any]) -> list[str]:
             f"{MAX_GPU_MEMORY_UTILIZATION}" for v in values if float(v) > MAX_GPU_MEMORY_UTILIZATION]
 
 
-def engine_ready_timeout(props: Mapping[str, Any]) -> list[str]:
-    if not _is_engine(props):
+def engine_ready_timeout(props: Mapping[str, Any], facts: Mapping[str, Any] | None) -> list[str]:
+    """The engine-ready timeout in the container's env against the PolicyFacts load estimate."""
+    if not _is_engine(props) or facts is None:
         return []
-    estimate = _labels(props).get(f"{LABEL}estimated-load-s")
+    estimate = _plain(facts.get("estimatedLoadS"))
     timeout = _env(props).get("VLLM_ENGINE_READY_TIMEOUT_S")
     if estimate is None or timeout is None or int(timeout) >= int(estimate):
         return []
-    return [f"VLLM_ENGINE_READY_TIMEOUT_S {timeout} is below the estimated weight-load time of {estimate}s: the "
-            "API server would exit while the engines still load; raise serving.engine_ready_timeout_s"]
+    return [f"VLLM_ENGINE_READY_TIMEOUT_S {timeout} is below the estimated weight-load time of {int(estimate)}s: "
+            "the API server would exit while the engines still load; raise serving.engine_ready_timeout_s"]
 
 
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -150,20 +170,33 @@ def _validator(rule: Callable[[Mapping[str, Any]], list[str]], resource_type: st
     return validate
 
 
-POLICIES: list[ResourceValidationPolicy] = [
+def _stack_validator(rule: Callable[[Mapping[str, Any], Mapping[str, Any] | None], list[str]]
+                     ) -> Callable[[StackValidationArgs, ReportViolation], None]:
+    """Every container of the stack against the stack's PolicyFacts; each violation names its container."""
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        facts = next((r.props for r in args.resources if r.resource_type == FACTS), None)
+        for resource in args.resources:
+            if resource.resource_type != CONTAINER:
+                continue
+            for message in rule(resource.props, facts):
+                report_violation(message, resource.urn)
+    return validate
+
+
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ResourceValidationPolicy(
         name="vllm-api-auth-on-non-loopback", description="vLLM's API off loopback needs a key",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(api_auth, CONTAINER)),
-    ResourceValidationPolicy(
+    StackValidationPolicy(
         name="vllm-internal-ports-private",
         description="DP RPC, VLLM_HOST_IP and Ray only on loopback, private or declared-private addresses",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(internal_ports_private, CONTAINER)),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(internal_ports_private)),
     ResourceValidationPolicy(
         name="vllm-gpu-memory-utilization", description=f"--gpu-memory-utilization <= {MAX_GPU_MEMORY_UTILIZATION}",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(gpu_memory_utilization, CONTAINER)),
-    ResourceValidationPolicy(
+    StackValidationPolicy(
         name="vllm-engine-ready-timeout", description="engine-ready timeout >= the estimated weight-load time",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(engine_ready_timeout, CONTAINER)),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(engine_ready_timeout)),
     ResourceValidationPolicy(
         name="image-pinned-by-digest", description="images pulled by digest (advice everywhere)",
         enforcement_level=EnforcementLevel.ADVISORY, validate=_validator(image_pinned, REMOTE_IMAGE)),

@@ -297,7 +297,11 @@ class VolumeConfig(_Model):
 class ContainerConfig(_Model):
     name: ContainerName = Field(description="engine container name on every node")
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
-        default="unless-stopped", description="Docker restart policy")
+        default="no", description="Docker restart policy; anything but `no` restarts one dead rank alone, which "
+        "hangs against its stale peers (a plan warning): restart the group with restart_epoch instead")
+    restart_epoch: int = Field(
+        default=0, ge=0, le=1_000_000_000,
+        description="bump it to restart the whole engine group in start order (every check re-runs)")
     network_mode: Literal["host"] = Field(default="host", description="host networking (NCCL, RDMA)")
     ipc_mode: Literal["host", "private", "shareable"] = Field(default="host", description="IPC namespace")
     privileged: bool = Field(default=False, description="privileged container")

@@ -16,11 +16,11 @@ from stacks.config import NodeConfig, StackConfig
 from stacks.fabric import control_ip, node_env
 from stacks.field_types import host_port
 from stacks.listeners import RAY_PORTS
-from stacks.load_estimate import estimated_load_s
 from stacks.profiles import ModelProfile
 from stacks.topology import NodeTopology, Role, Topology
 
 LABEL_PREFIX = "vllm-cluster"
+GENERATION_LABEL = f"{LABEL_PREFIX}.generation"
 
 
 class VolumeSpec(BaseModel):
@@ -238,7 +238,8 @@ _PURPOSE = {
 def engine_containers(
     stack: str, config: StackConfig, profile: ModelProfile, topo: Topology
 ) -> dict[str, list[ContainerSpec]]:
-    """Containers per node name. All share one `generation` label, so any change replaces the whole group."""
+    """Containers per node name. All share one `generation` label (group_generation): a change that replaces one
+    node's container replaces every node's, and nothing else moves it."""
     draft: dict[str, ContainerSpec] = {}
     c = config.container
     for node, node_topo in zip(config.nodes, topo.nodes, strict=True):
@@ -275,28 +276,52 @@ def engine_containers(
             labels={},
             healthcheck=_healthcheck(config) if role.is_head else None,
         )
-    generation = group_generation(draft)
-    load_s = str(estimated_load_s(config, profile, topo))
-    private = ",".join(config.fabric.private_networks)
+    generation = group_generation(draft, c.restart_epoch)
     result: dict[str, list[ContainerSpec]] = {}
     for node_topo in topo.nodes:
         spec = draft[node_topo.name]
+        # Only facts that change exactly when a process changes: labels force replacement (pulumi-docker marks
+        # `labels` willReplaceOnChanges). Planning facts for the policy pack travel in PolicyFacts instead.
         labels = {
             f"{LABEL_PREFIX}.stack": stack,
             f"{LABEL_PREFIX}.node": node_topo.name,
             f"{LABEL_PREFIX}.role": node_topo.role.value,
             f"{LABEL_PREFIX}.topology": topo.label,
-            f"{LABEL_PREFIX}.generation": generation,
-            # Read by the policy pack (policy/), which sees resources, not the stack config.
-            f"{LABEL_PREFIX}.private-networks": private,
-            f"{LABEL_PREFIX}.estimated-load-s": load_s,
+            GENERATION_LABEL: generation,
         }
         result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
     return result
 
 
-def group_generation(specs: dict[str, ContainerSpec]) -> str:
-    """Hash of every engine container's launch spec: one node's change is every node's change."""
-    payload = json.dumps({name: spec.model_dump(exclude={"labels"}) for name, spec in sorted(specs.items())},
-                         sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+GENERATION_FIELDS = ("name", "image", "command", "entrypoint", "env", "secret_env", "network_mode", "ipc_mode",
+                     "privileged", "gpus", "ulimits", "shm_size_mb", "volumes", "devices", "capabilities",
+                     "healthcheck")
+"""The ContainerSpec fields whose docker inputs replace a container when they change (provider schema
+`willReplaceOnChanges`, or VllmEngine's replace_on_changes for `healthcheck`): exactly what the group's
+generation hashes, so one node's replacement is every node's (vLLM is fail-stop) and nothing else moves it."""
+
+NOT_GENERATION_FIELDS = ("purpose", "vllm_args", "restart", "labels")
+"""Fields that change no container on their own: prose, a copy of `command`, the restart policy (docker updates it
+in place: terraform-provider-docker resourceDockerContainerUpdate), and the labels the generation goes into."""
+
+
+def group_generation(specs: dict[str, ContainerSpec], restart_epoch: int = 0) -> str:
+    """Hash of every engine container's replacing fields (GENERATION_FIELDS): one node's change is every node's.
+
+    `container.restart_epoch` enters only when it is not 0, so a stack that never sets it keeps its hash."""
+    payload: dict[str, object] = {name: spec.model_dump(include=set(GENERATION_FIELDS))
+                                  for name, spec in sorted(specs.items())}
+    if restart_epoch:
+        payload["restart_epoch"] = restart_epoch
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def restart_policy_warnings(config: StackConfig) -> list[str]:
+    """A Docker restart policy restarts one dead rank alone; vLLM is fail-stop, so that rank hangs."""
+    policy = config.container.restart
+    if policy == "no":
+        return []
+    return [f"container.restart is {policy!r}: Docker restarts one dead rank alone, and it hangs against its stale "
+            "peers (vLLM is fail-stop; the other ranks keep waiting on the old group) while the API looks half "
+            "alive; use 'no' and restart the whole group: bump container.restart_epoch, then pulumi up "
+            "(README: What a change costs, runbook 'An engine died')"]

@@ -17,6 +17,7 @@ from stacks.firewall import FirewallPlan, firewall_plan
 from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
 from stacks.listeners import Listener, listener_problems, listener_table
+from stacks.load_estimate import estimated_load_s
 from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
 from stacks.topology import NodeTopology, Role, Topology
 from stacks.validation import validate
@@ -127,7 +128,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         },
         model={"profile": profile.key, "served_name": config.model.served_name,
                "host_path": config.model.host_path, "container_path": config.model.container_path,
-               "weights_gb": weights},
+               "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo)},
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
         nodes=nodes,

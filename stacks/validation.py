@@ -15,6 +15,7 @@ from stacks.config import StackConfig
 from stacks.errors import Problem
 from stacks.fabric import fabric_problems
 from stacks.images import ImageCapabilities, get_capabilities
+from stacks.launch import restart_policy_warnings
 from stacks.load_estimate import engine_memory, estimated_load_s
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
@@ -77,6 +78,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _proxy_rules(config, result)
     _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
+    result.warnings += restart_policy_warnings(config)
     _notes(config, topology, result)
     return topology, profile, result
 

@@ -13,11 +13,16 @@ import pytest
 from pulumi_policy import (
     EnforcementLevel,
     PolicyCustomTimeouts,
+    PolicyResource,
     PolicyResourceOptions,
     ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
 )
 from pulumi_policy.deserialize import deserialize_properties
 
+from components.policy_facts import TYPE as FACTS_TYPE
 from policy.rules import POLICIES, stack_of
 from stacks.loader import read_stack_values
 from tests.conftest import ROOT
@@ -27,20 +32,38 @@ from tests.test_program_proxy import SECRETS, proxied_values
 BY_NAME = {p.name: p for p in POLICIES}
 URN_TYPES = {"docker:index/container:Container": "vllm-cluster:index:VllmEngine$docker:index/container:Container",
              "docker:index/remoteImage:RemoteImage": "vllm-cluster:index:GpuNode$docker:index/remoteImage:RemoteImage"}
+OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 
 
-def violations(run: Run, stack: str, config: dict[str, Any] | None = None) -> dict[str, list[tuple[str, str]]]:
-    """policy name -> [(resource, message)] over every resource the program registered."""
+def urn_of(stack: str, typ: str, name: str) -> str:
+    return f"urn:pulumi:{stack}::vllm-cluster::{URN_TYPES.get(typ, typ)}::{name}"
+
+
+def policy_resources(run: Run, stack: str, drop: str | None = None) -> list[PolicyResource]:
+    """Every registered resource as the analyzer hands it to a policy: its wire inputs deserialized (a custom
+    resource's outputs hold its inputs; PolicyFacts registers its inputs as its outputs)."""
+    return [PolicyResource(r.typ, deserialize_properties(copy.deepcopy(r.inputs)), urn_of(stack, r.typ, r.name),
+                           r.name, OPTS, None, None, [], {})
+            for r in run.mocks.resources if r.typ != drop]
+
+
+def violations(run: Run, stack: str, config: dict[str, Any] | None = None,
+               drop: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """policy name -> [(resource, message)]: resource policies on every registered resource, stack policies once
+    over all of them (`drop` leaves a resource type out)."""
     found: dict[str, list[tuple[str, str]]] = {name: [] for name in BY_NAME}
-    for resource in run.mocks.resources:
-        chain = URN_TYPES.get(resource.typ, resource.typ)
-        urn = f"urn:pulumi:{stack}::vllm-cluster::{chain}::{resource.name}"
-        props = deserialize_properties(copy.deepcopy(resource.inputs))
-        for name, policy in BY_NAME.items():
-            args = ResourceValidationArgs(resource.typ, props, urn, resource.name,
-                                          PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), []),
-                                          None, config if config is not None else {})
-            policy.validate(args, lambda message, _urn=None, n=name, r=resource.name: found[n].append((r, message)))
+    resources = policy_resources(run, stack, drop)
+    names = {r.urn: r.name for r in resources}
+    for name, policy in BY_NAME.items():
+        if isinstance(policy, StackValidationPolicy):
+            policy.validate(StackValidationArgs(resources, config if config is not None else {}),
+                            lambda message, urn=None, n=name: found[n].append((names.get(urn or "", "?"), message)))
+            continue
+        assert isinstance(policy, ResourceValidationPolicy)
+        for r in resources:
+            args = ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None,
+                                          config if config is not None else {})
+            policy.validate(args, lambda message, _urn=None, n=name, rn=r.name: found[n].append((rn, message)))
     return found
 
 
@@ -82,8 +105,10 @@ def test_each_rule_fires_on_the_config_that_breaks_it() -> None:
     run = run_program("prod", values, secrets={"ssh_private_key": "k"})  # and no api_key
     found = violations(run, "prod")
     assert any("0.97" in m for _, m in found["vllm-gpu-memory-utilization"])
-    assert any("VLLM_ENGINE_READY_TIMEOUT_S 600 is below the estimated weight-load time of 2855s" in m
-               for _, m in found["vllm-engine-ready-timeout"])
+    assert [(r, m) for r, m in found["vllm-engine-ready-timeout"] if "VLLM_ENGINE_READY_TIMEOUT_S 600 is below the "
+            "estimated weight-load time of 2855s" in m] != []
+    assert {r for r, _ in found["vllm-engine-ready-timeout"]} == {"engine-node1-deepseek-v41-flash",
+                                                                  "engine-node2-deepseek-v41-flash"}
     private = found["vllm-internal-ports-private"]
     assert any("DP coordinator RPC on 1.1.1.2" in m for _, m in private)
     assert any("VLLM_HOST_IP on 1.1.1.1" in m for _, m in private)
@@ -97,6 +122,41 @@ def test_the_proxy_satisfies_the_auth_rule_and_binds_loopback(stack: str) -> Non
     assert found["vllm-api-auth-on-non-loopback"] == []
     assert found["vllm-internal-ports-private"] == []
     assert "api-proxy-image" in [r for r, _ in found["image-pinned-by-digest"]]  # nginx:1.27-alpine has no digest
+
+
+def test_the_facts_come_from_the_policy_facts_component_not_from_labels() -> None:
+    """prod's RoCE ranges are public space made private by fabric.private_networks: without PolicyFacts they are
+    refused; with it they pass. The estimate is PolicyFacts' too: no container carries either any more."""
+    run = run_program("prod")
+    facts = [r for r in run.mocks.resources if r.typ == FACTS_TYPE]
+    assert [f.inputs for f in facts] == [{"privateNetworks": ["1.1.1.0/24", "1.1.2.0/24", "10.30.8.0/24"],
+                                         "estimatedLoadS": 2855}]
+    for container in run.mocks.of_type("docker:index/container:Container"):
+        labels = {x["label"] for x in container.inputs["labels"]}
+        assert labels == {f"vllm-cluster.{k}" for k in ("stack", "node", "role", "topology", "generation")}
+    assert violations(run, "prod")["vllm-internal-ports-private"] == []
+    blind = violations(run, "prod", drop=FACTS_TYPE)["vllm-internal-ports-private"]
+    assert blind and all("no vllm-cluster:index:PolicyFacts resource" in m for _, m in blind)
+    assert {r for r, _ in blind} == {"engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"}
+
+
+def test_a_facts_change_touches_the_facts_only() -> None:
+    """A new CIDR and another load rate change what the policy reads and nothing the engines run (preflights,
+    whose triggers digest the model and fabric sections, re-run: checks only)."""
+    base = run_program("prod")
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["fabric"]["private_networks"] = [*values["fabric"]["private_networks"], "10.99.0.0/16"]
+    values["model"]["load_gb_per_s"] = 0.05
+    changed = run_program("prod", values)
+    before = {r.name: r.inputs for r in base.mocks.resources}
+    after = {r.name: r.inputs for r in changed.mocks.resources}
+    kinds = {r.name: r.typ for r in changed.mocks.resources}
+    moved = {n for n in before if before[n] != after[n]}
+    assert "policy-facts" in moved
+    assert {kinds[n] for n in moved - {"policy-facts"}} <= {"command:remote:Command"}
+    assert after["policy-facts"]["estimatedLoadS"] > before["policy-facts"]["estimatedLoadS"]
+    found = violations(changed, "prod")
+    assert any("estimated weight-load time" in m for _, m in found["vllm-engine-ready-timeout"])  # 0.05 GB/s: slow
 
 
 # --- the pack as the Pulumi engine talks to it: its own process, over the analyzer gRPC protocol ------------
@@ -131,22 +191,39 @@ def test_the_pack_serves_its_policies_to_the_engine(analyzer: Any) -> None:
 
 
 def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) -> None:
-    """Analyze() per registered resource, with its wire-form inputs in a protobuf Struct, as `pulumi preview
-    --policy-pack policy` sends them: the committed prod stack gets exactly the two digest rules per image."""
+    """Analyze() per registered resource (components too, as the engine does), with its wire-form inputs in a
+    protobuf Struct, then AnalyzeStack() with all of them, as `pulumi preview --policy-pack policy` sends them: the
+    committed prod stack gets exactly the two digest rules per image; prod with its networks undeclared gets the
+    stack policy's findings on both containers."""
     from google.protobuf import struct_pb2
     from pulumi.runtime.proto import analyzer_pb2
 
-    run = run_program("prod")
-    reported: dict[str, set[str]] = {}
-    for resource in run.mocks.resources:
-        if not resource.typ.startswith(("docker:", "command:")):
-            continue
-        properties = struct_pb2.Struct()
-        properties.update(copy.deepcopy(resource.inputs))
-        urn = f"urn:pulumi:prod::vllm-cluster::{URN_TYPES.get(resource.typ, resource.typ)}::{resource.name}"
-        response = analyzer.Analyze(analyzer_pb2.AnalyzeRequest(type=resource.typ, properties=properties, urn=urn,
-                                                                name=resource.name))
+    def wire(run: Run, stack: str) -> list[Any]:
+        out = []
+        for r in run.mocks.resources:
+            properties = struct_pb2.Struct()
+            properties.update(copy.deepcopy(r.inputs))
+            out.append(analyzer_pb2.AnalyzerResource(type=r.typ, properties=properties, urn=urn_of(stack, r.typ, r.name),
+                                                     name=r.name))
+        return out
+
+    def reported(run: Run, stack: str) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        resources = wire(run, stack)
+        for resource in resources:
+            response = analyzer.Analyze(analyzer_pb2.AnalyzeRequest(type=resource.type, properties=resource.properties,
+                                                                    urn=resource.urn, name=resource.name))
+            for diagnostic in response.diagnostics:
+                found.setdefault(diagnostic.policyName, set()).add(resource.name)
+        response = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=resources))
         for diagnostic in response.diagnostics:
-            reported.setdefault(diagnostic.policyName, set()).add(resource.name)
-    assert reported == {"image-pinned-by-digest": {"node1-image", "node2-image"},
-                        "prod-image-pinned-by-digest": {"node1-image", "node2-image"}}
+            found.setdefault(diagnostic.policyName, set()).add(diagnostic.urn.rsplit("::", 1)[-1])
+        return found
+
+    assert reported(run_program("prod"), "prod") == {"image-pinned-by-digest": {"node1-image", "node2-image"},
+                                                     "prod-image-pinned-by-digest": {"node1-image", "node2-image"}}
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["fabric"]["private_networks"] = []
+    values["image"]["digest"] = "sha256:" + "ab" * 32
+    assert reported(run_program("prod", values), "prod") == {
+        "vllm-internal-ports-private": {"engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"}}

@@ -45,7 +45,8 @@ def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
-                          "vllm-cluster:index:VllmEngine": 1, "vllm-cluster:index:ApiEndpoint": 1}
+                          "vllm-cluster:index:VllmEngine": 1, "vllm-cluster:index:ApiEndpoint": 1,
+                          "vllm-cluster:index:PolicyFacts": 1}
 
 
 def test_component_type_tokens(prod: Run) -> None:
@@ -207,9 +208,10 @@ def test_image_change_touches_engines_and_images_only() -> None:
                          "node1-image", "node2-image"}
     checks = {"node1-preflight", "node2-preflight", "api-health", "api-smoke", "engine-node1-dp-engines",
               "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
-              "engine-node1-args-dry-run", "engine-node2-args-dry-run"}
+              "engine-node1-args-dry-run", "engine-node2-args-dry-run",
+              "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight"}  # every check: the group moves
     assert changed == engine_and_images | checks
-    assert not any(n.endswith("-docker") or "fabric-preflight" in n for n in changed)
+    assert not any(n.endswith("-docker") for n in changed)
 
 
 def test_one_node_change_replaces_the_whole_group() -> None:
