@@ -203,8 +203,8 @@ def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) ->
         for r in run.mocks.resources:
             properties = struct_pb2.Struct()
             properties.update(copy.deepcopy(r.inputs))
-            out.append(analyzer_pb2.AnalyzerResource(type=r.typ, properties=properties, urn=urn_of(stack, r.typ, r.name),
-                                                     name=r.name))
+            out.append(analyzer_pb2.AnalyzerResource(type=r.typ, properties=properties,
+                                                     urn=urn_of(stack, r.typ, r.name), name=r.name))
         return out
 
     def reported(run: Run, stack: str) -> dict[str, set[str]]:
