@@ -35,8 +35,9 @@ class ApiEndpointArgs:
     served_model: str
     health_command: str
     smoke_command: str
-    triggers: list[str]
-    """Engine generation plus the API check settings: either change re-runs the checks."""
+    triggers: list[pulumi.Input[str]]
+    """Engine generation (and the group's secrets digest) plus the API check settings: any change re-runs the
+    checks."""
     after: Sequence[pulumi.Resource]
     api_key: pulumi.Input[str] | None = None
     """The key the checks send: vLLM's own, or with the proxy the check client's."""

@@ -190,13 +190,13 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         endpoint=plan.endpoint, served_model=config.model.served_name,
         health_command=api_command(config, plan, ["health"], "api-health"),
         smoke_command=api_command(config, plan, smoke, "api-smoke"),
-        triggers=[engine.generation, api_settings], after=engine.ready, api_key=check_key,
+        triggers=[*engine.check_triggers, api_settings], after=engine.ready, api_key=check_key,
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
         proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None))
     engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
-                            after=[api.health], triggers=[engine.generation])
+                            after=[api.health], triggers=list(engine.check_triggers))
     outputs: dict[str, Any] = {
         "endpoint": api.endpoint,
         "image": config.image.pull_ref,

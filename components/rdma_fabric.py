@@ -45,7 +45,7 @@ class RdmaFabric(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self))
 
     def verify_transport(self, commands: Mapping[str, str], after: Sequence[pulumi.Resource],
-                         triggers: list[str]) -> None:
+                         triggers: list[pulumi.Input[str]]) -> None:
         """NCCL transport from each engine's logs; re-runs whenever the engine generation changes."""
         for node_name, check in commands.items():
             self.transport_checks[node_name] = command.remote.Command(

@@ -21,11 +21,10 @@ import pulumi_docker as docker
 from components.gpu_node import GpuNode
 from stacks.launch import GENERATION_LABEL, ContainerSpec
 from stacks.plan import Plan
+from stacks.replacement import ENGINE_REPLACE_ON_CHANGES
 
-REPLACE_ON_CHANGES = ["healthcheck", "envs", "labels", "command", "entrypoints"]
-"""Replace, never update, on these: `healthcheck` is updatable in place in pulumi-docker's schema but the change
-is silently ignored until the container is recreated; the others are willReplaceOnChanges already (stated again
-so a provider release that relaxes one cannot turn a launch change into a silent no-op)."""
+REPLACE_ON_CHANGES = list(ENGINE_REPLACE_ON_CHANGES)
+"""Replace, never update, on these (stacks/replacement.py says why; the replacement matrix uses the same list)."""
 
 
 def secrets_trigger(secrets: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
@@ -104,6 +103,9 @@ class VllmEngine(pulumi.ComponentResource):
         self._prefix = name
         self._args = args
         self.generation = plan.head.containers[0].labels[GENERATION_LABEL]
+        self.secrets_digest = secrets_trigger(args.secrets)
+        self.check_triggers: list[pulumi.Input[str]] = [self.generation, self.secrets_digest]
+        """What every check of the running group carries as triggers: whatever replaces the group re-runs them."""
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
         timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
         # Rollout order: every node's image is pulled (GpuNode) and preflighted (gates), then the new image's
@@ -113,7 +115,7 @@ class VllmEngine(pulumi.ComponentResource):
         self.dry_runs: dict[str, command.remote.Command] = {
             node_name: command.remote.Command(
                 f"{name}-{node_name}-args-dry-run", connection=args.nodes[node_name].connection, create=check,
-                triggers=[self.generation],
+                triggers=list(self.check_triggers),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*pulled, *args.gates.get(node_name, [])]))
             for node_name, check in args.dry_run_commands.items()
         }
@@ -121,7 +123,6 @@ class VllmEngine(pulumi.ComponentResource):
         gates: list[pulumi.Resource] = [*self.dry_runs.values()] or [
             *pulled, *(g for node_gates in args.gates.values() for g in node_gates)]
         self.containers = {}
-        trigger = secrets_trigger(args.secrets)
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:
             node_plan = plan.node(node_name)
@@ -140,7 +141,7 @@ class VllmEngine(pulumi.ComponentResource):
                     args=container_args(spec, node.image.image_id, args.secrets),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
-                        replace_on_changes=REPLACE_ON_CHANGES, replacement_trigger=trigger,
+                        replace_on_changes=REPLACE_ON_CHANGES, replacement_trigger=self.secrets_digest,
                         custom_timeouts=timeouts))
                 started.append(self.containers[node_name])
         self.ray_ready = None
@@ -148,7 +149,7 @@ class VllmEngine(pulumi.ComponentResource):
             head = args.nodes[plan.head.name]
             self.ray_ready = command.remote.Command(
                 f"{name}-ray-cluster-ready", connection=head.connection, create=args.ray_ready_command,
-                triggers=[self.generation],
+                triggers=list(self.check_triggers),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.containers.values())))
         self.readiness = {}
 
@@ -162,7 +163,7 @@ class VllmEngine(pulumi.ComponentResource):
         for node_name, check in commands.items():
             self.readiness[node_name] = command.remote.Command(
                 f"{self._prefix}-{node_name}-dp-engines", connection=self._args.nodes[node_name].connection,
-                create=check, triggers=[self.generation],
+                create=check, triggers=list(self.check_triggers),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
         self.register_outputs({
             "generation": self.generation,

@@ -1,4 +1,5 @@
-"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary`: offline tools, no Pulumi engine needed."""
+"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|reference`: offline tools, no Pulumi
+engine needed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from stacks.downtime import downtime_of
 from stacks.errors import ConfigError
 from stacks.git_base import BaseError, base_plan
-from stacks.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, stack_file
+from stacks.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
 from stacks.plan import build_plan
 from stacks.plan_diff import diff_plans
 from stacks.plan_diff import to_markdown as diff_markdown
@@ -148,6 +149,53 @@ def _read_text(path: str) -> str:
     return sys.stdin.read() if path == "-" else Path(path).read_text()
 
 
+MATRIX_BEGIN = "<!-- replacement-matrix:begin (python -m stacks matrix --update-readme) -->"
+MATRIX_END = "<!-- replacement-matrix:end -->"
+
+
+def matrix_stacks(names: list[str]) -> list[str]:
+    """The stacks the matrix covers: those named, else every Pulumi.<stack>.yaml in the project, sorted."""
+    return names or sorted(p.name.split(".")[1] for p in PROJECT_ROOT.glob("Pulumi.*.yaml"))
+
+
+def readme_with_matrix(readme: str, table: str) -> str:
+    """README text with the generated table between the markers (ValueError when the markers are missing)."""
+    start, end = readme.find(MATRIX_BEGIN), readme.find(MATRIX_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {MATRIX_BEGIN!r} … {MATRIX_END!r} block")
+    return readme[:start + len(MATRIX_BEGIN)] + "\n" + table + readme[end:]
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from stacks.matrix import compute
+    from stacks.replacement import markdown, row_dict, text
+
+    try:
+        from components.registrations import register
+    except ImportError as exc:
+        print(f"matrix: the Pulumi SDK is needed to run the program under mocks ({exc}); install requirements.txt",
+              file=sys.stderr)
+        return 2
+    names = matrix_stacks(args.stack)
+    rows = compute({name: read_stack_values(name) for name in names}, register)
+    table = markdown(rows, names)
+    if args.update_readme:
+        path = PROJECT_ROOT / "README.md"
+        try:
+            path.write_text(readme_with_matrix(path.read_text(), table))
+        except (OSError, ValueError) as exc:
+            print(f"matrix --update-readme: {exc}", file=sys.stderr)
+            return 2
+        print(f"{path.name}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(names)})")
+    elif args.json:
+        print(json.dumps([row_dict(r) for r in rows], indent=2, ensure_ascii=False))
+    elif args.markdown:
+        print(table, end="")
+    else:
+        print(text(rows), end="")
+    return 0
+
+
 def _reference(args: argparse.Namespace) -> int:
     from stacks.reference import markdown
 
@@ -186,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--base", required=True, metavar="GIT_REF", help="e.g. origin/main")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=_diff)
+    matrix = sub.add_parser("matrix", help="what a change of each config key costs: replaced / updated / re-run "
+                            "resources and the downtime (the program run under Pulumi's mocks)")
+    matrix.add_argument("stack", nargs="*", help="stacks to cover (default: every Pulumi.<stack>.yaml)")
+    form = matrix.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="every row with every resource's action")
+    form.add_argument("--markdown", action="store_true", help="the README table (keys with one effect share a row)")
+    form.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
+    matrix.set_defaults(func=_matrix)
     summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
                              "errors and mandatory policy violations")
     summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from stacks.downtime import downtime_of as default_downtime_of
+from stacks.replacement import ENGINE_REPLACE_ON_CHANGES, PROXY_PLAN_OUTSIDE_CONTAINER, SPEC_INPUTS, container_action
 
 GENERATION = "vllm-cluster.generation"
 LOAD_ESTIMATE = "vllm-cluster.estimated-load-s"
+"""Where plans made by older code kept the load estimate (a container label); now `model.estimated_load_s`."""
 SETTINGS = ("volumes", "devices", "ulimits", "shm_size_mb", "privileged", "ipc_mode", "restart", "healthcheck",
             "capabilities")
 TOPOLOGY_KEYS = ("backend", "nodes", "tensor", "pipeline", "data", "expert", "gpus_used", "label")
@@ -102,16 +104,18 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
             change["settings"] = other
         if change:
             result["containers"][name] = change
-    old_gen = {old_c[n]["labels"].get(GENERATION) for n in old_c}
-    new_gen = {new_c[n]["labels"].get(GENERATION) for n in new_c}
     image_changed = bool(result["image"])
-    # Any container property change replaces (replace_on_changes), and the generation label moves them all.
-    if old_gen != new_gen or image_changed or result["containers"]:
-        result["replaced"] = sorted(n for n in new_c if n in old_c)
+    # Per container, the provider's rule for the docker inputs its changed spec fields feed (stacks/replacement.py):
+    # the generation label moves with every replacing change, so one replaced container means all of them.
+    result["engine_group"] = sorted(set(old_c) | set(new_c))
+    actions = {n: _container_action(old_c[n], new_c[n], image_changed) for n in new_c if n in old_c}
+    result["replaced"] = sorted(n for n, a in actions.items() if a == "replace")
+    result["updated_in_place"] = sorted(n for n, a in actions.items() if a == "update")
     if image_changed:
         result["replaced_images"] = sorted(f"{n}-image" for n in head_nodes & base_nodes)
     result["proxy"] = _changes(base.get("proxy") or {}, head.get("proxy") or {}) if (
         base.get("proxy") != head.get("proxy")) else {}
+    result["proxy_replaced"] = any(k not in PROXY_PLAN_OUTSIDE_CONTAINER for k in result["proxy"])
     old_l = {_listener_key(x): x for x in base.get("listeners", [])}
     new_l = {_listener_key(x): x for x in head.get("listeners", [])}
     result["listeners"] = {"added": [new_l[k] for k in new_l if k not in old_l],
@@ -119,12 +123,24 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     return result
 
 
+def _container_action(old: dict[str, Any], new: dict[str, Any], image_changed: bool) -> str | None:
+    """replace / update / None for one engine container, from the docker inputs its spec fields become."""
+    inputs = {SPEC_INPUTS[k] for k in SPEC_INPUTS if old.get(k) != new.get(k)}
+    if image_changed:
+        inputs.add("image")  # the RemoteImage's new imageId
+    found = container_action(inputs, ENGINE_REPLACE_ON_CHANGES)
+    return found.kind if found else None
+
+
 def _added_removed(old: list[str], new: list[str]) -> dict[str, list[str]]:
     return {"added": [x for x in new if x not in old], "removed": [x for x in old if x not in new]}
 
 
 def _load_estimate(plan: dict[str, Any] | None) -> int | None:
-    """The slowest node's estimated load time, from the containers' label (None for a plan without it)."""
+    """The slowest node's estimated load time: `model.estimated_load_s`, or the label older code put it in."""
+    value = ((plan or {}).get("model") or {}).get("estimated_load_s")
+    if isinstance(value, int):
+        return value
     values = [int(c["labels"][LOAD_ESTIMATE]) for n in (plan or {}).get("nodes", []) for c in n["containers"]
               if str(c.get("labels", {}).get(LOAD_ESTIMATE, "")).isdigit()]
     return max(values) if values else None
@@ -218,4 +234,8 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
                   "its vLLM accepted every node's argv:"]
         lines += [f"- `{n}`" for n in diff["replaced"]]
         lines += [f"- `{n}` (pull)" for n in diff.get("replaced_images", [])]
+    elif diff.get("updated_in_place"):
+        lines += ["", "### Updated in place by `pulumi up`", "",
+                  "Only the restart policy changes: `docker update`, no process restarts:"]
+        lines += [f"- `{n}`" for n in diff["updated_in_place"]]
     return "\n".join(lines) + "\n"

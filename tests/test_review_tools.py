@@ -76,7 +76,7 @@ def test_image_argv_and_env_changes_and_the_replaced_group(repo: Path) -> None:
             "`nccl-transport-node2` (it no longer runs)\n") in md
     plan = json.loads(subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json"], cwd=repo, text=True,
                                      capture_output=True, env={**os.environ, "VLLM_CLUSTER_ROOT": str(repo)}).stdout)
-    estimate = max(int(c["labels"]["vllm-cluster.estimated-load-s"]) for n in plan["nodes"] for c in n["containers"])
+    estimate = plan["model"]["estimated_load_s"]
     minutes, seconds = divmod(estimate, 60)
     assert (f"- **Downtime:** the whole engine group (2 container(s)) is down about {minutes} min {seconds} s (the "
             "new plan's estimated load time, model.load_gb_per_s)") in md
