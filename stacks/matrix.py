@@ -19,8 +19,10 @@ from typing import Any
 
 from stacks import launch, load_estimate
 from stacks.config_mutations import BASE_SECRETS, Leaf, Mutation, leaves, mutate, plan_of
+from stacks.downtime import assess
 from stacks.errors import ConfigError
 from stacks.plan import Plan
+from stacks.plan_diff import diff_plans
 from stacks.replacement import Downtime, Impact, Registration, Row, downtime, impact, merge, normaliser
 
 Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
@@ -110,7 +112,9 @@ def _row(base: Baseline, key: str, context: str, mutations: list[Mutation], regi
         return Row(base.stack, key, context, "", refused, Impact(), Downtime("none", None, "refused alone"))
     total: Impact | None = None
     estimates: list[int] = []
+    seen_by_diff = "none"
     for mutation in mutations:
+        seen_by_diff = _stronger(seen_by_diff, diff_downtime(base, mutation))
         after = register(base.stack, mutation.values, mutation.secrets)
         nodes, boxes = _names(base.values)
         more_nodes, more_boxes = _names(mutation.values)
@@ -119,7 +123,20 @@ def _row(base: Baseline, key: str, context: str, mutations: list[Mutation], regi
         estimates.append(int(mutation.plan.model["estimated_load_s"]))
     assert total is not None
     return Row(base.stack, key, context, "; ".join(m.change for m in mutations), None, total,
-               downtime(total.engines, total.proxy, max(estimates) if estimates else None))
+               downtime(total.engines, total.proxy, max(estimates) if estimates else None), seen_by_diff)
+
+
+_ORDER = ("none", "proxy", "group", "lone-rank", "unknown")
+
+
+def _stronger(a: str, b: str) -> str:
+    return a if _ORDER.index(a) >= _ORDER.index(b) else b
+
+
+def diff_downtime(base: Baseline, mutation: Mutation) -> str:
+    """The downtime kind `stacks diff` gives the same change, from the base and changed plans only."""
+    found = diff_plans(base.stack, "base", base.plan.to_json_dict(), mutation.plan.to_json_dict())
+    return assess(found).kind
 
 
 def baseline(stack: str, values: dict[str, Any], secrets: dict[str, Any], register: Register) -> Baseline:

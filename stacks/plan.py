@@ -48,6 +48,8 @@ class ProxyPlan(_Frozen):
     image: str
     listen: str
     tls: bool
+    server_name: str | None
+    """nginx's server_name (a change rewrites nginx.conf: the proxy container is replaced)."""
     upstream: str
     clients: list[str]
     check_client: str
@@ -174,7 +176,7 @@ def proxy_plan(config: StackConfig) -> ProxyPlan | None:
         return None
     return ProxyPlan(
         node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
-        listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls,
+        listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls, server_name=proxy.server_name,
         upstream=f"{bracket_host(config.serving.host)}:{config.serving.port}",
         clients=sorted(config.proxy_keys or {}), check_client=check_client(config) or "",
         allowed_paths=list(ALLOWED_PATHS), open_paths=list(OPEN_PATHS), denied_paths=list(DENIED_PATHS),

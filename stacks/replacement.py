@@ -185,6 +185,8 @@ class Impact:
     engines: str = ""
     """`replaced` (the whole group), `partial` (some containers: a lone-rank restart), `updated` (in place), ''"""
     engine_inputs: list[str] = field(default_factory=list)
+    engines_added_removed: list[str] = field(default_factory=list)
+    """engine containers created or deleted (a node added, removed or renamed): new processes by definition"""
     images: list[str] = field(default_factory=list)
     proxy: str = ""
     checks: list[str] = field(default_factory=list)
@@ -222,6 +224,8 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
         out.actions[label] = f"{act.kind}: {act.why}" + (f" ({', '.join(act.inputs)})" if act.inputs else "")
         if name in engines:
             (moved if act.kind in ("replace", "create", "delete") else updated).add(name)
+            if act.kind in ("create", "delete"):
+                out.engines_added_removed.append(f"{label} ({act.kind})")
             out.engine_inputs = sorted(set(out.engine_inputs) | set(act.inputs))
         elif reg.type == CONTAINER:
             out.proxy = _merge_level(out.proxy, "replaced" if act.kind in ("replace", "create", "delete")
@@ -243,7 +247,7 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
         out.engines = "replaced" if moved == engines else "partial"
     elif updated:
         out.engines = "updated"
-    for attr in ("images", "checks", "providers", "state", "other", "unclassified"):
+    for attr in ("images", "checks", "providers", "state", "other", "unclassified", "engines_added_removed"):
         setattr(out, attr, sorted(dict.fromkeys(getattr(out, attr))))
     return out
 
@@ -251,7 +255,8 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
 def merge(a: Impact, b: Impact) -> Impact:
     """Two mutations of one key (e.g. on each node): the union, the stronger engine effect."""
     out = Impact(engines=_merge_level(a.engines, b.engines), proxy=_merge_level(a.proxy, b.proxy))
-    for attr in ("engine_inputs", "images", "checks", "providers", "state", "other", "unclassified", "checks_total"):
+    for attr in ("engine_inputs", "images", "checks", "providers", "state", "other", "unclassified", "checks_total",
+                 "engines_added_removed"):
         setattr(out, attr, sorted(set(getattr(a, attr)) | set(getattr(b, attr))))
     out.actions = {**a.actions, **b.actions}
     return out
@@ -304,6 +309,9 @@ class Row:
     refused: str | None
     impact: Impact
     downtime: Downtime
+    diff_downtime: str = ""
+    """what `stacks diff` says of the same change from the two plans alone (its downtime kind): equal to
+    `downtime.kind` except where only a secret changes, which no plan shows"""
 
 
 def row_dict(row: Row) -> dict[str, Any]:
