@@ -179,6 +179,10 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
+    estimate = diff.get("estimated_load_s") or {}
+    if estimate.get("base") and estimate.get("head") and estimate["base"] != estimate["head"]:
+        lines.append(f"- **Estimated load time:** {estimate['base']} s → {estimate['head']} s (what a group "
+                     "replacement costs from now on; the policy pack's facts change, no engine)")
     warnings, checks = diff.get("warnings") or {}, diff.get("checks") or {}
     if warnings.get("added") or warnings.get("removed"):
         lines += ["", "### Warnings", ""]

@@ -269,3 +269,47 @@ def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path
     assert "the stack file at HEAD~1, planned by the working tree's code" in out.stdout
     assert "this old revision has no plan --json" in out.stdout
     assert "argv `--max-num-seqs`: `128` → `96`" in out.stdout
+
+
+def test_a_restart_policy_change_is_an_update_in_place(repo: Path) -> None:
+    edit(repo, "prod", ("restart: unless-stopped", 'restart: "no"'))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    assert "- **Downtime:** none: the engine containers are updated in place (docker update)" in out.stdout
+    assert "### Updated in place by `pulumi up`" in out.stdout and "### Replaced by" not in out.stdout
+    assert "  - restart: `unless-stopped` → `no`" in out.stdout
+    assert "- removed: ~~container.restart is 'unless-stopped': Docker restarts one dead rank alone" in out.stdout
+    data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
+    assert data["replaced"] == [] and data["updated_in_place"] == ["engine-node1-deepseek-v41-flash",
+                                                                   "engine-node2-deepseek-v41-flash"]
+
+
+def test_a_load_rate_change_restarts_nothing_and_says_what_a_restart_costs_now(repo: Path) -> None:
+    edit(repo, "prod", ("    path: deepseek-ai/DeepSeek-V4.1-Flash\n",
+                        "    path: deepseek-ai/DeepSeek-V4.1-Flash\n    load_gb_per_s: 0.2\n"))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    assert "- **Downtime:** none: no engine or proxy container is replaced" in out.stdout
+    assert "- **Estimated load time:** 2855 s → 1578 s" in out.stdout
+    assert "No change to what gets deployed." in out.stdout
+
+
+def test_a_base_planned_by_older_code_reads_its_labels() -> None:
+    """Upgrading from a version that kept planning facts in labels: the labels leave, so the group is replaced
+    once; the base's estimate comes from its label, the head's from model.estimated_load_s."""
+    from stacks.loader import parse_config, read_stack_values
+    from stacks.plan import build_plan
+    from stacks.plan_diff import diff_plans
+
+    head = build_plan("prod", parse_config("prod", read_stack_values("prod"))).to_json_dict()
+    base = copy.deepcopy(head)
+    del base["model"]["estimated_load_s"]
+    for node in base["nodes"]:
+        node["containers"][0]["labels"] |= {"vllm-cluster.estimated-load-s": "2800",
+                                            "vllm-cluster.private-networks": "1.1.1.0/24"}
+    found = diff_plans("prod", "old", base, head)
+    assert found["estimated_load_s"] == {"base": 2800, "head": head["model"]["estimated_load_s"]}
+    assert found["replaced"] == ["engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
+    assert downtime_of(found).startswith("the whole engine group (2 container(s)) is down about 47 min 35 s")
+    unchanged = diff_plans("prod", "same", copy.deepcopy(head), head)
+    assert unchanged["replaced"] == [] and downtime_of(unchanged).startswith("none: no engine or proxy")
