@@ -386,7 +386,7 @@ def markdown(rows: list[Row], stacks: list[str]) -> str:
         cells = next(iter(effects)) if len(effects) == 1 else None
         label = f"`{key}`" + (f" ({context})" if context else "")
         groups.setdefault((cells, tuple(d for _, _, d in shape)) if cells else (shape,), []).append(label)
-    header = ["| keys | engine group | images | proxy | checks re-run | other | " +
+    header = ["| keys | engine group | images | proxy | commands re-run (checks) | other | " +
               " | ".join(f"downtime `{s}`" for s in stacks) + " |",
               "|---|---|---|---|---|---|" + "---|" * len(stacks)]
     lines = []

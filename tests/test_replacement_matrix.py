@@ -73,6 +73,8 @@ def test_every_key_of_the_schema_has_a_row_in_every_stack(computed: tuple[list[R
 def test_no_row_restarts_part_of_the_group(rows: list[Row]) -> None:
     assert [(r.stack, r.key) for r in rows if r.impact.engines == "partial"] == []
     assert [(r.stack, r.key) for r in rows if r.downtime.kind == "lone-rank"] == []
+    # every resource type the program registers has a provider rule (a new type needs one in stacks/replacement.py)
+    assert [(r.stack, r.key, r.impact.unclassified) for r in rows if r.impact.unclassified] == []
 
 
 def test_only_a_process_change_or_a_group_restart_replaces_the_engines(rows: list[Row]) -> None:
@@ -106,7 +108,11 @@ def test_restart_epoch_replaces_the_whole_group_and_reruns_every_check(rows: lis
         r = row(rows, stack, "container.restart_epoch")
         assert r.change == "container.restart_epoch: 0 → 1"
         assert r.impact.engines == "replaced" and r.impact.engine_inputs == ["labels"]  # the generation, nothing else
-        assert r.impact.checks == r.impact.checks_total and r.impact.checks  # every check re-runs
+        # every check re-runs, as for any process change of the group, preflights included
+        assert r.impact.checks == row(rows, stack, "serving.max_num_seqs").impact.checks
+        assert set(r.impact.checks) >= {"<node>-preflight", "fabric-<node>-fabric-preflight",
+                                        "engine-<node>-args-dry-run", "api-health", "api-smoke",
+                                        "fabric-<node>-nccl-transport"}
         assert r.impact.images == [] and r.impact.proxy == "" and r.downtime.kind == "group"
         estimate = build_plan(stack, parse_config(stack, read_stack_values(stack))).model["estimated_load_s"]
         assert r.downtime.seconds == estimate and estimate > 1000
@@ -119,7 +125,7 @@ def test_an_image_change_pulls_everywhere_reruns_the_dry_runs_and_replaces_the_g
             assert r.impact.engines == "replaced" and "image" in r.impact.engine_inputs
             assert r.impact.images == ["<node>-image (pulled)"]
             assert "engine-<node>-args-dry-run" in r.impact.checks
-            assert r.impact.checks == r.impact.checks_total
+            assert set(r.impact.checks) >= set(row(rows, stack, "container.restart_epoch").impact.checks)
 
 
 def test_restart_policy_is_updated_in_place_and_secrets_move_the_whole_group(rows: list[Row]) -> None:
