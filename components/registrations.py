@@ -18,10 +18,11 @@ from typing import Any
 
 import pulumi
 
+from stacks.matrix import RegisterError
 from stacks.replacement import REMOTE_IMAGE, Registration
 
 
-class ProgramError(Exception):
+class ProgramError(RegisterError):
     """The program raised (a config the plan refuses); nothing was registered."""
 
 

@@ -167,7 +167,7 @@ def readme_with_matrix(readme: str, table: str) -> str:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from stacks.matrix import compute
+    from stacks.matrix import RegisterError, compute
     from stacks.replacement import markdown, row_dict, text
 
     try:
@@ -177,7 +177,11 @@ def _matrix(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     names = matrix_stacks(args.stack)
-    rows = compute({name: read_stack_values(name) for name in names}, register)
+    try:
+        rows = compute({name: read_stack_values(name) for name in names}, register)
+    except RegisterError as exc:  # the committed stack itself: the program refuses what the plan accepted
+        print(f"matrix: the Pulumi program refuses a committed stack: {exc}", file=sys.stderr)
+        return 2
     table = markdown(rows, names)
     if args.update_readme:
         path = PROJECT_ROOT / "README.md"

@@ -28,6 +28,10 @@ from stacks.replacement import Downtime, Impact, Registration, Row, downtime, im
 Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
 
 
+class RegisterError(Exception):
+    """The program refused a config the plan accepted (raised by a Register function)."""
+
+
 @dataclass(frozen=True)
 class Context:
     """A feature switched on for the keys that only matter with it (the baseline of their rows)."""
@@ -115,7 +119,11 @@ def _row(base: Baseline, key: str, context: str, mutations: list[Mutation], regi
     seen_by_diff = "none"
     for mutation in mutations:
         seen_by_diff = _stronger(seen_by_diff, diff_downtime(base, mutation))
-        after = register(base.stack, mutation.values, mutation.secrets)
+        try:
+            after = register(base.stack, mutation.values, mutation.secrets)
+        except RegisterError as exc:
+            return Row(base.stack, key, context, "", f"the program refuses it: {exc}", Impact(),
+                       Downtime("none", None, "refused alone"))
         nodes, boxes = _names(base.values)
         more_nodes, more_boxes = _names(mutation.values)
         found = impact(base.registrations, after, normaliser([*nodes, *more_nodes], [*boxes, *more_boxes]))
@@ -172,8 +180,8 @@ def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]],
                 on_values, on_secrets = context.apply(values, secrets)
                 try:
                     contexts[context.name] = baseline(stack, on_values, on_secrets, register)
-                except ConfigError:
-                    contexts[context.name] = None
+                except (ConfigError, RegisterError):
+                    contexts[context.name] = None  # the keys are then evaluated on the stack as it is
             found = contexts[context.name]
             if found is not None:
                 used, label = found, context.name
