@@ -64,8 +64,9 @@ def _nginx_conf(args: argparse.Namespace) -> int:
         print(exc.report(), file=sys.stderr)
         return 2
     if not config.api.proxy.enabled:
-        print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config", file=sys.stderr)
-        return 1
+        print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (plan with "
+              "--set api.proxy.enabled=true --set serving.host=127.0.0.1 to see one)", file=sys.stderr)
+        return 2
     print(masked_nginx_conf(config.api.proxy, config.serving.port, sorted(config.proxy_keys or {})), end="")
     return 0
 
@@ -123,7 +124,7 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         print(diff_markdown(result), end="")
         print(f"\n<sub>base: {how}</sub>")
-    return 0 if head is not None else 1
+    return 0 if head is not None else 2  # the change under review does not validate: a bad input
 
 
 def _preview_summary(args: argparse.Namespace) -> int:

@@ -141,6 +141,6 @@ def test_cli_plan_and_nginx_conf_with_assumed_secrets() -> None:
     assert conf.returncode == 0 and '"~^Bearer SECRET-KEY-OF-TEAM-A$" "team-a";' in conf.stdout
     assert "proxy_pass http://vllm/v1/chat/completions;" in conf.stdout
     off = _cli("nginx-conf", "prod")
-    assert off.returncode == 1 and "api.proxy.enabled is false" in off.stderr
+    assert off.returncode == 2 and "api.proxy.enabled is false" in off.stderr
     missing = _cli("plan", "h20", "--set", "api.proxy.enabled=true")
     assert missing.returncode == 2 and "vllm-cluster:serving.host = '0.0.0.0'" in missing.stderr

@@ -113,7 +113,7 @@ def test_downtime_comes_from_one_swappable_function() -> None:
 def test_topology_change_and_an_invalid_result_are_shown_with_the_rules(repo: Path) -> None:
     edit(repo, "h20", ("pipeline: 2", "pipeline: 1"), ("tensor: 8", "tensor: 16"))
     out = diff(repo, "h20", "--base", "main~1")
-    assert out.returncode == 1  # the change does not validate
+    assert out.returncode == 2  # the change does not validate: a bad input, as for `plan`
     assert "**Validation (base):** valid" in out.stdout
     assert "**Validation (this change):** INVALID, 1 problem(s):" in out.stdout
     assert "`vllm-cluster:parallelism.tensor` = `16`: FlashMLA gets n_local_groups" in out.stdout
