@@ -33,8 +33,8 @@ from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
 from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_document, secret_problems
-from stacks.plan import API_CHECKS, CheckSpec, Plan, build_plan, check_client, roles
-from stacks.proxy import ProxyKeyError, render_nginx_conf
+from stacks.plan import API_CHECKS, CheckSpec, Plan, api_on_head, build_plan, check_client, roles
+from stacks.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
 from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
 
 
@@ -122,13 +122,13 @@ def deploy(stack: str) -> dict[str, Any]:
 def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Output[Any]]) -> ProxyArgs:
     """nginx.conf is rendered inside an apply: it needs the keys, so it exists only as a secret Output."""
     proxy = config.api.proxy
+    door = front_door(config)
 
     def render(values: list[Any]) -> str:
         keys, upstream = values
         try:
-            return render_nginx_conf(proxy, config.serving.port, {str(k): str(v) for k, v in keys.items()},
-                                     str(upstream))
-        except ProxyKeyError as exc:
+            return render_nginx_conf(door, {str(k): str(v) for k, v in keys.items()}, str(upstream))
+        except (ProxyKeyError, ProxyConfigError) as exc:
             raise pulumi.RunError(f"api.proxy: {exc}") from None
 
     # Secret because its inputs are; ApiEndpoint marks the upload secret again.
@@ -174,13 +174,15 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     api_settings = _digest(config.api.model_dump())
     client = check_client(config)
     check_key = secrets["proxy_keys"].apply(lambda keys: str(keys[client])) if client else secrets.get("api_key")
+    on_head = api_on_head(config)
     api = ApiEndpoint("api", ApiEndpointArgs(
         endpoint=plan.endpoint, served_model=config.model.served_name,
         health_command=api_command(config, plan, ["health"], "api-health"),
         smoke_command=api_command(config, plan, smoke, "api-smoke"),
-        triggers=[engine.generation, api_settings], after=engine.ready, api_key=check_key,
+        triggers=[engine.generation, api_settings], after=engine.ready, api_key=None if on_head else check_key,
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
-        proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None))
+        proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None,
+        connection=nodes[config.head.name].connection if on_head else None))
     engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),

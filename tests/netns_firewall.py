@@ -218,6 +218,7 @@ def lab_config(lab: Lab, stack: str = "h20", **firewall: Any) -> StackConfig:
     for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
         node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
                     data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
-    values["fabric"].update(private_networks=[], control_plane="management", nccl_socket="management")
+    values["fabric"].update(private_networks=[], public_private_networks=[], control_plane="management",
+                            nccl_socket="management")
     values["firewall"] = firewall
     return parse_config("lab", values)

@@ -78,7 +78,7 @@ def test_h20_is_not_held_to_the_prod_digest_rule() -> None:
 def test_each_rule_fires_on_the_config_that_breaks_it() -> None:
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"] |= {"gpu_memory_utilization": 0.97, "engine_ready_timeout_s": 600}
-    values["fabric"]["private_networks"] = []  # 1.1.1.0/24 is public space unless the stack declares it
+    values["fabric"] |= {"private_networks": [], "public_private_networks": []}  # 1.1.1.0/24: public space
     run = run_program("prod", values, secrets={"ssh_private_key": "k"})  # and no api_key
     found = violations(run, "prod")
     assert any("0.97" in m for _, m in found["vllm-gpu-memory-utilization"])

@@ -28,7 +28,7 @@ from components.check_commands import api_command
 from stacks.config import SECRET_MARKER, ProxyConfig, ProxyLimits
 from stacks.loader import parse_config
 from stacks.plan import build_plan
-from stacks.proxy import DENIED_PATHS, masked_nginx_conf
+from stacks.proxy import DENIED_PATHS, FrontDoor, front_door, masked_nginx_conf
 from tests.conftest import ROOT
 from tests.nginx_harness import (
     CLIENT_KEYS,
@@ -105,6 +105,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain-http": ("prod", {"tls": False, "port": 8080}),
     "ipv6-any": ("h20", {"bind": "::"}),
     "server-name": ("prod", {"server_name": "api.example.internal"}),
+    "wildcard-server-name": ("prod", {"server_name": "*.llm.example.com"}),
+    "punycode-server-name": ("prod", {"server_name": "xn--nde1-lra.example"}),
+    "more-paths": ("h20", {"allowed_paths": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses",
+                                             "/v1/messages", "/health"]}),
+    "ipv6-upstream": ("h20", {"bind": "::", "serving_host": "::1"}),
     "tight-limits": ("prod", {"limits": {"requests_per_minute_per_key": 1, "burst": 0, "connections_per_key": 1},
                               "max_body_mb": 1, "read_timeout_s": 30}),
 }
@@ -114,10 +119,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def test_nginx_accepts_every_generated_config(variant: str, request: pytest.FixtureRequest, tmp_path: Path,
                                              tls: Tls) -> None:
     stack, proxy = VARIANTS[variant]
-    config = parse_config(stack, with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy))
+    proxy = dict(proxy)
+    host = proxy.pop("serving_host", None)
+    values = with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy)
+    if host:
+        values["serving"]["host"] = host
+    config = parse_config(stack, values)
     plan = build_plan(stack, config)
-    assert plan.proxy is not None
-    conf = write_conf(tmp_path, config.api.proxy, config.serving.port, tls if config.api.proxy.tls else None)
+    assert plan.proxy is not None and plan.proxy.upstream == front_door(config).upstream
+    conf = write_conf(tmp_path, front_door(config), 0, tls if config.api.proxy.tls else None)
     result = nginx_test(conf)
     assert result.returncode == 0, result.stderr + conf.read_text()
     assert "syntax is ok" in result.stderr
@@ -127,7 +137,7 @@ def test_nginx_accepts_many_clients_and_the_reviewers_copy(tmp_path: Path, tls: 
     keys = {f"client-{i:03d}": f"sk-{i:03d}-{'x' * 24}" for i in range(200)}
     result = nginx_test(write_conf(tmp_path, ProxyConfig(enabled=True), 8000, tls, keys))
     assert result.returncode == 0, result.stderr
-    masked = masked_nginx_conf(ProxyConfig(enabled=True), 8000, ["team-a"])
+    masked = masked_nginx_conf(FrontDoor.of(ProxyConfig(enabled=True), 8000), ["team-a"])
     assert "SECRET-KEY-OF-TEAM-A" in masked and "SECRET-UPSTREAM-API-KEY" in masked
 
 
