@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_command as command
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import get_config_env, get_config_secret_keys_env, is_config_secret
 
+from checks.bundle import heredoc_command
+from checks.preflight import outer_timeout_s
 from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
@@ -32,9 +35,11 @@ from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
 from stacks.field_types import SECRET
+from stacks.firewall import firewall_commands, preflight_args
 from stacks.loader import parse_config, read_stack_document, secret_problems
 from stacks.plan import API_CHECKS, CheckSpec, Plan, api_on_head, build_plan, check_client, roles
 from stacks.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
+from stacks.ssh_trust import docker_ssh_opts, write_known_hosts
 from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
 
 
@@ -138,13 +143,37 @@ def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Ou
                      private_key=secrets.get("tls_private_key") if proxy.tls else None)
 
 
-def _node_commands(plan: Plan, module: str, command: Callable[[CheckSpec], str]) -> dict[str, str]:
+def _node_commands(plan: Plan, module: str, build: Callable[[CheckSpec], str]) -> dict[str, str]:
     """Node name -> shell command, for every planned check of one module."""
-    return {c.node or "": command(c) for c in plan.checks if c.module == module}
+    return {c.node or "": build(c) for c in plan.checks if c.module == module}
+
+
+def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dict[str, command.remote.Command]:
+    """The host firewall (stacks/firewall.py), one `<node>-firewall` command per node: applied atomically on create
+    and update (the trigger is the ruleset's sha256, so it re-runs exactly when the rules change), removed on
+    `pulumi destroy` (delete). Before it, after the node's preflight, `<node>-firewall-preflight` (the preflight's
+    `firewall` section: nft present and usable, the kernel's ephemeral range inside the guarded one). Every
+    engine container of the node waits for it. `firewall.enabled: false`: no resource (the plan warns)."""
+    out: dict[str, command.remote.Command] = {}
+    for name, fw in firewall_commands(config, plan.firewall).items():
+        node = nodes[name]
+        user = next(n.ssh.user for n in config.nodes if n.name == name)
+        args = ["--name", f"firewall-preflight-{name}", *preflight_args(config)]
+        check = heredoc_command("preflight", args, prefix="" if user == "root" else "sudo -n ",
+                                timeout_s=outer_timeout_s(["firewall"]))
+        preflight = command.remote.Command(
+            f"{name}-firewall-preflight", connection=node.connection, create=check, triggers=[*fw.triggers, *args],
+            opts=pulumi.ResourceOptions(parent=node, depends_on=[node.preflight]))
+        out[name] = command.remote.Command(
+            f"{name}-firewall", connection=node.connection, create=fw.create, update=fw.update, delete=fw.delete,
+            triggers=list(fw.triggers), opts=pulumi.ResourceOptions(parent=node, depends_on=[preflight]))
+    return out
 
 
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
+    # Before any Docker provider connects: the pinned host keys its ssh reads (stacks/ssh_trust.py).
+    write_known_hosts(stack, config)
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}
     fabric_args: dict[str, FabricNodeArgs] = {}
@@ -155,15 +184,18 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             name=node.name, ssh_host=node.ssh.host, ssh_user=node.ssh.user, ssh_port=node.ssh.port,
             image=config.image.pull_ref,
             preflight_command=preflight_command(config, plan, checks[f"preflight-{node.name}"]),
-            preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key")))
+            preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key"),
+            host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node)))
         fabric_check = checks.get(f"fabric-{node.name}")
         fabric_args[node.name] = FabricNodeArgs(
             node=nodes[node.name], env=node_env(config, node),
             preflight_command=preflight_command(config, plan, fabric_check) if fabric_check else None,
             triggers=[fabric_id])
     fabric = RdmaFabric("fabric", fabric_args)
+    walls = firewalls(config, plan, nodes)
     gates: dict[str, list[pulumi.Resource]] = {
-        name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else [])]
+        name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else []),
+               *([walls[name]] if name in walls else [])]
         for name, node in nodes.items()}
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
@@ -197,4 +229,4 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     }
     for key, value in outputs.items():
         pulumi.export(key, value)
-    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api}
+    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "firewalls": walls}
