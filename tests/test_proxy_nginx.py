@@ -10,6 +10,7 @@ import copy
 import http.client
 import json
 import shlex
+import socket
 import ssl
 import subprocess
 import sys
@@ -382,3 +383,40 @@ def test_deny_check_fails_against_vllm_directly(front: Front) -> None:
                          env={"VLLM_API_KEY": UPSTREAM_KEY, "PATH": "/usr/bin:/bin"})
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 1 and "/metrics 200" in verdict["evidence"][0]
+
+
+# --- the upstream follows serving.host -----------------------------------------------------------------------
+
+def test_requests_reach_vllm_on_ipv6_loopback(tmp_path: Path, tls: Tls, h20_values: dict[str, Any]) -> None:
+    """vLLM bound to ::1 (serving.host): the generated upstream is `[::1]:port` and requests arrive there. Before,
+    the upstream was hard-coded 127.0.0.1 and every request would have been a 503."""
+    port = free_port()
+    with standin("--host", "::1", "--api-key-env", "STANDIN_KEY", env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+        upstream_port = int(url.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 10
+        while True:  # the stand-in listens on ::1 only
+            try:
+                socket.create_connection(("::1", upstream_port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the stand-in did not listen on [::1]"
+                time.sleep(0.05)
+        values = with_proxy(h20_values, bind="127.0.0.1", port=port)
+        values["serving"] |= {"host": "::1", "port": upstream_port}
+        config = parse_config("h20", values)
+        door = front_door(config)
+        assert door.upstream == f"[::1]:{upstream_port}"
+        assert build_plan("h20", config).proxy is not None
+        conf = write_conf(tmp_path, door, 0, tls)
+        assert f'server "[::1]:{upstream_port}";' in conf.read_text()
+        with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                      verify=tls_context(tls.pem)) as c:
+            models = c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"]))
+            health = c.get("/health")
+        assert models.status_code == 200 and models.json()["data"][0]["id"] == "DeepSeek-V4.1-Flash"
+        assert health.status_code == 200
+        wrong = FrontDoor.of(config.api.proxy, upstream_port)  # 127.0.0.1: nothing listens there
+        conf = write_conf(tmp_path, wrong, 0, tls)
+        with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                      verify=tls_context(tls.pem)) as c:
+            assert c.get("/health").status_code == 503
