@@ -140,3 +140,25 @@ def test_loopback_without_proxy_runs_the_api_checks_on_the_head_in_the_engine() 
     plan = build_plan("prod", parse_config("prod", values))
     assert {c.runs_on for c in plan.checks if c.module == "checks.api"} == {"node"}
     assert any("the API checks run there" in w for w in plan.warnings)
+
+
+# --- serving.host drives every local path to vLLM ------------------------------------------------------------
+
+@pytest.mark.parametrize(("host", "local", "endpoint"), [
+    ("0.0.0.0", "127.0.0.1:8030", "http://10.30.8.1:8030"),
+    ("::", "[::1]:8030", "http://10.30.8.1:8030"),
+    ("10.30.8.1", "10.30.8.1:8030", "http://10.30.8.1:8030"),
+    ("1.1.1.2", "1.1.1.2:8030", "http://1.1.1.2:8030"),        # a data address: the checks follow the bind
+    ("127.0.0.1", "127.0.0.1:8030", "http://127.0.0.1:8030"),  # checks on the head
+    ("::1", "[::1]:8030", "http://[::1]:8030"),
+])
+def test_the_healthcheck_upstream_and_checks_follow_serving_host(host: str, local: str, endpoint: str) -> None:
+    from stacks.proxy import front_door
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["host"] = host
+    config = parse_config("prod", values)
+    plan = build_plan("prod", config)
+    assert f"'http://{local}/health'" in plan.head.containers[0].healthcheck.test[-1]  # type: ignore[union-attr]
+    assert plan.endpoint == endpoint
+    assert front_door(config).upstream == local
