@@ -208,7 +208,7 @@ class FabricConfig(_Model):
         default_factory=list, max_length=256,
         description="entries of private_networks that are public address space (outside RFC 1918, ULA, loopback, "
         "link-local, CGNAT, documentation) yet private on this site, e.g. an isolated RoCE fabric on 1.1.1.0/24: "
-        "each such entry must be repeated here, or it is refused; a /0 or a set covering every address never is "
+        "each such entry must be repeated here, or it is refused; a /0 or a set covering every address is never "
         "accepted")
 
     @field_validator("env")
