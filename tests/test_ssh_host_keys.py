@@ -9,6 +9,7 @@ and no user config interferes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -89,8 +90,13 @@ def stack_name() -> Iterator[str]:
     """A stack name of this test's own, and its known_hosts file removed afterwards (it lives in the real
     home: that is the path ssh expands `~` to)."""
     name = f"fdtest{os.getpid()}"
+    directory = deployer_home() / KNOWN_HOSTS_DIR
+    existed = directory.exists()
     yield name
-    (deployer_home() / KNOWN_HOSTS_DIR / known_hosts_name(name)).unlink(missing_ok=True)
+    (directory / known_hosts_name(name)).unlink(missing_ok=True)
+    if not existed:
+        with contextlib.suppress(OSError):  # only if empty: a real stack's file stays
+            directory.rmdir()
 
 
 def _config(stack: str, port: int, host_key: str | None, host: str = "127.0.0.1") -> Any:
