@@ -15,8 +15,9 @@ source is not in the wheel, so its out-of-range status is not known here: any no
 or coming back), never one per probe; it exits non-zero only for configuration errors.
 
 The bearer key is read from the environment variable named by --api-key-env, never from argv; the
-certificate to trust (the proxy's) from --ca-env or --ca-file. Only connection-level failures (and 429s)
-are retried; a wrong answer or an HTTP error fails at once, with the answer shown.
+certificate to trust (the proxy's) from --ca-env or --ca-file: with one, it is the only certificate trusted.
+Only connection-level failures (and 429s) are retried; a wrong answer or an HTTP error fails at once, with the
+answer shown.
 """
 
 from __future__ import annotations
@@ -45,12 +46,23 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 UNKNOWN_PATH = "/v1/no-such-endpoint"
 
 
+PEM_END = "-----END CERTIFICATE-----"
+
+
 def tls_context(ca_pem: str | None) -> ssl.SSLContext:
-    """System trust plus the stack's own certificate (a self-signed or private-CA leaf is trusted as is)."""
-    context = ssl.create_default_context()
-    if ca_pem:
-        context.load_verify_locations(cadata=ca_pem)
-        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    """With the stack's certificate: trust that certificate and nothing else (no system CA, no CA of its chain),
+    so the bearer key reaches only the holder of its private key (`tls_private_key`), never another server a
+    public or private CA vouches for under the same name. The first certificate of the PEM is the stack's own
+    (the chain after it only helps a client build a path); `VERIFY_X509_PARTIAL_CHAIN` lets it anchor the
+    verification itself. Names are still checked. Without one: the system's trust, for other endpoints."""
+    if not ca_pem:
+        return ssl.create_default_context()
+    leaf = ca_pem.split(PEM_END, 1)[0].strip()
+    if "-----BEGIN CERTIFICATE-----" not in leaf:
+        raise ValueError("the stack's certificate is not a PEM certificate")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname
+    context.load_verify_locations(cadata=f"{leaf}\n{PEM_END}\n")
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     return context
 
 
@@ -465,10 +477,18 @@ def _ca_pem(ca_env: str, ca_file: str) -> str | None:
     if ca_file:
         try:
             with open(ca_file, encoding="utf-8") as handle:
-                return handle.read()
+                pem: str | None = handle.read()
         except OSError as exc:
             raise ConfigProblem(f"--ca-file {ca_file!r}: {exc.strerror}; give a readable PEM file") from None
-    return os.environ.get(ca_env) if ca_env else None
+    else:
+        pem = os.environ.get(ca_env) if ca_env else None
+    if pem is not None:
+        try:
+            tls_context(pem)
+        except (ValueError, ssl.SSLError) as exc:
+            where = f"--ca-file {ca_file!r}" if ca_file else f"${ca_env}"
+            raise ConfigProblem(f"{where}: {exc}; give the stack's PEM certificate (tls_certificate)") from None
+    return pem
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

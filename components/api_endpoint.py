@@ -1,6 +1,7 @@
 """ApiEndpoint: the OpenAI-compatible entry point, its optional nginx front door, and the post-deploy checks.
 
-With the proxy on, the checks call the proxy (TLS, a client key), so they prove the path clients take.
+With the proxy on, the checks call the proxy (TLS, a client key), so they prove the path clients take. With vLLM
+on loopback and no proxy they run on the head over SSH (`connection`), where the port can be reached.
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ class ApiEndpointArgs:
     api_key: pulumi.Input[str] | None = None
     """The key the checks send: vLLM's own, or with the proxy the check client's."""
     tls_ca: pulumi.Input[str] | None = None
-    """The proxy's certificate, trusted by the checks."""
+    """The proxy's certificate, the only one the checks trust."""
     proxy: ProxyArgs | None = None
+    connection: command.remote.ConnectionArgs | None = None
+    """Run the checks on the head over this connection (vLLM on loopback, no proxy); else where `pulumi up` runs."""
 
 
 class ApiEndpoint(pulumi.ComponentResource):
-    health: command.local.Command
-    smoke: command.local.Command
+    health: command.local.Command | command.remote.Command
+    smoke: command.local.Command | command.remote.Command
     proxy_image: docker.RemoteImage | None
     proxy: docker.Container | None
 
@@ -61,14 +64,23 @@ class ApiEndpoint(pulumi.ComponentResource):
         if args.tls_ca is not None:
             env["VLLM_TLS_CA"] = pulumi.Output.secret(args.tls_ca)
         after = [*args.after, *([self.proxy] if self.proxy else [])]
-        # Runs where `pulumi up` runs (the project dir); the key travels in the environment,
-        # never in argv or state outputs.
-        self.health = command.local.Command(
-            f"{name}-health", create=args.health_command, environment=env or None,
-            triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=after))
-        self.smoke = command.local.Command(
-            f"{name}-smoke", create=args.smoke_command, environment=env or None,
-            triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=[self.health]))
+        if args.connection is not None:
+            # On the head, in the engine container: its own VLLM_API_KEY is the key, nothing travels.
+            self.health = command.remote.Command(
+                f"{name}-health", connection=args.connection, create=args.health_command,
+                triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=after))
+            self.smoke = command.remote.Command(
+                f"{name}-smoke", connection=args.connection, create=args.smoke_command,
+                triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=[self.health]))
+        else:
+            # Runs where `pulumi up` runs (the project dir); the key travels in the environment,
+            # never in argv or state outputs.
+            self.health = command.local.Command(
+                f"{name}-health", create=args.health_command, environment=env or None,
+                triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=after))
+            self.smoke = command.local.Command(
+                f"{name}-smoke", create=args.smoke_command, environment=env or None,
+                triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=[self.health]))
         self.endpoint = pulumi.Output.from_input(args.endpoint)
         self.served_model = pulumi.Output.from_input(args.served_model)
         self.verification = pulumi.Output.all(self.health.stdout, self.smoke.stdout).apply(

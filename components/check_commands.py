@@ -13,9 +13,8 @@ from checks.preflight import outer_timeout_s
 from stacks.config import StackConfig
 from stacks.launch import LABEL_PREFIX
 from stacks.load_estimate import engine_memory
-from stacks.plan import CheckSpec, Plan
+from stacks.plan import CheckSpec, Plan, api_on_head
 from stacks.profiles import get_profile
-from stacks.proxy import DENIED_PATHS
 from stacks.topology import derive_topology
 
 DRY_RUN_TIMEOUT_S = 600
@@ -159,14 +158,25 @@ def health_deadline_s(config: StackConfig) -> int:
 
 def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
     """Runs on the deployer; the key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the
-    proxy's certificate in VLLM_TLS_CA, both through the command's environment."""
-    args = [API_PYTHON, "-m", "checks.api", "--name", name, "--url", plan.endpoint,
+    proxy's certificate in VLLM_TLS_CA, both through the command's environment.
+
+    With vLLM on loopback and no proxy (`stacks.plan.api_on_head`) nothing off the head reaches the port: the
+    same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
+    script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
+    container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
+    args = ["--name", name, "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
             "--timeout-s", str(config.api.request_timeout_s), "--prompt", config.api.smoke.prompt,
             "--expect", config.api.smoke.expect]
     if plan.proxy is not None and plan.proxy.tls:
         args += ["--ca-env", TLS_CA_ENV]
-    if "deny" in sections:
-        args += ["--deny-paths", ",".join(DENIED_PATHS)]
-    return shlex.join(args)
+    if "deny" in sections and plan.proxy is not None:
+        args += ["--deny-paths", ",".join(plan.proxy.denied_paths)]
+    if api_on_head(config):
+        container = plan.head.containers[0].name
+        requests = 1 + 3 * len(sections) + 2  # at most a few requests per section, each within --timeout-s
+        budget = (health_deadline_s(config) if "health" in sections else 0) + \
+            requests * config.api.request_timeout_s + 120
+        return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(container)} ", timeout_s=budget)
+    return shlex.join([API_PYTHON, "-m", "checks.api", *args])

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_command as command
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.config import get_config_env, get_config_secret_keys_env, is_config_secret
 
+from checks.bundle import heredoc_command
+from checks.preflight import outer_timeout_s
 from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
@@ -33,10 +36,12 @@ from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
 from stacks.field_types import SECRET
+from stacks.firewall import firewall_commands, preflight_args
 from stacks.launch import GENERATION_LABEL
 from stacks.loader import parse_config, read_stack_document, secret_problems
-from stacks.plan import API_CHECKS, CheckSpec, Plan, build_plan, check_client, roles
-from stacks.proxy import ProxyKeyError, render_nginx_conf
+from stacks.plan import API_CHECKS, CheckSpec, Plan, api_on_head, build_plan, check_client, roles
+from stacks.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
+from stacks.ssh_trust import docker_ssh_opts, write_known_hosts
 from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
 
 
@@ -124,13 +129,13 @@ def deploy(stack: str) -> dict[str, Any]:
 def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Output[Any]]) -> ProxyArgs:
     """nginx.conf is rendered inside an apply: it needs the keys, so it exists only as a secret Output."""
     proxy = config.api.proxy
+    door = front_door(config)
 
     def render(values: list[Any]) -> str:
         keys, upstream = values
         try:
-            return render_nginx_conf(proxy, config.serving.port, {str(k): str(v) for k, v in keys.items()},
-                                     str(upstream))
-        except ProxyKeyError as exc:
+            return render_nginx_conf(door, {str(k): str(v) for k, v in keys.items()}, str(upstream))
+        except (ProxyKeyError, ProxyConfigError) as exc:
             raise pulumi.RunError(f"api.proxy: {exc}") from None
 
     # Secret because its inputs are; ApiEndpoint marks the upload secret again.
@@ -140,9 +145,31 @@ def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Ou
                      private_key=secrets.get("tls_private_key") if proxy.tls else None)
 
 
-def _node_commands(plan: Plan, module: str, command: Callable[[CheckSpec], str]) -> dict[str, str]:
+def _node_commands(plan: Plan, module: str, build: Callable[[CheckSpec], str]) -> dict[str, str]:
     """Node name -> shell command, for every planned check of one module."""
-    return {c.node or "": command(c) for c in plan.checks if c.module == module}
+    return {c.node or "": build(c) for c in plan.checks if c.module == module}
+
+
+def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dict[str, command.remote.Command]:
+    """The host firewall (stacks/firewall.py), one `<node>-firewall` command per node: applied atomically on create
+    and update (the trigger is the ruleset's sha256, so it re-runs exactly when the rules change), removed on
+    `pulumi destroy` (delete). Before it, after the node's preflight, `<node>-firewall-preflight` (the preflight's
+    `firewall` section: nft present and usable, the kernel's ephemeral range inside the guarded one). Every
+    engine container of the node waits for it. `firewall.enabled: false`: no resource (the plan warns)."""
+    out: dict[str, command.remote.Command] = {}
+    for name, fw in firewall_commands(config, plan.firewall).items():
+        node = nodes[name]
+        user = next(n.ssh.user for n in config.nodes if n.name == name)
+        args = ["--name", f"firewall-preflight-{name}", *preflight_args(config)]
+        check = heredoc_command("preflight", args, prefix="" if user == "root" else "sudo -n ",
+                                timeout_s=outer_timeout_s(["firewall"]))
+        preflight = command.remote.Command(
+            f"{name}-firewall-preflight", connection=node.connection, create=check, triggers=[*fw.triggers, *args],
+            opts=pulumi.ResourceOptions(parent=node, depends_on=[node.preflight]))
+        out[name] = command.remote.Command(
+            f"{name}-firewall", connection=node.connection, create=fw.create, update=fw.update, delete=fw.delete,
+            triggers=list(fw.triggers), opts=pulumi.ResourceOptions(parent=node, depends_on=[preflight]))
+    return out
 
 
 def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
@@ -155,6 +182,8 @@ def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
 
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
+    # Before any Docker provider connects: the pinned host keys its ssh reads (stacks/ssh_trust.py).
+    write_known_hosts(stack, config)
     facts = policy_facts(config, plan)
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}
@@ -167,15 +196,18 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             name=node.name, ssh_host=node.ssh.host, ssh_user=node.ssh.user, ssh_port=node.ssh.port,
             image=config.image.pull_ref,
             preflight_command=preflight_command(config, plan, checks[f"preflight-{node.name}"]),
-            preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key")))
+            preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key"),
+            host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node)))
         fabric_check = checks.get(f"fabric-{node.name}")
         fabric_args[node.name] = FabricNodeArgs(
             node=nodes[node.name], env=node_env(config, node),
             preflight_command=preflight_command(config, plan, fabric_check) if fabric_check else None,
             triggers=[fabric_id, plan.head.containers[0].labels[GENERATION_LABEL]])
     fabric = RdmaFabric("fabric", fabric_args)
+    walls = firewalls(config, plan, nodes)
     gates: dict[str, list[pulumi.Resource]] = {
-        name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else [])]
+        name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else []),
+               *([walls[name]] if name in walls else [])]
         for name, node in nodes.items()}
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
@@ -186,13 +218,15 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     api_settings = _digest(config.api.model_dump())
     client = check_client(config)
     check_key = secrets["proxy_keys"].apply(lambda keys: str(keys[client])) if client else secrets.get("api_key")
+    on_head = api_on_head(config)
     api = ApiEndpoint("api", ApiEndpointArgs(
         endpoint=plan.endpoint, served_model=config.model.served_name,
         health_command=api_command(config, plan, ["health"], "api-health"),
         smoke_command=api_command(config, plan, smoke, "api-smoke"),
-        triggers=[*engine.check_triggers, api_settings], after=engine.ready, api_key=check_key,
+        triggers=[*engine.check_triggers, api_settings], after=engine.ready, api_key=None if on_head else check_key,
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
-        proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None))
+        proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None,
+        connection=nodes[config.head.name].connection if on_head else None))
     engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
@@ -207,4 +241,5 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     }
     for key, value in outputs.items():
         pulumi.export(key, value)
-    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts}
+    return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts,
+            "firewalls": walls}

@@ -22,7 +22,7 @@ from stacks.preview_summary import PreviewInputError, parse_events, summarize
 from stacks.preview_summary import exit_code as preview_exit_code
 from stacks.preview_summary import read_input as read_preview
 from stacks.preview_summary import to_markdown as preview_markdown
-from stacks.proxy import masked_nginx_conf
+from stacks.proxy import front_door, masked_nginx_conf
 from stacks.render import render_plan
 from stacks.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 
@@ -67,7 +67,7 @@ def _nginx_conf(args: argparse.Namespace) -> int:
         print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (plan with "
               "--set api.proxy.enabled=true --set serving.host=127.0.0.1 to see one)", file=sys.stderr)
         return 2
-    print(masked_nginx_conf(config.api.proxy, config.serving.port, sorted(config.proxy_keys or {})), end="")
+    print(masked_nginx_conf(front_door(config), sorted(config.proxy_keys or {})), end="")
     return 0
 
 

@@ -40,11 +40,13 @@ from stacks.field_types import (
     SecretValue,
     ServedModelName,
     ServerName,
+    SshHostKey,
     SshUser,
     Tag,
     Text,
     UlimitName,
     UlimitPair,
+    UrlPath,
     refuse,
 )
 
@@ -126,6 +128,10 @@ class SshConfig(_Model):
     host: Host = Field(description="address the deployer reaches the node's sshd on")
     user: SshUser = Field(default="root", description="SSH user (must run docker)")
     port: Port = Field(default=22, description="sshd port")
+    host_key: SshHostKey | None = Field(
+        default=None, description="the node's SSH host key, `ssh-ed25519 AAAA…` (`ssh-keyscan -t ed25519 <host>` "
+        "without the host): the check commands and Docker connect only to the holder of its private key; unset: "
+        "any key is accepted (plan warning, refused by the prod policy)")
 
 
 class GpuConfig(_Model):
@@ -198,6 +204,12 @@ class FabricConfig(_Model):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64,
                                          description="extra NCCL_*/UCX_*/GLOO_*/NVSHMEM_* variables")
     private_networks: list[Cidr] = Field(default_factory=list, max_length=256, description="CIDRs declared private")
+    public_private_networks: list[Cidr] = Field(
+        default_factory=list, max_length=256,
+        description="entries of private_networks that are public address space (outside RFC 1918, ULA, loopback, "
+        "link-local, CGNAT, documentation) yet private on this site, e.g. an isolated RoCE fabric on 1.1.1.0/24: "
+        "each such entry must be repeated here, or it is refused; a /0 or a set covering every address is never "
+        "accepted")
 
     @field_validator("env")
     @classmethod
@@ -383,6 +395,20 @@ class ProxyConfig(_Model):
     read_timeout_s: int = Field(default=3600, ge=30, le=86_400, description="longest silence on a streamed answer")
     limits: ProxyLimits = Field(default_factory=ProxyLimits)
     check_client: ClientName | None = Field(default=None, description="whose key the API checks use")
+    allowed_paths: list[UrlPath] = Field(
+        default_factory=lambda: ["/v1/chat/completions", "/v1/completions", "/v1/models", "/health"],
+        min_length=1, max_length=64,
+        description="exact paths the proxy passes to vLLM (each must be one the image's vLLM serves, "
+        "stacks/data/vllm-<version>-routes.json); every other known vLLM path gets 403, the rest 404; "
+        "/health is the only one without a key")
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _unique_paths(cls, value: list[str]) -> list[str]:
+        twice = [v for i, v in enumerate(value) if v in value[:i]]
+        if twice:
+            raise refuse(f"lists {twice[0]!r} twice", "each path once")
+        return value
 
 
 class ApiConfig(_Model):

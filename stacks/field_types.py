@@ -202,6 +202,24 @@ ServerName = Annotated[str, Kind("DNS name"), Field(min_length=1, max_length=253
 Cidr = Annotated[str, Kind("CIDR"), Field(min_length=3, max_length=49), AfterValidator(_cidr)]
 
 
+URL_PATH = re.compile(r"/[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*")
+"""An absolute URL path of RFC 3986 unreserved characters only: nothing nginx, PCRE or a shell reads specially
+(no `$ { } ; ' " \\ ( ) | ^ * ? + % #`, no spaces, no percent-encoding), no empty segment, no trailing `/`."""
+
+
+def _url_path(value: str) -> str:
+    if not URL_PATH.fullmatch(value):
+        raise refuse("is not an absolute URL path of letters, digits and . _ ~ - between single '/' (no regex, "
+                     "no trailing '/', no percent-encoding)", "e.g. /v1/embeddings")
+    if any(segment in (".", "..") for segment in value.split("/")):
+        raise refuse("has a '.' or '..' segment", "the normalised path, e.g. /v1/embeddings")
+    return value
+
+
+UrlPath = Annotated[str, Kind("URL path"), Field(min_length=2, max_length=256), AfterValidator(_url_path)]
+"""An exact path the proxy passes to vLLM (`location = …`)."""
+
+
 def host_port(host: str, port: int | str) -> str:
     """`host:port` with IPv6 bracketed: Ray (`ray._raylet.parse_address`), URLs and nginx all need it."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -210,6 +228,65 @@ def host_port(host: str, port: int | str) -> str:
 def bracket_host(host: str) -> str:
     """An IPv6 literal in brackets (URLs, nginx `listen`); names and IPv4 as they are."""
     return f"[{host}]" if ":" in host else host
+
+
+# --- SSH host keys ---------------------------------------------------------------------------------------
+
+HOST_KEY_TYPES = {"ssh-ed25519": None, "ecdsa-sha2-nistp256": 65, "ecdsa-sha2-nistp384": 97,
+                  "ecdsa-sha2-nistp521": 133}
+"""Host key types and, for ECDSA, the length of the uncompressed point (RFC 5656 3.1). No `ssh-rsa`:
+pulumi-command offers the key's own type as its only host key algorithm (provider/pkg/provider/remote/
+connection.go `SSHConfig`: `HostKeyAlgorithms = []string{publicKey.Type()}`), which for RSA is SHA-1 `ssh-rsa`,
+and OpenSSH >= 8.8 servers refuse that by default: the pinned connection would never come up."""
+
+
+def _ssh_string(blob: bytes, at: int) -> tuple[bytes, int]:
+    if at + 4 > len(blob):
+        raise ValueError("truncated")
+    size = int.from_bytes(blob[at:at + 4], "big")
+    if at + 4 + size > len(blob):
+        raise ValueError("truncated")
+    return blob[at + 4:at + 4 + size], at + 4 + size
+
+
+def _host_key(value: str) -> str:
+    import binascii
+
+    fix = ("the node's key as `ssh-keyscan -t ed25519 <host>` prints it, without the host: "
+           "`ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA…` (verify its fingerprint on the console: ssh-keygen -lf)")
+    parts = value.split(" ")
+    if len(parts) != 2:
+        raise refuse("is not `<type> <base64>` (no host name in front, no options, no comment after)", fix)
+    kind, data = parts
+    if kind == "ssh-rsa":
+        raise refuse("is an RSA key: pulumi-command would offer only SHA-1 ssh-rsa, which OpenSSH >= 8.8 refuses",
+                     "the node's ed25519 (or ecdsa) host key: ssh-keyscan -t ed25519 <host>")
+    if kind not in HOST_KEY_TYPES:
+        raise refuse(f"has key type {kind[:40]!r}", f"one of {', '.join(HOST_KEY_TYPES)}; {fix}")
+    try:
+        blob = binascii.a2b_base64(data, strict_mode=True)
+        name, at = _ssh_string(blob, 0)
+        if name.decode("ascii", "replace") != kind:
+            raise ValueError(f"the key inside is {name[:40]!r}")
+        if kind == "ssh-ed25519":
+            point, at = _ssh_string(blob, at)
+            if len(point) != 32:
+                raise ValueError("an ed25519 key is 32 bytes")
+        else:
+            curve, at = _ssh_string(blob, at)
+            point, at = _ssh_string(blob, at)
+            if curve.decode("ascii", "replace") != kind.rsplit("-", 1)[1] or len(point) != HOST_KEY_TYPES[kind] \
+                    or point[:1] != b"\x04":
+                raise ValueError("not a valid ECDSA public key for its curve")
+        if at != len(blob):
+            raise ValueError("trailing bytes")
+    except (binascii.Error, ValueError) as exc:
+        raise refuse(f"is not a {kind} public key ({exc})", fix) from None
+    return value
+
+
+SshHostKey = Annotated[str, Kind("SSH host key"), Field(min_length=20, max_length=1024), AfterValidator(_host_key)]
+"""One OpenSSH public key line, `<type> <base64>`: what `ssh-keyscan` prints after the host name."""
 
 
 # --- paths -----------------------------------------------------------------------------------------------

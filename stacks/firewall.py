@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from stacks.config import NodeConfig, StackConfig
-from stacks.listeners import ANYWHERE, Listener, api_sources, internal_sources
+from stacks.exposure import ANYWHERE, NFT_MARKER
+from stacks.listeners import Listener, api_sources, internal_sources
 
 FAMILY = "inet"
 TABLE = "vllm_cluster"
@@ -205,8 +206,8 @@ if ! command -v nft >/dev/null 2>&1; then
 fi
 umask 077
 mkdir -p {shlex.quote(state_dir)}
-cat > {shlex.quote(path)}.new <<'VLLM_CLUSTER_NFT'
-{apply_file(spec)}VLLM_CLUSTER_NFT
+cat > {shlex.quote(path)}.new <<'{NFT_MARKER}'
+{apply_file(spec)}{NFT_MARKER}
 if ! out=$(nft -c -f {shlex.quote(path)}.new 2>&1); then
   echo "FAIL {name}: nft refused the ruleset, nothing changed | evidence: $out"
   exit 1

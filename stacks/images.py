@@ -23,6 +23,9 @@ class ImageCapabilities:
     """The vLLM version whose `vllm serve` option table (stacks/data/vllm-<v>-serve-flags.json) is this image's
     own; None where no table was dumped from the image (extra_args are then checked for managed flags only)."""
     engram_cpu_offload: bool | None = None
+    routes: str | None = None
+    """The vLLM version whose HTTP routes (stacks/data/vllm-<v>-routes.json, read from the wheel) this image serves;
+    None where not known: the proxy then denies a built-in list and the plan warns (stacks/proxy.py)."""
     """The image's default for Engram tables in pinned host memory (vLLM `EngramConfig.cpu_offload`); None where
     not known: the memory rule then counts them in GPU memory (stacks/memory.py)."""
 
@@ -56,6 +59,7 @@ IMAGES: dict[str, ImageCapabilities] = {
                "deepseek_v41, config/speculative.py knows dspark, config/engram.py defaults cpu_offload=True; "
                "seed 001 baseline (image name hidden there)",
         option_table="0.33.0",
+        routes="0.33.0",
     ),
 }
 

@@ -30,11 +30,9 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.config import NodeConfig, StackConfig
 from stacks.errors import Problem
+from stacks.exposure import ANYWHERE, WILDCARDS, admits_outside, bind_reachable, is_loopback
 from stacks.fabric import control_ip
 from stacks.topology import NodeTopology, Role, Topology
-
-ANYWHERE = ("0.0.0.0/0", "::/0")
-WILDCARDS = ("0.0.0.0", "::")
 
 
 @dataclass(frozen=True)
@@ -185,7 +183,7 @@ class _Sources:
     def of(cls, config: StackConfig) -> _Sources:
         internal, api = internal_sources(config), api_sources(config)
         trusted = collapse([*cluster_addresses(config), *config.fabric.private_networks])
-        return cls(internal, api, _outside(internal, trusted), _outside(api, trusted))
+        return cls(internal, api, admits_outside(internal, trusted), admits_outside(api, trusted))
 
 
 def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: NodeTopology,
@@ -306,13 +304,14 @@ def _nccl_ips(config: StackConfig, node: NodeConfig) -> list[str]:
 
 def _listener(config: StackConfig, sources: _Sources, node: NodeConfig, node_topo: NodeTopology,
               row: _Row) -> Listener:
-    loopback = _is_loopback(row.bind)
+    loopback = is_loopback(row.bind)
     clients = row.reach == "clients"
     allowed = [] if loopback else list(sources.api if clients else sources.internal)
     admits_public = sources.api_public if clients else sources.internal_public
     return Listener(
         node=node.name, port=row.port, port_end=row.port_end, bind=row.bind, network=_network(node, row.bind),
-        purpose=row.purpose, public=not loopback and admits_public and _bind_public(config, row.bind),
+        purpose=row.purpose,
+        public=not loopback and admits_public and bind_reachable(row.bind, config.fabric.private_networks),
         role=row.role or node_topo.role.value, process=row.process, reach=row.reach, internal=not clients,
         ephemeral=row.ephemeral, allowed_sources=allowed, source=row.source)
 
@@ -348,29 +347,6 @@ def collapse(cidrs: list[str]) -> list[str]:
     v4 = ipaddress.collapse_addresses(n for n in nets if n.version == 4)
     v6 = ipaddress.collapse_addresses(n for n in nets if n.version == 6)
     return [str(n) for n in (*v4, *v6)]
-
-
-def _is_loopback(bind: str) -> bool:
-    return bind not in WILDCARDS and ipaddress.ip_address(bind).is_loopback
-
-
-def _bind_public(config: StackConfig, bind: str) -> bool:
-    """A wildcard bind is reachable on every interface; a specific one only where that address is routed."""
-    if bind in WILDCARDS:
-        return True
-    address = ipaddress.ip_address(bind)
-    return not any(address in ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks)
-
-
-def _outside(allowed: list[str], trusted: list[str]) -> bool:
-    """True when the firewall admits some address outside the private networks and the cluster's addresses.
-    `allowed` is usually `trusted` itself (or built from it): checked as strings first, as networks only when not."""
-    known = set(trusted)
-    rest = [ipaddress.ip_network(c) for c in allowed if c not in known]
-    if not rest:
-        return False
-    nets = [ipaddress.ip_network(c) for c in trusted]
-    return any(not any(n.version == t.version and n.subnet_of(t) for t in nets) for n in rest)  # type: ignore[arg-type]
 
 
 def _network(node: NodeConfig, bind: str) -> str:

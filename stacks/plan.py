@@ -18,7 +18,7 @@ from stacks.images import get_capabilities
 from stacks.launch import ContainerSpec, engine_containers
 from stacks.listeners import Listener, listener_problems, listener_table
 from stacks.load_estimate import estimated_load_s
-from stacks.proxy import ALLOWED_PATHS, DENIED_PATHS, OPEN_PATHS
+from stacks.proxy import front_door
 from stacks.topology import NodeTopology, Role, Topology
 from stacks.validation import validate
 
@@ -56,6 +56,8 @@ class ProxyPlan(_Frozen):
     allowed_paths: list[str]
     open_paths: list[str]
     denied_paths: list[str]
+    denied_from: str
+    """Where the deny list comes from: the image's routes table (read from its wheel) or the built-in list."""
     limits: dict[str, int]
     max_body_mb: int
     read_timeout_s: int
@@ -160,7 +162,17 @@ def endpoint(config: StackConfig) -> str:
     if proxy.enabled:
         host = config.api.public_host or proxy.server_name or config.head.management_ip
         return f"{'https' if proxy.tls else 'http'}://{bracket_host(host)}:{proxy.port}"
-    return f"http://{bracket_host(config.api.public_host or config.head.management_ip)}:{config.serving.port}"
+    host = config.serving.host
+    if api_on_head(config):
+        return f"http://{bracket_host(host)}:{config.serving.port}"
+    default = host if host not in ("0.0.0.0", "::") else config.head.management_ip
+    return f"http://{bracket_host(config.api.public_host or default)}:{config.serving.port}"
+
+
+def api_on_head(config: StackConfig) -> bool:
+    """vLLM on loopback without the proxy: nobody off the head can reach it, so the API checks run on the head
+    (in the engine container, over SSH) instead of waiting on the deployer for a port it cannot reach."""
+    return not config.api.proxy.enabled and config.serving.host in ("127.0.0.1", "::1")
 
 
 def check_client(config: StackConfig) -> str | None:
@@ -174,12 +186,14 @@ def proxy_plan(config: StackConfig) -> ProxyPlan | None:
     proxy = config.api.proxy
     if not proxy.enabled:
         return None
+    door = front_door(config)
     return ProxyPlan(
         node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
         listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls, server_name=proxy.server_name,
-        upstream=f"{bracket_host(config.serving.host)}:{config.serving.port}",
+        upstream=door.upstream,
         clients=sorted(config.proxy_keys or {}), check_client=check_client(config) or "",
-        allowed_paths=list(ALLOWED_PATHS), open_paths=list(OPEN_PATHS), denied_paths=list(DENIED_PATHS),
+        allowed_paths=list(door.routes.allowed), open_paths=list(door.routes.open),
+        denied_paths=list(door.routes.denied), denied_from=door.routes.source,
         limits=proxy.limits.model_dump(), max_body_mb=proxy.max_body_mb, read_timeout_s=proxy.read_timeout_s)
 
 
@@ -224,7 +238,8 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",
                                 sections=[], proves=f"Ray sees {len(topo.nodes)} nodes and {topo.gpus_used} GPUs"))
     checks += [
-        CheckSpec(name=f"api-{c}", node=None, runs_on="deployer", module="checks.api", sections=[c],
+        CheckSpec(name=f"api-{c}", node=topo.head.name if api_on_head(config) else None,
+                  runs_on="node" if api_on_head(config) else "deployer", module="checks.api", sections=[c],
                   proves=_API_PROVES[c])
         for c in API_CHECKS
         if _api_check_applies(config, c)

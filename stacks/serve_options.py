@@ -47,10 +47,23 @@ class OptionTable:
         return [o for o, a in self.options.items() if a.dest == dest]
 
 
+RAY_START_FLAGS = "ray-2.60.0-start-flags.json"
+"""`ray start`'s options (bench/extract_ray_start_flags.py), for reading Ray argv in the policy pack."""
+
+
 @cache
 def option_table(version: str) -> OptionTable:
     """The table for a vLLM version, e.g. "0.33.0"; hidden `--no-enable-X`/`--no-disable-X` added."""
-    raw = json.loads((DATA / f"vllm-{version}-serve-flags.json").read_text())
+    return table_file(f"vllm-{version}-serve-flags.json")
+
+
+def ray_start_table() -> OptionTable:
+    return table_file(RAY_START_FLAGS)
+
+
+@cache
+def table_file(name: str) -> OptionTable:
+    raw = json.loads((DATA / name).read_text())
     options: dict[str, Option] = {}
     for entry in raw["flags"]:
         if "options" not in entry:
@@ -197,3 +210,13 @@ def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
             item.fix = f"one of {', '.join(action.choices)}"
         items.append(item)
     return items
+
+
+def read_serve_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
+    """A whole `vllm serve` argv: the model positional first (when there is one), then `read_argv`."""
+    return read_argv(words[1:] if words and not words[0].startswith("-") else words, table)
+
+
+def last_values(items: list[ArgvItem]) -> dict[str, list[str]]:
+    """dest -> the values of its last occurrence (argparse and click keep the last); a flag maps to []."""
+    return {item.dest: item.values for item in items if item.dest is not None}

@@ -13,12 +13,23 @@ from dataclasses import dataclass, field
 
 from stacks.config import StackConfig
 from stacks.errors import Problem
+from stacks.exposure import (
+    API_EXPOSURE_FIX,
+    WILDCARDS,
+    api_exposed,
+    api_exposure_message,
+    is_loopback,
+    private_network_findings,
+)
 from stacks.fabric import fabric_problems
+from stacks.field_types import bracket_host
 from stacks.images import ImageCapabilities, get_capabilities
 from stacks.launch import restart_policy_warnings
+from stacks.listeners import api_sources, cluster_addresses, collapse
 from stacks.load_estimate import engine_memory, estimated_load_s
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
+from stacks.proxy import routes_problems
 from stacks.serve_options import speculative_fields
 from stacks.topology import Topology, derive_topology, replica_spans_nodes
 
@@ -76,6 +87,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _uniqueness_rules(config, result)
     _port_rules(config, result)
     _proxy_rules(config, result)
+    _exposure_rules(config, result)
+    _endpoint_rules(config, result)
+    _host_key_rules(config, result)
     _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
     result.warnings += restart_policy_warnings(config)
@@ -350,8 +364,16 @@ def _proxy_rules(config: StackConfig, result: Validation) -> None:
         if config.serving.host not in LOOPBACK and config.api_key is None:
             result.warnings.append(
                 f"serving.host {config.serving.host} exposes vLLM without a key: every path, /v1 included, "
-                "is open; set api_key (a secret) or turn on api.proxy")
+                "is open to the private networks; set api_key (a secret) or turn on api.proxy")
+        elif config.serving.host in LOOPBACK:
+            result.warnings.append(
+                f"serving.host {config.serving.host} with api.proxy off: vLLM answers only processes on "
+                f"{config.head.name}; the API checks run there (docker exec in the engine container, over SSH), "
+                "and clients need api.proxy (or an SSH tunnel)")
         return
+    problems, warnings = routes_problems(config)
+    result.problems += problems
+    result.warnings += warnings
     if config.serving.host not in LOOPBACK:
         result.problems.append(Problem(
             "serving.host", config.serving.host, "with api.proxy.enabled vLLM must listen where only the proxy "
@@ -377,6 +399,66 @@ def _proxy_rules(config: StackConfig, result: Validation) -> None:
                         "(PEM), or api.proxy.tls: false on a trusted network"))
     else:
         result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
+
+
+def _exposure_rules(config: StackConfig, result: Validation) -> None:
+    """`stacks.exposure`, the rule the policy pack applies too: no private network that is everything or
+    unacknowledged public space, and vLLM's own port never reachable from outside them, whatever its key."""
+    fabric = config.fabric
+    findings = private_network_findings(fabric.private_networks, fabric.public_private_networks)
+    result.problems += [Problem(f.key, f.value, f.message, fix=f.fix) for f in findings]
+    if findings or config.api.proxy.enabled:  # with the proxy, _proxy_rules keeps vLLM on loopback
+        return
+    serving = config.serving
+    allowed = api_sources(config)
+    trusted = collapse([*cluster_addresses(config), *fabric.private_networks])
+    if api_exposed(serving.host, allowed, trusted, fabric.private_networks):
+        result.problems.append(Problem("serving.host", serving.host,
+                                       api_exposure_message(serving.host, serving.port, allowed),
+                                       fix=API_EXPOSURE_FIX))
+
+
+def head_addresses(config: StackConfig) -> list[str]:
+    """What names the head in this config: its SSH host, management and data addresses."""
+    head = config.head
+    return list(dict.fromkeys([head.ssh.host, head.management_ip, *head.data_ips]))
+
+
+def _endpoint_rules(config: StackConfig, result: Validation) -> None:
+    """The API checks send a bearer key. With the proxy's TLS they trust only the stack's own certificate, so
+    only the holder of tls_private_key receives it; without TLS nothing proves who answers, so the host they
+    call must be one of the head's own addresses. And they must call where vLLM listens (issue 12 item 5)."""
+    proxy, serving, api = config.api.proxy, config.serving, config.api
+    own = head_addresses(config)
+    if proxy.enabled:
+        host, key = ((api.public_host, "api.public_host") if api.public_host
+                     else (proxy.server_name, "api.proxy.server_name"))
+    else:
+        host, key = api.public_host, "api.public_host"
+    sends_key = proxy.enabled or config.api_key is not None
+    if host is not None and sends_key and not (proxy.enabled and proxy.tls) and host not in own:
+        result.problems.append(Problem(
+            key, host, "without TLS the API checks cannot tell the head from whoever answers at this name or "
+            "address, and they would send it the bearer key",
+            fix=f"one of the head's own addresses ({', '.join(own)}), or api.proxy with tls: true (the checks then "
+                "trust only the stack's certificate)"))
+    bind = serving.host
+    if not proxy.enabled and api.public_host and bind not in WILDCARDS and not is_loopback(bind) \
+            and api.public_host != bind and api.public_host in own:
+        result.problems.append(Problem(
+            "api.public_host", api.public_host, f"vLLM binds only {bind}; the API checks would call "
+            f"{bracket_host(api.public_host)}:{serving.port}, where nothing listens, and wait until their deadline",
+            fix=f"api.public_host: {bind} (or leave it unset), or serving.host: 0.0.0.0 behind the firewall"))
+
+
+def _host_key_rules(config: StackConfig, result: Validation) -> None:
+    missing = [n.name for n in config.nodes if n.ssh.host_key is None]
+    if missing:
+        result.warnings.append(
+            f"nodes[].ssh.host_key is not set for {', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}: "
+            "the check commands and the Docker provider accept any host key there, so whoever sits on the path "
+            "can answer PASS or receive the engines' secrets; set each from `ssh-keyscan -t ed25519 <host>` "
+            "(checked against the console) - the prod policy refuses a stack without them")
 
 
 def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:

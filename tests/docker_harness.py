@@ -3,6 +3,7 @@ plus the vLLM stand-in) turned into an image by `docker import`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -40,9 +41,13 @@ def _libraries(binary: Path) -> list[Path]:
     return paths
 
 
-def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, with_vllm: bool = True) -> str:
+def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, with_vllm: bool = True,
+                modules: tuple[str, ...] = (), files: dict[Path, str] | None = None,
+                libraries_of: tuple[Path, ...] = ()) -> str:
     """A python3 image; with the vLLM stand-in (its flag table and parser registries, and the executable
-    `vllm-rs` placeholder the real wheel ships) unless `with_vllm` is false."""
+    `vllm-rs` placeholder the real wheel ships) unless `with_vllm` is false. `modules`: packages copied from this
+    virtualenv (the vLLM image has httpx and pydantic, for example); `files`: more files, source -> path;
+    `libraries_of`: binaries whose shared libraries the image needs too (e.g. `_ssl`'s libssl)."""
     if not PYTHON.exists():
         raise RuntimeError(f"{PYTHON} is missing: .ci/run installs Debian's python3")
     archive = workdir / f"{tag.replace('/', '_').replace(':', '_')}.tar"
@@ -51,7 +56,7 @@ def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, wi
         return None if _SKIP & set(Path(info.name).parts) else info
 
     with tarfile.open(archive, "w") as tar:
-        for lib in [PYTHON, *_libraries(PYTHON)]:
+        for lib in dict.fromkeys([PYTHON, *_libraries(PYTHON), *(x for b in libraries_of for x in _libraries(b))]):
             tar.add(lib.resolve(), arcname=str(lib).lstrip("/"))
         link = tarfile.TarInfo("usr/bin/python3")
         link.type, link.linkname = tarfile.SYMTYPE, "python3.11"
@@ -68,6 +73,15 @@ def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, wi
             table.write_text(json.dumps(flags if flags is not None else json.loads(FLAGS.read_text())))
             tar.add(table, arcname=f"{SITE}/vllm/_flags.json")
             tar.add(REGISTRIES, arcname=f"{SITE}/vllm/_registries.json")
+        for module in modules:
+            found = importlib.util.find_spec(module)
+            if found is None or found.origin is None:
+                raise RuntimeError(f"{module} is not installed here")
+            origin = Path(found.origin)
+            source = origin.parent if origin.name == "__init__.py" else origin
+            tar.add(source, arcname=f"{SITE}/{source.name}", filter=keep)
+        for source, target in (files or {}).items():
+            tar.add(source, arcname=target.lstrip("/"))
     subprocess.run(["docker", "import", str(archive), tag], check=True, capture_output=True)
     return tag
 

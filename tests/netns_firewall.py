@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from stacks.config import StackConfig
+from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
 
 ROLES = ("head", "peer", "out")
@@ -207,7 +208,7 @@ def listeners(lab: Lab, role: str, specs: list[tuple[str, str, int]]) -> Iterato
         stop(proc, 2)
 
 
-def lab_config(lab: Lab, stack: str = "h20", **firewall: Any) -> StackConfig:
+def lab_config(lab: Lab, stack: str = "h20", front_door: bool = False, **firewall: Any) -> StackConfig:
     """A committed stack with the lab's addresses: head and peer are the two nodes (IPv4 management = control
     plane, IPv6 data), no private networks declared, so the outsider — on the same /24 — is outside the cluster.
     h20 is Ray (GCS 6379); `h20-mp` is the same TP8 x PP2 replica on vLLM's own multi-node executor, whose
@@ -218,6 +219,14 @@ def lab_config(lab: Lab, stack: str = "h20", **firewall: Any) -> StackConfig:
     for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
         node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
                     data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
-    values["fabric"].update(private_networks=[], control_plane="management", nccl_socket="management")
+    values["fabric"].update(private_networks=[], public_private_networks=[], control_plane="management",
+                            nccl_socket="management")
     values["firewall"] = firewall
+    if front_door:
+        # The client-facing port is the proxy's, on 8000 here; vLLM itself moves to loopback (8001), so any
+        # `api_sources` is a valid config (vLLM's own port may never face sources outside the private networks).
+        values["api"] = {"proxy": {"enabled": True, "port": 8000}}
+        values["serving"] |= {"host": "127.0.0.1", "port": 8001}
+        values |= {"api_key": SECRET, "tls_certificate": SECRET, "tls_private_key": SECRET,
+                   "proxy_keys": {"lab": SECRET}}
     return parse_config("lab", values)

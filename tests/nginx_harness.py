@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stacks.config import ProxyConfig
-from stacks.proxy import NginxRuntime, render_nginx_conf
+from stacks.proxy import FrontDoor, NginxRuntime, render_nginx_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 CLIENT_KEYS = {"team-a": "sk-team-a-4f1d9c2b7e8a6d35", "ops": "sk-ops.9b2e+7c1d/5a3f=0e8d"}
@@ -52,9 +52,11 @@ def nginx_test(conf_path: Path) -> subprocess.CompletedProcess[str]:
                           timeout=30)
 
 
-def write_conf(directory: Path, proxy: ProxyConfig, upstream_port: int, tls: Tls | None,
+def write_conf(directory: Path, proxy: ProxyConfig | FrontDoor, upstream_port: int, tls: Tls | None,
                keys: dict[str, str] | None = None) -> Path:
-    conf = render_nginx_conf(proxy, upstream_port, keys or CLIENT_KEYS, UPSTREAM_KEY, runtime(directory, tls))
+    """A bare ProxyConfig gets the built-in deny list and a 127.0.0.1 upstream; a FrontDoor is used as is."""
+    door = proxy if isinstance(proxy, FrontDoor) else FrontDoor.of(proxy, upstream_port)
+    conf = render_nginx_conf(door, keys or CLIENT_KEYS, UPSTREAM_KEY, runtime(directory, tls))
     path = directory / "nginx.conf"
     path.write_text(conf)
     return path

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -196,6 +197,7 @@ def main() -> None:
     global ARGS, STARTED
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (::1 for IPv6 loopback)")
     p.add_argument("--served-name", default="DeepSeek-V4.1-Flash")
     p.add_argument("--answer", default="323")
     p.add_argument("--start-delay-s", type=float, default=0)
@@ -212,7 +214,12 @@ def main() -> None:
     p.add_argument("--control-file", default="")
     ARGS = p.parse_args()
     time.sleep(ARGS.start_delay_s)
-    server = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
+    server_class = ThreadingHTTPServer
+    if ":" in ARGS.host:
+        class Server6(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+        server_class = Server6
+    server = server_class((ARGS.host, ARGS.port), Handler)
     STARTED = time.monotonic()
     server.serve_forever()
 

@@ -72,7 +72,7 @@ def mutated_documents(draw: st.DrawFn) -> tuple[str, str]:
         parent, last = _parent(doc, path), path[-1]
         action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "rename", "add", "dup"]))
         if action == "replace":
-            parent[last] = draw(st.sampled_from(HOSTILE))
+            parent[last] = copy.deepcopy(draw(st.sampled_from(HOSTILE)))  # never the shared list or dict itself
         elif action == "delete":
             del parent[last]
         elif action == "rename" and isinstance(parent, dict):
@@ -80,8 +80,8 @@ def mutated_documents(draw: st.DrawFn) -> tuple[str, str]:
                                         f"vllm-cluster:config:{last}", "<<", "1"]))
             parent[new] = parent.pop(last)
         elif action == "add" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["extra", "tensor", "host", "api_key", "env"]))] = draw(
-                st.sampled_from(HOSTILE))
+            parent[draw(st.sampled_from(["extra", "tensor", "host", "api_key", "env"]))] = copy.deepcopy(draw(
+                st.sampled_from(HOSTILE)))
         elif action == "dup" and isinstance(parent, list):
             parent.append(copy.deepcopy(parent[last]))
     return stack, yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)

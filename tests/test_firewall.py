@@ -141,7 +141,7 @@ def test_api_sources_default_and_override(prod_values: dict[str, Any]) -> None:
 
 
 def test_no_private_networks_means_the_cluster_addresses(prod_values: dict[str, Any]) -> None:
-    prod_values["fabric"]["private_networks"] = []
+    prod_values["fabric"] |= {"private_networks": [], "public_private_networks": []}
     plan = plan_of(prod_values)
     head = plan.firewall.nodes[0]
     assert head.cluster_sources == ["1.1.1.1/32", "1.1.1.2/32", "1.1.2.1/32", "1.1.2.2/32", "10.30.8.1/32",
@@ -152,6 +152,7 @@ def test_no_private_networks_means_the_cluster_addresses(prod_values: dict[str, 
 
 def test_firewall_off_warns_and_renders_nothing(h20_values: dict[str, Any]) -> None:
     h20_values["firewall"] = {"enabled": False}
+    h20_values["serving"]["host"] = "192.0.2.11"  # vLLM itself on a private address: unfiltered, still private
     plan = plan_of(h20_values)
     assert plan.firewall.enabled is False and plan.firewall.nodes == []
     [warning] = [w for w in plan.warnings if "firewall.enabled is false" in w]
@@ -174,7 +175,7 @@ def test_commands_timeout_sudo_and_triggers(prod_values: dict[str, Any]) -> None
     cmds2 = firewall_commands(config2, build_plan("prod", config2).firewall)
     assert cmds2["node2"].create.startswith("sudo -n timeout 120 sh -c ")
     assert cmds2["node1"].triggers == node1.triggers
-    prod_values["firewall"] = {"api_sources": ["0.0.0.0/0"]}
+    prod_values["firewall"] = {"api_sources": ["10.30.8.0/24"]}
     config3 = parse_config("prod", prod_values)
     assert firewall_commands(config3, build_plan("prod", config3).firewall)["node1"].triggers != node1.triggers
 
@@ -210,8 +211,10 @@ def _nft_check(text: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("stack,overrides", [
-    ("prod", {}), ("h20", {}), ("h20", {"firewall": {"api_sources": ["2001:db8::/32", "192.0.2.5"]}}),
-    ("prod", {"fabric": {"private_networks": []}}),
+    ("prod", {}), ("h20", {}), ("h20", {"firewall": {"api_sources": ["2001:db8::/32", "192.0.2.5"]},
+                                         "fabric": {"private_networks": ["192.0.2.0/24", "198.51.100.0/24",
+                                                                         "2001:db8::/32"]}}),
+    ("prod", {"fabric": {"private_networks": [], "public_private_networks": []}}),
 ])
 def test_real_nft_accepts_every_rendered_file(stack: str, overrides: dict[str, Any], prod_values: dict[str, Any],
                                               h20_values: dict[str, Any]) -> None:

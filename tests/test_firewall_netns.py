@@ -204,7 +204,7 @@ def test_applied_table_admits_the_cluster_and_drops_the_outsider(lab: Lab, ports
 
 
 def test_api_port_follows_its_configured_sources(lab: Lab, ports: dict[str, int], tmp_path: Path) -> None:
-    config = lab_config(lab, api_sources=[f"{lab.v4('out')}/32"])
+    config = lab_config(lab, front_door=True, api_sources=[f"{lab.v4('out')}/32"])
     command = firewall_command(head_firewall(config), config.nodes[0], state_dir=str(tmp_path), unit_dir=str(tmp_path))
     try:
         assert run_command(lab, "head", command.create).returncode == 0
@@ -212,13 +212,13 @@ def test_api_port_follows_its_configured_sources(lab: Lab, ports: dict[str, int]
         assert reach(lab, "out", 8000, v6=True) == "timeout"       # only that IPv4 address was listed
         assert reach(lab, "peer", 8000) == "timeout"               # the API list is the API list: peers too
         assert reach(lab, "out", 6379) == "timeout"                # internal ports unchanged
-        anywhere = lab_config(lab, api_sources=["0.0.0.0/0", "::/0"])
+        anywhere = lab_config(lab, front_door=True, api_sources=["0.0.0.0/0", "::/0"])
         update = firewall_command(head_firewall(anywhere), anywhere.nodes[0], state_dir=str(tmp_path),
                                   unit_dir=str(tmp_path))
         assert update.triggers != command.triggers
         assert run_command(lab, "head", update.update).returncode == 0
         assert reach(lab, "peer", 8000) == "ok"
-        assert reach(lab, "out", 8000, v6=True) == "refused"          # let through; vLLM binds IPv4 only
+        assert reach(lab, "out", 8000, v6=True) == "refused"          # let through; the listener is IPv4 only
         assert reach(lab, "out", 6379) == "timeout"
     finally:
         assert run_command(lab, "head", command.delete).returncode == 0

@@ -138,7 +138,9 @@ def test_master_port_listener_and_its_warning(h20_values: dict[str, Any], prod_v
     # torch's TCPStore binds every address (IPv6 included); the host firewall is what keeps it to the cluster
     assert master[0].bind == "::" and master[0].network == "all" and not master[0].public
     assert "29501" in ",".join(plan.firewall.nodes[0].internal_ports)
-    open_plan = plan_of(h20_mp(h20_values) | {"firewall": {"enabled": False}})
+    unfiltered = h20_mp(h20_values) | {"firewall": {"enabled": False}}
+    unfiltered["serving"] = unfiltered["serving"] | {"host": "192.0.2.11"}  # vLLM's own port stays private
+    open_plan = plan_of(unfiltered)
     assert [x.public for x in open_plan.listeners if x.port == 29501] == [True]
     assert any("firewall.enabled is false" in w and "h20-1:29501" in w for w in open_plan.warnings)
     assert not [x for x in plan_of(prod_values).listeners if x.port == 29501]

@@ -4,9 +4,12 @@ with their inputs deserialized the way the policy analyzer deserializes them."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +26,7 @@ from pulumi_policy import (
 from pulumi_policy.deserialize import deserialize_properties
 
 from components.policy_facts import TYPE as FACTS_TYPE
-from policy.rules import POLICIES, stack_of
+from policy.rules import POLICIES, api_auth, api_exposure, host_key_pinned, internal_ports_private, stack_of
 from stacks.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.pulumi_harness import Run, run_program
@@ -32,62 +35,97 @@ from tests.test_program_proxy import SECRETS, proxied_values
 BY_NAME = {p.name: p for p in POLICIES}
 URN_TYPES = {"docker:index/container:Container": "vllm-cluster:index:VllmEngine$docker:index/container:Container",
              "docker:index/remoteImage:RemoteImage": "vllm-cluster:index:GpuNode$docker:index/remoteImage:RemoteImage"}
-OPTS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+CONTAINER = "docker:index/container:Container"
+OPTIONS = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+Resource = tuple[str, str, dict[str, Any]]
 
 
-def urn_of(stack: str, typ: str, name: str) -> str:
-    return f"urn:pulumi:{stack}::vllm-cluster::{URN_TYPES.get(typ, typ)}::{name}"
+def registered(run: Run) -> list[Resource]:
+    """(type, name, inputs as the analyzer deserializes them) of every resource the program registered."""
+    return [(r.typ, r.name, deserialize_properties(copy.deepcopy(r.inputs))) for r in run.mocks.resources]
 
 
-def policy_resources(run: Run, stack: str, drop: str | None = None) -> list[PolicyResource]:
-    """Every registered resource as the analyzer hands it to a policy: its wire inputs deserialized (a custom
-    resource's outputs hold its inputs; PolicyFacts registers its inputs as its outputs)."""
-    return [PolicyResource(r.typ, deserialize_properties(copy.deepcopy(r.inputs)), urn_of(stack, r.typ, r.name),
-                           r.name, OPTS, None, None, [], {})
-            for r in run.mocks.resources if r.typ != drop]
-
-
-def violations(run: Run, stack: str, config: dict[str, Any] | None = None,
+def violations(run: Run | list[Resource], stack: str, config: dict[str, Any] | None = None,
                drop: str | None = None) -> dict[str, list[tuple[str, str]]]:
-    """policy name -> [(resource, message)]: resource policies on every registered resource, stack policies once
-    over all of them (`drop` leaves a resource type out)."""
+    """policy name -> [(resource, message)] over every resource the program registered (or the given ones):
+    resource policies per resource, stack policies once over all of them (`drop` leaves a resource type out)."""
+    resources = [r for r in (registered(run) if isinstance(run, Run) else run) if r[0] != drop]
     found: dict[str, list[tuple[str, str]]] = {name: [] for name in BY_NAME}
-    resources = policy_resources(run, stack, drop)
-    names = {r.urn: r.name for r in resources}
-    for name, policy in BY_NAME.items():
+
+    def urn_of(typ: str, name: str) -> str:
+        return f"urn:pulumi:{stack}::vllm-cluster::{URN_TYPES.get(typ, typ)}::{name}"
+
+    for typ, name, props in resources:
+        for policy_name, policy in BY_NAME.items():
+            if isinstance(policy, ResourceValidationPolicy):
+                args = ResourceValidationArgs(typ, props, urn_of(typ, name), name, OPTIONS, None,
+                                              config if config is not None else {})
+                policy.validate(args, lambda message, _urn=None, n=policy_name, r=name: found[n].append((r, message)))
+    names = {urn_of(t, n): n for t, n, _ in resources}
+    stack_resources = [PolicyResource(t, p, urn_of(t, n), n, OPTIONS, None, None, [], {}) for t, n, p in resources]
+    for policy_name, policy in BY_NAME.items():
         if isinstance(policy, StackValidationPolicy):
-            policy.validate(StackValidationArgs(resources, config if config is not None else {}),
-                            lambda message, urn=None, n=name: found[n].append((names.get(urn or "", "?"), message)))
-            continue
-        assert isinstance(policy, ResourceValidationPolicy)
-        for r in resources:
-            args = ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None,
-                                          config if config is not None else {})
-            policy.validate(args, lambda message, _urn=None, n=name, rn=r.name: found[n].append((rn, message)))
+            policy.validate(StackValidationArgs(stack_resources, config or {}),
+                            lambda message, urn=None, n=policy_name: found[n].append((names.get(urn or "", ""),
+                                                                                     message)))
     return found
 
 
 def test_levels() -> None:
     assert {n for n, p in BY_NAME.items() if p.enforcement_level == EnforcementLevel.MANDATORY} == {
-        "vllm-api-auth-on-non-loopback", "vllm-internal-ports-private", "vllm-gpu-memory-utilization",
-        "vllm-engine-ready-timeout", "prod-image-pinned-by-digest"}
+        "vllm-api-auth-on-non-loopback", "vllm-api-not-public", "vllm-internal-ports-private",
+        "vllm-gpu-memory-utilization", "vllm-engine-ready-timeout", "prod-image-pinned-by-digest",
+        "prod-ssh-host-key-pinned"}
     assert BY_NAME["image-pinned-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
+    assert BY_NAME["ssh-host-key-pinned"].enforcement_level == EnforcementLevel.ADVISORY
     assert stack_of("urn:pulumi:prod::vllm-cluster::docker:index/container:Container::x") == "prod"
 
 
-def test_committed_prod_passes_everything_but_the_digest_rule() -> None:
-    """Seed 000 pins no digest: the advisory and the prod-mandatory digest rules fire, on both node images.
+SSH_REMOTES = {"node1-preflight", "node2-preflight", "node1-firewall-preflight", "node2-firewall-preflight",
+               "node1-firewall", "node2-firewall", "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight",
+               "engine-node1-args-dry-run", "engine-node2-args-dry-run", "engine-node1-dp-engines",
+               "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
+               "node1-docker", "node2-docker"}
+
+
+def test_committed_prod_passes_everything_but_the_digest_and_host_key_rules() -> None:
+    """Seed 000 names neither a digest nor the nodes' host keys: the advisory and the prod-mandatory rules for
+    both fire, on both node images and on every SSH connection (14 remote commands, 2 Docker providers).
     (The harness sets the api_key secret, as `pulumi config set --secret` would.)"""
     found = violations(run_program("prod"), "prod")
-    assert sorted(n for n, v in found.items() if v) == ["image-pinned-by-digest", "prod-image-pinned-by-digest"]
+    assert sorted(n for n, v in found.items() if v) == ["image-pinned-by-digest", "prod-image-pinned-by-digest",
+                                                        "prod-ssh-host-key-pinned", "ssh-host-key-pinned"]
     assert sorted(r for r, _ in found["prod-image-pinned-by-digest"]) == ["node1-image", "node2-image"]
+    assert {r for r, _ in found["prod-ssh-host-key-pinned"]} == SSH_REMOTES
 
 
-def test_prod_with_key_and_digest_passes_every_policy() -> None:
-    values = copy.deepcopy(read_stack_values("prod"))
+def with_host_keys(values: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(values)
+    for i, node in enumerate(out["nodes"]):
+        node["ssh"]["host_key"] = HOST_KEYS[i % len(HOST_KEYS)]
+    return out
+
+
+HOST_KEYS = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDQpMqd0aEKZmgZHZKyYPPUb3y3h1bHZAyN0lldtNsKj",
+             "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBBFZcqjP68IN5Vt06TLo0pZaTWH8"
+             "EHrQdPDLknEYgIH168TDsPCRgqBLND0TbSVALKra7Ik7RAwTzUvP89Inruw="]
+"""Real keys made by ssh-keygen (ed25519, ecdsa P-256): only their public halves are here."""
+
+
+@pytest.fixture
+def known_hosts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The program writes the stack's known_hosts under the deployer's home: a temp one here."""
+    monkeypatch.setattr("stacks.ssh_trust.deployer_home", lambda: tmp_path)
+    return tmp_path
+
+
+def test_prod_with_key_digest_and_host_keys_passes_every_policy(known_hosts_home: Path) -> None:
+    values = with_host_keys(read_stack_values("prod"))
     values["image"]["digest"] = "sha256:" + "ab" * 32
     found = violations(run_program("prod", values), "prod")
     assert {n: v for n, v in found.items() if v} == {}
+    assert (known_hosts_home / ".ssh/vllm-cluster/known_hosts.prod").read_text().startswith(
+        "node1.prod.vllm-cluster ssh-ed25519 ")
 
 
 def test_h20_is_not_held_to_the_prod_digest_rule() -> None:
@@ -101,14 +139,12 @@ def test_h20_is_not_held_to_the_prod_digest_rule() -> None:
 def test_each_rule_fires_on_the_config_that_breaks_it() -> None:
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"] |= {"gpu_memory_utilization": 0.97, "engine_ready_timeout_s": 600}
-    values["fabric"]["private_networks"] = []  # 1.1.1.0/24 is public space unless the stack declares it
+    values["fabric"] |= {"private_networks": [], "public_private_networks": []}  # 1.1.1.0/24: public space
     run = run_program("prod", values, secrets={"ssh_private_key": "k"})  # and no api_key
     found = violations(run, "prod")
     assert any("0.97" in m for _, m in found["vllm-gpu-memory-utilization"])
-    assert [(r, m) for r, m in found["vllm-engine-ready-timeout"] if "VLLM_ENGINE_READY_TIMEOUT_S 600 is below the "
-            "estimated weight-load time of 2855s" in m] != []
-    assert {r for r, _ in found["vllm-engine-ready-timeout"]} == {"engine-node1-deepseek-v41-flash",
-                                                                  "engine-node2-deepseek-v41-flash"}
+    assert any("VLLM_ENGINE_READY_TIMEOUT_S 600 is below the estimated weight-load time of 2855s" in m
+               for _, m in found["vllm-engine-ready-timeout"])
     private = found["vllm-internal-ports-private"]
     assert any("DP coordinator RPC on 1.1.1.2" in m for _, m in private)
     assert any("VLLM_HOST_IP on 1.1.1.1" in m for _, m in private)
@@ -123,6 +159,8 @@ def test_the_proxy_satisfies_the_auth_rule_and_binds_loopback(stack: str) -> Non
     assert found["vllm-internal-ports-private"] == []
     assert "api-proxy-image" in [r for r, _ in found["image-pinned-by-digest"]]  # nginx:1.27-alpine has no digest
 
+
+# --- the pack as the Pulumi engine talks to it: its own process, over the analyzer gRPC protocol ------------
 
 def test_the_facts_come_from_the_policy_facts_component_not_from_labels() -> None:
     """prod's RoCE ranges are public space made private by fabric.private_networks: without PolicyFacts they are
@@ -159,8 +197,6 @@ def test_a_facts_change_touches_the_facts_only() -> None:
     assert any("estimated weight-load time" in m for _, m in found["vllm-engine-ready-timeout"])  # 0.05 GB/s: slow
 
 
-# --- the pack as the Pulumi engine talks to it: its own process, over the analyzer gRPC protocol ------------
-
 @pytest.fixture(scope="module")
 def analyzer() -> Iterator[Any]:
     import grpc
@@ -190,40 +226,161 @@ def test_the_pack_serves_its_policies_to_the_engine(analyzer: Any) -> None:
     assert levels["prod-image-pinned-by-digest"] != levels["image-pinned-by-digest"]
 
 
-def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) -> None:
-    """Analyze() per registered resource (components too, as the engine does), with its wire-form inputs in a
-    protobuf Struct, then AnalyzeStack() with all of them, as `pulumi preview --policy-pack policy` sends them: the
-    committed prod stack gets exactly the two digest rules per image; prod with its networks undeclared gets the
-    stack policy's findings on both containers."""
+def _struct(inputs: dict[str, Any]) -> Any:
     from google.protobuf import struct_pb2
+
+    properties = struct_pb2.Struct()
+    properties.update(copy.deepcopy(inputs))
+    return properties
+
+
+def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) -> None:
+    """Analyze() per registered resource, with its wire-form inputs in a protobuf Struct, as `pulumi preview
+    --policy-pack policy` sends them: the committed prod stack gets exactly the two digest rules per image and
+    the two host-key rules per SSH connection (remote commands and the Docker providers)."""
     from pulumi.runtime.proto import analyzer_pb2
 
-    def wire(run: Run, stack: str) -> list[Any]:
-        out = []
-        for r in run.mocks.resources:
-            properties = struct_pb2.Struct()
-            properties.update(copy.deepcopy(r.inputs))
-            out.append(analyzer_pb2.AnalyzerResource(type=r.typ, properties=properties,
-                                                     urn=urn_of(stack, r.typ, r.name), name=r.name))
-        return out
-
-    def reported(run: Run, stack: str) -> dict[str, set[str]]:
-        found: dict[str, set[str]] = {}
-        resources = wire(run, stack)
-        for resource in resources:
-            response = analyzer.Analyze(analyzer_pb2.AnalyzeRequest(type=resource.type, properties=resource.properties,
-                                                                    urn=resource.urn, name=resource.name))
-            for diagnostic in response.diagnostics:
-                found.setdefault(diagnostic.policyName, set()).add(resource.name)
-        response = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=resources))
+    run = run_program("prod")
+    reported: dict[str, set[str]] = {}
+    for resource in run.mocks.resources:
+        if not resource.typ.startswith(("docker:", "command:", "pulumi:providers:")):
+            continue
+        urn = f"urn:pulumi:prod::vllm-cluster::{URN_TYPES.get(resource.typ, resource.typ)}::{resource.name}"
+        response = analyzer.Analyze(analyzer_pb2.AnalyzeRequest(type=resource.typ, properties=_struct(resource.inputs),
+                                                                urn=urn, name=resource.name))
         for diagnostic in response.diagnostics:
-            found.setdefault(diagnostic.policyName, set()).add(diagnostic.urn.rsplit("::", 1)[-1])
-        return found
+            reported.setdefault(diagnostic.policyName, set()).add(resource.name)
+    assert reported == {"image-pinned-by-digest": {"node1-image", "node2-image"},
+                        "prod-image-pinned-by-digest": {"node1-image", "node2-image"},
+                        "ssh-host-key-pinned": SSH_REMOTES, "prod-ssh-host-key-pinned": SSH_REMOTES}
 
-    assert reported(run_program("prod"), "prod") == {"image-pinned-by-digest": {"node1-image", "node2-image"},
-                                                     "prod-image-pinned-by-digest": {"node1-image", "node2-image"}}
-    values = copy.deepcopy(read_stack_values("prod"))
-    values["fabric"]["private_networks"] = []
-    values["image"]["digest"] = "sha256:" + "ab" * 32
-    assert reported(run_program("prod", values), "prod") == {
-        "vllm-internal-ports-private": {"engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"}}
+
+def test_the_engine_path_runs_the_stack_exposure_rule(analyzer: Any) -> None:
+    """AnalyzeStack() over every resource: committed prod passes; without node1's firewall command (nothing
+    filters vLLM's 0.0.0.0:8030 then) the pack refuses node1's engine."""
+    from pulumi.runtime.proto import analyzer_pb2
+
+    run = run_program("prod")
+
+    def analyze(skip: str | None) -> list[Any]:
+        resources = [analyzer_pb2.AnalyzerResource(
+            type=r.typ, properties=_struct(r.inputs), name=r.name,
+            urn=f"urn:pulumi:prod::vllm-cluster::{URN_TYPES.get(r.typ, r.typ)}::{r.name}")
+            for r in run.mocks.resources if r.name != skip]
+        return list(analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=resources)).diagnostics)
+
+    assert [d for d in analyze(None) if d.policyName == "vllm-api-not-public"] == []
+    [diagnostic] = [d for d in analyze("node1-firewall") if d.policyName == "vllm-api-not-public"]
+    assert diagnostic.urn.endswith("::engine-node1-deepseek-v41-flash")
+    assert "port 8030 on 0.0.0.0 is reachable from outside" in diagnostic.message
+
+
+# --- argv read as vLLM and Ray read it, not as words -------------------------------------------------------
+
+def _engine(run: Run, node: str = "node1") -> dict[str, Any]:
+    props = next(r[2] for r in registered(run) if r[0] == CONTAINER and r[1].startswith(f"engine-{node}-"))
+    return copy.deepcopy(props)
+
+
+def test_a_served_name_carrying_host_does_not_hide_the_real_bind() -> None:
+    """The bypass from the issue: `--served-model-name "DeepSeek --host 127.0.0.1"` after `--host 0.0.0.0`. Word
+    matching read 127.0.0.1; vLLM's parser reads one served name and binds 0.0.0.0. The plan refuses spaces in
+    served names, so the resource is crafted here, as a changed program could register it."""
+    props = _engine(run_program("prod"))
+    props["envs"] = [e for e in props["envs"] if not str(e).startswith("VLLM_API_KEY=")]
+    argv = list(props["command"])
+    argv[argv.index("--served-model-name") + 1] = "DeepSeek --host 127.0.0.1"
+    props["command"] = argv
+    words = " ".join(argv).split()
+    assert words[len(words) - 1 - words[::-1].index("--host") + 1] == "127.0.0.1"  # what word matching saw
+    [message] = api_auth(props)
+    assert "listens on 0.0.0.0 without a key" in message
+    for spelling in (["--host=127.0.0.1"], ["--ho", "127.0.0.1"], ["--served_model_name", "x"]):
+        crafted = copy.deepcopy(props)
+        crafted["command"] = [*argv, *spelling]
+        expected = [] if spelling[0].startswith("--ho") else [message]
+        assert api_auth(crafted) == expected, spelling  # abbreviations and `=` are read as vLLM reads them
+
+
+def test_the_ray_head_script_and_worker_argv_are_parsed_too() -> None:
+    run = run_program("h20")
+    head = _engine(run, "h20-1")
+    assert api_auth(head) == []  # the harness sets api_key
+    head["envs"] = [e for e in head["envs"] if not str(e).startswith("VLLM_API_KEY=")]
+    assert "listens on 0.0.0.0" in api_auth(head)[0]  # found inside `exec vllm serve` of the bash script
+    script = head["command"][0]
+    head["command"] = [script.replace("--node-ip-address=192.0.2.11", "--node-ip-address=8.8.8.8")]
+    assert any("Ray node on 8.8.8.8" in m for m in internal_ports_private(head, None))
+    worker = _engine(run, "h20-2")
+    worker["command"] = [w.replace("192.0.2.11:6379", "8.8.4.4:6379") for w in worker["command"]]
+    assert any("Ray GCS on 8.8.4.4" in m for m in internal_ports_private(worker, None))
+
+
+def test_exposure_rule_reads_the_firewall_the_node_really_applies(known_hosts_home: Path) -> None:
+    run = run_program("prod")
+    resources = registered(run)
+    assert api_exposure(resources) == []
+    # The firewall command's own nft file decides: widen node1's API set to anywhere -> exposed.
+    widened = []
+    for typ, name, props in resources:
+        if name == "node1-firewall":
+            props = copy.deepcopy(props)
+            props["create"] = re.sub(r"(set api_v4 \{[^}]*elements = \{ )[^}]*\}", r"\g<1>0.0.0.0/1, 128.0.0.0/1 }",
+                                     props["create"])
+            assert props["create"] != dict(resources[[n for _, n, _ in resources].index(name)][2])["create"]
+        widened.append((typ, name, props))
+    [(name, message)] = api_exposure(widened)
+    assert name == "engine-node1-deepseek-v41-flash" and "0.0.0.0/1, 128.0.0.0/1" in message
+    # Facts that declare everything private do not make it private (stacks.exposure.trusted_networks).
+    everything = [(t, n, _refact(p, "0.0.0.0/0")) if t == FACTS_TYPE else (t, n, p) for t, n, p in widened]
+    assert [n for n, _ in api_exposure(everything)] == ["engine-node1-deepseek-v41-flash"]
+    # vLLM on loopback: nothing to expose, whatever the firewall.
+    loopback = []
+    for t, n, p in widened:
+        if t == CONTAINER and n.startswith("engine-node1-"):
+            p = copy.deepcopy(p)
+            argv = list(p["command"])
+            argv[argv.index("--host") + 1] = "127.0.0.1"
+            p["command"] = argv
+        loopback.append((t, n, p))
+    assert api_exposure(loopback) == []
+
+
+def _refact(props: dict[str, Any], private: str) -> dict[str, Any]:
+    return {**copy.deepcopy(props), "privateNetworks": [private]}
+
+
+def test_host_key_rule_reads_connections_and_provider_options(known_hosts_home: Path) -> None:
+    run = run_program("prod", with_host_keys(read_stack_values("prod")))
+    for _, name, props in registered(run):
+        if name in SSH_REMOTES:
+            assert host_key_pinned(props) == [], name
+    provider = next(p for t, n, p in registered(run) if n == "node1-docker")
+    weakened = dict(provider, sshOpts=provider["sshOpts"].replace("StrictHostKeyChecking=yes",
+                                                                  "StrictHostKeyChecking=accept-new"))
+    assert "StrictHostKeyChecking=yes" in host_key_pinned(weakened)[0]
+    first_wins = dict(provider, sshOpts=json.dumps(["-o", "StrictHostKeyChecking=no",
+                                                    *json.loads(provider["sshOpts"])]))
+    assert host_key_pinned(first_wins)  # ssh keeps the first value of an option
+
+
+def test_the_pack_imports_nothing_but_the_stdlib_parts_of_stacks() -> None:
+    """policy/venv has pulumi-policy only: importing the rules must not pull pydantic or the stack model (and the
+    blocker does block: the stack loader cannot be imported under it)."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'pydantic' or name in ('stacks.config', 'stacks.field_types'):\n"
+            "            raise ImportError('blocked: ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import rules\n"
+            "assert rules.POLICIES\n"
+            "try:\n"
+            "    import stacks.loader\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "policy", capture_output=True, text=True,
+                         timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert "blocked: " in out.stdout
+

@@ -36,12 +36,13 @@ def h20() -> Run:
 def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     assert prod.error is None and h20.error is None
     counts = Counter(r.typ for r in prod.mocks.resources)
-    # per node: provider, image, container, preflight, fabric preflight, args dry run, dp-engines, nccl-transport
+    # per node: provider, image, container, preflight, fabric preflight, firewall preflight, firewall,
+    # args dry run, dp-engines, nccl-transport
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 10 and counts[LOCAL] == 2
+    assert counts[REMOTE] == 14 and counts[LOCAL] == 2
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 + 2 + 2 + 1 + 1 and h20_counts[LOCAL] == 2
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 + 2 + 2 + 2 + 2 + 1 + 1 and h20_counts[LOCAL] == 2
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,

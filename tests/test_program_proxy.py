@@ -67,7 +67,10 @@ def test_vllm_binds_loopback_and_the_checks_go_through_the_proxy(run: Run) -> No
     assert " --url https://" in health.inputs["create"] and ":443 " in health.inputs["create"]
     assert "--ca-env VLLM_TLS_CA" in health.inputs["create"]
     smoke = run.mocks.named("api-smoke").inputs["create"]
-    assert "--sections models,chat,thinking,stream,auth,deny" in smoke and "--deny-paths /invocations," in smoke
+    assert "--sections models,chat,thinking,stream,auth,deny" in smoke
+    deny = smoke.split("--deny-paths ", 1)[1].split(" ", 1)[0].split(",")
+    assert {"/collective_rpc", "/tokenize", "/invocations", "/pause"} <= set(deny)
+    assert not {"/v1/chat/completions", "/v1/models", "/health"} & set(deny)
     env = run.mocks.named("api-smoke").inputs["environment"]
     assert env[SECRET_SIG] == SECRET_VALUE
     assert env["value"] == {"VLLM_API_KEY": CLIENT_KEYS["team-a"], "VLLM_TLS_CA": CERT}  # a client key, not vLLM's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -84,17 +85,28 @@ def test_listeners_show_bind_and_network_and_nothing_internal_is_public(prod_val
     assert {6379, 6380, 10002} <= {x.port for x in exposed}
 
 
-def test_direct_mode_marks_the_vllm_port_public_and_warns_without_a_key(prod_values: dict[str, Any]) -> None:
+def test_direct_mode_keeps_the_vllm_port_private_and_refuses_it_public_whatever_the_key(
+        prod_values: dict[str, Any]) -> None:
     plan = plan_of(prod_values)
     api = next(x for x in plan.listeners if "vLLM" in x.purpose)
     # The host firewall admits only the declared private networks to the direct port by default.
     assert not api.public and api.allowed_sources == ["1.1.1.0/24", "1.1.2.0/24", "10.30.8.0/24"]
     assert any("exposes vLLM without a key" in w for w in plan.warnings)
-    prod_values["firewall"] = {"api_sources": ["0.0.0.0/0"]}
-    plan = plan_of(prod_values)
-    api = next(x for x in plan.listeners if "vLLM" in x.purpose)
-    assert api.public and plan.proxy is None
-    assert any("exposes vLLM without a key" in w for w in plan.warnings)
+    for firewall in ({"api_sources": ["0.0.0.0/0"]}, {"api_sources": ["10.30.8.0/24", "8.8.8.0/24"]},
+                     {"enabled": False}):
+        for key in (None, SECRET_MARKER):  # vLLM's key guards only /v1: it changes nothing here
+            values = copy.deepcopy(prod_values) | {"firewall": firewall}
+            if key is not None:
+                values["api_key"] = key
+            problems = keys_of(problems_of(values))
+            assert set(problems) == {"serving.host"}, (firewall, key)
+            assert "/collective_rpc" in problems["serving.host"].message and "api.proxy" in (
+                problems["serving.host"].fix or "")
+    # Bound to an address inside the private networks, the port is not reachable from outside even unfiltered.
+    prod_values |= {"firewall": {"enabled": False}}
+    prod_values["serving"]["host"] = "10.30.8.1"
+    api = next(x for x in plan_of(prod_values).listeners if "vLLM" in x.purpose)
+    assert not api.public and api.bind == "10.30.8.1"
 
 
 def test_server_name_becomes_the_endpoint_and_checks_follow(prod_values: dict[str, Any]) -> None:
@@ -139,7 +151,8 @@ def test_cli_plan_and_nginx_conf_with_assumed_secrets() -> None:
     assert re.search(r"h20-1 +ray-head +8000 +127\.0\.0\.1 +loopback +local +- \(this host\)", out.stdout)
     conf = _cli("nginx-conf", "h20", *PROXY_ARGS)
     assert conf.returncode == 0 and '"~^Bearer SECRET-KEY-OF-TEAM-A$" "team-a";' in conf.stdout
-    assert "proxy_pass http://vllm/v1/chat/completions;" in conf.stdout
+    assert 'proxy_pass "http://vllm/v1/chat/completions";' in conf.stdout
+    assert "location ~ \"^/(abort_requests|classify|" in conf.stdout  # h20 runs v0.33.0: its own routes are denied
     off = _cli("nginx-conf", "prod")
     assert off.returncode == 2 and "api.proxy.enabled is false" in off.stderr
     missing = _cli("plan", "h20", "--set", "api.proxy.enabled=true")

@@ -10,6 +10,7 @@ import copy
 import http.client
 import json
 import shlex
+import socket
 import ssl
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from components.check_commands import api_command
 from stacks.config import SECRET_MARKER, ProxyConfig, ProxyLimits
 from stacks.loader import parse_config
 from stacks.plan import build_plan
-from stacks.proxy import DENIED_PATHS, masked_nginx_conf
+from stacks.proxy import DENIED_PATHS, FrontDoor, front_door, masked_nginx_conf
 from tests.conftest import ROOT
 from tests.nginx_harness import (
     CLIENT_KEYS,
@@ -105,6 +106,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain-http": ("prod", {"tls": False, "port": 8080}),
     "ipv6-any": ("h20", {"bind": "::"}),
     "server-name": ("prod", {"server_name": "api.example.internal"}),
+    "wildcard-server-name": ("prod", {"server_name": "*.llm.example.com"}),
+    "punycode-server-name": ("prod", {"server_name": "xn--nde1-lra.example"}),
+    "more-paths": ("h20", {"allowed_paths": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses",
+                                             "/v1/messages", "/health"]}),
+    "ipv6-upstream": ("h20", {"bind": "::", "serving_host": "::1"}),
     "tight-limits": ("prod", {"limits": {"requests_per_minute_per_key": 1, "burst": 0, "connections_per_key": 1},
                               "max_body_mb": 1, "read_timeout_s": 30}),
 }
@@ -114,10 +120,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def test_nginx_accepts_every_generated_config(variant: str, request: pytest.FixtureRequest, tmp_path: Path,
                                              tls: Tls) -> None:
     stack, proxy = VARIANTS[variant]
-    config = parse_config(stack, with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy))
+    proxy = dict(proxy)
+    host = proxy.pop("serving_host", None)
+    values = with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy)
+    if host:
+        values["serving"]["host"] = host
+    config = parse_config(stack, values)
     plan = build_plan(stack, config)
-    assert plan.proxy is not None
-    conf = write_conf(tmp_path, config.api.proxy, config.serving.port, tls if config.api.proxy.tls else None)
+    assert plan.proxy is not None and plan.proxy.upstream == front_door(config).upstream
+    conf = write_conf(tmp_path, front_door(config), 0, tls if config.api.proxy.tls else None)
     result = nginx_test(conf)
     assert result.returncode == 0, result.stderr + conf.read_text()
     assert "syntax is ok" in result.stderr
@@ -127,7 +138,7 @@ def test_nginx_accepts_many_clients_and_the_reviewers_copy(tmp_path: Path, tls: 
     keys = {f"client-{i:03d}": f"sk-{i:03d}-{'x' * 24}" for i in range(200)}
     result = nginx_test(write_conf(tmp_path, ProxyConfig(enabled=True), 8000, tls, keys))
     assert result.returncode == 0, result.stderr
-    masked = masked_nginx_conf(ProxyConfig(enabled=True), 8000, ["team-a"])
+    masked = masked_nginx_conf(FrontDoor.of(ProxyConfig(enabled=True), 8000), ["team-a"])
     assert "SECRET-KEY-OF-TEAM-A" in masked and "SECRET-UPSTREAM-API-KEY" in masked
 
 
@@ -372,3 +383,40 @@ def test_deny_check_fails_against_vllm_directly(front: Front) -> None:
                          env={"VLLM_API_KEY": UPSTREAM_KEY, "PATH": "/usr/bin:/bin"})
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 1 and "/metrics 200" in verdict["evidence"][0]
+
+
+# --- the upstream follows serving.host -----------------------------------------------------------------------
+
+def test_requests_reach_vllm_on_ipv6_loopback(tmp_path: Path, tls: Tls, h20_values: dict[str, Any]) -> None:
+    """vLLM bound to ::1 (serving.host): the generated upstream is `[::1]:port` and requests arrive there. Before,
+    the upstream was hard-coded 127.0.0.1 and every request would have been a 503."""
+    port = free_port()
+    with standin("--host", "::1", "--api-key-env", "STANDIN_KEY", env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+        upstream_port = int(url.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 10
+        while True:  # the stand-in listens on ::1 only
+            try:
+                socket.create_connection(("::1", upstream_port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the stand-in did not listen on [::1]"
+                time.sleep(0.05)
+        values = with_proxy(h20_values, bind="127.0.0.1", port=port)
+        values["serving"] |= {"host": "::1", "port": upstream_port}
+        config = parse_config("h20", values)
+        door = front_door(config)
+        assert door.upstream == f"[::1]:{upstream_port}"
+        assert build_plan("h20", config).proxy is not None
+        conf = write_conf(tmp_path, door, 0, tls)
+        assert f'server "[::1]:{upstream_port}";' in conf.read_text()
+        with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                      verify=tls_context(tls.pem)) as c:
+            models = c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"]))
+            health = c.get("/health")
+        assert models.status_code == 200 and models.json()["data"][0]["id"] == "DeepSeek-V4.1-Flash"
+        assert health.status_code == 200
+        wrong = FrontDoor.of(config.api.proxy, upstream_port)  # 127.0.0.1: nothing listens there
+        conf = write_conf(tmp_path, wrong, 0, tls)
+        with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
+                                                      verify=tls_context(tls.pem)) as c:
+            assert c.get("/health").status_code == 503

@@ -1,0 +1,164 @@
+"""The program's host firewall, pinned SSH and head-side API checks, under Pulumi's mocks."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.firewall import firewall_commands
+from stacks.loader import parse_config, read_stack_values
+from stacks.plan import build_plan
+from tests.pulumi_harness import Run, run_program
+from tests.test_policy import HOST_KEYS, with_host_keys
+
+REMOTE = "command:remote:Command"
+LOCAL = "command:local:Command"
+
+
+@pytest.fixture(autouse=True)
+def known_hosts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("stacks.ssh_trust.deployer_home", lambda: tmp_path)
+    return tmp_path
+
+
+def _ok(run: Run) -> Run:
+    assert run.error is None, run.error
+    return run
+
+
+@pytest.mark.parametrize("stack", ["prod", "h20"])
+def test_one_firewall_command_per_node_after_its_preflight_and_before_any_engine(stack: str) -> None:
+    run = _ok(run_program(stack))
+    values = read_stack_values(stack)
+    config = parse_config(stack, values)
+    expected = firewall_commands(config, build_plan(stack, config).firewall)
+    walls = run.result["firewalls"]
+    assert set(walls) == set(expected) == {n["name"] for n in values["nodes"]}
+    for name, fw in expected.items():
+        registered = run.mocks.named(f"{name}-firewall")
+        assert registered.typ == REMOTE
+        assert (registered.inputs["create"], registered.inputs["update"], registered.inputs["delete"]) == (
+            fw.create, fw.update, fw.delete)
+        assert registered.inputs["triggers"] == fw.triggers and len(fw.triggers[0]) == 64
+        preflight = run.mocks.named(f"{name}-firewall-preflight")
+        assert "--sections firewall --ephemeral-ports 32768-60999" in preflight.inputs["create"]
+        assert preflight.inputs["create"].startswith("timeout ")
+        node = run.result["nodes"][name]
+        assert [d._name for d in run.all_options[f"{name}-firewall"].depends_on] == [f"{name}-firewall-preflight"]
+        assert run.all_options[f"{name}-firewall-preflight"].depends_on == [node.preflight]
+        # every engine container waits for every node's dry run, and each dry run for its node's firewall
+        dry = run.result["engine"].dry_runs[name]
+        assert walls[name] in run.all_options[dry._name].depends_on
+    for container in run.result["engine"].containers.values():
+        deps = run.all_options[container._name].depends_on
+        assert all(d in deps for d in run.result["engine"].dry_runs.values())
+
+
+def test_rules_change_re_runs_the_firewall_and_nothing_else_does() -> None:
+    base = _ok(run_program("prod"))
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["max_num_seqs"] = 64
+    same = _ok(run_program("prod", values))
+    values["firewall"] = {"api_sources": ["10.30.8.0/24"]}
+    changed = _ok(run_program("prod", values))
+    trigger = {r.name: r.inputs["triggers"] for r in base.mocks.of_type(REMOTE)}
+    assert same.mocks.named("node1-firewall").inputs["triggers"] == trigger["node1-firewall"]
+    assert changed.mocks.named("node1-firewall").inputs["triggers"] != trigger["node1-firewall"]
+    assert "10.30.8.0/24 }" in changed.mocks.named("node1-firewall").inputs["create"]
+
+
+def test_firewall_off_registers_no_firewall_and_non_root_uses_sudo() -> None:
+    values = copy.deepcopy(read_stack_values("h20"))
+    values["firewall"] = {"enabled": False}
+    values["serving"]["host"] = "192.0.2.11"  # vLLM's own port on a private address: valid without a filter
+    off = _ok(run_program("h20", values))
+    assert not [r for r in off.mocks.resources if "firewall" in r.name] and off.result["firewalls"] == {}
+    values = copy.deepcopy(read_stack_values("h20"))
+    values["nodes"][1]["ssh"]["user"] = "ops"
+    sudo = _ok(run_program("h20", values))
+    assert sudo.mocks.named("h20-2-firewall").inputs["create"].startswith("sudo -n timeout 120 sh -c ")
+    assert " sudo -n python3 - " in sudo.mocks.named("h20-2-firewall-preflight").inputs["create"]
+    assert " sudo -n " not in sudo.mocks.named("h20-1-firewall-preflight").inputs["create"]
+
+
+# --- SSH: pinned host keys on every connection ---------------------------------------------------------------
+
+def _connection(run: Run, name: str) -> dict[str, Any]:
+    conn = run.mocks.named(name).inputs["connection"]
+    return conn["value"] if "value" in conn and isinstance(conn["value"], dict) else conn
+
+
+def test_every_ssh_connection_carries_the_nodes_host_key(known_hosts_home: Path) -> None:
+    run = _ok(run_program("prod", with_host_keys(read_stack_values("prod"))))
+    remotes = run.mocks.of_type(REMOTE)
+    assert len(remotes) == 14
+    for remote in remotes:
+        conn = _connection(run, remote.name)
+        node = 0 if conn["host"] == "10.30.8.1" else 1
+        assert conn["hostKey"] == HOST_KEYS[node], remote.name
+    for name in ("node1", "node2"):
+        provider = run.mocks.named(f"{name}-docker")
+        opts = json.loads(provider.inputs["sshOpts"])
+        assert opts[-8:] == ["-o", "StrictHostKeyChecking=yes", "-o",
+                             "UserKnownHostsFile=~/.ssh/vllm-cluster/known_hosts.prod",
+                             "-o", "GlobalKnownHostsFile=/dev/null", "-o", f"HostKeyAlias={name}.prod.vllm-cluster"]
+    text = (known_hosts_home / ".ssh/vllm-cluster/known_hosts.prod").read_text()
+    assert text == f"node1.prod.vllm-cluster {HOST_KEYS[0]}\nnode2.prod.vllm-cluster {HOST_KEYS[1]}\n"
+    assert oct((known_hosts_home / ".ssh/vllm-cluster/known_hosts.prod").stat().st_mode & 0o777) == "0o600"
+
+
+def test_without_host_keys_nothing_is_pinned_and_no_file_is_written(known_hosts_home: Path) -> None:
+    run = _ok(run_program("prod"))
+    assert all("hostKey" not in _connection(run, r.name) for r in run.mocks.of_type(REMOTE))
+    assert "StrictHostKeyChecking=yes" not in run.mocks.named("node1-docker").inputs["sshOpts"]
+    assert not (known_hosts_home / ".ssh").exists()
+
+
+# --- vLLM on loopback without the proxy: the API checks run on the head ---------------------------------------
+
+def test_loopback_without_proxy_runs_the_api_checks_on_the_head_in_the_engine() -> None:
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["host"] = "127.0.0.1"
+    run = _ok(run_program("prod", values))
+    assert not run.mocks.of_type(LOCAL)
+    health, smoke = run.mocks.named("api-health"), run.mocks.named("api-smoke")
+    assert health.typ == smoke.typ == REMOTE and _connection(run, "api-health")["host"] == "10.30.8.1"
+    create = health.inputs["create"]
+    first = create.split("\n", 1)[0]
+    words = shlex.split(first.split(" <<'")[0])
+    assert words[:2] == ["timeout", str(3600 + 600 + (1 + 3 + 2) * 300 + 120)]
+    assert words[2:7] == ["docker", "exec", "-i", "deepseek-v41-flash", "python3"]
+    assert words[words.index("--url") + 1] == "http://127.0.0.1:8030" == run.outputs["endpoint"]
+    assert "environment" not in health.inputs  # the key is the container's own VLLM_API_KEY: nothing travels
+    assert "def wait_health(" in create and "class Golden" in create  # checks/api.py with stacks.golden inlined
+    assert "--sections models,chat,thinking,stream,auth" in smoke.inputs["create"]
+    plan = build_plan("prod", parse_config("prod", values))
+    assert {c.runs_on for c in plan.checks if c.module == "checks.api"} == {"node"}
+    assert any("the API checks run there" in w for w in plan.warnings)
+
+
+# --- serving.host drives every local path to vLLM ------------------------------------------------------------
+
+@pytest.mark.parametrize(("host", "local", "endpoint"), [
+    ("0.0.0.0", "127.0.0.1:8030", "http://10.30.8.1:8030"),
+    ("::", "[::1]:8030", "http://10.30.8.1:8030"),
+    ("10.30.8.1", "10.30.8.1:8030", "http://10.30.8.1:8030"),
+    ("1.1.1.2", "1.1.1.2:8030", "http://1.1.1.2:8030"),        # a data address: the checks follow the bind
+    ("127.0.0.1", "127.0.0.1:8030", "http://127.0.0.1:8030"),  # checks on the head
+    ("::1", "[::1]:8030", "http://[::1]:8030"),
+])
+def test_the_healthcheck_upstream_and_checks_follow_serving_host(host: str, local: str, endpoint: str) -> None:
+    from stacks.proxy import front_door
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["host"] = host
+    config = parse_config("prod", values)
+    plan = build_plan("prod", config)
+    assert f"'http://{local}/health'" in plan.head.containers[0].healthcheck.test[-1]  # type: ignore[union-attr]
+    assert plan.endpoint == endpoint
+    assert front_door(config).upstream == local
