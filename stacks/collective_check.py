@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from checks.collective import DEFAULT_MASTER_PORT, DEFAULT_SIZES
 from stacks.config import StackConfig
 from stacks.fabric import control_ip, node_env
+from stacks.launch import LABEL_PREFIX
 from stacks.plan import Plan
 
 COLLECTIVE_TIMEOUT_S = 900
@@ -56,8 +57,10 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
                 "--timeout-s", str(timeout_s)]
         if min_busbw_gbps is not None:
             args += ["--min-busbw-gbps", f"{min_busbw_gbps:g}"]
-        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective", "--network", "host",
-                  "--ipc", spec.ipc_mode, "--pull", "never"]
+        # The stack label: a run left behind (the deployer died mid-check) is this stack's to the ownership preflight.
+        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective",
+                  "--label", f"{LABEL_PREFIX}.stack={plan.stack}", "--network", "host", "--ipc", spec.ipc_mode,
+                  "--pull", "never"]
         if spec.privileged:
             docker.append("--privileged")
         if backend == "nccl":
