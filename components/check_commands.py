@@ -229,7 +229,7 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str
                 "check): the downtime starts here")
     failed = f"FAIL {name}: docker stop {spec.name} failed; nothing else was touched"
     guard = "\n".join([
-        f"state=$(docker inspect --format {q(fmt)} {q(spec.name)} 2>/dev/null) || state=",
+        f"state=$(docker container inspect --format {q(fmt)} {q(spec.name)} 2>/dev/null) || state=",
         'case "$state" in',
         f"  {q(f'{plan.stack} {generation} true')}) echo {q(skip)}; exit 0 ;;",
         f"  {q(plan.stack + ' ')}*{q(' true')}) echo {q(stopping)} >&2",

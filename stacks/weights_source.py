@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from stacks.field_types import Kind, refuse
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CREDENTIAL_KEY = re.compile(r"key|secret|token|passw|credential", re.I)
 DEFAULT_WORKERS, MAX_WORKERS = 16, 64
 """checks.weights DEFAULT_WORKERS, MAX_WORKERS."""
 DEFAULT_PART_MB, MIN_PART_MB, MAX_PART_MB = 256, 1, 5120
@@ -105,8 +106,13 @@ class WeightsSource(BaseModel):
     def _from_string(cls, value: Any) -> Any:
         if isinstance(value, str):
             return {"url": value}
-        if isinstance(value, dict) and "endpoint_url" in value:  # a password in the URL is never echoed back
-            return {**value, "endpoint_url": _mask_userinfo(value["endpoint_url"])}
+        if not isinstance(value, dict):
+            return value
+        # Credentials written here by mistake are refused as unknown keys without being echoed back.
+        value = {k: "[redacted: credentials go in the s3_* secrets]" if k not in cls.model_fields
+                 and _CREDENTIAL_KEY.search(str(k)) else v for k, v in value.items()}
+        if "endpoint_url" in value:  # nor is a password in the URL
+            value["endpoint_url"] = _mask_userinfo(value["endpoint_url"])
         return value
 
     def identity(self) -> dict[str, Any]:

@@ -162,7 +162,8 @@ def test_collective_command_floor_port_label_and_engine_guard(prod_values: dict[
     command = collective_command(config, plan, next(c for c in plan.checks if c.name == "collective-node2"))
     guard, run = command.split("esac\n", 1)
     generation = plan.node("node2").containers[0].labels[f"{LABEL_PREFIX}.generation"]
-    assert "docker inspect --format" in guard and f"'prod {generation} true') echo 'SKIP collective-node2:" in guard
+    assert "docker container inspect --format" in guard
+    assert f"'prod {generation} true') echo 'SKIP collective-node2:" in guard
     assert "docker stop --time 30 deepseek-v41-flash" in guard
     head = shlex.split(run.split("<<")[0])
     assert head[:4] == ["timeout", "900", "docker", "run"]
