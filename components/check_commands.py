@@ -208,32 +208,44 @@ COLLECTIVE_STOP_S = 30
 
 
 def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
-    """`collective-<node>`: first this stack's own engine on the node is stopped when it runs a generation other than
-    the one this update deploys (the group is replaced right after, so this is where the downtime starts); a
-    running engine of the same generation means the group is not replaced in this update, and the check is
-    skipped rather than stop a group that nothing would restart. A container of that name without this stack's
-    label is left alone (the check then refuses: its GPUs are in use). Then the all-reduce in the stack's image
-    with the node's rendered fabric env (`stacks/collective_check.py`)."""
+    """`collective-<node>`: an engine guard, then the all-reduce in the stack's image with the node's fabric env
+    (`stacks/collective_check.py`).
+
+    The command text holds the image, the node's fabric env and the check's arguments, nothing else (not the
+    group's generation), so pulumi-command runs it again only when one of those changes. The guard then looks at
+    this stack's engine on the node (`container.name`, `vllm-cluster.stack=<stack>`): when it runs another image
+    or other fabric values, this update replaces the group (both are in its generation), so it is stopped here and
+    the downtime starts; when it runs this image with these values, only the floor, port or sizes changed, the
+    group stays, and the check is skipped rather than stop a group nothing would restart. A container of that
+    name without this stack's label is left alone (the check then refuses: its GPUs are in use)."""
     floor, _ = min_busbw_gbps(config)
     runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
     run = next(r for r in runs if r.node == check.node)
-    spec = plan.node(run.node).containers[0]
-    generation = spec.labels[f"{LABEL_PREFIX}.generation"]
-    name, q = check.name, shlex.quote
-    fmt = (f'{{{{index .Config.Labels "{LABEL_PREFIX}.stack"}}}} {{{{index .Config.Labels '
-           f'"{LABEL_PREFIX}.generation"}}}} {{{{.State.Running}}}}')
-    skip = (f"SKIP {name}: engine {spec.name} of this stack already runs generation {generation} and is not "
-            "replaced by this update, so its GPUs are not free; the fabric is measured at the next image or fabric "
-            "change, or by hand in a maintenance window (README: Collective check)")
-    stopping = (f"{name}: stopping this stack's engine {spec.name} (the group is replaced after the collective "
-                "check): the downtime starts here")
-    failed = f"FAIL {name}: docker stop {spec.name} failed; nothing else was touched"
+    container = plan.node(run.node).containers[0].name
+    name, q, image = check.name, shlex.quote, config.image.pull_ref
+    state_fmt = f'{{{{index .Config.Labels "{LABEL_PREFIX}.stack"}}}} {{{{.State.Running}}}} {{{{.Image}}}}'
+    env_fmt = "{{range .Config.Env}}{{println .}}{{end}}"
+    skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, so "
+            "this update does not replace it and its GPUs are not free; the fabric is measured at the next image "
+            "or fabric change, or by hand in a maintenance window (README: Collective check)")
+    stopping = (f"{name}: stopping this stack's engine {container} (this update replaces the group after the "
+                "collective check): the downtime starts here")
+    failed = f"FAIL {name}: docker stop {container} failed; nothing else was touched"
+    pairs = " ".join(q(f"{key}={value}") for key, value in run.env.items())
     guard = "\n".join([
-        f"state=$(docker container inspect --format {q(fmt)} {q(spec.name)} 2>/dev/null) || state=",
+        f"state=$(docker container inspect --format {q(state_fmt)} {q(container)} 2>/dev/null) || state=",
         'case "$state" in',
-        f"  {q(f'{plan.stack} {generation} true')}) echo {q(skip)}; exit 0 ;;",
-        f"  {q(plan.stack + ' ')}*{q(' true')}) echo {q(stopping)} >&2",
-        f"    docker stop --time {COLLECTIVE_STOP_S} {q(spec.name)} >/dev/null || {{ echo {q(failed)}; exit 1; }}",
+        f"  {q(plan.stack + ' true ')}*)",
+        f"    new=$(docker image inspect --format {q('{{.Id}}')} {q(image)} 2>/dev/null) || new=",
+        f"    env=$(docker container inspect --format {q(env_fmt)} {q(container)} 2>/dev/null) || env=",
+        "    same=yes",
+        '    [ -n "$new" ] && [ "${state##* }" = "$new" ] || same=no',
+        f"    for kv in {pairs}; do",
+        """      printf '%s\\n' "$env" | grep -qxF -e "$kv" || same=no""",
+        "    done",
+        f'    if [ "$same" = yes ]; then echo {q(skip)}; exit 0; fi',
+        f"    echo {q(stopping)} >&2",
+        f"    docker stop --time {COLLECTIVE_STOP_S} {q(container)} >/dev/null || {{ echo {q(failed)}; exit 1; }}",
         "    sleep 5 ;;",
         "esac",
         "",

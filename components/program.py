@@ -33,6 +33,7 @@ from components.check_commands import (
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.vllm_engine import VllmEngine, VllmEngineArgs
+from stacks.collective_check import collective_runs
 from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
@@ -267,15 +268,16 @@ def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
 def collective_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode],
                         dry_runs: Mapping[str, pulumi.Resource]) -> dict[str, command.remote.Command]:
     """One `collective-<node>` per node. Each depends on every node's dry run (an image that cannot even parse its
-    argv never gets to stop an engine) and re-runs when the image, any node's fabric env or the floor changes: a
-    node alone cannot run it, so the triggers are the whole group's. The commands have no dependency on each
-    other, so Pulumi starts them together (within --parallel)."""
+    argv never gets to stop an engine) and re-runs when the image, any node's fabric env or arguments, or the floor
+    changes: a node alone cannot all-reduce, so the triggers are the whole group's. The commands have no dependency
+    on each other, so Pulumi starts them together (within --parallel). Their text carries no generation: a launch
+    change that replaces the group without touching the image or the fabric does not re-run them."""
     checks = [c for c in plan.checks if c.module == "checks.collective"]
     if not checks:
         return {}
     floor, _ = min_busbw_gbps(config)
-    group = _digest({"env": {n.name: node_env(config, n) for n in config.nodes},
-                     "port": config.fabric.collective_port, "nodes": [n.name for n in config.nodes]})
+    runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
+    group = _digest([[r.node, r.env, r.args] for r in runs])  # every node's fabric env and arguments
     triggers = [config.image.pull_ref, group, f"min_busbw_gbps={floor:g}"]
     return {
         str(c.node): command.remote.Command(

@@ -47,7 +47,8 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
     for rank, node in enumerate(config.nodes):
         node_plan = plan.node(node.name)
         spec = node_plan.containers[0]
-        env = node_env(config, node)
+        # The engine's own values: container.managed_env_overrides may replace a rendered fabric variable.
+        env = {key: spec.env.get(key, value) for key, value in node_env(config, node).items()}
         if "CUDA_VISIBLE_DEVICES" in spec.env:
             env["CUDA_VISIBLE_DEVICES"] = spec.env["CUDA_VISIBLE_DEVICES"]
         procs = node_plan.gpus_used if backend == "nccl" else 1

@@ -161,10 +161,12 @@ def test_collective_command_floor_port_label_and_engine_guard(prod_values: dict[
     plan = build_plan("prod", config)
     command = collective_command(config, plan, next(c for c in plan.checks if c.name == "collective-node2"))
     guard, run = command.split("esac\n", 1)
+    assert "docker container inspect --format" in guard and "  'prod true '*)" in guard
+    assert f"docker image inspect --format '{{{{.Id}}}}' {config.image.pull_ref}" in guard
+    assert "NCCL_IB_HCA==mlx5_0:1,mlx5_2:1 " in guard and "VLLM_HOST_IP=1.1.1.1 " in guard  # node2's own values
+    assert "docker stop --time 30 deepseek-v41-flash" in guard and "echo 'SKIP collective-node2:" in guard
     generation = plan.node("node2").containers[0].labels[f"{LABEL_PREFIX}.generation"]
-    assert "docker container inspect --format" in guard
-    assert f"'prod {generation} true') echo 'SKIP collective-node2:" in guard
-    assert "docker stop --time 30 deepseek-v41-flash" in guard
+    assert generation not in command  # a launch change alone does not re-run the check
     head = shlex.split(run.split("<<")[0])
     assert head[:4] == ["timeout", "900", "docker", "run"]
     assert head[head.index("--label") + 1] == "vllm-cluster.stack=prod"
@@ -176,6 +178,16 @@ def test_collective_command_floor_port_label_and_engine_guard(prod_values: dict[
     plan = build_plan("prod", config)
     default = collective_command(config, plan, next(c for c in plan.checks if c.name == "collective-node1"))
     assert "--min-busbw-gbps 50 " in default  # roce's documented default, written out
+
+
+def test_collective_runs_with_the_engines_values_overrides_included(prod_values: dict[str, Any]) -> None:
+    prod_values["container"]["managed_env_overrides"] = {"NCCL_IB_HCA": "=mlx5_4:1"}
+    config = parse_config("prod", prod_values)
+    plan = build_plan("prod", config)
+    assert plan.node("node1").containers[0].env["NCCL_IB_HCA"] == "=mlx5_4:1"
+    command = collective_command(config, plan, next(c for c in plan.checks if c.name == "collective-node1"))
+    assert "-e NCCL_IB_HCA==mlx5_4:1 " in command and "NCCL_IB_HCA==mlx5_4:1 " in command.split("esac")[0]
+    assert "mlx5_0:1" not in command.split("<<")[0]
 
 
 @pytest.mark.parametrize(("stack", "port", "clash"), [

@@ -191,7 +191,7 @@ def test_collective_commands_per_node_triggers_and_what_changes_them(local: Run)
         inputs = local.mocks.named(f"collective-{name}").inputs
         create = inputs["create"]
         assert f"--node-rank {rank} " in create and "--min-busbw-gbps 50 " in create
-        assert f"{engine.generation} true')" in create and "docker stop --time 30 deepseek-v41-flash" in create
+        assert "docker stop --time 30 deepseek-v41-flash" in create and engine.generation not in create
         assert inputs["triggers"][0] == local.outputs["image"] and inputs["triggers"][2] == "min_busbw_gbps=50"
         assert inputs["triggers"] == local.mocks.named("collective-node1").inputs["triggers"]  # one group
     floor = copy.deepcopy(read_stack_values("prod"))
@@ -206,6 +206,12 @@ def test_collective_commands_per_node_triggers_and_what_changes_them(local: Run)
         "node1-weights": verdict("weights-node1", HASH_A), "node2-weights": verdict("weights-node2", HASH_A)}))
     # node2's fabric env changed: node1 must run too (a node alone cannot all-reduce), and the group is replaced
     assert {"collective-node1", "collective-node2", "engine-node1-deepseek-v41-flash"} <= changed
+    seqs = copy.deepcopy(read_stack_values("prod"))
+    seqs["serving"]["max_num_seqs"] = 64
+    changed = _changed(local, run_program("prod", seqs, stdout={
+        "node1-weights": verdict("weights-node1", HASH_A), "node2-weights": verdict("weights-node2", HASH_A)}))
+    # a launch change replaces the group without measuring the fabric again
+    assert "engine-node1-deepseek-v41-flash" in changed and not any(n.startswith("collective-") for n in changed)
 
 
 def test_ray_stack_gets_collectives_before_its_containers_too() -> None:

@@ -165,9 +165,10 @@ def running(name: str) -> bool:
     return done.stdout.strip() == "true"
 
 
-def start_engine(name: str, image: str, labels: dict[str, str]) -> None:
+def start_engine(name: str, image: str, labels: dict[str, str], env: dict[str, str]) -> None:
     docker("rm", "-f", name)
     flags = [part for key, value in labels.items() for part in ("--label", f"{key}={value}")]
+    flags += [part for key, value in env.items() for part in ("-e", f"{key}={value}")]
     done = docker("run", "-d", "--name", name, *flags, "--entrypoint", "python3", image, "-c",
                   "import time; time.sleep(600)")
     assert done.returncode == 0, done.stderr
@@ -182,26 +183,32 @@ def test_the_collective_guard_against_real_containers(engine_image: str, sh: str
     run = run_program("prod", values)
     assert run.error is None, run.error
     command = registered(run, "collective-node1")["create"]
-    generation = run.result["engine"].generation
+    spec_env = run.mocks.named(f"engine-node1-{engine}").inputs["envs"]
+    env = dict(e.split("=", 1) for e in (spec_env["value"] if isinstance(spec_env, dict) else spec_env))
+    ours = {"vllm-cluster.stack": "prod", "vllm-cluster.generation": run.result["engine"].generation}
+    other_image = f"{PREFIX}-other:1"
     try:
-        # this update does not replace the serving group: skip, touch nothing
-        start_engine(engine, engine_image, {"vllm-cluster.stack": "prod", "vllm-cluster.generation": generation})
+        # this stack's engine, this image, this fabric env: the update does not replace it; skip, touch nothing
+        start_engine(engine, engine_image, ours, env)
         done = shell(command, sh=sh)
         assert done.returncode == 0 and done.stdout.startswith(f"SKIP collective-node1: engine {engine}"), done
         assert running(engine)
-        # another generation of this stack: stopped (downtime starts here), then the all-reduce container starts
-        start_engine(engine, engine_image, {"vllm-cluster.stack": "prod", "vllm-cluster.generation": "0" * 16})
-        started = time.monotonic()
-        done = shell(command, sh=sh)
-        assert "stopping this stack's engine" in done.stderr and not running(engine)
-        assert time.monotonic() - started >= 5  # the pause for the GPUs to be released
-        ran = docker("ps", "-a", "--filter", f"name={engine}-collective", "--format", "{{.Names}}")
-        assert done.returncode != 0 and ran.stdout.strip() == ""  # here: no GPU, so `docker run --gpus` fails (--rm)
-        assert "gpu" in done.stderr.lower() or "device" in done.stderr.lower(), done.stderr[-800:]
-        assert docker("start", engine).returncode == 0 and running(engine)  # the documented way back
+        # another image (committed from it: another ID), or another value of a fabric variable: the group is
+        # replaced, so it is stopped (the downtime starts here), then the all-reduce container starts
+        assert docker("commit", engine, other_image).returncode == 0
+        for image, variant in ((other_image, env), (engine_image, env | {"NCCL_IB_HCA": "=mlx5_9:1"})):
+            start_engine(engine, image, ours, variant)
+            started = time.monotonic()
+            done = shell(command, sh=sh)
+            assert "stopping this stack's engine" in done.stderr and not running(engine), done
+            assert time.monotonic() - started >= 5  # the pause for the GPUs to be released
+            ran = docker("ps", "-a", "--filter", f"name={engine}-collective", "--format", "{{.Names}}")
+            assert done.returncode != 0 and ran.stdout.strip() == ""  # here: no GPU, `docker run --gpus` fails (--rm)
+            assert "gpu" in done.stderr.lower() or "device" in done.stderr.lower(), done.stderr[-800:]
+            assert docker("start", engine).returncode == 0 and running(engine)  # the documented way back
         # not this stack's, or no label at all: left alone (the check itself then refuses: GPUs in use)
-        for labels in ({"vllm-cluster.stack": "prod-other", "vllm-cluster.generation": "0" * 16}, {}):
-            start_engine(engine, engine_image, labels)
+        for labels in ({"vllm-cluster.stack": "prod-other"}, {}):  # (other_image inherited the labels: commit)
+            start_engine(engine, engine_image, labels, env | {"NCCL_IB_HCA": "=mlx5_9:1"})
             done = shell(command, sh=sh)
             assert "stopping" not in done.stderr and running(engine) and not done.stdout.startswith("SKIP")
         docker("rm", "-f", engine)  # none at all: straight to the check
@@ -209,3 +216,4 @@ def test_the_collective_guard_against_real_containers(engine_image: str, sh: str
         assert "stopping" not in done.stderr and not done.stdout.startswith("SKIP") and done.returncode != 0
     finally:
         docker("rm", "-f", engine)
+        remove_image(other_image)
