@@ -685,7 +685,7 @@ def ownership_holders(containers: list[dict[str, Any]], owned: list[tuple[str, s
 
 def check_ownership(ctx: Context) -> Section:
     a = ctx.args
-    owned = [tuple(x.split("=", 1)) for x in a.owned_label if "=" in x]
+    owned = [tuple(a.owned_label.split("=", 1))] if "=" in a.owned_label else []
     names, ports = _split(a.container_names), [int(p) for p in _split(a.ports)]
     code, out = _docker(ctx, ["ps", "-a", "-q", "--no-trunc"], 20)
     if code is None or code != 0:
@@ -905,7 +905,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--image-size-gb", type=float, help="compressed image size, when the registry cannot be asked")
     d.add_argument("--disk-headroom-gb", type=float, default=DISK_HEADROOM_GB)
     o = p.add_argument_group("ownership")
-    o.add_argument("--owned-label", action="append", default=[], help="KEY=VALUE marking this stack's containers")
+    o.add_argument("--owned-label", default="", help="KEY=VALUE marking this stack's containers: every container "
+                   "the program creates carries vllm-cluster.stack=<stack>, the proxy included")
     o.add_argument("--container-names", default="", help="names the engine containers will take")
     o.add_argument("--ports", default="", help="ports the engine will listen on (host network)")
     f = p.add_argument_group("fabric")

@@ -110,7 +110,8 @@ class ApiEndpoint(pulumi.ComponentResource):
             healthcheck=docker.ContainerHealthcheckArgs(tests=["CMD", "nginx", "-t", "-q"], interval="10s",
                                                         timeout="5s", retries=3, start_period="2s"),
             wait=True, wait_timeout=60,
-            labels=[docker.ContainerLabelArgs(label="vllm-cluster.role", value="api-proxy")],
+            labels=[docker.ContainerLabelArgs(label="vllm-cluster.role", value="api-proxy"),
+                    docker.ContainerLabelArgs(label="vllm-cluster.stack", value=pulumi.get_stack())],
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, delete_before_replace=True,
                                         replace_on_changes=PROXY_REPLACE_ON_CHANGES))
         return image, container

@@ -10,12 +10,16 @@ import shlex
 
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
+from checks.weights_node import node_sync_command, node_verify_command
+from stacks.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
 from stacks.config import StackConfig
+from stacks.golden import golden_json
 from stacks.launch import LABEL_PREFIX
 from stacks.load_estimate import engine_memory
-from stacks.plan import CheckSpec, Plan, api_on_head
+from stacks.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
 from stacks.profiles import get_profile
 from stacks.topology import derive_topology
+from stacks.watch_unit import dp_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600
 """Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
@@ -66,10 +70,8 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         # Fixed ports only: an OS-picked (ephemeral) port or a range cannot be held for us in advance.
         ports = sorted({x.port for x in plan.listeners if x.node == node.name and not x.ephemeral
                         and x.port_end is None})
+        # Every container the program creates carries the stack label, the proxy included (ApiEndpoint).
         args += ["--owned-label", f"{LABEL_PREFIX}.stack={plan.stack}", "--container-names", ",".join(names)]
-        if plan.proxy is not None and plan.proxy.node == node.name:
-            # ApiEndpoint labels the proxy by role only (components/api_endpoint.py).
-            args += ["--owned-label", f"{LABEL_PREFIX}.role=api-proxy"]
         if ports:
             args += ["--ports", ",".join(map(str, ports))]
     if sections & {"hca", "gid"}:
@@ -157,26 +159,107 @@ def health_deadline_s(config: StackConfig) -> int:
 
 
 def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
-    """Runs on the deployer; the key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the
-    proxy's certificate in VLLM_TLS_CA, both through the command's environment.
+    """Runs on the deployer, through `plan.endpoint` (the proxy when it is on: `X-data-parallel-rank` passes through
+    nginx unchanged). The key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the proxy's
+    certificate in VLLM_TLS_CA, both through the command's environment. The golden set, thinking and streaming run
+    once per DP rank (`--dp-size`, `--rank-nodes` from the plan); with one rank (Ray, DP 1) nothing is pinned.
 
     With vLLM on loopback and no proxy (`stacks.plan.api_on_head`) nothing off the head reaches the port: the
     same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
     script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
     container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
     args = ["--name", name, "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
-            "--timeout-s", str(config.api.request_timeout_s), "--prompt", config.api.smoke.prompt,
-            "--expect", config.api.smoke.expect]
+            "--timeout-s", str(config.api.request_timeout_s), "--dp-size", str(dp_size)]
+    if rank_nodes:
+        args += ["--rank-nodes", ",".join(rank_nodes)]
+    args += ["--golden-json", golden_json(config.api.smoke.golden)]
     if plan.proxy is not None and plan.proxy.tls:
         args += ["--ca-env", TLS_CA_ENV]
     if "deny" in sections and plan.proxy is not None:
         args += ["--deny-paths", ",".join(plan.proxy.denied_paths)]
     if api_on_head(config):
         container = plan.head.containers[0].name
-        requests = 1 + 3 * len(sections) + 2  # at most a few requests per section, each within --timeout-s
+        # a few requests per section, per rank and golden pair, each within --timeout-s
+        requests = (1 + 3 * len(sections)) * max(1, dp_size) * len(config.api.smoke.golden) + 2
         budget = (health_deadline_s(config) if "health" in sections else 0) + \
             requests * config.api.request_timeout_s + 120
         return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(container)} ", timeout_s=budget)
     return shlex.join([API_PYTHON, "-m", "checks.api", *args])
+
+
+# ---- weights, collective: the commands between the image pull and the engines -------------------------------
+
+
+def weights_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`weights-<node>`: with `model.source` the sync, in the stack's image (`--pull never`: `RemoteImage` pulled it;
+    boto3 ships in vllm/vllm-openai), credentials on the command's stdin; without one the completeness check on
+    the node's own python3 (as every host preflight), before the image pull. Both print the JSON verdict whose
+    hash `checks.weights_node.weights_hash` reads."""
+    source = config.model.source
+    dest = config.model.host_path
+    if "sync" in check.sections:
+        assert source is not None
+        return node_sync_command(source.url, dest, config.image.pull_ref, endpoint_url=source.endpoint_url,
+                                 region=source.region, workers=source.workers, part_size_mb=source.part_size_mb,
+                                 delete=source.delete, name=check.name, timeout_s=source.timeout_s, pull="never")
+    return node_verify_command(dest, image=None, name=check.name)
+
+
+def weights_match_command(hashes: dict[str, str | None], name: str = "weights-match") -> str:
+    """The deployer-side comparison of every node's weights hash (`checks.weights_match`); no secret in it."""
+    pairs = [f"{node}={value or ''}" for node, value in hashes.items()]
+    return shlex.join([API_PYTHON, "-m", "checks.weights_match", "--name", name, *pairs])
+
+
+COLLECTIVE_STOP_S = 30
+"""`docker stop --time`: the engine is about to be replaced anyway (delete_before_replace)."""
+
+
+def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`collective-<node>`: an engine guard, then the all-reduce in the stack's image with the node's fabric env
+    (`stacks/collective_check.py`).
+
+    The command text holds the image, the node's fabric env and the check's arguments, nothing else (not the
+    group's generation), so pulumi-command runs it again only when one of those changes. The guard then looks at
+    this stack's engine on the node (`container.name`, `vllm-cluster.stack=<stack>`): when it runs another image
+    or other fabric values, this update replaces the group (both are in its generation), so it is stopped here and
+    the downtime starts; when it runs this image with these values, only the floor, port or sizes changed, the
+    group stays, and the check is skipped rather than stop a group nothing would restart. A container of that
+    name without this stack's label is left alone (the check then refuses: its GPUs are in use)."""
+    floor, _ = min_busbw_gbps(config)
+    runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
+    run = next(r for r in runs if r.node == check.node)
+    container = plan.node(run.node).containers[0].name
+    name, q, image = check.name, shlex.quote, config.image.pull_ref
+    state_fmt = f'{{{{index .Config.Labels "{LABEL_PREFIX}.stack"}}}} {{{{.State.Running}}}} {{{{.Image}}}}'
+    env_fmt = "{{range .Config.Env}}{{println .}}{{end}}"
+    skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, so "
+            "this update does not replace it and its GPUs are not free; the fabric is measured at the next image "
+            "or fabric change, or by hand in a maintenance window (README: Collective check)")
+    stopping = (f"{name}: stopping this stack's engine {container} (this update replaces the group after the "
+                "collective check): the downtime starts here")
+    failed = f"FAIL {name}: docker stop {container} failed; nothing else was touched"
+    pairs = " ".join(q(f"{key}={value}") for key, value in run.env.items())
+    guard = "\n".join([
+        f"state=$(docker container inspect --format {q(state_fmt)} {q(container)} 2>/dev/null) || state=",
+        'case "$state" in',
+        f"  {q(plan.stack + ' true ')}*)",
+        f"    new=$(docker image inspect --format {q('{{.Id}}')} {q(image)} 2>/dev/null) || new=",
+        f"    env=$(docker container inspect --format {q(env_fmt)} {q(container)} 2>/dev/null) || env=",
+        "    same=yes",
+        '    [ -n "$new" ] && [ "${state##* }" = "$new" ] || same=no',
+        f"    for kv in {pairs}; do",
+        """      printf '%s\\n' "$env" | grep -qxF -e "$kv" || same=no""",
+        "    done",
+        f'    if [ "$same" = yes ]; then echo {q(skip)}; exit 0; fi',
+        f"    echo {q(stopping)} >&2",
+        f"    docker stop --time {COLLECTIVE_STOP_S} {q(container)} >/dev/null || {{ echo {q(failed)}; exit 1; }}",
+        "    sleep 5 ;;",
+        "esac",
+        "",
+    ])
+    return guard + heredoc_command("collective", run.args, prefix=run.prefix, interpreter="",
+                                   timeout_s=COLLECTIVE_TIMEOUT_S)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +19,24 @@ from pulumi.runtime.config import get_config_env, get_config_secret_keys_env, is
 
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
+from checks.weights_node import credentials_stdin, weights_hash
 from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
+    collective_command,
     dry_run_command,
     engines_command,
     nccl_command,
     preflight_command,
     ray_ready_command,
+    weights_command,
+    weights_match_command,
 )
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.vllm_engine import VllmEngine, VllmEngineArgs
+from stacks.collective_check import collective_runs
 from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError, Problem
 from stacks.fabric import node_env
@@ -39,7 +44,7 @@ from stacks.field_types import SECRET
 from stacks.firewall import firewall_commands, preflight_args
 from stacks.launch import GENERATION_LABEL
 from stacks.loader import parse_config, read_stack_document, secret_problems
-from stacks.plan import API_CHECKS, CheckSpec, Plan, api_on_head, build_plan, check_client, roles
+from stacks.plan import CheckSpec, Plan, api_on_head, api_sections, build_plan, check_client, min_busbw_gbps, roles
 from stacks.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
 from stacks.ssh_trust import docker_ssh_opts, write_known_hosts
 from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
@@ -195,9 +200,11 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         nodes[node.name] = GpuNode(node.name, GpuNodeArgs(
             name=node.name, ssh_host=node.ssh.host, ssh_user=node.ssh.user, ssh_port=node.ssh.port,
             image=config.image.pull_ref,
+            pre_pull_command=preflight_command(config, plan, checks[f"pre-pull-{node.name}"]),
             preflight_command=preflight_command(config, plan, checks[f"preflight-{node.name}"]),
             preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key"),
-            host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node)))
+            host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node),
+            **weights_args(config, plan, checks[f"weights-{node.name}"], secrets)))
         fabric_check = checks.get(f"fabric-{node.name}")
         fabric_args[node.name] = FabricNodeArgs(
             node=nodes[node.name], env=node_env(config, node),
@@ -205,17 +212,25 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             triggers=[fabric_id, plan.head.containers[0].labels[GENERATION_LABEL]])
     fabric = RdmaFabric("fabric", fabric_args)
     walls = firewalls(config, plan, nodes)
+    weights, weights_match = weights_gate(plan, nodes)
     gates: dict[str, list[pulumi.Resource]] = {
         name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else []),
-               *([walls[name]] if name in walls else [])]
+               *([walls[name]] if name in walls else []), *([weights_match] if weights_match else [])]
         for name, node in nodes.items()}
+    collectives: dict[str, command.remote.Command] = {}
+
+    def collective_gate(dry_runs: Mapping[str, pulumi.Resource]) -> list[pulumi.Resource]:
+        collectives.update(collective_commands(config, plan, nodes, dry_runs))
+        return list(collectives.values())
+
     engine = VllmEngine("engine", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates,
         secrets={ref: secrets[ref] for node in plan.nodes for c in node.containers for ref in c.secret_env.values()},
         dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
-        ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None))
-    smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]
-    api_settings = _digest(config.api.model_dump())
+        ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None,
+        before_containers=collective_gate))
+    smoke = [s for s in api_sections(plan) if s != "health"]
+    api_settings = _digest(config.api.model_dump(exclude={"watch_interval_s"}))
     client = check_client(config)
     check_key = secrets["proxy_keys"].apply(lambda keys: str(keys[client])) if client else secrets.get("api_key")
     on_head = api_on_head(config)
@@ -238,8 +253,80 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         "nodes": roles(plan),
         "served_model": api.served_model,
         "verification": api.verification,
+        "weights": weights,
     }
     for key, value in outputs.items():
         pulumi.export(key, value)
     return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts,
-            "firewalls": walls}
+            "firewalls": walls, "weights_match": weights_match, "collectives": collectives}
+
+
+
+# ---- weights: per-node sync or verify, and the cross-node comparison (README: Model weights from S3) ---------
+
+
+def weights_args(config: StackConfig, plan: Plan, check: CheckSpec,
+                 secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
+    """GpuNodeArgs' weights fields. Re-run when the source settings, the directory or the image change (an in-sync
+    run only lists and compares, but a run on every update would make every preview show the weights and
+    everything after them as changing). Credentials go to the command's stdin, built inside an apply over the
+    secret Outputs: never in the command text, which is argv of the node's shell and plain in the state."""
+    source = config.model.source
+    settings = _digest([source.model_dump() if source else None, config.model.host_path])
+    stdin: pulumi.Output[str] | None = None
+    if source is not None and "s3_access_key_id" in secrets and "s3_secret_access_key" in secrets:
+        parts = [secrets["s3_access_key_id"], secrets["s3_secret_access_key"]]
+        parts += [secrets["s3_session_token"]] if "s3_session_token" in secrets else []
+        stdin = pulumi.Output.secret(pulumi.Output.all(*parts).apply(_credential_lines))
+    return {"weights_command": weights_command(config, plan, check),
+            "weights_triggers": [settings, config.image.pull_ref],
+            "weights_in_image": source is not None, "weights_stdin": stdin}
+
+
+def _credential_lines(values: list[Any]) -> str:
+    try:
+        return credentials_stdin(str(values[0]), str(values[1]), str(values[2]) if len(values) > 2 else None)
+    except ValueError as exc:  # names the variable, never the value
+        raise pulumi.RunError(f"s3_* secrets: {exc}; set each with pulumi config set --secret") from None
+
+
+def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
+                 ) -> tuple[pulumi.Output[dict[str, str | None]], command.local.Command | None]:
+    """Every node's weights hash (the stack output `weights`), and with more than one node the comparison that every
+    engine waits for: a node holding other weights fails the update, named with both hashes, before anything
+    moves. The hashes are read from the verdicts the nodes printed (`checks.weights_node.weights_hash`)."""
+    names = list(nodes)
+    hashes: pulumi.Output[dict[str, str | None]] = pulumi.Output.all(
+        *[nodes[n].weights.stdout for n in names]).apply(
+            lambda outs: {n: weights_hash(str(o or "")) for n, o in zip(names, outs, strict=True)})
+    if not any(c.name == "weights-match" for c in plan.checks):
+        return hashes, None
+    create = hashes.apply(weights_match_command)
+    match = command.local.Command("weights-match", create=create, triggers=[create],
+                                  opts=pulumi.ResourceOptions(depends_on=[n.weights for n in nodes.values()]))
+    return hashes, match
+
+
+# ---- the collective check, after every dry run and before any engine container -------------------------------
+
+
+def collective_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode],
+                        dry_runs: Mapping[str, pulumi.Resource]) -> dict[str, command.remote.Command]:
+    """One `collective-<node>` per node. Each depends on every node's dry run (an image that cannot even parse its
+    argv never gets to stop an engine) and re-runs when the image, any node's fabric env or arguments, or the floor
+    changes: a node alone cannot all-reduce, so the triggers are the whole group's. The commands have no dependency
+    on each other, so Pulumi starts them together (within --parallel). Their text carries no generation: a launch
+    change that replaces the group without touching the image or the fabric does not re-run them."""
+    checks = [c for c in plan.checks if c.module == "checks.collective"]
+    if not checks:
+        return {}
+    floor, _ = min_busbw_gbps(config)
+    runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
+    group = _digest([[r.node, r.env, r.args] for r in runs])  # every node's fabric env and arguments
+    triggers = [config.image.pull_ref, group, f"min_busbw_gbps={floor:g}"]
+    return {
+        str(c.node): command.remote.Command(
+            c.name, connection=nodes[str(c.node)].connection, create=collective_command(config, plan, c),
+            triggers=triggers, opts=pulumi.ResourceOptions(depends_on=list(dry_runs.values())))
+        for c in checks
+    }

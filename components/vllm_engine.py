@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,9 @@ class VllmEngineArgs:
     dry_run_commands: Mapping[str, str]
     """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
+    before_containers: Callable[[Mapping[str, command.remote.Command]], Sequence[pulumi.Resource]] | None = None
+    """Given the dry runs, what must pass after all of them and before any container moves (the collective check);
+    the containers then depend on these instead (each depends on every dry run)."""
 
 
 def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -122,6 +125,8 @@ class VllmEngine(pulumi.ComponentResource):
         # Dependencies are transitive: the dry runs stand for every pull and preflight (N edges, not N^2).
         gates: list[pulumi.Resource] = [*self.dry_runs.values()] or [
             *pulled, *(g for node_gates in args.gates.values() for g in node_gates)]
+        if args.before_containers is not None:
+            gates = [*args.before_containers(self.dry_runs)] or gates
         self.containers = {}
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:

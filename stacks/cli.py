@@ -1,5 +1,5 @@
-"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|reference`: offline tools, no Pulumi
-engine needed."""
+"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|reference`: offline tools, no
+Pulumi engine needed."""
 
 from __future__ import annotations
 
@@ -68,6 +68,49 @@ def _nginx_conf(args: argparse.Namespace) -> int:
               "--set api.proxy.enabled=true --set serving.host=127.0.0.1 to see one)", file=sys.stderr)
         return 2
     print(masked_nginx_conf(front_door(config), sorted(config.proxy_keys or {})), end="")
+    return 0
+
+
+CODE_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout holding `checks/` and `stacks/`: the watch unit's working directory."""
+
+
+def _watch_unit(args: argparse.Namespace) -> int:
+    """The systemd service that runs `checks.api --watch` for this stack (stacks/watch_unit.py) on stdout; what to
+    put next to it (the key file, the proxy's certificate) on stderr."""
+    from stacks.plan import check_client
+    from stacks.watch_unit import dp_rank_nodes, render_watch_unit, unit_name
+
+    config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    plan = build_plan(args.stack, config)
+    client = check_client(config)
+    needs_key = client is not None or config.api_key is not None
+    env_file = args.env_file or (f"/etc/vllm-cluster/{args.stack}-watch.env" if needs_key else None)
+    tls = plan.proxy is not None and plan.proxy.tls
+    ca_file = args.ca_file or (f"/etc/vllm-cluster/{args.stack}-ca.pem" if tls else None)
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    try:
+        name = unit_name(args.stack)
+        text = render_watch_unit(
+            stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
+            workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint, served_name=config.model.served_name,
+            dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
+            interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
+            ca_file=ca_file, user=args.user)
+    except ValueError as exc:
+        print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    steps = [f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && "
+             f"systemctl enable --now {name}"]
+    if env_file:
+        whose = (f"the proxy key of client {client!r} (pulumi config get --path vllm-cluster:proxy_keys.{client})"
+                 if client else "api_key (pulumi config get vllm-cluster:api_key)")
+        steps.append(f"# {env_file}: one line VLLM_API_KEY=<{whose}>, mode 0600 "
+                     f"(install -m 600 /dev/null {env_file} first)")
+    if ca_file:
+        steps.append(f"# {ca_file}: pulumi config get vllm-cluster:tls_certificate > {ca_file}")
+    print("\n".join(steps), file=sys.stderr)
     return 0
 
 
@@ -222,6 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("stack")
     _add_overrides(conf)
     conf.set_defaults(func=_nginx_conf)
+    watch = sub.add_parser("watch-unit", help="print the systemd service that probes every DP rank of the stack "
+                           "with its golden set (checks.api --watch) from the deploying host")
+    watch.add_argument("stack")
+    watch.add_argument("--python", metavar="ABS_PATH", help="interpreter with httpx [<checkout>/venv/bin/python]")
+    watch.add_argument("--workdir", metavar="ABS_PATH", help="checkout holding checks/ and stacks/ [this one]")
+    watch.add_argument("--env-file", metavar="ABS_PATH",
+                       help="file with VLLM_API_KEY=… [/etc/vllm-cluster/<stack>-watch.env when a key is needed]")
+    watch.add_argument("--ca-file", metavar="ABS_PATH",
+                       help="the proxy's certificate [/etc/vllm-cluster/<stack>-ca.pem with TLS]")
+    watch.add_argument("--user", help="run as this user (default: root)")
+    _add_overrides(watch)
+    watch.set_defaults(func=_watch_unit)
     back = sub.add_parser("rollback", help="rewrite the stack's image to one a past successful update ran")
     back.add_argument("stack")
     back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",

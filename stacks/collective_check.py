@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from checks.collective import DEFAULT_MASTER_PORT, DEFAULT_SIZES
 from stacks.config import StackConfig
 from stacks.fabric import control_ip, node_env
+from stacks.launch import LABEL_PREFIX
 from stacks.plan import Plan
 
 COLLECTIVE_TIMEOUT_S = 900
@@ -46,7 +47,8 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
     for rank, node in enumerate(config.nodes):
         node_plan = plan.node(node.name)
         spec = node_plan.containers[0]
-        env = node_env(config, node)
+        # The engine's own values: container.managed_env_overrides may replace a rendered fabric variable.
+        env = {key: spec.env.get(key, value) for key, value in node_env(config, node).items()}
         if "CUDA_VISIBLE_DEVICES" in spec.env:
             env["CUDA_VISIBLE_DEVICES"] = spec.env["CUDA_VISIBLE_DEVICES"]
         procs = node_plan.gpus_used if backend == "nccl" else 1
@@ -56,8 +58,10 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
                 "--timeout-s", str(timeout_s)]
         if min_busbw_gbps is not None:
             args += ["--min-busbw-gbps", f"{min_busbw_gbps:g}"]
-        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective", "--network", "host",
-                  "--ipc", spec.ipc_mode, "--pull", "never"]
+        # The stack label: a run left behind (the deployer died mid-check) is this stack's to the ownership preflight.
+        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective",
+                  "--label", f"{LABEL_PREFIX}.stack={plan.stack}", "--network", "host", "--ipc", spec.ipc_mode,
+                  "--pull", "never"]
         if spec.privileged:
             docker.append("--privileged")
         if backend == "nccl":

@@ -49,6 +49,8 @@ from stacks.field_types import (
     UrlPath,
     refuse,
 )
+from stacks.golden import DEFAULT_GOLDEN, MAX_PAIRS, GoldenPair
+from stacks.weights_source import WeightsSource
 
 SECRET_MARKER = SECRET
 """What a `secure:` value becomes in the pure model: the plan never sees secret plaintext."""
@@ -106,6 +108,9 @@ class ModelConfig(_Model):
                                            description="weight size in GB (default: the profile's)")
     load_gb_per_s: FiniteFloat = Field(default=0.1, ge=0.001, le=100,
                                        description="GB a node reads per second while loading (seed 000: ~0.1)")
+    source: WeightsSource | None = Field(
+        default=None, description="S3 (or MinIO / Ceph RGW) prefix every node syncs host_dir/path from before "
+        "any engine moves (a mapping, or the s3:// URL alone); without it each node's own directory is verified")
 
     @field_validator("container_dir")
     @classmethod
@@ -210,6 +215,11 @@ class FabricConfig(_Model):
         "link-local, CGNAT, documentation) yet private on this site, e.g. an isolated RoCE fabric on 1.1.1.0/24: "
         "each such entry must be repeated here, or it is refused; a /0 or a set covering every address is never "
         "accepted")
+    min_busbw_gbps: FiniteFloat | None = Field(
+        default=None, gt=0, le=10_000, description="collective check: the all-reduce bus bandwidth floor in Gb/s "
+        "(default per transport: socket 5, roce 50, ib 100)")
+    collective_port: Port = Field(default=29700, description="collective check: its rendezvous store's port on "
+                                  "the head's control IP, open only while the check runs")
 
     @field_validator("env")
     @classmethod
@@ -361,10 +371,21 @@ class RayConfig(_Model):
 
 
 class SmokeConfig(_Model):
-    prompt: Text = Field(default="17*19等于多少？只返回数字。", description="golden prompt")
-    expect: Text = Field(default="323", description="the exact answer at temperature 0")
+    """The golden set every DP rank must answer (`stacks/golden.py`), and which other checks run."""
+
+    golden: list[GoldenPair] = Field(
+        default_factory=lambda: list(DEFAULT_GOLDEN), min_length=1, max_length=MAX_PAIRS,
+        description="prompt / expected-regex pairs every DP rank answers at temperature 0, thinking off")
     thinking_check: bool = Field(default=True, description="also check that thinking mode returns reasoning")
     stream_check: bool = Field(default=True, description="also check streaming (SSE and [DONE])")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict) and ({"prompt", "expect"} & set(value)):
+            raise refuse("sets prompt/expect, which became the golden set",
+                         "golden: [{prompt: '17*19等于多少？只返回数字。', expect: '323'}] (1-16 pairs)")
+        return value
 
 
 class ProxyLimits(_Model):
@@ -420,6 +441,8 @@ class ApiConfig(_Model):
     progress_interval_s: int = Field(default=30, ge=1, le=3600, description="progress line interval while waiting")
     request_timeout_s: int = Field(default=300, ge=1, le=86_400, description="per-request timeout of the checks")
     smoke: SmokeConfig = Field(default_factory=SmokeConfig, description="the golden prompt checks")
+    watch_interval_s: int = Field(default=60, ge=10, le=3600,
+                                  description="seconds between rounds of the watch unit (python -m stacks watch-unit)")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
@@ -467,13 +490,20 @@ class StackConfig(_Model):
         default=None, max_length=1000, description="client name -> bearer key, each a secret (--secret --path)")
     env_secrets: dict[EnvName, SecretValue] | None = Field(
         default=None, max_length=64, description="env name -> value, each a secret (tokens: HF_TOKEN, …)")
+    s3_access_key_id: SecretValue | None = Field(
+        default=None, description="model.source: access key id, a secret (omit both keys for a node's IAM role)")
+    s3_secret_access_key: SecretValue | None = Field(
+        default=None, description="model.source: secret access key, a secret")
+    s3_session_token: SecretValue | None = Field(
+        default=None, description="model.source: session token of temporary credentials, a secret")
 
     @property
     def head(self) -> NodeConfig:
         return self.nodes[0]
 
 
-SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key", "tls_certificate", "tls_private_key")
+SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key", "tls_certificate", "tls_private_key",
+                                "s3_access_key_id", "s3_secret_access_key", "s3_session_token")
 """Top-level keys that must be `secure:` values; the Pulumi program reads them with get_secret."""
 
 SECRET_OBJECT_KEYS: tuple[str, ...] = ("proxy_keys", "env_secrets")

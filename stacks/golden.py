@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+
+def refuse(message: str, fix: str) -> PydanticCustomError:
+    """`stacks.field_types.refuse`, restated: this module travels alone inside the API check's heredoc (it runs in
+    the engine image, where the rest of `stacks` is not), so it imports nothing of the project."""
+    return PydanticCustomError("vllm_cluster", message, {"fix": fix})
 
 DEFAULT_PROMPT = "17*19等于多少？只返回数字。"
 DEFAULT_EXPECT = "323"
@@ -167,19 +174,43 @@ def normalise_answer(content: str) -> str:
     return text[:MAX_ANSWER_CHARS]
 
 
+_PROMPT_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 class GoldenPair(BaseModel):
-    """One golden prompt. `expect` is a regular expression the whole normalised answer must match."""
+    """One golden prompt and the regular expression the whole normalised answer must match (`re.fullmatch`
+    of the answer stripped of whitespace and one trailing full stop). At temperature 0 with thinking off."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS,
+                        description="the prompt sent to every DP rank (newlines and tabs allowed)")
     expect: str = Field(min_length=1, max_length=MAX_PATTERN_CHARS,
-                        description="regular expression, full match of the stripped answer")
+                        description="regular expression the whole stripped answer must match, e.g. 323")
+
+    def __repr__(self) -> str:  # how the config reference and messages show a pair
+        return json.dumps(self.model_dump(), ensure_ascii=False)
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, value: str) -> str:
+        if _PROMPT_CONTROL.search(value):
+            raise refuse("contains a control character other than newline or tab",
+                         "printable text; newlines and tabs are kept")
+        if not value.strip():
+            raise refuse("is only whitespace", "a question with one short, certain answer, e.g. " + DEFAULT_PROMPT)
+        return value
 
     @field_validator("expect")
     @classmethod
     def _pattern(cls, value: str) -> str:
-        compile_expect(value)
+        if re.search(r"[\x00-\x1f\x7f]", value):
+            raise refuse("contains a control character", "write \\n for a newline in the pattern")
+        try:
+            compile_expect(value)
+        except ValueError as exc:
+            raise refuse(str(exc), "a short pattern such as 323 or 3\\d\\d; no backreferences, no nested "
+                         "repetition, at most two unbounded quantifiers") from None
         return value
 
 

@@ -108,6 +108,8 @@ SRC_NCCL = ("NVIDIA/nccl src/bootstrap.cc (bootstrapNetIfAddr from NCCL_SOCKET_I
             "sockets bind it with port 0), src/transport/net_ib.cc / net_socket.cc (listen on the same address)")
 SRC_NCCL_RAS = "NVIDIA/nccl src/ras/client_support.cc rasClientInitSocket (\"localhost:28028\", NCCL_RAS_ADDR)"
 SRC_PROXY = "stacks/proxy.py (nginx.conf `listen api.proxy.bind:api.proxy.port`)"
+SRC_COLLECTIVE = ("checks/collective.py (a socket bound to --master-addr:--master-port, handed to "
+                  "TCPStore(master_listen_fd=...)); stacks/collective_check.py")
 
 
 class Listener(BaseModel):
@@ -210,6 +212,10 @@ def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: Node
         eph(ip, "DP process group store (TCPStore on a bound socket)", "vllm engine core DP0", SRC_DP_STORE)
         eph("::", "world process group store (torch TCPStore, unauthenticated)", "vllm worker rank 0",
             SRC_WORLD_STORE)
+    if node.name == config.head.name and len(config.nodes) > 1:
+        rows.append(_Row(config.fabric.collective_port, ip, "collective check rendezvous (torch TCPStore, "
+                         "unauthenticated; listens only while `checks.collective` runs, before the engines start)",
+                         "checks.collective (node rank 0)", SRC_COLLECTIVE))
     if master_port is not None and role is Role.MP_HEAD:
         rows.append(_Row(master_port, "::", "multi-node executor store (torch TCPStore, --master-port)",
                          "vllm worker rank 0", SRC_MASTER))
@@ -389,7 +395,8 @@ def _clash(a: Listener, b: Listener) -> bool:
 
 
 _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
-         SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port"}
+         SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
+         SRC_COLLECTIVE: "fabric.collective_port"}
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -6,6 +6,8 @@ diff/rollback tools, so what a reviewer reads is what gets deployed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -15,16 +17,38 @@ from stacks.errors import ConfigError
 from stacks.field_types import bracket_host
 from stacks.firewall import FirewallPlan, firewall_plan
 from stacks.images import get_capabilities
-from stacks.launch import ContainerSpec, engine_containers
+from stacks.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.listeners import Listener, listener_problems, listener_table
 from stacks.load_estimate import estimated_load_s
 from stacks.proxy import front_door
 from stacks.topology import NodeTopology, Role, Topology
 from stacks.validation import validate
+from stacks.watch_unit import dp_rank_nodes
 
-NODE_PREFLIGHT = ("gpu", "toolkit", "memlock", "model", "disk")
 FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
+BEFORE_PULL = ("ownership", "disk", "gpu", "model")
+"""= checks.preflight.BEFORE_PULL: the host preflight's sections that need no image (a test keeps them equal;
+`stacks/` must plan without `checks/` beside it, see stacks.git_base)."""
+AFTER_PULL = ("toolkit", "memlock")
+"""= checks.preflight.AFTER_PULL."""
+DEFAULT_MIN_BUSBW_GBPS = {"socket": 5.0, "roce": 50.0, "ib": 100.0}
+"""= checks.collective.DEFAULT_MIN_BUSBW_GBPS: the collective check's floor per transport, in Gb/s (README)."""
 API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
+RANKED_API_CHECKS = ("chat", "thinking", "stream")
+"""Sections `checks.api` runs once per DP rank (`--dp-size`): the plan lists them per rank (`api-golden-rank-<r>`)."""
+WEIGHTS_LABEL = f"{LABEL_PREFIX}.weights-source"
+"""Engine label holding the digest of `model.source`'s identity (url, endpoint, region), folded into the
+group's generation: a new checkpoint synced into the same directory must replace every engine at once."""
+
+
+def node_preflight_sections(config: StackConfig) -> tuple[list[str], list[str]]:
+    """(before the image pull, after it). The weights command sits between the two with a `model.source`:
+    the sync runs in the stack's image, and the `model` section reads the files it writes. Without a source
+    the completeness check runs on the node's python3 first and `model` stays before the pull, so a node
+    missing a shard fails before ~20 GB are downloaded."""
+    if config.model.source is None:
+        return list(BEFORE_PULL), list(AFTER_PULL)
+    return [s for s in BEFORE_PULL if s != "model"], ["model", *AFTER_PULL]
 
 
 class _Frozen(BaseModel):
@@ -109,7 +133,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     topo, profile, result = validate(config)
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
-    containers = engine_containers(stack, config, profile, topo)
+    containers = with_weights_identity(config, engine_containers(stack, config, profile, topo))
     table = listener_table(config, topo,
                            multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
     clashes = listener_problems(table)
@@ -142,8 +166,39 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
-        notes=result.notes + firewall_notes(config, table),
+        notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
     )
+
+
+def weights_identity(config: StackConfig) -> str | None:
+    """16 hex digits naming the checkpoint `model.source` selects, or None for a node's own directory."""
+    source = config.model.source
+    if source is None:
+        return None
+    payload = json.dumps(source.identity(), sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def with_weights_identity(config: StackConfig, containers: dict[str, list[ContainerSpec]]
+                          ) -> dict[str, list[ContainerSpec]]:
+    """With a `model.source`, every engine carries its identity and the group generation includes it: a sync of
+    another checkpoint into the same directory would otherwise leave the old weights serving from GPU memory
+    until some rank restarts and loads the new ones. Without a source nothing changes (no replacement when
+    this code rolls out)."""
+    identity = weights_identity(config)
+    if identity is None:
+        return containers
+    key = f"{LABEL_PREFIX}.generation"
+    out: dict[str, list[ContainerSpec]] = {}
+    for node, specs in containers.items():
+        out[node] = []
+        for spec in specs:
+            labels = dict(spec.labels)
+            if key in labels:
+                labels[key] = hashlib.sha256(f"{labels[key]}:{identity}".encode()).hexdigest()[:16]
+            labels[WEIGHTS_LABEL] = identity
+            out[node].append(spec.model_copy(update={"labels": labels}))
+    return out
 
 
 def _exposure_warning(listener: Listener) -> str:
@@ -226,24 +281,11 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
             name=f"args-dry-run-{node_topo.name}", node=node_topo.name, runs_on="node", module="checks.vllm_args",
             sections=[], proves="the new image's own vLLM parses this node's argv (no GPU), before any engine "
             "is replaced" if runs_vllm else "the new image starts on this node and imports vllm and ray"))
-    for node in config.nodes:
-        checks.append(CheckSpec(name=f"preflight-{node.name}", node=node.name, runs_on="node",
-                                module="checks.preflight", sections=list(NODE_PREFLIGHT),
-                                proves="GPUs, container toolkit, memlock, model files, disk"))
-        if config.fabric.transport != "socket":
-            checks.append(CheckSpec(name=f"fabric-{node.name}", node=node.name, runs_on="node",
-                                    module="checks.preflight", sections=list(FABRIC_PREFLIGHT),
-                                    proves="/dev/infiniband, HCA ports active, RoCE v2 GID, multi-NIC sysctls"))
+    checks += node_checks(config)
     if topo.backend == "ray":
         checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",
                                 sections=[], proves=f"Ray sees {len(topo.nodes)} nodes and {topo.gpus_used} GPUs"))
-    checks += [
-        CheckSpec(name=f"api-{c}", node=topo.head.name if api_on_head(config) else None,
-                  runs_on="node" if api_on_head(config) else "deployer", module="checks.api", sections=[c],
-                  proves=_API_PROVES[c])
-        for c in API_CHECKS
-        if _api_check_applies(config, c)
-    ]
+    checks += api_checks(config, topo)
     if topo.spans_nodes:
         checks += [
             CheckSpec(name=f"engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
@@ -261,6 +303,130 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
     return checks
+
+
+def node_checks(config: StackConfig) -> list[CheckSpec]:
+    """Per node, in the order `pulumi up` runs them: the weights (sync or verify), the host preflight before the
+    image pull, the one after it, the fabric preflight; then the cross-node weights comparison and, with more
+    than one node, the collective check."""
+    before, after = node_preflight_sections(config)
+    source = config.model.source
+    checks: list[CheckSpec] = []
+    for node in config.nodes:
+        weights = CheckSpec(
+            name=f"weights-{node.name}", node=node.name, runs_on="node", module="checks.weights",
+            sections=["sync" if source else "verify"],
+            proves=(f"{config.model.host_path} holds {source.url} (fetched in the stack's image, resumable; "
+                    "the manifest hash is the stack output `weights`)" if source else
+                    f"{config.model.host_path} is complete: config.json, tokenizer, every indexed shard at its "
+                    "header's length (its listing hash is the stack output `weights`)"))
+        pre = CheckSpec(name=f"pre-pull-{node.name}", node=node.name, runs_on="node", module="checks.preflight",
+                        sections=before, proves=_preflight_proves(before) + " (before the image pull)")
+        post = CheckSpec(name=f"preflight-{node.name}", node=node.name, runs_on="node", module="checks.preflight",
+                         sections=after, proves=_preflight_proves(after) + " (after the image pull)")
+        checks += [pre, weights, post] if source else [weights, pre, post]
+        if config.fabric.transport != "socket":
+            checks.append(CheckSpec(name=f"fabric-{node.name}", node=node.name, runs_on="node",
+                                    module="checks.preflight", sections=list(FABRIC_PREFLIGHT),
+                                    proves="/dev/infiniband, HCA ports active, RoCE v2 GID, multi-NIC sysctls"))
+    if len(config.nodes) > 1:
+        checks.append(CheckSpec(
+            name="weights-match", node=None, runs_on="deployer", module="checks.weights_match", sections=[],
+            proves="every node's weights-<node> reported the same hash (names the node that differs); no engine "
+                   "moves before"))
+        checks += collective_checks(config)
+    return checks
+
+
+_PREFLIGHT_PROVES = {
+    "ownership": "nothing this stack does not own holds the engine's name, ports or GPUs",
+    "disk": "room on Docker's storage for the pull", "gpu": "GPU count, model and memory",
+    "model": "config.json, shards and per-GPU memory from the real headers",
+    "toolkit": "a container sees every GPU", "memlock": "memlock unlimited in a container",
+}
+
+
+def _preflight_proves(sections: list[str]) -> str:
+    return "; ".join(_PREFLIGHT_PROVES[s] for s in sections)
+
+
+def min_busbw_gbps(config: StackConfig) -> tuple[float, str]:
+    """The collective check's floor and where it comes from."""
+    if config.fabric.min_busbw_gbps is not None:
+        return config.fabric.min_busbw_gbps, "fabric.min_busbw_gbps"
+    return DEFAULT_MIN_BUSBW_GBPS[config.fabric.transport], f"the default for {config.fabric.transport}"
+
+
+def collective_checks(config: StackConfig) -> list[CheckSpec]:
+    """One all-reduce process per node, all at once, before the engines start (README: Collective check)."""
+    floor, origin = min_busbw_gbps(config)
+    transport = config.fabric.transport
+    how = "NCCL over sockets" if transport == "socket" else f"NCCL over {transport} with GPU Direct RDMA"
+    return [CheckSpec(
+        name=f"collective-{node.name}", node=node.name, runs_on="node", module="checks.collective", sections=[],
+        proves=f"an all-reduce over all {len(config.nodes)} nodes reaches {floor:g} Gb/s bus bandwidth ({origin}), "
+               f"sums right and uses {how}; on first deploy and on an image or fabric change, after every dry run "
+               "and before the engines start (it stops this stack's engine on the node first)")
+        for node in config.nodes]
+
+
+def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
+    """The post-deploy API checks, through `endpoint` (the proxy when it is on; on the head itself when vLLM
+    binds loopback without the proxy). The golden set, thinking and streaming run once per DP rank
+    (`X-data-parallel-rank`), so the plan lists them per rank."""
+    on_head = api_on_head(config)
+    node, runs_on = (topo.head.name, "node") if on_head else (None, "deployer")
+    ranked = [c for c in RANKED_API_CHECKS if _api_check_applies(config, c)]
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in topo.nodes])
+    golden = config.api.smoke.golden
+    pairs = f"{len(golden)} golden pair(s) ({_short(golden[0].prompt)} -> /{golden[0].expect}/"
+    pairs += ", …)" if len(golden) > 1 else ")"
+    extra = "".join(f"; {_RANKED_PROVES[c]}" for c in ranked if c != "chat")
+    checks = [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
+                        proves=_API_PROVES[c]) for c in ("health", "models")]
+    if dp_size == 1:
+        checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
+                                sections=ranked, proves=f"the engine answers {pairs} at temperature 0 with "
+                                f"thinking off{extra}; through {endpoint(config)}"))
+    else:
+        checks += [CheckSpec(name=f"api-golden-rank-{r}", node=node, runs_on=runs_on, module="checks.api",
+                             sections=ranked, proves=f"DP rank {r} on {rank_nodes[r]} (X-data-parallel-rank: {r}) "
+                             f"answers {pairs} at temperature 0 with thinking off{extra}; through {endpoint(config)}")
+                   for r in range(dp_size)]
+    checks += [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
+                         proves=_API_PROVES[c]) for c in ("auth", "deny") if _api_check_applies(config, c)]
+    return checks
+
+
+_RANKED_PROVES = {"thinking": "thinking on returns reasoning",
+                  "stream": "streaming yields the first pair's answer and [DONE]"}
+
+
+def _short(prompt: str) -> str:
+    return repr(prompt if len(prompt) <= 24 else prompt[:20] + "…")
+
+
+def api_sections(plan: Plan) -> list[str]:
+    """Every `checks.api` section the plan lists, once each, in API_CHECKS order."""
+    listed = {s for c in plan.checks if c.module == "checks.api" for s in c.sections}
+    return [s for s in API_CHECKS if s in listed]
+
+
+def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
+    """How to run the watch unit, and what the weights and collective checks need from the deployer."""
+    notes = [f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
+             f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; README: Watch mode)"]
+    source = config.model.source
+    if source is not None and config.s3_access_key_id is None:
+        notes.append(f"model.source {source.url}: no s3_access_key_id/s3_secret_access_key secrets, so each node's "
+                     "sync uses the credentials boto3 finds itself there (an instance role through the metadata "
+                     "service, reachable from the container on the host network); a node without any fails with "
+                     "exit 2 naming the bucket")
+    if len(config.nodes) > 1:
+        notes.append(f"collective check: the {len(config.nodes)} collective-<node> commands must run at the same "
+                     f"time: pulumi up --parallel must be at least {len(config.nodes)} (Pulumi's default is 4 x the "
+                     "deploying machine's CPUs; PULUMI_PARALLEL sets it too)")
+    return notes
 
 
 def _spanning_proves(topo: Topology, node: NodeTopology) -> str:
@@ -293,9 +459,6 @@ def nccl_evidence_nodes(config: StackConfig, topo: Topology) -> list[str]:
 _API_PROVES = {
     "health": "/health answers 200 (the engine finished loading)",
     "models": "/v1/models lists the served name",
-    "chat": "17*19 answers 323 with thinking off, temperature 0",
-    "thinking": "thinking on returns reasoning content",
-    "stream": "streaming returns SSE chunks and [DONE]",
     "auth": "no key and a wrong key both get 401",
     "deny": "paths outside the allowlist (/metrics, /tokenize, …) get 403/404 from the proxy",
 }

@@ -90,6 +90,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _exposure_rules(config, result)
     _endpoint_rules(config, result)
     _host_key_rules(config, result)
+    _weights_source_rules(config, result)
     _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
     result.warnings += restart_policy_warnings(config)
@@ -325,6 +326,8 @@ def _port_rules(config: StackConfig, result: Validation) -> None:
     if config.parallelism.backend == "ray":
         ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
                   "ray.client_port": config.ray.client_port}
+    if len(config.nodes) > 1:  # the collective check's rendezvous store (checks/collective.py) on the head
+        ports["fabric.collective_port"] = config.fabric.collective_port
     seen: dict[int, str] = {config.head.ssh.port: "nodes.0.ssh.port (the head's sshd)"}
     for key, port in ports.items():
         if port in seen:
@@ -333,6 +336,25 @@ def _port_rules(config: StackConfig, result: Validation) -> None:
         seen.setdefault(port, key)
     if replica_spans_nodes(config):
         _master_port_rules(config, result, seen)
+
+
+def _weights_source_rules(config: StackConfig, result: Validation) -> None:
+    """The S3 credentials come as a pair (a session token only with it), and only with a `model.source`.
+    Neither key is fine: the node's own credentials (an instance role) are used then (plan note)."""
+    key_id, secret, token = config.s3_access_key_id, config.s3_secret_access_key, config.s3_session_token
+    fix = "pulumi config set --secret vllm-cluster:{key} <value>"
+    if (key_id is None) != (secret is None):
+        missing = "s3_secret_access_key" if secret is None else "s3_access_key_id"
+        result.problems.append(Problem(missing, None, "is missing: the S3 access key id and secret access key "
+                                       "are a pair", fix=fix.format(key=missing) + ", or remove the other one to "
+                                       "use the nodes' own credentials (an instance role)"))
+    if token is not None and key_id is None:
+        result.problems.append(Problem("s3_session_token", token, "a session token needs s3_access_key_id and "
+                                       "s3_secret_access_key (temporary credentials come as three values)",
+                                       fix=fix.format(key="s3_access_key_id") + " and s3_secret_access_key"))
+    if config.model.source is None and any(v is not None for v in (key_id, secret, token)):
+        result.warnings.append("s3_* secrets are set but model.source is not: nothing uses them (the nodes' model "
+                               "directories are only verified)")
 
 
 EPHEMERAL_PORTS = range(32768, 61000)

@@ -25,6 +25,8 @@ class Registered:
 @dataclass
 class Mocks(pulumi.runtime.Mocks):
     resources: list[Registered] = field(default_factory=list)
+    stdout: dict[str, str] = field(default_factory=dict)
+    """What a command resource of that name printed (default `PASS <name>: mocked`)."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         self.resources.append(Registered(args.typ, args.name, dict(args.inputs), args.provider))
@@ -32,7 +34,7 @@ class Mocks(pulumi.runtime.Mocks):
         if args.typ == "docker:index/remoteImage:RemoteImage":
             state["imageId"] = f"sha256:mock-{args.name}"
         if args.typ.startswith("command:"):
-            state["stdout"] = f"PASS {args.name}: mocked"
+            state["stdout"] = self.stdout.get(args.name, f"PASS {args.name}: mocked")
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
@@ -57,13 +59,13 @@ class Run:
 
 
 def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool = False,
-                secrets: dict[str, Any] | None = None) -> Run:
+                secrets: dict[str, Any] | None = None, stdout: dict[str, str] | None = None) -> Run:
     """Evaluate components.program.deploy under mocks; returns what was registered and with which options."""
     from components.program import deploy
 
     values = values if values is not None else read_stack_values(stack)
     secrets = SECRET_VALUES if secrets is None else secrets
-    mocks = Mocks()
+    mocks = Mocks(stdout=dict(stdout or {}))
     pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=preview)
     config = {f"vllm-cluster:{k}": json.dumps(v) for k, v in values.items() if k not in secrets}
     config |= {f"vllm-cluster:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in secrets.items()}

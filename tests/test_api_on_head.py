@@ -25,7 +25,7 @@ import pytest
 from components.check_commands import api_command
 from stacks.field_types import SECRET
 from stacks.loader import parse_config
-from stacks.plan import API_CHECKS, build_plan
+from stacks.plan import api_sections, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready
 from tests.nginx_harness import free_port
@@ -60,7 +60,8 @@ def engine(image: str, prod_values: dict[str, Any]) -> Iterator[tuple[Any, Any, 
     plan = build_plan("prod", config)
     subprocess.run(["docker", "run", "-d", "--name", name, "--network", "host", "-e", f"VLLM_API_KEY={KEY}", image,
                     "python3", "/standin.py", "--host", "127.0.0.1", "--port", str(port), "--api-key-env",
-                    "VLLM_API_KEY", "--start-delay-s", "2"], check=True, capture_output=True)
+                    "VLLM_API_KEY", "--start-delay-s", "2", "--dp-size", str(config.parallelism.data)],
+                   check=True, capture_output=True)
     try:
         yield config, plan, name
     finally:
@@ -74,8 +75,7 @@ def _run(command: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
 
 def test_the_planned_checks_pass_inside_the_engine_container(engine: tuple[Any, Any, str]) -> None:
     config, plan, name = engine
-    checks = {c.name for c in plan.checks}
-    smoke = [c for c in API_CHECKS if f"api-{c}" in checks and c != "health"]
+    smoke = [s for s in api_sections(plan) if s != "health"]
     assert smoke == ["models", "chat", "thinking", "stream", "auth"]
     health = api_command(config, plan, ["health"], "api-health")
     assert shlex.split(health.split(" <<'", 1)[0])[2:6] == ["docker", "exec", "-i", name]
@@ -97,4 +97,7 @@ def test_a_stopped_engine_fails_in_seconds_not_after_the_deadline(engine: tuple[
     out = _run(api_command(config, plan, ["health"], "api-health"))
     assert out.returncode != 0 and time.monotonic() - start < 30
     assert "is not running" in out.stderr
-    assert f"timeout {3600 + 600 + 6 * 300 + 120} " in api_command(config, plan, ["health"], "api-health")
+    # the health deadline + (1 + 3 requests per section) x DP ranks x golden pairs + 2, each within --timeout-s
+    ranks = len([c for c in plan.checks if c.name.startswith("api-golden")])
+    requests = (1 + 3) * ranks * len(config.api.smoke.golden) + 2
+    assert f"timeout {3600 + 600 + requests * 300 + 120} " in api_command(config, plan, ["health"], "api-health")

@@ -229,7 +229,7 @@ def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
         ("--dp-size", "2", "--rank-nodes", "node1"): "--rank-nodes 'node1': needs one node name per DP rank (2)",
         ("--dp-size", "0"): "--dp-size 0: must be at least 1",
         ("--golden-json", "[]"): "--golden-json must be a list of 1 to 16 objects",
-        ("--golden-json", '[{"prompt": "x", "expect": "(a+)+"}]'): "--golden-json [0.expect]: Value error, '(a+)+': "
+        ("--golden-json", '[{"prompt": "x", "expect": "(a+)+"}]'): "--golden-json [0.expect]: '(a+)+': "
                                                                    "a repeated group",
         ("--golden-json", '[{"prompt": "x", "expect": "1"}]', "--expect", "2"): "give the golden set one way",
         ("--expect", "(3"): "--expect '(3': '(3' is not a regular expression",

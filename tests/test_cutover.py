@@ -231,9 +231,10 @@ def test_planned_pre_pull_command_against_a_compose_container(host: Host) -> Non
     check = CheckSpec(name="pre-pull-node1", node="node1", runs_on="node", module="checks.preflight",
                       sections=["ownership"], proves="nothing else holds the engine's name, ports or GPUs")
     command = preflight_command(config, plan, check)
+    # 29700: the collective check's rendezvous port (fabric.collective_port) on the head
     assert command.startswith(f"timeout 120 python3 - --name pre-pull-node1 --sections ownership "
                               f"--owned-label vllm-cluster.stack=prod --container-names {engine} "
-                              f"--ports {','.join(map(str, sorted({port, 13399, 28028})))} <<")
+                              f"--ports {','.join(map(str, sorted({port, 13399, 28028, 29700})))} <<")
     assert set(BEFORE_PULL) == {"ownership", "disk", "gpu", "model"}
     host.container(engine, port, {"com.docker.compose.project": "dsv41"})
     done = run_shell(command)

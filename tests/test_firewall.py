@@ -37,7 +37,7 @@ PROD_NODE1 = """table inet vllm_cluster {
 \tset internal_ports {
 \t\ttype inet_service
 \t\tflags interval
-\t\telements = { 13399, 28028, 32768-60999 }
+\t\telements = { 13399, 28028, 29700, 32768-60999 }
 \t}
 
 \tset internal_v4 {
@@ -102,7 +102,7 @@ def test_prod_head_table_exactly() -> None:
 def test_h20_sets_cover_every_pinned_ray_port() -> None:
     plan = build_plan("h20", load_stack("h20"))
     head, worker = plan.firewall.nodes
-    assert head.internal_ports == ["6379-6384", "8265", "10001-19999", "23000-23999", "28028", "32768-60999"]
+    assert head.internal_ports == ["6379-6384", "8265", "10001-19999", "23000-23999", "28028", "29700", "32768-60999"]
     assert worker.internal_ports == ["6380-6384", "10002-19999", "28028", "32768-60999"]
     assert head.cluster_sources == ["192.0.2.0/24", "198.51.100.0/24"]
     for spec in (head, worker):
@@ -121,7 +121,7 @@ def test_ssh_and_api_ports_are_never_in_the_internal_set(prod_values: dict[str, 
     prod_values["serving"]["port"] = 45000                   # so is the API port
     plan = plan_of(prod_values)
     node1 = plan.firewall.nodes[0]
-    assert node1.internal_ports == ["13399", "28028", "32768-40021", "40023-44999", "45001-60999"]
+    assert node1.internal_ports == ["13399", "28028", "29700", "32768-40021", "40023-44999", "45001-60999"]
     assert node1.api_ports == ["45000"] and node1.kept_open == ["22", "40022", "45000"]
 
 

@@ -526,8 +526,11 @@ def test_program_start_order_edges(four: Run) -> None:
         assert containers[name] in head_deps  # the head starts after every headless node was created
         deps = four.options[f"engine-{name}-vllm-ray"].depends_on or []
         assert not any(c in deps for c in containers.values())  # headless nodes wait on no container
-        assert all(d in deps for d in engine.dry_runs.values())  # …but on every node's dry run
-    assert all(d in head_deps for d in engine.dry_runs.values())
+        # …but on every node's collective check, each after every node's dry run
+        assert all(c in deps for c in four.result["collectives"].values())
+    assert all(c in head_deps for c in four.result["collectives"].values())
+    for c in four.result["collectives"].values():
+        assert all(d in four.all_options[c._name].depends_on for d in engine.dry_runs.values())
     assert engine.ray_ready is None and not [r for r in four.mocks.resources if "ray" in r.name and "ready" in r.name]
 
 

@@ -85,7 +85,8 @@ SSH_REMOTES = {"node1-preflight", "node2-preflight", "node1-firewall-preflight",
                "node1-firewall", "node2-firewall", "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight",
                "engine-node1-args-dry-run", "engine-node2-args-dry-run", "engine-node1-dp-engines",
                "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
-               "node1-docker", "node2-docker"}
+               "node1-docker", "node2-docker", "node1-pre-pull", "node2-pre-pull", "node1-weights", "node2-weights",
+               "collective-node1", "collective-node2"}
 
 
 def test_committed_prod_passes_everything_but_the_digest_and_host_key_rules() -> None:

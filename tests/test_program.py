@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from checks.preflight import outer_timeout_s
+from checks.preflight import AFTER_PULL, BEFORE_PULL, outer_timeout_s
 from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
-from stacks.plan import NODE_PREFLIGHT, build_plan
+from stacks.plan import build_plan
 from tests.pulumi_harness import SECRET_VALUES, Run, run_program
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's wire marker for a secret value
@@ -36,13 +36,14 @@ def h20() -> Run:
 def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     assert prod.error is None and h20.error is None
     counts = Counter(r.typ for r in prod.mocks.resources)
-    # per node: provider, image, container, preflight, fabric preflight, firewall preflight, firewall,
-    # args dry run, dp-engines, nccl-transport
+    # per node: provider, image, container; weights, pre-pull and post-pull preflight, fabric preflight, firewall
+    # preflight, firewall, args dry run, collective, dp-engines, nccl-transport; on the deployer: weights-match,
+    # api-health, api-smoke
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 14 and counts[LOCAL] == 2
+    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 + 2 + 2 + 2 + 2 + 1 + 1 and h20_counts[LOCAL] == 2
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
@@ -125,7 +126,11 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
     for name, node in prod.result["nodes"].items():
         assert node.preflight in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
         assert prod.result["fabric"].preflights[name] in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
-    assert all(d in head_deps for d in engine.dry_runs.values())
+    # ... and the collective checks, which come after every dry run, gate every container.
+    collectives = prod.result["collectives"]
+    assert set(collectives) == {"node1", "node2"} and all(c in head_deps for c in collectives.values())
+    for name in collectives:
+        assert all(d in prod.all_options[f"collective-{name}"].depends_on for d in engine.dry_runs.values())
     ray = h20.result["engine"]
     assert ray.containers["h20-1"] in h20.options["engine-h20-2-vllm-ray"].depends_on  # ray: head first
     ready = h20.mocks.named("engine-ray-cluster-ready")
@@ -134,11 +139,14 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
 
 
 def test_checks_are_wrapped_triggered_and_ordered(prod: Run) -> None:
-    pre = prod.mocks.named("node1-preflight")
-    assert pre.inputs["create"].startswith(f"timeout {outer_timeout_s(NODE_PREFLIGHT)} python3 - --name "
-                                           "preflight-node1 --sections gpu,toolkit")
+    pre = prod.mocks.named("node1-pre-pull")
+    assert pre.inputs["create"].startswith(f"timeout {outer_timeout_s(BEFORE_PULL)} python3 - --name "
+                                           "pre-pull-node1 --sections ownership,disk,gpu,model ")
     assert pre.inputs["triggers"][0] == "vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657"
     assert "def main(" in pre.inputs["create"]  # the script itself travels in the heredoc
+    post = prod.mocks.named("node1-preflight")
+    assert post.inputs["create"].startswith(f"timeout {outer_timeout_s(AFTER_PULL)} python3 - --name "
+                                            "preflight-node1 --sections toolkit,memlock ")
     fabric = prod.mocks.named("fabric-node2-fabric-preflight")
     assert "--sections infiniband,hca,gid,sysctl" in fabric.inputs["create"]
     assert "--hcas mlx5_0:1,mlx5_2:1" in fabric.inputs["create"]
@@ -150,6 +158,7 @@ def test_checks_are_wrapped_triggered_and_ordered(prod: Run) -> None:
     assert "--deadline-s 4200" in health.inputs["create"]
     smoke = prod.mocks.named("api-smoke")
     assert "--sections models,chat,thinking,stream" in smoke.inputs["create"]
+    assert "--dp-size 2 --rank-nodes node1,node2 --golden-json" in smoke.inputs["create"]
     generation = prod.result["engine"].generation
     for name in ("api-health", "api-smoke", "fabric-node1-nccl-transport", "engine-node2-dp-engines"):
         triggers = prod.mocks.named(name).inputs["triggers"]
@@ -211,7 +220,8 @@ def test_image_change_touches_engines_and_images_only() -> None:
                          "node1-image", "node2-image"}
     checks = {"node1-preflight", "node2-preflight", "api-health", "api-smoke", "engine-node1-dp-engines",
               "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
-              "engine-node1-args-dry-run", "engine-node2-args-dry-run",
+              "engine-node1-args-dry-run", "engine-node2-args-dry-run", "node1-pre-pull", "node2-pre-pull",
+              "node1-weights", "node2-weights", "collective-node1", "collective-node2",
               "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight"}  # every check: the group moves
     assert changed == engine_and_images | checks
     assert not any(n.endswith("-docker") for n in changed)
@@ -248,8 +258,12 @@ def test_rollout_pulls_everywhere_then_dry_runs_then_replaces(stack: str) -> Non
         deps = run.all_options[f"engine-{name}-args-dry-run"].depends_on
         assert all(image in deps for image in images)  # every node's image, not only its own
         assert dry.triggers is not None
+    collectives = list(run.result["collectives"].values())
+    assert len(collectives) == len(images)  # multi-node: every container waits for every collective check ...
     for name, container in engine.containers.items():
         deps = run.options[container._name].depends_on
-        assert all(d in deps for d in dry_runs), name  # and through them every image and preflight
+        assert all(c in deps for c in collectives), name
+    for c in collectives:  # ... which waits for every dry run, and through them every image and preflight
+        assert all(d in run.all_options[c._name].depends_on for d in dry_runs)
     command = run.mocks.named(f"engine-{next(iter(run.result['nodes']))}-args-dry-run").inputs["create"]
     assert "docker run --rm -i --network none --pull never --entrypoint python3" in command

@@ -54,9 +54,13 @@ def test_one_firewall_command_per_node_after_its_preflight_and_before_any_engine
         # every engine container waits for every node's dry run, and each dry run for its node's firewall
         dry = run.result["engine"].dry_runs[name]
         assert walls[name] in run.all_options[dry._name].depends_on
+    # every engine container waits for every dry run: directly, or through the collective checks that do
+    collectives = list(run.result["collectives"].values())
+    for c in collectives:
+        assert all(d in run.all_options[c._name].depends_on for d in run.result["engine"].dry_runs.values())
     for container in run.result["engine"].containers.values():
         deps = run.all_options[container._name].depends_on
-        assert all(d in deps for d in run.result["engine"].dry_runs.values())
+        assert all(d in deps for d in collectives or run.result["engine"].dry_runs.values())
 
 
 def test_rules_change_re_runs_the_firewall_and_nothing_else_does() -> None:
@@ -96,7 +100,7 @@ def _connection(run: Run, name: str) -> dict[str, Any]:
 def test_every_ssh_connection_carries_the_nodes_host_key(known_hosts_home: Path) -> None:
     run = _ok(run_program("prod", with_host_keys(read_stack_values("prod"))))
     remotes = run.mocks.of_type(REMOTE)
-    assert len(remotes) == 14
+    assert len(remotes) == 20
     for remote in remotes:
         conn = _connection(run, remote.name)
         node = 0 if conn["host"] == "10.30.8.1" else 1
@@ -125,13 +129,14 @@ def test_loopback_without_proxy_runs_the_api_checks_on_the_head_in_the_engine() 
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"]["host"] = "127.0.0.1"
     run = _ok(run_program("prod", values))
-    assert not run.mocks.of_type(LOCAL)
+    assert not [r for r in run.mocks.of_type(LOCAL) if r.name.startswith("api-")]
     health, smoke = run.mocks.named("api-health"), run.mocks.named("api-smoke")
     assert health.typ == smoke.typ == REMOTE and _connection(run, "api-health")["host"] == "10.30.8.1"
     create = health.inputs["create"]
     first = create.split("\n", 1)[0]
     words = shlex.split(first.split(" <<'")[0])
-    assert words[:2] == ["timeout", str(3600 + 600 + (1 + 3 + 2) * 300 + 120)]
+    # the health deadline + ((1 + 3 requests) x 2 DP ranks x 1 golden pair + 2) request timeouts + 120 s
+    assert words[:2] == ["timeout", str(3600 + 600 + ((1 + 3) * 2 * 1 + 2) * 300 + 120)]
     assert words[2:7] == ["docker", "exec", "-i", "deepseek-v41-flash", "python3"]
     assert words[words.index("--url") + 1] == "http://127.0.0.1:8030" == run.outputs["endpoint"]
     assert "environment" not in health.inputs  # the key is the container's own VLLM_API_KEY: nothing travels

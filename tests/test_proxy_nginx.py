@@ -28,7 +28,7 @@ from checks.api import tls_context
 from components.check_commands import api_command
 from stacks.config import SECRET_MARKER, ProxyConfig, ProxyLimits
 from stacks.loader import parse_config
-from stacks.plan import build_plan
+from stacks.plan import api_sections, build_plan
 from stacks.proxy import DENIED_PATHS, FrontDoor, front_door, masked_nginx_conf
 from tests.conftest import ROOT
 from tests.nginx_harness import (
@@ -75,7 +75,8 @@ def bearer(key: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
     with standin("--api-key-env", "STANDIN_KEY", "--first-token-delay-s", str(FIRST_TOKEN_S),
-                 "--token-delay-s", str(TOKEN_S), env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+                 "--token-delay-s", str(TOKEN_S), "--dp-size", "2",  # prod's DP: the checks pin each rank
+                 env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
         yield url
 
 
@@ -357,7 +358,7 @@ def test_planned_api_checks_pass_through_the_proxy_with_a_client_key(front: Fron
                                                                       ) -> None:
     config = parse_config("prod", with_proxy(prod_values))
     plan = build_plan("prod", config)
-    sections = [c.sections[0] for c in plan.checks if c.module == "checks.api"]
+    sections = api_sections(plan)
     assert {"auth", "deny"} <= set(sections)
     argv = shlex.split(api_command(config, plan, sections, "api-smoke"))
     assert argv[argv.index("--url") + 1] == plan.endpoint == "https://10.30.8.1:443"
@@ -368,6 +369,7 @@ def test_planned_api_checks_pass_through_the_proxy_with_a_client_key(front: Fron
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 0, out.stdout
     assert set(verdict["details"]) == {"health", "models", "chat", "thinking", "stream", "auth", "deny"}
+    assert {p["rank"] for p in verdict["details"]["chat"]["probes"]} == {0, 1}  # each rank pinned through nginx
     assert CLIENT_KEYS["team-a"] not in out.stdout and "BEGIN CERTIFICATE" not in out.stdout
     # Without the stack's certificate the same check refuses the connection: TLS is verified, not skipped.
     del env["VLLM_TLS_CA"]
