@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,9 +11,15 @@ MAX_VALUE_CHARS = 160
 """A value is shown in full up to this length: a pasted certificate or an alias bomb must not flood the report."""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist = 3, 6, 6
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_VALUE_CHARS
+
+
 def show_value(value: Any) -> str:
-    """The value as the report prints it: repr, cut to MAX_VALUE_CHARS."""
-    text = repr(value)
+    """The value as the report prints it, cut to MAX_VALUE_CHARS without ever building the whole repr (an
+    aliased value can be large)."""
+    text = _REPR.repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
 
 
@@ -29,7 +36,7 @@ class Problem:
     """`file:line:column` of the value, when it came from a stack file."""
 
     def render(self) -> str:
-        if self.key.startswith("<"):  # the file or the command line itself, not a config key
+        if self.key.startswith("<") or ":" in self.key:  # the file, the command line or a raw file key
             shown = "" if self.value is None else f" {show_value(self.value)}"
             lines = [f"{self.key}{shown}: {self.message}"]
         else:

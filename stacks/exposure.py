@@ -97,7 +97,17 @@ def private_network_findings(private: list[str], acknowledged: list[str]) -> lis
         elif not is_public_space(network(cidr)):
             out.append(NetworkFinding(key, cidr, "is not public address space: it needs no acknowledgement",
                                       "remove it here (keep it in fabric.private_networks)"))
+        elif network(cidr).prefixlen < MIN_ACK_PREFIX[network(cidr).version]:
+            net = network(cidr)
+            out.append(NetworkFinding(key, cidr, f"acknowledges {net.num_addresses:,} public addresses as the "
+                                      "cluster's: the firewall would admit all of them to Ray, the TCPStores and "
+                                      "vLLM's port; an isolated fabric is a few subnets",
+                                      f"the fabric's own subnets, each /{MIN_ACK_PREFIX[net.version]} or narrower"))
     return out
+
+
+MIN_ACK_PREFIX = {4: 16, 6: 48}
+"""The widest public range `fabric.public_private_networks` may acknowledge (a /16, a /48)."""
 
 
 def trusted_networks(private: list[str]) -> list[str]:

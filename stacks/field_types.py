@@ -127,8 +127,17 @@ Tag = Annotated[str, Kind("Docker tag"), _pattern(
     "v0.33.0")]
 Digest = Annotated[str, Kind("sha256 digest"), _pattern(
     r"sha256:[0-9a-f]{64}", "an image digest", "sha256:<64 lower-case hex digits>")]
+def _fabric_ifname(value: str) -> str:
+    """Loopback and container bridges carry no traffic between nodes: NCCL/Gloo on them cannot connect."""
+    if value == "lo" or value == "docker0" or value.startswith(("veth", "virbr", "br-", "cni", "flannel")):
+        raise refuse("is a loopback or container-bridge interface: nothing reaches another node through it",
+                     "the NIC of the network between the nodes, e.g. ens11np0 or bond0")
+    return value
+
+
 IfName = Annotated[str, Kind("interface name"), _pattern(
-    r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}", "a Linux interface name: 1-15 of A-Z a-z 0-9 _ . -", "ens11np0")]
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}", "a Linux interface name: 1-15 of A-Z a-z 0-9 _ . -", "ens11np0"),
+    AfterValidator(_fabric_ifname)]
 HcaName = Annotated[str, Kind("HCA dev:port"), _pattern(
     r"[A-Za-z0-9_]{1,32}(:[1-9][0-9]{0,2})?", "an RDMA device and port", "mlx5_0:1")]
 
@@ -159,19 +168,35 @@ def _ip(value: str) -> str:
     if value.startswith("["):
         raise refuse("is bracketed", "the bare address (brackets are added where host:port is formed)")
     try:
-        return str(ipaddress.ip_address(value))
+        address = ipaddress.ip_address(value)
     except ValueError:
         raise refuse("is not an IPv4 or IPv6 address", "e.g. 10.30.8.1 or fd00::1") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        raise refuse("is an IPv4 address written as IPv6 (::ffff:…): it would compare unequal to the same address "
+                     "elsewhere and land in the firewall's IPv6 set", f"{address.ipv4_mapped}")
+    return str(address)
 
 
 def _host(value: str) -> str:
+    """A host something connects to: a name, or the address of one host (not 0.0.0.0, ::, multicast, broadcast)."""
     if is_hostname(value):
         return value.lower()
     try:
-        return _ip(value)
-    except PydanticCustomError:
+        literal = _ip(value)
+    except PydanticCustomError as exc:
+        if "written as IPv6" in str(exc):
+            raise
         raise refuse("is neither an IP address nor an RFC 1123 host name",
                      "e.g. 10.30.8.1, fd00::1 or gpu-node-1.example.com") from None
+    return _one_host(literal)
+
+
+def _one_host(value: str) -> str:
+    address = ipaddress.ip_address(value)
+    if address.is_unspecified or address.is_multicast or value == "255.255.255.255":
+        raise refuse("is not the address of one host (unspecified, multicast or broadcast)",
+                     "the host's own address, e.g. 10.30.8.1")
+    return value
 
 
 def _server_name(value: str) -> str:
@@ -196,6 +221,10 @@ def _cidr(value: str) -> str:
 IpAddress = Annotated[str, Kind("IP address"), BeforeValidator(lambda v: v if not isinstance(v, str) else v.strip()),
                       Field(min_length=2, max_length=45), AfterValidator(_ip)]
 """An IPv4 or IPv6 literal, stored in its canonical form (`fd00:0::1` reads `fd00::1`)."""
+HostAddress = Annotated[str, Kind("IP address of one host"),
+                        BeforeValidator(lambda v: v if not isinstance(v, str) else v.strip()),
+                        Field(min_length=2, max_length=45), AfterValidator(_ip), AfterValidator(_one_host)]
+"""A node's own address: a literal that is not unspecified, multicast or broadcast."""
 Host = Annotated[str, Kind("host (IP or RFC 1123 name)"), Field(min_length=1, max_length=253), AfterValidator(_host)]
 """An IP literal or an RFC 1123 host name (what SSH, URLs and nginx can all take)."""
 ServerName = Annotated[str, Kind("DNS name"), Field(min_length=1, max_length=253), AfterValidator(_server_name)]
@@ -303,7 +332,7 @@ def _abs_path(value: str) -> str:
     parts = value.split("/")
     if ".." in parts or "." in parts:
         raise refuse("has '.' or '..' segments", f"the normalised path {posixpath.normpath(value)}")
-    normal = posixpath.normpath(value)
+    normal = "/" + posixpath.normpath(value).lstrip("/")  # POSIX keeps a leading `//`; nothing here should
     if normal != value:
         raise refuse("is not normalised (double or trailing '/')", normal)
     return value

@@ -64,5 +64,19 @@ IMAGES: dict[str, ImageCapabilities] = {
 }
 
 
+DOCKER_HUB = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
+
+
+def canonical_ref(image_ref: str) -> str:
+    """`repo:tag` as Docker resolves it: Docker Hub's host and its `library/` namespace are implied, so
+    `docker.io/vllm/vllm-openai:v0.33.0` is the same image as `vllm/vllm-openai:v0.33.0`
+    (distribution/reference `normalize.go`)."""
+    for host in DOCKER_HUB:
+        if image_ref.startswith(host):
+            image_ref = image_ref[len(host):]
+            break
+    return image_ref.removeprefix("library/")
+
+
 def get_capabilities(image_ref: str) -> ImageCapabilities | None:
-    return IMAGES.get(image_ref)
+    return IMAGES.get(canonical_ref(image_ref))

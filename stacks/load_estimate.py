@@ -17,6 +17,7 @@ from stacks.config import StackConfig
 from stacks.images import get_capabilities
 from stacks.memory import GpuMemory, engram_dp_shards, gpu_memory, kv_bytes_per_token, pp_partition
 from stacks.profiles import ModelProfile
+from stacks.serve_options import option_table, read_argv
 from stacks.topology import Topology
 
 STARTUP_S = 300
@@ -68,19 +69,25 @@ def engram_on_gpu(config: StackConfig) -> tuple[bool, str]:
 
 
 def _engram_offload_arg(args: list[str]) -> bool | None:
-    for i, arg in enumerate(args):
-        flag, _, value = arg.partition("=")
-        if not value and i + 1 < len(args):
-            value = args[i + 1]
-        if flag == "--engram-config":
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                return None
-            if isinstance(parsed, dict) and isinstance(parsed.get("cpu_offload"), bool):
-                return bool(parsed["cpu_offload"])
-        elif flag == "--engram-config.cpu_offload" and value.lower() in ("true", "false"):
-            return value.lower() == "true"
+    """`cpu_offload` as vLLM would read it from `--engram-config` in extra_args: any spelling (`_`, a unique
+    prefix, `=`), the JSON form or the dotted `--engram-config.cpu_offload` form. A repeated option is refused by
+    the managed-options guard (vLLM keeps the last and merges dotted forms after the JSON), so one occurrence is
+    read here. None: not set there (the image's default applies), or not readable (the dry run decides)."""
+    for item in read_argv(list(args), option_table("0.33.0")):
+        if item.dest != "engram_config" or not item.values:
+            continue
+        name = item.word.partition("=")[0].replace("_", "-")
+        value = item.values[-1]
+        if "." in name:
+            path = name.split(".", 1)[1]
+            return value.lower() == "true" if path == "cpu-offload" and value.lower() in ("true", "false") else None
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        if isinstance(parsed, dict) and isinstance(parsed.get("cpu_offload"), bool):
+            return bool(parsed["cpu_offload"])
+        return None
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable
@@ -27,21 +28,23 @@ from stacks.stack_file import PROJECT, StackDocument, parse_stack_text, parse_va
 PROJECT_ROOT = Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parent.parent)
 """Where `Pulumi.<stack>.yaml` files are read; VLLM_CLUSTER_ROOT points elsewhere (tests, other repos)."""
 
+HIDDEN = "<not shown>"
+"""What a problem shows for an unknown key's text: a misspelt `s3_secret_acess_key` must not print its value."""
 PLAIN = "<plain text>"
 """What a problem shows instead of a secret written in plain text."""
 
 
 def stack_file(stack: str, root: Path = PROJECT_ROOT) -> Path:
+    """`Pulumi.<stack>.yaml`; a name that is not a Pulumi stack name (a path, a space, `;`) is refused here, so no
+    command reads or rewrites a file outside the project."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stack) or stack in (".", ".."):
+        raise ConfigError(stack[:100], [Problem("<stack>", stack, "is not a stack name",
+                                                fix="letters, digits, _ . - (e.g. prod)")])
     return root / f"Pulumi.{stack}.yaml"
 
 
 def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
     """The `vllm-cluster:*` values of a stack file as Pulumi reads them, secrets masked, with positions."""
-    import re
-
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stack) or stack in (".", ".."):
-        raise ConfigError(stack[:100], [Problem("<stack>", stack, "is not a stack name",
-                                                fix="letters, digits, _ . - (e.g. prod)")])
     path = stack_file(stack, root)
     if not path.is_file():
         known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
@@ -89,7 +92,8 @@ def set_path(values: dict[str, Any], key: str, value: Any) -> None:
             node = node[name]
 
 
-def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret: Iterable[str] = ()) -> dict[str, Any]:
+def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret: Iterable[str] = (),
+                    stack: str = "<overrides>") -> dict[str, Any]:
     """`--set key.path=value` (values resolved like the stack file's) and `--assume-secret key.path`."""
     import copy
 
@@ -116,7 +120,7 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
         except ValueError as exc:
             problems.append(Problem("--assume-secret", key, str(exc), fix="e.g. --assume-secret proxy_keys.team-a"))
     if problems:
-        raise ConfigError("<overrides>", problems)
+        raise ConfigError(stack, problems)
     return result
 
 
@@ -278,7 +282,8 @@ def _problem(error: Any) -> Problem:
         known = _known_keys(loc[:-1])
         near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
         hint = f"did you mean {near[0]!r}? " if near else ""
-        return Problem(key, value, "unknown key (Pulumi would pass it on and nothing would read it)",
+        shown = value if isinstance(value, bool | int | float) or value is None else HIDDEN  # a mistyped secret key
+        return Problem(key, shown, "unknown key (Pulumi would pass it on and nothing would read it)",
                        fix=f"{hint}known keys here: {', '.join(known)}")
     if kind == "missing":
         return Problem(key, None, f"required key is missing{what}", fix="add it (README: config reference)")
@@ -289,6 +294,8 @@ def _problem(error: Any) -> Problem:
         return Problem(key, value, f"must be a finite number{what}",
                        fix=f"a number {_range_text(low, high)}, e.g. {_example(info, low)}")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        if low is None and high is None:  # a list item's own bound: pydantic names only the one it broke
+            low, high = ctx.get("ge", ctx.get("gt")), ctx.get("le", ctx.get("lt"))
         return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}")
     if kind in ("bool_type", "bool_parsing"):
         return Problem(key, value, f"must be true or false{what}",
@@ -296,8 +303,13 @@ def _problem(error: Any) -> Problem:
     if kind == "string_type":
         return Problem(key, value, f"must be a string{what}",
                        fix=f"quote it: \"{value}\" (YAML reads 1.20 as the number 1.2)"
-                       if isinstance(value, int | float) and not isinstance(value, bool) else "a quoted string")
+                       if isinstance(value, int | float) and not isinstance(value, bool) else
+                       "quote it: YAML reads `::`, `a: b` or `[a]` unquoted as a mapping or a list, e.g. '\"::\"'"
+                       if isinstance(value, dict | list) else "a quoted string")
     if kind == "string_too_short":
+        if value:
+            return Problem(key, value, f"is shorter than {ctx.get('min_length')} characters{what}",
+                           fix=f"a whole {_kind(info) or 'value'}")
         return Problem(key, value, f"is empty{what}", fix=f"a {_kind(info) or 'value'}")
     if kind == "string_too_long":
         return Problem(key, value, f"is longer than {ctx.get('max_length')} characters{what}",
@@ -386,8 +398,9 @@ def load_stack_document(stack: str, overrides: list[str] | None = None, assume_s
     document = read_stack_document(stack, root)
     values = document.values
     if overrides or assume_secret:
-        values = apply_overrides(values, list(overrides or []), assume_secret)
-        for item, origin in [(o.partition("=")[0], f"--set {o}") for o in overrides or []] + [
+        values = apply_overrides(values, list(overrides or []), assume_secret, stack)
+        # the origin names the key only: a value set on the command line may be a secret typed in plain text
+        for item, origin in [(o.partition("=")[0], f"--set {o.partition('=')[0]}=…") for o in overrides or []] + [
                 (k, f"--assume-secret {k}") for k in assume_secret]:
             path = tuple(_path(item.strip()))
             for known in [p for p in document.positions if p[:len(path)] == path]:

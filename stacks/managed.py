@@ -17,6 +17,7 @@ from stacks.images import ImageCapabilities
 from stacks.serve_options import OptionTable, option_table, read_argv
 
 HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
 
 MANAGED_OPTIONS: dict[str, str] = {
     "model": "model.container_dir / model.path (the first argument)",
@@ -63,6 +64,24 @@ MANAGED_OPTIONS: dict[str, str] = {
     "speculative_config": "speculative",
     "language_model_only": "vision",
     "config": "the stack config (a --config file can set any managed flag behind the plan's back)",
+    "help": "nothing: `-h`/`--help` makes vLLM print its help and exit 0, so no engine would start",
+    "prefill_context_parallel_size": "nothing yet: context parallelism multiplies the world size (PP x TP x PCP, "
+                                     "vllm/config/parallel.py:964-968) the plan, the GPU counts and --nnodes derive",
+    "decode_context_parallel_size": "nothing yet: it must divide TP and changes the KV layout the memory rule "
+                                    "computes (vllm/config/parallel.py)",
+    "enable_elastic_ep": "nothing yet: elastic EP resizes the DP group at run time, which the plan, the firewall "
+                         "and the checks size once (and 0.33.0 refuses it when a replica spans nodes: "
+                         "vllm/distributed/parallel_state.py:1987-1995)",
+    "elastic_ep_max_dp_size": "nothing yet: elastic EP is not supported by this tool",
+    "enable_eplb": "nothing yet: EPLB adds redundant experts the memory rule does not count",
+    "eplb_config": "nothing yet: EPLB adds redundant experts the memory rule does not count",
+    "kv_cache_memory_bytes": "serving.gpu_memory_utilization (this replaces it, and the memory rule is built on "
+                             "it: vllm/v1/worker/gpu_worker.py)",
+    "num_gpu_blocks_override": "serving.gpu_memory_utilization (a fixed KV block count bypasses the memory the "
+                               "rule checks)",
+    "cpu_offload_gb": "nothing yet: weight offload changes the per-GPU memory the rule computes",
+    "hf_overrides": "nothing yet: it rewrites the model config (heads, positions, experts) the rules read from "
+                    "the profile",
     "ssl_keyfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
     "ssl_certfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
     "ssl_ca_certs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
@@ -102,17 +121,24 @@ MANAGED_ENV: dict[str, str] = {
     "MASTER_PORT": "the listener table",
     "RAY_ADDRESS": "the Ray head the plan starts",
     "VLLM_TARGET_DEVICE": "the image (cuda)",
+    "VLLM_SERVER_DEV_MODE": "nothing: dev mode opens /collective_rpc, /reset_prefix_cache and more, unauthenticated",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "nothing: it opens adapter loading endpoints the proxy and checks do not know",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "the engine layout the plan derives (engine cores as separate processes)",
+    "NVIDIA_VISIBLE_DEVICES": "the container's GPUs (gpus: all) and container.set_cuda_visible_devices",
 }
 """Environment variables the plan sets or depends on, and the config key that controls each."""
 
-OVERRIDABLE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA",
-                             "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG",
-                             "CUDA_VISIBLE_DEVICES"})
-"""What `container.managed_env_overrides` may override (fabric settings a site may need to pin by hand); the
-rest have a config key of their own, or a secret, or would break the topology."""
+OVERRIDABLE_ENV = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+                             "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG"})
+"""What `container.managed_env_overrides` may override (fabric settings a site may need to pin by hand, one value
+for every node); the rest have a config key of their own, a per-node value (VLLM_HOST_IP, CUDA_VISIBLE_DEVICES),
+or a secret, or would break the topology."""
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 _SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
+_SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|ghp_[A-Za-z0-9]{8,}|"
+                              r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
+                              r"AKIA[0-9A-Z]{12,}|-----BEGIN [A-Z ]*PRIVATE KEY)")
 
 
 def looks_secret(name: str, value: str) -> bool:
@@ -134,14 +160,26 @@ def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple
     problems: list[Problem] = []
     warnings: list[str] = []
     key = "serving.extra_args"
-    for item in read_argv(list(config.serving.extra_args), table):
+    items = read_argv(list(config.serving.extra_args), table)
+    seen: dict[str, int] = {}
+    for item in items:
         shown = f"{key}.{item.index}"
         value = item.word
+        if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
+            problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
+                                    "the last (and merges dotted forms after any JSON), so what the plan checked "
+                                    "and what runs could differ", fix="give each option once"))
+            continue
+        if item.dest is not None:
+            seen.setdefault(item.dest, item.index)
+        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
         if item.dest in SECRET_OPTIONS:
             problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
                                     "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
         elif item.dest in MANAGED_OPTIONS:
-            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else None
+            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else (
+                f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1987-1995, with a replica over "
+                "nodes)" if item.dest == "enable_elastic_ep" else None)
             problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config manages",
                                     upstream=upstream, fix=f"remove it; set {MANAGED_OPTIONS[item.dest]} instead"))
         elif item.problem and item.dest is None and not own and "has no option" in item.problem:
@@ -149,7 +187,25 @@ def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple
                             f"table known here; the argument dry run checks it against {config.image.ref}")
         elif item.problem:
             problems.append(Problem(shown, value, item.problem, fix=item.fix))
+        elif credential is not None:
+            problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
+                                    "URL with a password), visible in `ps`, `docker inspect` and Pulumi state",
+                                    fix="pass it through env_secrets (pulumi config set --secret --path "
+                                    "'vllm-cluster:env_secrets.<NAME>' <value>) or a file the image reads"))
     return problems, warnings
+
+
+APPENDING_OPTIONS = frozenset({"middleware", "allowed_origins", "allowed_methods", "allowed_headers",
+                               "lora_modules"})
+"""Options vLLM accumulates (argparse `append` / `nargs='+'` lists) rather than overwrite: repeats are fine."""
+
+_URL_PASSWORD = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+_JSON_SECRET = re.compile(r'"[A-Za-z_]*(token|secret|password|api_key|access_key)"\s*:\s*"[^"]+"', re.I)
+
+
+def _credential_in(text: str) -> bool:
+    """A credential inside an argv word: a known token prefix anywhere, a URL with a password, a JSON secret key."""
+    return bool(_SECRET_ANYWHERE.search(text) or _URL_PASSWORD.search(text) or _JSON_SECRET.search(text))
 
 
 def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
@@ -165,6 +221,10 @@ def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                          if name in OVERRIDABLE_ENV else "")
                 problems.append(Problem(key, "<plain text>" if looks_secret(name, value) else value,
                                         f"{name} is set by the plan", fix=f"set {MANAGED_ENV[name]}{hatch}"))
+            elif name.upper() in MANAGED_ENV and name != name.upper():
+                problems.append(Problem(key, value, f"{name} is not {name.upper()} (environment names are "
+                                        "case-sensitive): almost certainly a typo of a variable the plan sets",
+                                        fix=f"remove it; set {MANAGED_ENV[name.upper()]}"))
             elif looks_secret(name, value):
                 problems.append(Problem(key, "<plain text>", "looks like a credential in plain config (it would sit "
                                         "in the container's env, `docker inspect` and Pulumi state unencrypted)",
@@ -176,7 +236,10 @@ def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                                 fix="set it in one place"))
     for name, value in config.container.managed_env_overrides.items():
         key = f"container.managed_env_overrides.{name}"
-        if name not in OVERRIDABLE_ENV:
+        if looks_secret(name, value):
+            problems.append(Problem(key, "<plain text>", "looks like a credential in plain config",
+                                    fix=f"pulumi config set --secret --path 'vllm-cluster:env_secrets.{name}' <value>"))
+        elif name not in OVERRIDABLE_ENV:
             problems.append(Problem(key, value, f"{name} cannot be overridden here" if name in MANAGED_ENV else
                                     f"{name} is not a variable the plan manages",
                                     fix=f"set {MANAGED_ENV[name]}" if name in MANAGED_ENV else f"container.env.{name}"))

@@ -86,6 +86,15 @@ def speculative_fields(version: str) -> frozenset[str]:
     return frozenset(raw["fields"])
 
 
+@cache
+def engine_values(version: str) -> dict[str, tuple[str, ...]]:
+    """Allowed values of engine settings vLLM checks after parsing (Literal types of its config classes)."""
+    path = DATA / f"vllm-{version}-config-values.json"
+    if not path.is_file():
+        return {}
+    return {k: tuple(v) for k, v in json.loads(path.read_text())["values"].items()}
+
+
 @dataclass
 class ArgvItem:
     """One option (or stray word) of an argv, as vLLM would read it."""
@@ -168,7 +177,9 @@ def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
                                   fix=f"two items: {name.split()[0]!r} and its value"))
             i += 1
             continue
-        if name.startswith("-O"):
+        if raw == "-O" and i + 1 < len(words) and words[i + 1] in ("0", "1", "2", "3"):
+            name, word = "--optimization-level", "--optimization-level"  # FlexibleArgumentParser: `-O <n>`
+        elif name.startswith("-O"):
             name, word = "--optimization-level", "--optimization-level=" + (word[3:] if word[2:3] == "=" else word[2:])
         dotted = name.startswith("--") and "." in name
         base = name.split(".", 1)[0] if dotted else word
@@ -190,7 +201,9 @@ def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
         item = ArgvItem(i, raw, action.dest, option)
         i += 1
         if dotted:
-            if attached is None and i < len(words):
+            if attached is not None:
+                item.values.append(attached)
+            elif i < len(words):
                 item.values.append(words[i])
                 i += 1
         elif attached is not None:

@@ -37,6 +37,9 @@ PROJECT = "vllm-cluster"
 MAX_VALUES = 100_000
 """Values one stack file may expand to, aliases included (the committed stacks hold about 300)."""
 MAX_DEPTH = 48
+MAX_CHARS = 8 * 1024 * 1024
+"""Characters of text one stack file may expand to, aliases included: a 3 MB string aliased 2,000 times is a
+handful of values but 6 GB of text for whatever reads it next (the committed stacks hold about 3,000)."""
 MAX_BYTES = 4 * 1024 * 1024
 
 
@@ -234,6 +237,7 @@ class _Builder:
     def __init__(self, path: str) -> None:
         self.path = path
         self.count = 0
+        self.chars = 0
         self.open: set[int] = set()
         self.positions: dict[tuple[str | int, ...], str] = {}
 
@@ -245,6 +249,10 @@ class _Builder:
             raise _Fail(f"nested deeper than {MAX_DEPTH} levels", node.mark)
         self.positions.setdefault(where, _where(self.path, node.mark))
         if node.kind == "scalar":
+            self.chars += len(node.value)
+            if self.chars > MAX_CHARS:
+                raise _Fail(f"document expands to more than {MAX_CHARS // 1024 // 1024} MiB of text (aliases of "
+                            "long values)", node.mark)
             return _scalar(node)
         if id(node) in self.open:
             raise _Fail(f"anchor '{node.anchor}' value contains itself", node.mark)
@@ -287,13 +295,28 @@ class _Builder:
 
 
 def _secure(value: Any) -> Any:
-    """`{secure: <ciphertext>}` -> SECRET, anywhere (Pulumi's `isSecureValue`: one key, a string)."""
+    """What the program receives for a value: `{secure: <ciphertext>}` -> SECRET, anywhere (Pulumi's
+    `isSecureValue`: one key, a string), and numbers as they come back from Pulumi's JSON (Go's encoding/json
+    writes a whole float64 below 1e21 without a fraction, so `8.0` arrives as 8)."""
     if isinstance(value, dict):
         if set(value) == {"secure"} and isinstance(value["secure"], str):
+            if not value["secure"].strip():
+                raise _Fail("a `secure:` value with no ciphertext: set it with pulumi config set --secret")
             return SECRET
         return {k: _secure(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_secure(v) for v in value]
+    return _json_number(value)
+
+
+def _json_number(value: Any) -> Any:
+    """A whole float64 below 1e21 comes back from Go's JSON as an integer."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _json_number(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_number(v) for v in value]
     return value
 
 
@@ -303,10 +326,14 @@ def decode_top_level(value: Any) -> Any:
     string that is not JSON stays a string (`config/object.go` `MarshalString`)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json.loads(value, parse_constant=_no_constant)
         except ValueError:
             return value
     return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # Python's json would take NaN/Infinity; Go's does not
 
 
 def near_miss(name: str, wanted: str = PROJECT) -> bool:
@@ -346,6 +373,10 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
                    _where(path, root.mark if root else None), fix="a mapping with a `config:` key")
     warnings: list[str] = []
     for key in document:
+        namespace = split_config_key(key, project)[0] if ":" in key else None
+        if namespace is not None and (namespace == project or near_miss(namespace, project)):
+            raise fail(f"{key!r} is outside `config:` (at the top of the file): Pulumi ignores it there",
+                       builder.positions.get((key,), path), key=key, fix=f"indent it under config:  {key}: …")
         if key != "config" and near_miss(key, "config"):
             raise fail(f"top-level key {key!r} looks like a misspelt `config` (Pulumi ignores it)",
                        builder.positions.get((key,), path), key=key, fix="config:")
@@ -363,6 +394,10 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
     origin: dict[str, str] = {}
     for key, value in config.items():
         where = builder.positions.get(("config", key), path)
+        try:
+            checked = _secure(value)
+        except _Fail as exc:
+            raise fail(str(exc), where, key=key, fix="pulumi config set --secret …") from None
         namespace, name = split_config_key(key, project)
         if namespace is None:
             raise fail(f"{key!r} is not a Pulumi config key (`namespace:name`)", where, key=key,
@@ -376,7 +411,7 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
             raise fail(f"{project}:{name} is set twice (as {origin[name]!r} and {key!r}); Pulumi would keep one "
                        "of them at random", where, key=name, fix="keep one")
         origin[name] = key
-        values[name] = decode_top_level(_secure(value))
+        values[name] = decode_top_level(checked)
         for sub, at in builder.positions.items():
             if sub[:2] == ("config", key):
                 positions[(name, *sub[2:])] = at
@@ -407,7 +442,7 @@ def parse_value_text(text: str) -> Any:
         return ""
     try:
         root = _compose(text)
-        return _Builder("--set").build(root, ()) if root is not None else None
+        return _json_number(_Builder("--set").build(root, ())) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         problem = " ".join(str(part) for part in (exc.context, exc.problem) if part) or "invalid YAML"
         raise ValueError(f"not a YAML value: {problem}") from None

@@ -7,8 +7,8 @@ general rules come from the model profile; the rules that differ per image come 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 
 from stacks.config import StackConfig
@@ -21,7 +21,7 @@ from stacks.exposure import (
     is_loopback,
     private_network_findings,
 )
-from stacks.fabric import fabric_problems
+from stacks.fabric import control_ip, fabric_problems
 from stacks.field_types import bracket_host
 from stacks.images import ImageCapabilities, get_capabilities
 from stacks.launch import restart_policy_warnings
@@ -30,7 +30,7 @@ from stacks.load_estimate import engine_memory, estimated_load_s
 from stacks.managed import argv_problems, env_problems, table_for
 from stacks.profiles import PROFILES, ModelProfile, get_profile
 from stacks.proxy import routes_problems
-from stacks.serve_options import speculative_fields
+from stacks.serve_options import engine_values, speculative_fields
 from stacks.topology import Topology, derive_topology, replica_spans_nodes
 
 _PARSER_ERRORS = {
@@ -83,8 +83,18 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
                 f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
                 f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
                 "server would give up while the engines still load; the policy pack refuses this")
+    low, high = config.firewall.ephemeral_ports
+    if config.firewall.enabled and (low < 32768 or high > 60999):
+        result.warnings.append(
+            f"firewall.ephemeral_ports [{low}, {high}] reaches outside Linux's default ephemeral range "
+            "[32768, 60999]: every other service on the nodes listening in it is closed to sources outside the "
+            "cluster too; guard the range net.ipv4.ip_local_port_range really has")
     _parallelism_rules(config, topology, result, profile)
     _uniqueness_rules(config, result)
+    _address_rules(config, result)
+    _mount_rules(config, result)
+    _container_name_rules(config, result)
+    _engine_config_rules(config, image, result)
     _port_rules(config, result)
     _proxy_rules(config, result)
     _exposure_rules(config, result)
@@ -259,7 +269,6 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
         result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
 
 
-ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
 
 
 def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, profile: ModelProfile | None) -> None:
@@ -281,12 +290,6 @@ def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, pro
             "replicas spanning nodes its engine cores and its workers-only nodes would join different worlds at "
             "--master-port, so start-up fails or hangs",
             fix="data: 1 (one replica over these nodes), and another stack per extra replica behind a load balancer"))
-    if "--enable-elastic-ep" in config.serving.extra_args:
-        result.problems.append(Problem(
-            "serving.extra_args", "--enable-elastic-ep",
-            f"a replica spans {topo.replica_nodes} nodes: elastic EP needs every TP/PP rank of a replica on one node",
-            upstream=f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1830-1832, 1987-1995)",
-            fix="remove --enable-elastic-ep, or a tensor x pipeline that fits one node"))
     # Ranks are laid out TP-fastest, node by node: a TP group stays in one node iff it tiles the node's share.
     if share and (par.tensor > share or share % par.tensor):
         result.warnings.append(
@@ -296,23 +299,152 @@ def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, pro
 
 
 def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
-    def dupes(values: list[str]) -> set[str]:
-        return {v for v, n in Counter(values).items() if n > 1}
-
-    for key, values in (
-        ("name", [n.name for n in config.nodes]),
-        ("ssh.host", [n.ssh.host for n in config.nodes]),
-        ("management_ip", [n.management_ip for n in config.nodes]),
-    ):
-        for value in sorted(dupes(values)):
-            index = values.index(value, values.index(value) + 1)
-            result.problems.append(Problem(f"nodes.{index}.{key}", value, "used by more than one node",
+    """Names unique; every node address (management, data, a literal SSH host) belongs to one node only: the head's
+    DP address or an SSH host that is another node's address sends traffic, or a deploy, to the wrong machine."""
+    names = [n.name for n in config.nodes]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            result.problems.append(Problem(f"nodes.{i}.name", name, "used by more than one node",
                                            fix="a unique value per node"))
-    data_ips = [(i, ip) for i, n in enumerate(config.nodes) for ip in n.data_ips]
-    for ip in sorted(dupes([ip for _, ip in data_ips])):
-        index = [i for i, v in data_ips if v == ip][-1]
-        result.problems.append(Problem(f"nodes.{index}.data_ips", ip, "data-plane IP used twice",
-                                       fix="a unique data-plane IP per NIC"))
+    owner: dict[str, tuple[int, str]] = {}
+    for i, node in enumerate(config.nodes):
+        addresses = [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in
+                                                              enumerate(node.data_ips)]]
+        if _is_ip(node.ssh.host):
+            addresses.append(("ssh.host", str(ipaddress.ip_address(node.ssh.host))))
+        data: set[str] = set()  # one NIC may carry the management address too; two NICs never share one
+        for key, address in addresses:
+            if address in owner and owner[address][0] != i:
+                other, other_key = owner[address]
+                result.problems.append(Problem(
+                    f"nodes.{i}.{key}", address, f"is node {config.nodes[other].name}'s {other_key} too: one address, "
+                    "one node", fix="this node's own address"))
+            elif key.startswith("data_ips"):
+                if address in data:
+                    result.problems.append(Problem(f"nodes.{i}.{key}", address, "data-plane IP used twice",
+                                                   fix="a unique data-plane IP per NIC"))
+                data.add(address)
+            owner.setdefault(address, (i, key))
+    hosts = [(n.ssh.host, n.ssh.port) for n in config.nodes]
+    for i, host in enumerate(hosts):
+        if host in hosts[:i]:
+            result.problems.append(Problem(f"nodes.{i}.ssh.host", host[0], "another node is reached at the same SSH "
+                                           "host and port: both would be deployed on one machine",
+                                           fix="this node's own SSH address (or its own port for a tunnel)"))
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _address_rules(config: StackConfig, result: Validation) -> None:
+    """Addresses the nodes use to reach each other must be able to: no loopback across nodes, one address family
+    for the control plane, and vLLM's bind one of the head's own addresses (or all, or loopback)."""
+    multi = len(config.nodes) > 1
+    for i, node in enumerate(config.nodes):
+        for key, address in [("management_ip", node.management_ip),
+                             *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]:
+            if multi and ipaddress.ip_address(address).is_loopback:
+                result.problems.append(Problem(f"nodes.{i}.{key}", address, "is a loopback address: the other nodes "
+                                               "cannot reach this node there", fix="the node's address on the network "
+                                               "between the nodes"))
+    controls = [(i, control_ip(config, n)) for i, n in enumerate(config.nodes)]
+    families = {ipaddress.ip_address(ip).version for _, ip in controls if ip}
+    if len(families) > 1:
+        i, ip = next((i, ip) for i, ip in controls if ip and ipaddress.ip_address(ip).version != next(
+            ipaddress.ip_address(x).version for _, x in controls if x))
+        result.problems.append(Problem(
+            f"nodes.{i}.{'management_ip' if config.fabric.control_plane == 'management' else 'data_ips.0'}", ip,
+            "the control plane mixes IPv4 and IPv6: NCCL, Gloo, the DP handshake and Ray connect within one family",
+            fix="the same address family on every node"))
+    bind, head = config.serving.host, config.head
+    own = {head.management_ip, *head.data_ips}
+    if bind not in WILDCARDS and not is_loopback(bind) and bind not in own:
+        result.problems.append(Problem(
+            "serving.host", bind, f"is not an address of the head {head.name}: vLLM could not bind it",
+            fix=f"0.0.0.0 (all, behind the firewall), 127.0.0.1 (behind the proxy) or one of {', '.join(sorted(own))}"))
+    proxy = config.api.proxy
+    if proxy.enabled and proxy.bind not in WILDCARDS and not is_loopback(proxy.bind) and proxy.bind not in own:
+        result.problems.append(Problem(
+            "api.proxy.bind", proxy.bind, f"is not an address of the head {head.name}: nginx could not bind it",
+            fix=f"0.0.0.0, or one of {', '.join(sorted(own))}"))
+    target = config.api.public_host or (proxy.server_name if proxy.enabled else None) or head.management_ip
+    listen = proxy.bind if proxy.enabled else bind
+    if _is_ip(target) and listen in ("0.0.0.0", "::") and ipaddress.ip_address(target).version == 6 \
+            and listen == "0.0.0.0":
+        result.problems.append(Problem(
+            "api.proxy.bind" if proxy.enabled else "serving.host", listen,
+            f"binds IPv4 only, but clients and the API checks call the IPv6 address {target}",
+            fix="'::' (all addresses, IPv6 and IPv4 on Linux)"))
+
+
+def _container_name_rules(config: StackConfig, result: Validation) -> None:
+    proxy = config.api.proxy
+    if proxy.enabled and proxy.container_name == config.container.name:
+        result.problems.append(Problem("api.proxy.container_name", proxy.container_name, "is the engine container's "
+                                       "name too: both run on the head, and Docker names are unique per host",
+                                       fix="another name, e.g. vllm-proxy"))
+
+
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
+                         "/sys", "/usr", "/var", "/tmp", "/root"})
+"""Container directories a bind mount would shadow, breaking the image (or, for /dev and /proc, Docker itself)."""
+
+
+def _mount_rules(config: StackConfig, result: Validation) -> None:
+    """Every container mount point distinct (Docker refuses a duplicate) and none over a system directory."""
+    targets = [("model.container_dir", config.model.container_dir)]
+    if config.container.cache_dir:
+        targets.append(("container.cache_dir", "/root/.cache"))
+    targets += [(f"container.volumes.{i}.container", v.container) for i, v in enumerate(config.container.volumes)]
+    seen: dict[str, str] = {}
+    for key, path in targets:
+        if path in seen:
+            result.problems.append(Problem(key, path, f"is also the mount point of {seen[path]}: Docker refuses "
+                                           "duplicate mount points", fix="a distinct container path"))
+        elif path in SYSTEM_DIRS:
+            result.problems.append(Problem(key, path, "would hide a system directory of the image",
+                                           fix="a directory of its own, e.g. /models or /var/log/vllm"))
+        seen.setdefault(path, key)
+
+
+def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
+    """Checks vLLM makes inside `create_engine_config`, which the argument dry run stops before."""
+    serving = config.serving
+    if serving.max_num_batched_tokens is not None and serving.max_num_batched_tokens < serving.max_num_seqs:
+        result.problems.append(Problem(
+            "serving.max_num_batched_tokens", serving.max_num_batched_tokens, "is below serving.max_num_seqs",
+            upstream=f"ValueError: max_num_batched_tokens ({serving.max_num_batched_tokens}) must be greater than or "
+                     f"equal to max_num_seqs ({serving.max_num_seqs}). (vllm/config/scheduler.py)",
+            fix=f"at least {serving.max_num_seqs}"))
+    spec = config.speculative
+    draft_tp = spec.options.get("draft_tensor_parallel_size") if spec is not None else None
+    if draft_tp is not None and draft_tp not in (1, config.parallelism.tensor):
+        result.problems.append(Problem(
+            "speculative.options.draft_tensor_parallel_size", draft_tp, "must be 1 or the target's TP",
+            upstream=f"ValueError: speculative_draft_tensor_parallel_size={draft_tp} cannot be other value than 1 "
+                     "or target model tensor_parallel_size (vllm/config/speculative.py)",
+            fix=f"1 or {config.parallelism.tensor}"))
+    fabric = config.fabric
+    if (fabric.transport == "socket" and fabric.nccl_net == "IB") or (fabric.transport != "socket" and \
+            fabric.nccl_net == "Socket"):
+        result.problems.append(Problem(
+            "fabric.nccl_net", fabric.nccl_net, f"contradicts fabric.transport {fabric.transport!r} "
+            f"(NCCL_IB_DISABLE={'1' if fabric.transport == 'socket' else '0'})",
+            fix="IB with roce/ib, Socket with socket, or leave it unset"))
+    if image is not None and image.option_table:
+        dtypes = engine_values(image.option_table).get("kv_cache_dtype")
+        profile = get_profile(config.model.profile)
+        dtype = serving.kv_cache_dtype or (profile.default_kv_cache_dtype if profile else None)
+        if dtypes and dtype is not None and dtype not in dtypes:
+            result.problems.append(Problem(
+                "serving.kv_cache_dtype", dtype, f"vLLM {image.option_table} has no such KV cache dtype",
+                upstream="pydantic ValidationError: Input should be 'auto', 'float16', … (CacheConfig.cache_dtype, "
+                         "vllm/config/cache.py CacheDType)", fix=f"one of {', '.join(dtypes)}"))
 
 
 def _port_rules(config: StackConfig, result: Validation) -> None:

@@ -18,6 +18,7 @@ from stacks.errors import ConfigError
 from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values, set_path
 from stacks.plan import build_plan
+from stacks.proxy import CHECK_PATHS
 from stacks.stack_file import parse_stack_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,10 @@ PLAIN_SECRET = "sk-THIS-MUST-NEVER-PRINT-123456"
 DEL = object()
 
 # (id, stack, key path -> value (DEL deletes), expected problem key)
+PROXIED: dict[str, Any] = {"api.proxy.enabled": True, "serving.host": "127.0.0.1", "api_key": SECRET,
+                           "proxy_keys": {"team-a": SECRET}, "tls_certificate": SECRET, "tls_private_key": SECRET}
+"""The front door on, with its secrets: the base of the allowlist cases."""
+
 VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     # numbers: types, ranges, non-finite
     ("tensor-float", "prod", {"parallelism.tensor": 8.5}, "parallelism.tensor"),
@@ -194,7 +199,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("mgmt-ip-number", "prod", {"nodes.0.management_ip": 167772161}, "nodes.0.management_ip"),
     ("data-ip-bad", "prod", {"nodes.0.data_ips": ["1.1.1.300", "1.1.2.2"]}, "nodes.0.data_ips.0"),
     ("data-ip-twice-in-node", "prod", {"nodes.0.data_ips": ["1.1.1.2", "1.1.1.2"]}, "nodes.0.data_ips"),
-    ("data-ip-other-node", "prod", {"nodes.1.data_ips": ["1.1.1.2", "1.1.2.1"]}, "nodes.1.data_ips"),
+    ("data-ip-other-node", "prod", {"nodes.1.data_ips": ["1.1.1.2", "1.1.2.1"]}, "nodes.1.data_ips.0"),
     ("data-ips-not-list", "prod", {"nodes.0.data_ips": "1.1.1.2"}, "nodes.0.data_ips"),
     ("serving-host-localhost", "prod", {"serving.host": "localhost"}, "serving.host"),
     ("serving-host-name", "prod", {"serving.host": "api.example.com"}, "serving.host"),
@@ -260,6 +265,29 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
                                         "proxy_keys": {"team-a": SECRET}, "tls_certificate": SECRET,
                                         "tls_private_key": SECRET, "api.proxy.allowed_paths": ["/v1/embedding"]},
      "api.proxy.allowed_paths.0"),
+    # the allowlist cannot open a control path unacknowledged, nor lock out the stack's own checks
+    *[(f"allowed-admin-path{path.replace('/', '-')}", "h20",
+       {**PROXIED, "api.proxy.allowed_paths": [*CHECK_PATHS, path]}, "api.proxy.allowed_paths.3")
+      for path in ("/collective_rpc", "/update_weights", "/sleep", "/pause", "/start_profile",
+                   "/v1/load_lora_adapter", "/metrics", "/docs", "/openapi.json", "/abort_requests",
+                   "/inference/v1/abort_requests", "/reset_prefix_cache", "/scale_elastic_ep")],
+    ("allowed-paths-without-health", "h20", {**PROXIED, "api.proxy.allowed_paths": ["/v1/completions"]},
+     "api.proxy.allowed_paths"),
+    ("allowed-paths-without-chat", "h20", {**PROXIED, "api.proxy.allowed_paths": ["/health", "/v1/models"]},
+     "api.proxy.allowed_paths"),
+    ("admin-path-not-allowed", "h20", {**PROXIED, "api.proxy.admin_paths": ["/metrics"]}, "api.proxy.admin_paths.0"),
+    ("admin-path-not-admin", "h20", {**PROXIED, "api.proxy.allowed_paths": [*CHECK_PATHS, "/v1/embeddings"],
+                                     "api.proxy.admin_paths": ["/v1/embeddings"]}, "api.proxy.admin_paths.0"),
+    ("ack-public-half-the-internet", "prod",
+     {"fabric.private_networks": ["10.30.8.0/24", "1.1.1.0/24", "1.1.2.0/24", "0.0.0.0/1"],
+      "fabric.public_private_networks": ["1.1.1.0/24", "1.1.2.0/24", "0.0.0.0/1"]}, "fabric.public_private_networks.2"),
+    ("ack-public-v6-wide", "prod",
+     {"fabric.private_networks": ["10.30.8.0/24", "1.1.1.0/24", "1.1.2.0/24", "2a00::/16"],
+      "fabric.public_private_networks": ["1.1.1.0/24", "1.1.2.0/24", "2a00::/16"]}, "fabric.public_private_networks.2"),
+    # golden patterns that cannot fail
+    *[(f"golden-matches-anything-{i}", "prod", {"api.smoke.golden": [{"prompt": "17*19?", "expect": e}]},
+       "api.smoke.golden.0.expect")
+      for i, e in enumerate([".*", "(?s).*", "\\d*", "323|.*", "[^x]*", ".+", "(.|\n)*"])],
     # SSH host keys
     ("host-key-rsa", "prod", {"nodes.0.ssh.host_key": "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7"},
      "nodes.0.ssh.host_key"),
@@ -440,6 +468,80 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("proxy-without-key", "prod", {"api.proxy.enabled": True, "serving.host": "127.0.0.1"}, "api_key"),
     ("proxy-with-public-vllm", "prod", {"api.proxy.enabled": True, "api_key": SECRET,
                                         "proxy_keys": {"a": SECRET}, "api.proxy.tls": False}, "serving.host"),
+    # hostile review of issues 10 and 15 (helper report): each was accepted before
+    ("engram-config-repeated", "prod", {"nodes.0.gpus.memory_gb": 48, "nodes.1.gpus.memory_gb": 48,
+                                        "serving.extra_args": ["--engram-config", '{"cpu_offload": true}',
+                                                               "--engram-config", '{"cpu_offload": false}']},
+     "serving.extra_args.2"),
+    ("xa-pcp", "h20", {"serving.extra_args": ["-pcp", "2"]}, "serving.extra_args.0"),
+    ("xa-dcp", "h20", {"serving.extra_args": ["--decode-context-parallel-size", "2"]}, "serving.extra_args.0"),
+    ("xa-kv-cache-bytes", "h20", {"serving.extra_args": ["--kv-cache-memory-bytes", "500G"]}, "serving.extra_args.0"),
+    ("xa-gpu-blocks", "h20", {"serving.extra_args": ["--num-gpu-blocks-override", "100000000"]},
+     "serving.extra_args.0"),
+    ("xa-cpu-offload", "h20", {"serving.extra_args": ["--cpu-offload-gb", "100000"]}, "serving.extra_args.0"),
+    ("xa-hf-overrides", "h20", {"serving.extra_args": ["--hf-overrides", '{"num_attention_heads": 7}']},
+     "serving.extra_args.0"),
+    ("xa-elastic-underscore", "h20", {"serving.extra_args": ["--enable_elastic_ep"]}, "serving.extra_args.0"),
+    ("xa-eplb", "h20", {"serving.extra_args": ["--enable-eplb"]}, "serving.extra_args.0"),
+    ("xa-help", "h20", {"serving.extra_args": ["-h"]}, "serving.extra_args.0"),
+    ("xa-token-in-json", "h20", {"serving.extra_args": ["--model-loader-extra-config",
+                                                       '{"hf_token": "hf_AbCdEfGhIjKl"}']}, "serving.extra_args.0"),
+    ("xa-token-value", "h20", {"serving.extra_args": ["--tokenizer-revision", "sk-live-0123456789"]},
+     "serving.extra_args.0"),
+    ("xa-url-password", "h20", {"serving.extra_args": ["--otlp-traces-endpoint", "https://u:sk-pass@x.example"]},
+     "serving.extra_args.0"),
+    ("data-ip-unspecified", "prod", {"nodes.0.data_ips.0": "0.0.0.0"}, "nodes.0.data_ips.0"),
+    ("data-ip-multicast", "prod", {"nodes.0.data_ips.0": "224.0.0.1"}, "nodes.0.data_ips.0"),
+    ("data-ip-broadcast", "prod", {"nodes.0.data_ips.0": "255.255.255.255"}, "nodes.0.data_ips.0"),
+    ("data-ip-loopback", "prod", {"nodes.0.data_ips.0": "127.0.0.1"}, "nodes.0.data_ips.0"),
+    ("mgmt-ip-loopback-ray", "h20", {"nodes.0.management_ip": "127.0.0.1"}, "nodes.0.management_ip"),
+    ("mgmt-ip-v6-loopback", "h20", {"nodes.0.management_ip": "::1"}, "nodes.0.management_ip"),
+    ("mgmt-ip-mapped", "prod", {"nodes.0.management_ip": "::ffff:10.30.8.1"}, "nodes.0.management_ip"),
+    ("mgmt-ip-mapped-unspecified", "prod", {"nodes.0.management_ip": "::ffff:0.0.0.0"}, "nodes.0.management_ip"),
+    ("data-ip-is-other-mgmt", "prod", {"nodes.0.data_ips.0": "10.30.8.2"}, "nodes.1.management_ip"),
+    ("mgmt-ip-is-other-data", "prod", {"nodes.0.management_ip": "1.1.1.1"}, "nodes.1.data_ips.0"),
+    ("ssh-host-is-other-data", "prod", {"nodes.1.ssh.host": "1.1.1.2"}, "nodes.1.ssh.host"),
+    ("mgmt-ifname-lo", "h20", {"nodes.0.management_ifname": "lo"}, "nodes.0.management_ifname"),
+    ("nic-docker0", "prod", {"nodes.0.nics": ["docker0", "ens13np0"]}, "nodes.0.nics.0"),
+    ("nic-veth", "prod", {"nodes.0.nics": ["veth1a2b", "ens13np0"]}, "nodes.0.nics.0"),
+    ("mixed-families", "h20", {"nodes.0.management_ip": "fd00::11",
+                               "fabric.private_networks": ["fd00::/64", "198.51.100.0/24", "192.0.2.0/24"]},
+     "nodes.1.management_ip"),
+    ("ipv6-endpoint-ipv4-bind", "h20", {"nodes.0.management_ip": "fd00::11", "nodes.1.management_ip": "fd00::12",
+                                        "nodes.0.ssh.host": "fd00::11", "nodes.1.ssh.host": "fd00::12",
+                                        "fabric.private_networks": ["fd00::/64", "198.51.100.0/24"]},
+     "serving.host"),
+    ("serving-host-other-node", "prod", {"serving.host": "10.30.8.2"}, "serving.host"),
+    ("serving-host-public", "prod", {"serving.host": "8.8.8.8"}, "serving.host"),
+    ("serving-host-multicast", "prod", {"serving.host": "224.0.0.1"}, "serving.host"),
+    ("public-host-unspecified", "prod", {"api.public_host": "0.0.0.0"}, "api.public_host"),
+    ("ssh-host-multicast", "prod", {"nodes.0.ssh.host": "224.0.0.1"}, "nodes.0.ssh.host"),
+    ("engine-and-proxy-same-name", "prod", {"api.proxy.enabled": True, "serving.host": "127.0.0.1",
+                                            "api_key": SECRET, "proxy_keys": {"a": SECRET},
+                                            "tls_certificate": SECRET, "tls_private_key": SECRET,
+                                            "container.name": "vllm-proxy"}, "api.proxy.container_name"),
+    ("container-dir-is-cache", "prod", {"model.container_dir": "/root/.cache"}, "container.cache_dir"),
+    ("container-dir-system", "prod", {"model.container_dir": "/usr"}, "model.container_dir"),
+    ("volume-on-models", "h20", {"container.volumes.1.container": "/data/models"}, "container.volumes.1.container"),
+    ("volume-on-etc", "h20", {"container.volumes.1.container": "/etc"}, "container.volumes.1.container"),
+    ("socket-with-nccl-net-ib", "prod", {"fabric.transport": "socket", "fabric.nccl_net": "IB"}, "fabric.nccl_net"),
+    ("kv-dtype-bogus", "h20", {"serving.kv_cache_dtype": "bogus"}, "serving.kv_cache_dtype"),
+    ("batched-below-seqs", "h20", {"serving.max_num_batched_tokens": 4}, "serving.max_num_batched_tokens"),
+    ("draft-tp-4", "h20", {"speculative": {"method": "dspark", "num_speculative_tokens": 2,
+                                           "options": {"draft_tensor_parallel_size": 4}},
+                           "parallelism.pipeline": 1, "parallelism.tensor": 8,
+                           "parallelism.backend": "mp", "parallelism.data": 2},
+     "speculative.options.draft_tensor_parallel_size"),
+    ("env-dev-mode", "prod", {"container.env.VLLM_SERVER_DEV_MODE": "1"}, "container.env.VLLM_SERVER_DEV_MODE"),
+    ("env-lowercase-managed", "prod", {"container.env.vllm_host_ip": "1.2.3.4"}, "container.env.vllm_host_ip"),
+    ("env-nvidia-visible", "prod", {"container.env.NVIDIA_VISIBLE_DEVICES": "0"},
+     "container.env.NVIDIA_VISIBLE_DEVICES"),
+    ("override-host-ip", "prod", {"container.managed_env_overrides.VLLM_HOST_IP": "0.0.0.0"},
+     "container.managed_env_overrides.VLLM_HOST_IP"),
+    ("override-secret-value", "prod", {"container.managed_env_overrides.NCCL_DEBUG": "sk-secret-0123456789"},
+     "container.managed_env_overrides.NCCL_DEBUG"),
+    ("hca-port-default-twice", "prod", {"nodes.0.hcas": ["mlx5_0", "mlx5_0:1"]}, "nodes.0.hcas"),
+    ("host-dir-double-slash", "prod", {"model.host_dir": "//mnt/models"}, "model.host_dir"),
 ]
 
 # (id, stack, text transform, expected problem key)
@@ -484,6 +586,10 @@ TEXT_CASES: list[tuple[str, str, Any, str]] = [
                                                        "      HF_TOKEN: {secure: AAABAGhpZGRlbg==}"),
      "container.env.HF_TOKEN"),
     ("file-huge", "prod", lambda t: t + "#" * (5 * 1024 * 1024), "<stack file>"),
+    ("file-alias-long-text", "prod", lambda t: t + "  vllm-cluster:zz: &s " + "A" * 3_000_000 + "\n"
+     + "  vllm-cluster:foo: [" + ", ".join(["*s"] * 10) + "]\n", "<stack file>"),
+    ("file-key-outside-config", "prod", lambda t: t + "vllm-cluster:vision: false\n", "vllm-cluster:vision"),
+    ("file-empty-secure", "prod", lambda t: t + "  vllm-cluster:api_key: {secure: ''}\n", "vllm-cluster:api_key"),
     ("file-deep", "prod", lambda t: t + "  vllm-cluster:x: " + "[" * 200 + "]" * 200 + "\n", "<stack file>"),
 ]
 
@@ -541,3 +647,30 @@ def test_the_table_is_large_and_names_distinct_cases() -> None:
 def test_committed_stacks_still_plan(stack: str) -> None:
     document = parse_stack_text(TEXT[stack], f"Pulumi.{stack}.yaml")
     assert build_plan(stack, parse_config(stack, document.values)).nodes
+
+
+def test_a_control_path_acknowledged_in_admin_paths_is_passed() -> None:
+    """`/metrics` for a Prometheus behind the proxy: allowed on purpose, with the acknowledgement."""
+    values = _mutated("h20", {**PROXIED, "api.proxy.allowed_paths": [*CHECK_PATHS, "/metrics"],
+                              "api.proxy.admin_paths": ["/metrics"]})
+    plan = build_plan("t", parse_config("t", values))
+    assert plan.proxy is not None and "/metrics" in plan.proxy.allowed_paths
+    assert "/metrics" not in plan.proxy.denied_paths
+
+
+@pytest.mark.parametrize("extra", [
+    ["-O", "3"], ["-O3"], ["-O=3"], ["-cc.mode=3"], ["--compilation-config.mode=3"],
+    ["--compilation_config", '{"mode": 3}'], ["--enable-prompt-tokens-details"],
+])
+def test_what_vllm_accepts_is_not_refused(extra: list[str]) -> None:
+    """The guard reads argv as FlexibleArgumentParser does: its own shorthands (`-O <n>`, `-O3`, `-cc.x`, `_`
+    for `-`) are not false refusals."""
+    values = _mutated("prod", {"serving.extra_args": extra})
+    assert build_plan("t", parse_config("t", values)).nodes
+
+
+def test_one_nic_may_carry_the_management_and_the_data_address() -> None:
+    """A single-NIC node (the namespace tests, small clusters) uses one address for both planes; only another
+    node's address, or the same data IP on two NICs, is refused."""
+    values = _mutated("prod", {"nodes.0.data_ips.0": VALUES["prod"]["nodes"][0]["management_ip"]})
+    assert build_plan("t", parse_config("t", values)).nodes

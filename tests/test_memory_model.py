@@ -95,6 +95,20 @@ def test_explicit_offload_makes_the_nightly_fit(prod_values: dict[str, Any]) -> 
     assert "Engram" not in note.split(";")[0] and "total 35.7 GB" in note
 
 
+@pytest.mark.parametrize("args", [
+    ["--engram_config", '{"cpu_offload": true}'],  # argparse reads `_` as `-` in vLLM's FlexibleArgumentParser
+    ['--engram-config={"cpu_offload": true}'],
+    ["--engram-config.cpu_offload=true"],
+    ["--engram-con", '{"cpu_offload": true}'],  # a unique prefix, as argparse allows
+])
+def test_the_offload_is_read_in_every_spelling_vllm_accepts(prod_values: dict[str, Any], args: list[str]) -> None:
+    """The memory model must read the option as vLLM does, or it plans a node as fitting (or not) wrongly."""
+    _gpu_memory(prod_values, 48)
+    prod_values["serving"]["extra_args"] = args
+    note = next(n for n in plan_of(prod_values).notes if n.startswith("memory per GPU"))
+    assert "total 35.7 GB" in note, note
+
+
 def test_kv_of_one_full_sequence_must_fit(prod_values: dict[str, Any]) -> None:
     """Weights fit on 64 GB, one 1M-token sequence does not: vLLM refuses at start with its KV message."""
     _gpu_memory(prod_values, 64)

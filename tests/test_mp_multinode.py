@@ -27,10 +27,11 @@ from stacks import validation
 from stacks.errors import ConfigError, Problem
 from stacks.field_types import SECRET
 from stacks.loader import parse_config, read_stack_values
+from stacks.managed import ELASTIC_EP_MULTINODE_ERROR
 from stacks.plan import Plan, build_plan
 from stacks.profiles import PROFILES
 from stacks.render import render_plan
-from stacks.validation import DSPARK_PP_ERROR, ELASTIC_EP_MULTINODE_ERROR
+from stacks.validation import DSPARK_PP_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of
 from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 from tests.pulumi_harness import Run, run_program
@@ -262,7 +263,7 @@ def test_data_parallel_local_does_not_apply(h20_values: dict[str, Any]) -> None:
 def test_elastic_ep_refused_with_upstream_error(h20_values: dict[str, Any]) -> None:
     values = h20_mp(h20_values)
     values["serving"]["extra_args"] = ["--enable-elastic-ep"]
-    problem = _only(problems_of(values), "serving.extra_args")
+    problem = _only(problems_of(values), "serving.extra_args.0")
     assert problem.upstream is not None and problem.upstream.startswith(ELASTIC_EP_MULTINODE_ERROR)
 
 

@@ -106,19 +106,27 @@ def test_ray_rejects_data_parallel(h20_values: dict[str, Any]) -> None:
     assert "ray backend" in _only(problems_of(h20_values), "parallelism.data").message
 
 
-@pytest.mark.parametrize("key", ["name", "ssh.host", "management_ip"])
-def test_unique_node_fields(prod_values: dict[str, Any], key: str) -> None:
+def test_unique_node_names(prod_values: dict[str, Any]) -> None:
+    prod_values["nodes"][1]["name"] = prod_values["nodes"][0]["name"]
+    assert _only(problems_of(prod_values), "nodes.1.name").message == "used by more than one node"
+
+
+@pytest.mark.parametrize("key", ["ssh.host", "management_ip"])
+def test_one_address_belongs_to_one_node(prod_values: dict[str, Any], key: str) -> None:
+    """An SSH host or management IP that is another node's address: both deploys would land on one machine."""
     first, second = prod_values["nodes"]
     if key == "ssh.host":
         second["ssh"]["host"] = first["ssh"]["host"]
     else:
         second[key] = first[key]
-    assert _only(problems_of(prod_values), f"nodes.1.{key}").message == "used by more than one node"
+    assert _only(problems_of(prod_values), f"nodes.1.{key}").message == \
+        "is node node1's management_ip too: one address, one node"
 
 
 def test_unique_data_ips(prod_values: dict[str, Any]) -> None:
     prod_values["nodes"][1]["data_ips"] = ["1.1.1.2", "1.1.2.1"]
-    assert _only(problems_of(prod_values), "nodes.1.data_ips").value == "1.1.1.2"
+    problem = _only(problems_of(prod_values), "nodes.1.data_ips.0")
+    assert problem.value == "1.1.1.2" and "is node node1's data_ips.0 too" in problem.message
 
 
 def test_distinct_ports(prod_values: dict[str, Any]) -> None:
