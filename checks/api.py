@@ -36,9 +36,10 @@ from types import FrameType
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from checks.verdict import Section, Verdict, combine, emit
-from stacks.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, compile_expect, parse_golden
+from stacks.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
 
 RETRYABLE = (httpx.TransportError,)
 RANK_HEADER = "X-data-parallel-rank"
@@ -137,6 +138,12 @@ def wait_health(api: Api, deadline_s: float, interval_s: float, name: str,
             response = api.client.get(api.url + "/health", headers=api.headers())
             if response.status_code == 200:
                 return Section("health", True, [f"/health 200 after {clock() - start:.0f}s ({polls} polls)"])
+            if response.status_code in (401, 403, 404, 405):  # an answer, not a load: waiting will not fix it
+                return Section("health", False, [f"/health HTTP {response.status_code} {response.text[:160]!r} "
+                                                 f"after {clock() - start:.0f}s"],
+                               "something answers but will not serve /health: the proxy's api.proxy.allowed_paths "
+                               "must include /health, and the endpoint must be this stack's (api.public_host, "
+                               "serving.port)")
             from_proxy = response.status_code in (502, 504) or '"type":"unavailable"' in response.text
             phase = "loading (proxy up, engine not answering)" if from_proxy else "starting"
             last_error = f"HTTP {response.status_code} {response.text[:120]!r}"
@@ -201,7 +208,7 @@ def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: 
     try:
         response = api.request("POST", "/v1/chat/completions", retries=retries,
                                json=_chat(served, golden.prompt, thinking), headers=api.headers(rank=target.rank))
-    except httpx.TransportError as exc:
+    except httpx.HTTPError as exc:  # transport, and a body httpx cannot decode: a failed probe, never a crash
         probe.error = f"{type(exc).__name__}: {exc}"[:200]
         return probe
     probe.latency_s = time.monotonic() - start
@@ -219,9 +226,12 @@ def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: 
     if thinking:
         reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
         probe.reasoning_chars = len(reasoning.strip())
-        probe.ok = probe.reasoning_chars > 0
-        if not probe.ok:
+        if probe.reasoning_chars == 0:
             probe.error = f"no reasoning content; message keys {sorted(message)}"
+        elif not probe.answer:
+            probe.error = (f"{probe.reasoning_chars} chars of reasoning but no answer (finish_reason "
+                           f"{(body['choices'][0] or {}).get('finish_reason')!r})")
+        probe.ok = not probe.error and golden.matches(probe.answer)  # thinking on must answer right too
     else:
         probe.ok = golden.matches(probe.answer)
     return probe
@@ -270,6 +280,9 @@ def probe_stream(api: Api, served: str, golden: Golden, target: Target) -> Probe
                 probe.error = f"{type(exc).__name__}: {exc}"[:200]
                 return probe
             time.sleep(2)
+        except httpx.HTTPError as exc:  # a body httpx cannot decode: a failed probe, never a crash (watch runs on)
+            probe.error = f"{type(exc).__name__}: {exc}"[:200]
+            return probe
     probe.answer = text.strip()
     facts = f"{chunks} SSE chunk(s), [DONE] {'seen' if done else 'missing'}"
     if errors:
@@ -314,7 +327,7 @@ def _next_step(probe: Probe) -> str:
         return "--dp-size is larger than the engine's data-parallel size: it must be parallelism.data"
     if probe.error.startswith(("ConnectError", "ReadTimeout", "ReadError", "RemoteProtocolError", "HTTP 5")):
         return _NO_ANSWER
-    if probe.section == "thinking":
+    if probe.section == "thinking" and probe.error:
         return "check serving.reasoning_parser matches the model (profile default)"
     if probe.section == "stream" and probe.error and not probe.error.startswith("streamed "):
         return ("a proxy in front may buffer SSE (proxy_buffering off); an error event in the stream names the "
@@ -338,7 +351,37 @@ def run_ranked(section: str, probes: list[Probe], goldens: list[Golden]) -> Sect
 
 def check_chat(api: Api, served: str, goldens: list[Golden], targets: list[Target]) -> tuple[Section, list[Probe]]:
     probes = [probe_chat(api, served, g, t) for t in targets for g in goldens]
-    return run_ranked("chat", probes, goldens), probes
+    section = run_ranked("chat", probes, goldens)
+    if len(targets) > 1:
+        control = rank_control(api, served, goldens[0], len(targets))
+        section.evidence.append(control[1])
+        if not control[0]:
+            section.ok = False
+            section.next_step = "; ".join(filter(None, [
+                section.next_step, "the rank header does not reach vLLM: keep X-data-parallel-rank through every "
+                "proxy and load balancer in front of it (the generated nginx passes it)"]))
+    return section, probes
+
+
+def rank_control(api: Api, served: str, golden: Golden, dp_size: int) -> tuple[bool, str]:
+    """Proof that the rank header is honoured: vLLM refuses rank `dp_size` (input_processor.py: `data_parallel_rank
+    R is out of range [0, N).`, HTTP 400). A 200 means something on the path drops or ignores the header, and then
+    every "rank r" probe above may have reached one and the same engine."""
+    try:
+        response = api.request("POST", "/v1/chat/completions", retries=3,
+                               json=_chat(served, golden.prompt, False), headers=api.headers(rank=dp_size))
+    except httpx.HTTPError as exc:
+        return False, f"rank control (rank {dp_size}): {type(exc).__name__}: {exc}"[:200]
+    if response.status_code == 200:
+        return False, (f"rank control: rank {dp_size} of a DP{dp_size} endpoint answered 200; the "
+                       "X-data-parallel-rank header is dropped or ignored, so the per-rank answers prove nothing")
+    text = _error_text(response)
+    refused = 400 <= response.status_code < 500 and response.status_code not in (401, 403, 404, 405, 429)
+    if refused and "rank" in text.lower():  # Python frontend: "... out of range"; Rust: InvalidDataParallelRank
+        return True, (f"rank control: rank {dp_size} refused (HTTP {response.status_code} {text[:80]!r}): the "
+                      "header reaches vLLM")
+    return False, (f"rank control: rank {dp_size} got HTTP {response.status_code}: {text[:120]!r}, not a refusal "
+                   "of the rank")
 
 
 def check_thinking(api: Api, served: str, goldens: list[Golden], targets: list[Target]
@@ -444,9 +487,34 @@ class ConfigProblem(Exception):
     """A bad argument: exit 2 with the argument, the value and a fix."""
 
 
+MAX_DP_SIZE = 1024
+"""More ranks than any stack this tool plans (and a bound on the requests one round sends)."""
+
+
+def _url(url: str) -> str:
+    """http(s)://host[:port] and nothing after it: the checks add the paths; a path or query here would send
+    every probe (and the bearer key) somewhere the stack did not name."""
+    try:
+        parts = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise ConfigProblem(f"--url {url[:80]!r}: not a URL ({exc}); e.g. https://llm.example.com:443") from None
+    if parts.scheme not in ("http", "https") or not parts.host:
+        raise ConfigProblem(f"--url {url[:80]!r}: needs http:// or https:// and a host, e.g. http://10.30.8.1:8030")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo:
+        raise ConfigProblem(f"--url {url[:80]!r}: only scheme, host and port; the checks add /health, /v1/models, "
+                            "/v1/chat/completions themselves")
+    return url.rstrip("/")
+
+
+def _seconds(flag: str, value: float, high: float) -> float:
+    if not (0 < value <= high):  # NaN fails too
+        raise ConfigProblem(f"{flag} {value:g}: must be more than 0 and at most {high:g} seconds")
+    return value
+
+
 def _targets(dp_size: int, rank_nodes: str) -> list[Target]:
-    if dp_size < 1:
-        raise ConfigProblem(f"--dp-size {dp_size}: must be at least 1 (parallelism.data)")
+    if not 1 <= dp_size <= MAX_DP_SIZE:
+        raise ConfigProblem(f"--dp-size {dp_size}: must be from 1 to {MAX_DP_SIZE} (parallelism.data)")
     nodes = [n.strip() for n in rank_nodes.split(",")] if rank_nodes else []
     if nodes and (len(nodes) != dp_size or not all(nodes)):
         raise ConfigProblem(f"--rank-nodes {rank_nodes!r}: needs one node name per DP rank ({dp_size}), in rank "
@@ -470,7 +538,13 @@ def _goldens(golden_json: str, prompt: str | None, expect: str | None) -> list[G
         compiled = compile_expect(pattern)
     except ValueError as exc:
         raise ConfigProblem(f"--expect {pattern!r}: {exc}") from None
-    return [Golden(DEFAULT_PROMPT if prompt is None else prompt, pattern, compiled)]
+    text = DEFAULT_PROMPT if prompt is None else prompt
+    try:
+        GoldenPair(prompt=text, expect=pattern)  # the stack's own rule for a prompt
+    except ValidationError as exc:
+        reason = exc.errors()[0].get("msg", "invalid").removeprefix("Value error, ")
+        raise ConfigProblem(f"--prompt {text[:40]!r}: {reason}; a question with one short, certain answer") from None
+    return [Golden(text, pattern, compiled)]
 
 
 def _ca_pem(ca_env: str, ca_file: str) -> str | None:
@@ -527,8 +601,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = _targets(args.dp_size, args.rank_nodes)
         goldens = _goldens(args.golden_json, args.prompt, args.expect)
         ca_pem = _ca_pem(args.ca_env, args.ca_file)
-        if args.interval_s <= 0:
-            raise ConfigProblem(f"--interval-s {args.interval_s:g}: must be > 0 seconds")
+        _seconds("--interval-s", args.interval_s, 86_400)
+        _seconds("--timeout-s", args.timeout_s, 3_600)
+        _seconds("--deadline-s", args.deadline_s, 7 * 86_400)
+        args.url = _url(args.url)
+        if not [s for s in args.sections.split(",") if s]:
+            raise ConfigProblem(f"--sections {args.sections!r}: no section to run; a verdict over nothing would "
+                                "read as a pass")
         if args.max_iterations is not None and args.max_iterations < 1:
             raise ConfigProblem(f"--max-iterations {args.max_iterations}: must be at least 1")
     except ConfigProblem as exc:

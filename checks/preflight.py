@@ -928,6 +928,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"--sections: unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
         return 2
+    if not names:
+        print(f"--sections {args.sections!r}: no section to run; a verdict over nothing would read as a pass; "
+              f"known: {', '.join(SECTIONS)}")
+        return 2
     ctx = Context(args)
     sections = []
     for name in names:

@@ -168,6 +168,32 @@ def _api_server(props: Mapping[str, Any]) -> tuple[str, int] | None:
     return host, int(port) if port.isdigit() else 8000
 
 
+def _known_command(words: list[str]) -> bool:
+    """A command the program writes into an engine container: `vllm serve`, `ray start`, `set -…`, or the
+    Ray cluster-ready wait (`python3 -c` with `ray.init` and no vLLM in it)."""
+    if words[:2] in (["vllm", "serve"], ["ray", "start"]):
+        return True
+    if words[0] == "set":  # shell options only: `set -euo pipefail`
+        return len(words) > 1 and all(re.fullmatch(r"[-+][a-z]+|pipefail|errexit|nounset", w) for w in words[1:])
+    return words[:2] == ["python3", "-c"] and len(words) == 3 and "ray.init(" in words[2] and \
+        "vllm" not in words[2].lower()
+
+
+def engine_command_readable(props: Mapping[str, Any]) -> list[str]:
+    """The other rules read an engine's argv; a command they cannot read (`env A=1 vllm serve`, `python3 -m
+    vllm…`, `true && vllm serve`) would pass them unread. Fail closed: an engine runs only commands read here."""
+    if not _is_engine(props):
+        return []
+    commands = _commands(props)
+    unknown = [" ".join(words)[:80] for words in commands if not _known_command(words)]
+    if unknown:
+        return [f"engine container runs a command the policy cannot read: {unknown[0]!r}; the program writes "
+                "`vllm serve …`, `ray start …` and the cluster-ready wait, each as its own line"]
+    if not any(words[:2] in (["vllm", "serve"], ["ray", "start"]) for words in commands):
+        return ["engine container runs neither `vllm serve` nor `ray start`: the policy cannot read its bind"]
+    return []
+
+
 def api_auth(props: Mapping[str, Any]) -> list[str]:
     """vLLM's API on a non-loopback address must have a key (its own `VLLM_API_KEY`)."""
     server = _api_server(props)
@@ -370,6 +396,10 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         description="vLLM's own API port not reachable from outside the private networks, whatever its key "
                     "(stacks/exposure.py, the plan's rule)",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(api_exposure)),
+    ResourceValidationPolicy(
+        name="vllm-engine-command-readable", description="an engine container runs only commands the policy "
+        "reads (vllm serve, ray start, the cluster-ready wait): the other rules fail closed",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(engine_command_readable, CONTAINER)),
     ResourceValidationPolicy(
         name="vllm-api-auth-on-non-loopback", description="vLLM's API off loopback needs a key",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_validator(api_auth, CONTAINER)),

@@ -115,7 +115,11 @@ def _watch_unit(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    path = stack_file(args.stack)
+    try:
+        path = stack_file(args.stack)
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return 2
     try:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")

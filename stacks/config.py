@@ -29,6 +29,7 @@ from stacks.field_types import (
     FiniteFloat,
     HcaName,
     Host,
+    HostAddress,
     Identifier,
     IfName,
     IpAddress,
@@ -151,9 +152,9 @@ class NodeConfig(_Model):
     name: NodeName = Field(description="node name (resource names, labels)")
     ssh: SshConfig = Field(description="how the deployer reaches the node")
     gpus: GpuConfig = Field(description="the node's GPUs")
-    management_ip: IpAddress = Field(description="the node's management address")
+    management_ip: HostAddress = Field(description="the node's management address")
     management_ifname: IfName | None = Field(default=None, description="the management interface, e.g. bond0")
-    data_ips: list[IpAddress] = Field(default_factory=list, max_length=64,
+    data_ips: list[HostAddress] = Field(default_factory=list, max_length=64,
                                       description="data-plane (RDMA NIC) addresses, same order as nics")
     nics: list[IfName] = Field(default_factory=list, max_length=64, description="data-plane NICs")
     hcas: list[HcaName] = Field(default_factory=list, max_length=64, description="RDMA HCAs as dev:port")
@@ -170,21 +171,12 @@ class NodeConfig(_Model):
 
     @field_validator("hcas")
     @classmethod
-    def _one_port_per_device(cls, value: list[str]) -> list[str]:
-        devices = [h.partition(":")[0] for h in value]
-        twice = [d for i, d in enumerate(devices) if d in devices[:i] and ":" not in value[i]]
+    def _one_entry_per_port(cls, value: list[str]) -> list[str]:
+        """`mlx5_0` is port 1 of mlx5_0 (NCCL's default): it and `mlx5_0:1` are the same port."""
+        ports = [h if ":" in h else f"{h}:1" for h in value]
+        twice = [p for i, p in enumerate(ports) if p in ports[:i]]
         if twice:
-            raise refuse(f"names device {twice[0]!r} twice", "each dev:port once")
-        return value
-
-    @field_validator("management_ip")
-    @classmethod
-    def _routable(cls, value: str) -> str:
-        import ipaddress
-
-        address = ipaddress.ip_address(value)
-        if address.is_unspecified or address.is_multicast:
-            raise refuse("is not a host address (unspecified or multicast)", "the node's own address, e.g. 10.30.8.1")
+            raise refuse(f"names port {twice[0]!r} twice (a device without :port is its port 1)", "each dev:port once")
         return value
 
 
@@ -423,7 +415,12 @@ class ProxyConfig(_Model):
         "stacks/data/vllm-<version>-routes.json); every other known vLLM path gets 403, the rest 404; "
         "/health is the only one without a key")
 
-    @field_validator("allowed_paths")
+    admin_paths: list[UrlPath] = Field(
+        default_factory=list, max_length=64,
+        description="control paths (pause, sleep, weights, collective_rpc, profiling, LoRA, metrics, docs) that "
+        "allowed_paths may then pass: each is also listed there; every client key can then call it")
+
+    @field_validator("allowed_paths", "admin_paths")
     @classmethod
     def _unique_paths(cls, value: list[str]) -> list[str]:
         twice = [v for i, v in enumerate(value) if v in value[:i]]

@@ -398,7 +398,7 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     return checks
 
 
-_RANKED_PROVES = {"thinking": "thinking on returns reasoning",
+_RANKED_PROVES = {"thinking": "thinking on returns reasoning and the first pair's answer",
                   "stream": "streaming yields the first pair's answer and [DONE]"}
 
 
@@ -460,7 +460,8 @@ _API_PROVES = {
     "health": "/health answers 200 (the engine finished loading)",
     "models": "/v1/models lists the served name",
     "auth": "no key and a wrong key both get 401",
-    "deny": "paths outside the allowlist (/metrics, /tokenize, …) get 403/404 from the proxy",
+    "deny": "paths outside the allowlist (the image's other vLLM paths, an unknown one) get 403/404 from the "
+            "proxy, for GET, POST, PUT, PATCH and DELETE",
 }
 
 

@@ -7,6 +7,7 @@ reviewer can match them with `pulumi preview`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +74,7 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     result["warnings"] = _added_removed(base.get("warnings", []), head.get("warnings", []))
     result["checks"] = _added_removed([c["name"] for c in base.get("checks", [])],
                                       [c["name"] for c in head.get("checks", [])])
+    result["checks"]["changed"] = _changed_checks(base.get("checks", []), head.get("checks", []))
     result["topology"] = _changes({k: base["topology"].get(k) for k in TOPOLOGY_KEYS},
                                   {k: head["topology"].get(k) for k in TOPOLOGY_KEYS})
     result["image"] = _changes({k: base["image"].get(k) for k in ("repository", "tag", "digest")},
@@ -132,6 +134,26 @@ def _container_action(old: dict[str, Any], new: dict[str, Any], image_changed: b
     return found.kind if found else None
 
 
+def _changed_checks(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Checks in both plans whose sections or what they prove differ: a weakened check (thinking or streaming
+    off, another golden pattern) is a change a reviewer must see, though every process stays as it was."""
+    before = {c.get("name"): c for c in old}
+    changed = []
+    for check in new:
+        was = before.get(check.get("name"))
+        if was is None:
+            continue
+        sections_then, sections_now = list(was.get("sections") or []), list(check.get("sections") or [])
+        entry: dict[str, Any] = {"name": check.get("name"),
+                                 "sections_removed": [x for x in sections_then if x not in sections_now],
+                                 "sections_added": [x for x in sections_now if x not in sections_then]}
+        if was.get("proves") != check.get("proves"):
+            entry["proves"] = [was.get("proves"), check.get("proves")]
+        if entry["sections_removed"] or entry["sections_added"] or "proves" in entry:
+            changed.append(entry)
+    return changed
+
+
 def _added_removed(old: list[str], new: list[str]) -> dict[str, list[str]]:
     return {"added": [x for x in new if x not in old], "removed": [x for x in old if x not in new]}
 
@@ -156,17 +178,24 @@ def _ports(item: dict[str, Any]) -> str:
 
 
 def _text(text: str) -> str:
-    """Free text in Markdown: GitHub would read `<digest>` as an HTML tag and hide it."""
-    return text.replace("<", "&lt;").replace(">", "&gt;")
+    """Free text in Markdown, on one line: GitHub would read `<digest>` as an HTML tag and hide it."""
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(value: Any) -> str:
+    """Any value as one inline code span: whatever a stack file holds (a key with backticks, newlines or `<!--`)
+    cannot end the span, start a line, or hide the rest of the review."""
+    text = re.sub(r"[\x00-\x1f\x7f]", " ", str(value)).replace("`", "'")
+    return f"`{text[:200] + '…' if len(text) > 200 else text}`"
 
 
 def _v(value: Any) -> str:
-    return "–" if value is None else f"`{value}`"
+    return "–" if value is None else _code(value)
 
 
 def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], str] = default_downtime_of) -> str:
     """The review comment; `downtime_of` says what the change costs in serving time (stacks/downtime.py)."""
-    lines = [f"## `{diff['stack']}`: plan at `{diff['base']}` → working tree", ""]
+    lines = [f"## {_code(diff['stack'])}: plan at {_code(diff['base'])} → working tree", ""]
     for side in ("base", "head"):
         v = diff["validation"][side]
         label = "base" if side == "base" else "this change"
@@ -175,7 +204,7 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
             lines.append(f"- **Validation ({label}):** valid{warn}")
         else:
             lines.append(f"- **Validation ({label}):** INVALID, {len(v['problems'])} problem(s):")
-            lines += [f"  - `{p['key']}` = {_v(p.get('value'))}: {_text(p['message'])}" for p in v["problems"]]
+            lines += [f"  - {_code(p['key'])} = {_v(p.get('value'))}: {_text(p['message'])}" for p in v["problems"]]
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
@@ -188,13 +217,24 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         lines += ["", "### Warnings", ""]
         lines += [f"- added: {_text(w)}" for w in warnings.get("added", [])]
         lines += [f"- removed: ~~{_text(w)}~~" for w in warnings.get("removed", [])]
-    if checks.get("added") or checks.get("removed"):
+    if checks.get("added") or checks.get("removed") or checks.get("changed"):
         lines += ["", "### Checks", ""]
-        lines += [f"- added `{c}`" for c in checks.get("added", [])]
-        lines += [f"- **removed** `{c}` (it no longer runs)" for c in checks.get("removed", [])]
+        lines += [f"- added {_code(c)}" for c in checks.get("added", [])]
+        lines += [f"- **removed** {_code(c)} (it no longer runs)" for c in checks.get("removed", [])]
+        for change in checks.get("changed", []):
+            parts = []
+            if change.get("sections_removed"):
+                parts.append("**no longer checks** " + ", ".join(_code(x) for x in change["sections_removed"]))
+            if change.get("sections_added"):
+                parts.append("now also checks " + ", ".join(_code(x) for x in change["sections_added"]))
+            if change.get("proves"):
+                parts.append(f"proves {_text(str(change['proves'][1]))} (was: {_text(str(change['proves'][0]))})")
+            lines.append(f"- changed {_code(change.get('name'))}: {'; '.join(parts)}")
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
                 diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"]]):
-        lines += ["", "No change to what gets deployed."]
+        only_checks = any(checks.get(k) for k in ("added", "removed", "changed"))
+        lines += ["", "No change to the engines, the proxy or the listeners; only the checks above change."
+                  if only_checks else "No change to what gets deployed."]
         return "\n".join(lines) + "\n"
     if diff["topology"]:
         lines += ["", "### Topology", ""]
@@ -204,24 +244,24 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["image"].items()]
     if diff["nodes"]["added"] or diff["nodes"]["removed"]:
         lines += ["", "### Nodes", ""]
-        lines += [f"- added `{n}`" for n in diff["nodes"]["added"]] + [f"- removed `{n}`" for n in
+        lines += [f"- added {_code(n)}" for n in diff["nodes"]["added"]] + [f"- removed {_code(n)}" for n in
                                                                        diff["nodes"]["removed"]]
     if diff["containers"]:
         lines += ["", "### Per node", ""]
         for name, change in diff["containers"].items():
             if change.get("created") or change.get("deleted"):
-                lines.append(f"- `{name}`: {'created' if change.get('created') else 'deleted'}")
+                lines.append(f"- {_code(name)}: {'created' if change.get('created') else 'deleted'}")
                 continue
-            lines.append(f"- `{name}`")
+            lines.append(f"- {_code(name)}")
             for flag, (a, b) in change.get("argv", {}).items():
-                lines.append(f"  - argv `{flag}`: {_v(a)} → {_v(b)}")
+                lines.append(f"  - argv {_code(flag)}: {_v(a)} → {_v(b)}")
             for key, (a, b) in change.get("env", {}).items():
-                lines.append(f"  - env `{key}`: {_v(a)} → {_v(b)}")
+                lines.append(f"  - env {_code(key)}: {_v(a)} → {_v(b)}")
             if change.get("command"):
                 lines.append("  - command (start script) changed")
             for key, value in change.get("settings", {}).items():
                 if key == "labels":
-                    lines += [f"  - label `{k}`: {_v(a)} → {_v(b)}" for k, (a, b) in value.items()]
+                    lines += [f"  - label {_code(k)}: {_v(a)} → {_v(b)}" for k, (a, b) in value.items()]
                 else:
                     lines.append(f"  - {key}: {_v(value[0])} → {_v(value[1])}")
     if diff["proxy"]:
@@ -236,10 +276,10 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         lines += ["", "### Replaced by `pulumi up`", "",
                   "The whole engine group, together (vLLM is fail-stop), after the new image is on every node and "
                   "its vLLM accepted every node's argv:"]
-        lines += [f"- `{n}`" for n in diff["replaced"]]
-        lines += [f"- `{n}` (pull)" for n in diff.get("replaced_images", [])]
+        lines += [f"- {_code(n)}" for n in diff["replaced"]]
+        lines += [f"- {_code(n)} (pull)" for n in diff.get("replaced_images", [])]
     elif diff.get("updated_in_place"):
         lines += ["", "### Updated in place by `pulumi up`", "",
                   "Only the restart policy changes: `docker update`, no process restarts:"]
-        lines += [f"- `{n}`" for n in diff["updated_in_place"]]
+        lines += [f"- {_code(n)}" for n in diff["updated_in_place"]]
     return "\n".join(lines) + "\n"

@@ -75,9 +75,30 @@ def parse_digest(data: Any, name: str) -> dict[str, Any]:
     for index, step in enumerate(steps):
         if not isinstance(step, dict) or not isinstance(step.get("op"), str) or not isinstance(step.get("urn"), str):
             raise PreviewInputError(f"{name}: steps[{index}] has no `op` and `urn` strings; not a preview step")
+        if step["op"] not in OP_GROUP:
+            raise PreviewInputError(f"{name}: steps[{index}] has op {step['op'][:40]!r}, not a Pulumi step op "
+                                    f"({', '.join(sorted(OP_GROUP))})")
+        if not step["urn"].startswith("urn:pulumi:"):
+            raise PreviewInputError(f"{name}: steps[{index}] has urn {step['urn'][:60]!r}, not a Pulumi URN")
+        detailed = step.get("detailedDiff")
+        if detailed is not None and not (isinstance(detailed, dict) and all(isinstance(v, dict)
+                                                                            for v in detailed.values())):
+            raise PreviewInputError(f"{name}: steps[{index}].detailedDiff is not a map of property diffs")
+        for key in ("replaceReasons", "diffReasons"):
+            if step.get(key) is not None and not (isinstance(step[key], list)
+                                                  and all(isinstance(x, str) for x in step[key])):
+                raise PreviewInputError(f"{name}: steps[{index}].{key} is not a list of property names")
+        for key in ("oldState", "newState"):
+            if step.get(key) is not None and not isinstance(step[key], dict):
+                raise PreviewInputError(f"{name}: steps[{index}].{key} is not an object")
     for key, kind in (("diagnostics", list), ("changeSummary", dict)):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise PreviewInputError(f"{name}: `{key}` is {type(data[key]).__name__}, not a {kind.__name__}")
+    if not steps and not data.get("changeSummary"):
+        raise PreviewInputError(
+            f"{name} has no steps and no changeSummary counts: a preview of this program always lists its "
+            "resources (`same` included), so this is not its `pulumi preview --json` output; nothing can be "
+            "summarised as 'no changes' from it")
     return data
 
 
@@ -109,6 +130,8 @@ def read_input(text: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any
     """(digest, events or None): a digest, or an event stream turned into the digest it implies."""
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise PreviewInputError(f"{name} is JSON nested too deep to be a preview") from None
     except json.JSONDecodeError as exc:
         first = text.strip().splitlines()[:1]
         if first and _is_event_line(first[0]):

@@ -43,6 +43,17 @@ DENIED_PATHS: tuple[str, ...] = (
     "/docs", "/redoc", "/openapi.json",
 )
 """For an image without a routes table: the dangerous paths named in the 403 (the rest is a 404)."""
+CHECK_PATHS: tuple[str, ...] = ("/health", "/v1/models", "/v1/chat/completions")
+"""What the stack's own API checks call through the proxy (checks/api.py): an allowlist without them fails every
+deploy after the engines were replaced."""
+ADMIN_ORIGINS: tuple[str, ...] = (
+    "vllm/entrypoints/rl/", "vllm/entrypoints/serve/dev/", "vllm/entrypoints/serve/elastic_ep/",
+    "vllm/entrypoints/serve/fault_tolerance/", "vllm/entrypoints/serve/profile/", "vllm/entrypoints/serve/lora/",
+    "vllm/entrypoints/serve/instrumentator/", "vllm/entrypoints/launchers/", "fastapi ",
+)
+"""Where vLLM registers control routes, not inference ones (routes table `origins`): pausing or sleeping the
+engine, swapping weights, calling worker methods on every GPU, profiling, loading LoRA adapters, metrics, docs.
+A client key must not reach them unless the stack says so in `api.proxy.admin_paths`."""
 
 TLS_CERT_PATH = "/etc/nginx/tls/server.crt"
 TLS_KEY_PATH = "/etc/nginx/tls/server.key"
@@ -81,6 +92,15 @@ def vllm_routes(version: str) -> dict[str, list[str]]:
     return {str(p): list(e["methods"]) for p, e in raw["routes"].items()}
 
 
+@cache
+def admin_routes(version: str) -> frozenset[str]:
+    """The control paths of a vLLM version: a route any control module registers (ADMIN_ORIGINS), and any
+    `…/abort_requests` (it aborts other clients' requests)."""
+    raw = json.loads((DATA / f"vllm-{version}-routes.json").read_text())
+    return frozenset(str(p) for p, e in raw["routes"].items() if p not in OPEN_PATHS and (
+        any(str(o).startswith(ADMIN_ORIGINS) for o in e["origins"]) or p.endswith("/abort_requests")))
+
+
 def static_path(route: str) -> str:
     """`/v1/responses/{response_id}/cancel` -> `/v1/responses`: the fixed part a deny rule can name."""
     return route.split("{", 1)[0].rstrip("/") or "/"
@@ -107,18 +127,20 @@ def proxy_routes(config: StackConfig) -> Routes:
 
 
 def routes_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
-    """Every allowed path must be one the image's vLLM serves; an image without a routes table gets a warning."""
+    """Every allowed path must be one the image's vLLM serves, include what the stack's checks call, and be an
+    inference path unless acknowledged in `api.proxy.admin_paths`; an image without a routes table gets a warning
+    (and the built-in dangerous list counts as its control paths)."""
     proxy = config.api.proxy
     if not proxy.enabled:
         return [], []
     version = routes_version(config)
+    problems = _front_door_problems(proxy, admin_routes(version) if version else frozenset(DENIED_PATHS))
     if version is None:
-        return [], [f"image {config.image.ref} has no routes table (stacks/images.py `routes`): "
-                    f"api.proxy.allowed_paths cannot be checked against what it serves, and the proxy names only "
-                    f"the built-in {len(DENIED_PATHS)} dangerous paths in its 403 (every other path not allowed "
-                    "still gets 404); extract the image's routes with bench/extract_vllm_routes.py"]
+        return problems, [f"image {config.image.ref} has no routes table (stacks/images.py `routes`): "
+                          f"api.proxy.allowed_paths cannot be checked against what it serves, and the proxy names "
+                          f"only the built-in {len(DENIED_PATHS)} dangerous paths in its 403 (every other path not "
+                          "allowed still gets 404); extract the image's routes with bench/extract_vllm_routes.py"]
     served = vllm_routes(version)
-    problems = []
     for i, path in enumerate(proxy.allowed_paths):
         if path not in served:
             near = difflib.get_close_matches(path, [p for p in served if "{" not in p], n=4, cutoff=0.6)
@@ -127,6 +149,34 @@ def routes_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                 f"(stacks/data/vllm-{version}-routes.json); a path with a parameter cannot be allowed exactly",
                 fix=f"a path the image serves, e.g. {', '.join(near or ['/v1/embeddings', '/v1/responses'])}"))
     return problems, []
+
+
+def _front_door_problems(proxy: ProxyConfig, admin: frozenset[str]) -> list[Problem]:
+    """The allowlist cannot open a control path by accident, nor lock out the stack's own checks."""
+    problems = []
+    for i, path in enumerate(proxy.allowed_paths):
+        if path in admin and path not in proxy.admin_paths:
+            problems.append(Problem(
+                f"api.proxy.allowed_paths.{i}", path, "is a vLLM control path, not an inference one: every client "
+                "key could call it (pause or sleep the engine, swap weights, run methods on every GPU worker, "
+                "profile, load adapters, read metrics or the API schema), with vLLM's own key added by the proxy",
+                fix=f"remove it; or, to expose it on purpose, list it in api.proxy.admin_paths too ([{path!r}])"))
+    for i, path in enumerate(proxy.admin_paths):
+        if path not in proxy.allowed_paths:
+            problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not in api.proxy.allowed_paths: "
+                                    "acknowledging a path the proxy does not pass says nothing",
+                                    fix="add it to allowed_paths, or remove it here"))
+        elif path not in admin:
+            problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not a control path of this image: "
+                                    "an acknowledgement here would outlive the reason for it",
+                                    fix=f"remove it (control paths: {', '.join(sorted(admin)[:8])}, …)"))
+    missing = [p for p in CHECK_PATHS if p not in proxy.allowed_paths]
+    if missing:
+        problems.append(Problem(
+            "api.proxy.allowed_paths", list(proxy.allowed_paths), f"lacks {', '.join(missing)}: the stack's API "
+            "checks (health, models, golden prompts) call them through the proxy and would fail every deploy "
+            "after the engines were replaced", fix=f"add {', '.join(missing)}"))
+    return problems
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def render_plan(plan: Plan) -> str:
             f"   listen {px.listen} {'TLS' if px.tls else 'plain HTTP'} -> vLLM {px.upstream} (with api_key)",
             f"   clients {', '.join(px.clients)} (keys are secrets; checks use {px.check_client})",
             f"   allow {' '.join(px.allowed_paths)} (no key: {' '.join(px.open_paths)}); "
-            f"403 {len(px.denied_paths)} named vLLM paths (/metrics, /tokenize, …; from the {px.denied_from}); "
+            f"403 {len(px.denied_paths)} named vLLM paths ({', '.join(px.denied_paths[:2])}, …; from the "
+            f"{px.denied_from}); "
             "404 the rest",
             f"   limits {lim['requests_per_minute_per_key']}/min per key, {lim['requests_per_minute_per_client']}/min "
             f"per client IP, burst {lim['burst']}, {lim['connections_per_key']} open per key, "

@@ -30,7 +30,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from stacks.config import ImageConfig
 from stacks.errors import ConfigError
-from stacks.images import get_capabilities
+from stacks.images import canonical_ref, get_capabilities
 from stacks.loader import parse_config
 from stacks.plan import build_plan
 from stacks.stack_file import parse_stack_text
@@ -205,10 +205,18 @@ def read_pages(fetch: Callable[[int], str], page_size: int = PAGE_SIZE,
 def _parse_list(text: str, what: str) -> list[dict[str, Any]]:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RollbackError(f"{what} is not JSON ({exc}); expected `pulumi stack history --json`") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        raise RollbackError(f"{what} is not JSON ({reason}); expected `pulumi stack history --json`") from None
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise RollbackError(f"{what} must be a JSON list of updates, as `pulumi stack history --json` prints")
+    for index, update in enumerate(data):
+        for key, kind, word in (("version", int, "a number"), ("kind", str, "a string"), ("result", str, "a string"),
+                                ("startTime", str, "a string"), ("message", str, "a string"),
+                                ("config", dict, "an object"), ("environment", dict, "an object")):
+            if update.get(key) is not None and (not isinstance(update[key], kind) or isinstance(update[key], bool)):
+                raise RollbackError(f"{what}: update {index} has `{key}` = {str(update[key])[:40]!r}, not {word}: "
+                                    "not `pulumi stack history --json` output")
     return data
 
 
@@ -342,6 +350,9 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
     except ConfigError:
         before = set()
     warnings = [w for w in plan.warnings if w not in before and "capability table" not in w]
+    if canonical_ref(target.image.repository) != canonical_ref(current.repository):
+        warnings.insert(0, f"the repository changes: {current.repository} -> {target.image.repository} (this stack "
+                           "ran it before, per the history); check that this is the registry you mean")
     return RollbackPlan(current, target, provenance, capability, warnings, rewrite_image(text, target.image),
                         history.complete)
 

@@ -140,7 +140,7 @@ class Handler(BaseHTTPRequestHandler):
     def _rank(self) -> int | None:
         """As vLLM's `_get_data_parallel_rank`: the header as an int, None when absent or not an int."""
         value = self.headers.get("X-data-parallel-rank")
-        if value is None:
+        if value is None or ARGS.drop_rank_header:  # as a frontend or proxy that loses the header would
             return None
         try:
             return int(value)
@@ -212,6 +212,7 @@ def main() -> None:
     p.add_argument("--wrong-answer", default="324")
     p.add_argument("--down-rank", type=int, default=None)
     p.add_argument("--control-file", default="")
+    p.add_argument("--drop-rank-header", action="store_true", help="ignore X-data-parallel-rank (balance instead)")
     ARGS = p.parse_args()
     time.sleep(ARGS.start_delay_s)
     server_class = ThreadingHTTPServer

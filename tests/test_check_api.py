@@ -65,6 +65,56 @@ def test_health_deadline_fails_with_phase() -> None:
     assert "models" not in verdict["details"]  # stops after health fails
 
 
+def test_a_health_refused_by_the_front_door_fails_at_once() -> None:
+    """A 403 from a proxy whose allowlist lacks /health is an answer, not a loading engine: no wait to the
+    deadline (the plan refuses such an allowlist too)."""
+    import http.server
+    import threading
+
+    class Deny(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"error": "forbidden"}'
+            self.send_response(403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Deny)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        start = time.monotonic()
+        code, verdict, _ = run_api(f"http://127.0.0.1:{server.server_port}", "--deadline-s", "60")
+        elapsed = time.monotonic() - start
+    finally:
+        server.shutdown()
+    assert code == 1 and elapsed < 20
+    assert verdict["evidence"][0].startswith("health: /health HTTP 403"), verdict
+    assert "allowed_paths must include /health" in json.dumps(verdict)
+
+
+def test_a_dropped_rank_header_fails_the_chat_section() -> None:
+    """A path that loses X-data-parallel-rank load-balances the probes: each "rank r" may reach any engine.
+    The control probe at rank N (which vLLM refuses with 400) answers 200 there, and the section fails."""
+    with standin("--dp-size", "2", "--drop-rank-header") as url:
+        code, verdict, _ = run_api(url, "--sections", "chat", "--dp-size", "2")
+    assert code == 1, verdict
+    assert any("rank control: rank 2 of a DP2 endpoint answered 200" in e for e in verdict["evidence"]), verdict
+    assert "keep X-data-parallel-rank through every proxy" in verdict["next_step"]
+    with standin("--dp-size", "2") as url:
+        code, verdict, _ = run_api(url, "--sections", "chat", "--dp-size", "2")
+    assert code == 0 and any("rank control: rank 2 refused (HTTP 400" in e for e in verdict["evidence"])
+
+
+def test_thinking_on_must_answer_right_too() -> None:
+    with standin("--dp-size", "2", "--wrong-rank", "1") as url:
+        code, verdict, _ = run_api(url, "--sections", "thinking", "--dp-size", "2")
+    assert code == 1 and verdict["summary"].endswith("failing: rank 1"), verdict
+    assert any(e.startswith("thinking: rank 1 answered '324'") for e in verdict["evidence"])
+
+
 def test_wrong_answer_fails_at_once_with_answer() -> None:
     with standin("--answer", "324") as url:
         start = time.monotonic()
@@ -227,13 +277,25 @@ def run_bad(*args: str) -> tuple[int, str]:
 def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
     cases = {
         ("--dp-size", "2", "--rank-nodes", "node1"): "--rank-nodes 'node1': needs one node name per DP rank (2)",
-        ("--dp-size", "0"): "--dp-size 0: must be at least 1",
+        ("--dp-size", "0"): "--dp-size 0: must be from 1 to 1024",
+        ("--dp-size", "100000"): "--dp-size 100000: must be from 1 to 1024",
+        ("--timeout-s", "-5"): "--timeout-s -5: must be more than 0 and at most 3600 seconds",
+        ("--timeout-s", "0"): "--timeout-s 0: must be more than 0",
+        ("--deadline-s", "nan"): "--deadline-s nan: must be more than 0",
+        ("--url", "ftp://x"): "--url 'ftp://x': needs http:// or https:// and a host",
+        ("--url", "http://127.0.0.1:9/v1"): "--url 'http://127.0.0.1:9/v1': only scheme, host and port",
+        ("--url", "http://u:p@127.0.0.1:9"): "only scheme, host and port",
+        ("--watch", "--url", "ftp://10.0.0.1", "--max-iterations", "1"): "needs http:// or https://",
+        ("--sections", ""): "--sections '': no section to run",
+        ("--prompt", ""): "--prompt '': String should have at least 1 character",
+        ("--expect", "|"): "--expect '|': '|' also matches ''",
+        ("--expect", "[0-9]*|.*"): "also matches ''",
         ("--golden-json", "[]"): "--golden-json must be a list of 1 to 16 objects",
         ("--golden-json", '[{"prompt": "x", "expect": "(a+)+"}]'): "--golden-json [0.expect]: '(a+)+': "
                                                                    "a repeated group",
         ("--golden-json", '[{"prompt": "x", "expect": "1"}]', "--expect", "2"): "give the golden set one way",
         ("--expect", "(3"): "--expect '(3': '(3' is not a regular expression",
-        ("--watch", "--interval-s", "0"): "--interval-s 0: must be > 0 seconds",
+        ("--watch", "--interval-s", "0"): "--interval-s 0: must be more than 0",
         ("--ca-file", "/nonexistent.pem"): "--ca-file '/nonexistent.pem': No such file or directory",
         ("--sections", "chat,nope"): "unknown section(s) nope",
     }
@@ -356,11 +418,44 @@ def test_rank_header_passes_through_the_generated_nginx_and_the_check_runs_there
     # Only the stand-in's rank 1 answers 324: the header reached it through nginx, on both generate paths.
     assert chat[0]["choices"][0]["message"]["content"] == "323"
     assert chat[1]["choices"][0]["message"]["content"] == "324"
+    assert "rank control: rank 2 refused (HTTP 400 'data_parallel_rank 2 is out of range [0, 2).'): the header " \
+        "reaches vLLM" in out.stdout
     assert completion["choices"][0]["text"] == "324"
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.returncode == 1, out.stdout
-    assert verdict["summary"] == "2 failed: chat, stream; 3 passed: thinking, deny, auth; failing: rank 1 (node2)"
-    assert verdict["details"]["deny"]["ok"] is True and verdict["details"]["thinking"]["ok"] is True
+    assert verdict["summary"] == "3 failed: chat, thinking, stream; 2 passed: deny, auth; failing: rank 1 (node2)"
+    assert verdict["details"]["deny"]["ok"] is True and verdict["details"]["thinking"]["ok"] is False
     assert "each with GET/POST/PUT/PATCH/DELETE" in verdict["details"]["deny"]["evidence"][0]
     assert [p["ok"] for p in verdict["details"]["chat"]["probes"]] == [True, False]
     assert CLIENT_KEYS["team-a"] not in out.stdout
+
+
+def test_watch_survives_a_body_httpx_cannot_decode() -> None:
+    """`Content-Encoding: gzip` over a body that is not gzip raises httpx.DecodingError, not a transport error:
+    watch mode reports the rank down and goes on (it exits non-zero only on configuration errors)."""
+    import http.server
+    import threading
+
+    class Garbled(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"this is not gzip"
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "checks.api", "--url", f"http://127.0.0.1:{server.server_port}",
+                              "--served-name", "m", "--watch", "--interval-s", "0.2", "--max-iterations", "2"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "DecodingError" in out.stdout, out.stdout

@@ -403,3 +403,11 @@ def test_bundled_script_runs_with_stdlib_only(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stderr
     assert json.loads(out.stdout)["status"] == "fail"
     assert command.startswith("timeout 60 python3 - --json")
+
+
+@pytest.mark.parametrize(("sections", "message"), [("", "no section to run"), ("gpu,nope", "unknown section(s)")])
+def test_no_or_unknown_sections_cannot_read_as_a_pass(sections: str, message: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sections ''` once printed `PASS … all 0 section(s) passed`: a preflight that checked nothing."""
+    assert preflight.main(["--sections", sections]) == 2
+    assert message in capsys.readouterr().out

@@ -26,7 +26,15 @@ from pulumi_policy import (
 from pulumi_policy.deserialize import deserialize_properties
 
 from components.policy_facts import TYPE as FACTS_TYPE
-from policy.rules import POLICIES, api_auth, api_exposure, host_key_pinned, internal_ports_private, stack_of
+from policy.rules import (
+    POLICIES,
+    api_auth,
+    api_exposure,
+    engine_command_readable,
+    host_key_pinned,
+    internal_ports_private,
+    stack_of,
+)
 from stacks.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.pulumi_harness import Run, run_program
@@ -74,6 +82,7 @@ def violations(run: Run | list[Resource], stack: str, config: dict[str, Any] | N
 def test_levels() -> None:
     assert {n for n, p in BY_NAME.items() if p.enforcement_level == EnforcementLevel.MANDATORY} == {
         "vllm-api-auth-on-non-loopback", "vllm-api-not-public", "vllm-internal-ports-private",
+        "vllm-engine-command-readable",
         "vllm-gpu-memory-utilization", "vllm-engine-ready-timeout", "prod-image-pinned-by-digest",
         "prod-ssh-host-key-pinned"}
     assert BY_NAME["image-pinned-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
@@ -301,6 +310,31 @@ def test_a_served_name_carrying_host_does_not_hide_the_real_bind() -> None:
         crafted["command"] = [*argv, *spelling]
         expected = [] if spelling[0].startswith("--ho") else [message]
         assert api_auth(crafted) == expected, spelling  # abbreviations and `=` are read as vLLM reads them
+
+
+@pytest.mark.parametrize("script", [
+    "exec env A=1 vllm serve /m --port 8000\n", "python3 -m vllm.entrypoints.cli.main serve /m\n",
+    "true && vllm serve /m\n", "vllm \\\n serve /m\n", "set -e; vllm serve /m\n", "sleep 1\n",
+])
+def test_a_command_the_policy_cannot_read_fails_closed(script: str) -> None:
+    """The auth and exposure rules read `vllm serve` argv; an engine launched another way would pass them
+    unread (they see no API server), so the command itself is the violation."""
+    props = _engine(run_program("prod"))
+    assert engine_command_readable(props) == []
+    props["entrypoints"], props["command"] = ["/bin/bash", "-c"], [script]
+    [message] = engine_command_readable(props)
+    assert "cannot read" in message or "neither" in message
+
+
+@pytest.mark.parametrize("backend", ["ray", "mp"])
+def test_every_engine_the_program_writes_is_readable(backend: str) -> None:
+    """The Ray head's script (ray start, the cluster-ready wait, vllm serve), the Ray worker, and the mp head
+    and headless nodes: the rule passes what the program really writes."""
+    values = copy.deepcopy(read_stack_values("h20"))
+    values["parallelism"]["backend"] = backend
+    found = violations(run_program("h20", values), "h20")
+    assert found["vllm-engine-command-readable"] == []
+    assert found["vllm-api-auth-on-non-loopback"] == []
 
 
 def test_the_ray_head_script_and_worker_argv_are_parsed_too() -> None:

@@ -110,7 +110,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "wildcard-server-name": ("prod", {"server_name": "*.llm.example.com"}),
     "punycode-server-name": ("prod", {"server_name": "xn--nde1-lra.example"}),
     "more-paths": ("h20", {"allowed_paths": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses",
-                                             "/v1/messages", "/health"]}),
+                                             "/v1/messages", "/v1/models", "/health"]}),
     "ipv6-upstream": ("h20", {"bind": "::", "serving_host": "::1"}),
     "tight-limits": ("prod", {"limits": {"requests_per_minute_per_key": 1, "burst": 0, "connections_per_key": 1},
                               "max_body_mb": 1, "read_timeout_s": 30}),

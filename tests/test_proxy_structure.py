@@ -221,13 +221,14 @@ def test_the_issue_injection_is_refused_at_plan_time_and_by_the_renderer(prod_va
 
 
 def test_a_stack_allowlist_is_checked_against_the_images_routes(h20_values: dict[str, Any]) -> None:
-    values = with_proxy(h20_values, allowed_paths=["/v1/chat/completions", "/v1/embeddings", "/v1/responses"])
+    values = with_proxy(h20_values, allowed_paths=["/v1/chat/completions", "/v1/embeddings", "/v1/responses",
+                                                   "/v1/models", "/health"])
     config = parse_config("h20", values)
     plan = build_plan("h20", config)
     assert plan.proxy is not None and "vLLM 0.33.0 routes" in plan.proxy.denied_from
     assert {"/v1/embeddings", "/v1/responses"} <= set(plan.proxy.allowed_paths)
     assert "/v1/embeddings" not in plan.proxy.denied_paths and "/v1/responses/render" in plan.proxy.denied_paths
-    assert "/collective_rpc" in plan.proxy.denied_paths and "/health" not in plan.proxy.open_paths
+    assert "/collective_rpc" in plan.proxy.denied_paths and plan.proxy.open_paths == ["/health"]
     bad = with_proxy(h20_values, allowed_paths=["/v1/chat/completions", "/v1/embedding"])
     with pytest.raises(ConfigError) as info:
         build_plan("h20", parse_config("h20", bad))

@@ -83,7 +83,7 @@ def test_image_argv_and_env_changes_and_the_replaced_group(repo: Path) -> None:
     data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
     assert data["containers"]["engine-node2-deepseek-v41-flash"]["argv"]["--max-num-seqs"] == ["128", "64"]
     assert data["replaced"] == ["engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
-    assert data["checks"] == {"added": [], "removed": ["nccl-transport-node1", "nccl-transport-node2"]}
+    assert data["checks"] == {"added": [], "removed": ["nccl-transport-node1", "nccl-transport-node2"], "changed": []}
     assert data["estimated_load_s"] == {"base": estimate, "head": estimate}
     assert data["downtime"].startswith("the whole engine group (2 container(s)) is down about ")
 
@@ -234,6 +234,16 @@ def test_preview_summary_topology_and_json() -> None:
     ('{"steps": [], "diagnostics": "boom"}', [], "`diagnostics` is str, not a list"),
     ('{"sequence": 0, "summaryEvent": {"isPreview": false, "resourceChanges": {}}}', [],
      "is the event log of an update (`summaryEvent.isPreview` is false), not of a preview"),
+    ("[" * 100_000 + "]" * 100_000, [], "stdin is JSON nested too deep to be a preview"),
+    ('{"config": {}, "steps": []}', [], "has no steps and no changeSummary counts"),
+    ('{"steps": [{"op": "explode", "urn": "urn:pulumi:prod::p::t::n"}]}', [], "has op 'explode', not a Pulumi step op"),
+    ('{"steps": [{"op": "same", "urn": "prod-node1"}]}', [], "has urn 'prod-node1', not a Pulumi URN"),
+    ('{"steps": [{"op": "update", "urn": "urn:pulumi:prod::p::t::n", "detailedDiff": [1]}]}', [],
+     "steps[0].detailedDiff is not a map of property diffs"),
+    ('{"steps": [{"op": "replace", "urn": "urn:pulumi:prod::p::t::n", "replaceReasons": "image"}]}', [],
+     "steps[0].replaceReasons is not a list of property names"),
+    ('{"steps": [{"op": "update", "urn": "urn:pulumi:prod::p::t::n", "newState": 5}]}', [],
+     "steps[0].newState is not an object"),
 ])
 def test_what_is_not_a_preview_is_exit_2_naming_what_is_missing(stdin: str, args: list[str], message: str) -> None:
     out = _summary("-", *args, stdin=stdin)
@@ -313,3 +323,36 @@ def test_a_base_planned_by_older_code_reads_its_labels() -> None:
     assert downtime_of(found).startswith("the whole engine group (2 container(s)) is down about 47 min 35 s")
     unchanged = diff_plans("prod", "same", copy.deepcopy(head), head)
     assert unchanged["replaced"] == [] and downtime_of(unchanged).startswith("none: no engine or proxy")
+
+
+def test_the_diff_markdown_cannot_be_broken_out_of_by_a_value() -> None:
+    """Whatever a stack file holds (backticks, newlines, an HTML comment) stays inside one inline code span on
+    one line: a reviewer sees every change, and a crafted key cannot hide the rest of the review."""
+    hostile = "x`\n\n## Approved\n<!-- "
+    diff: dict[str, Any] = {
+        "stack": "prod", "base": "HEAD", "topology": {}, "image": {}, "proxy": {}, "replaced": [],
+        "nodes": {"added": [], "removed": []}, "listeners": {"added": [], "removed": []},
+        "validation": {"base": {"valid": True, "warnings": []},
+                       "head": {"valid": False, "problems": [{"key": hostile, "value": hostile,
+                                                             "message": "bad\n## Approved <b>"}]}},
+    }
+    md = diff_markdown(diff)
+    problems = [line for line in md.splitlines() if line.startswith("  - ")]
+    # `<!--` inside a code span is literal text on GitHub; outside one it is escaped
+    assert problems == ["  - `x'  ## Approved <!-- ` = `x'  ## Approved <!-- `: bad ## Approved &lt;b&gt;"], md
+    assert not any(line.startswith("## Approved") for line in md.splitlines())
+    assert all(line.count("`") % 2 == 0 for line in md.splitlines()), md
+
+
+def test_a_weakened_check_is_shown_though_no_process_changes(repo: Path) -> None:
+    """Thinking and streaming off and a looser golden pattern restart nothing, but the review must say that
+    two verifications stop and what the golden check now accepts."""
+    text = (repo / "Pulumi.prod.yaml").read_text()
+    (repo / "Pulumi.prod.yaml").write_text(text + "  vllm-cluster:api:\n    smoke: {thinking_check: false, "
+                                           "stream_check: false, "
+                                           "golden: [{prompt: '17*19?', expect: '3[0-9][0-9]'}]}\n")
+    md = diff(repo, "prod", "--base", "HEAD").stdout
+    assert "- changed `api-golden-rank-0`: **no longer checks** `thinking`, `stream`; proves " in md
+    assert "('17*19?' -&gt; /3[0-9][0-9]/)" in md and "(was: DP rank 0 on node1" in md
+    assert "No change to the engines, the proxy or the listeners; only the checks above change." in md
+    assert "No change to what gets deployed." not in md

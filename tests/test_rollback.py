@@ -250,7 +250,17 @@ def test_cli_input_errors_are_exit_2_with_the_next_step(tmp_path: Path) -> None:
     assert ambiguous.returncode == 2 and "matches 2 images this stack ran" in ambiguous.stderr
     zero = _cli(tmp_path, "rollback", "prod", "--history", str(HISTORY), "--page-size", "0")
     assert zero.returncode == 2 and "--page-size 0: must be at least 1" in zero.stderr
-    for result in (out, bad, obj, missing, nostack, ambiguous, zero):
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    deep = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "deep.json"))
+    assert deep.returncode == 2 and "is not JSON (nested too deep)" in deep.stderr
+    typed = history()
+    typed[0]["version"] = "24"
+    (tmp_path / "typed.json").write_text(json.dumps(typed))
+    wrong_type = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "typed.json"))
+    assert wrong_type.returncode == 2 and "update 0 has `version` = '24', not a number" in wrong_type.stderr
+    path_like = _cli(tmp_path, "rollback", "../prod", "--history", str(HISTORY))
+    assert path_like.returncode == 2 and "'../prod': is not a stack name" in path_like.stderr
+    for result in (out, bad, obj, missing, nostack, ambiguous, zero, deep, wrong_type, path_like):
         assert "Traceback" not in result.stderr
 
 
@@ -289,3 +299,19 @@ def test_cli_reads_every_page_from_the_pulumi_cli(tmp_path: Path) -> None:
     assert default.returncode == 0 and f"-> {C7A1C}" in default.stdout
     assert [line.split(" --page ")[1] for line in log.read_text().splitlines()] == ["1", "2"]
     assert "--page-size 100 " in log.read_text()
+
+
+def test_a_target_from_another_repository_is_pointed_out(tmp_path: Path) -> None:
+    """`--to v0.33.0` matches a tag this stack once pulled from another registry: the rollback may be right,
+    but the repository change must not pass unnoticed."""
+    shutil.copy(ROOT / "Pulumi.prod.yaml", tmp_path)
+    updates = history()
+    other = copy.deepcopy(next(u for u in updates if u["result"] == "succeeded" and u.get("config")))
+    other["version"] = 1
+    image = {"repository": "mirror.example/vllm", "tag": "v0.33.0"}
+    other["config"]["vllm-cluster:image"] = {"value": json.dumps(image, separators=(",", ":")),
+                                             "objectValue": image, "secret": False}
+    (tmp_path / "h.json").write_text(json.dumps([*updates, other]))
+    out = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "h.json"), "--to", "v0.33", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "warning: the repository changes: vllm/vllm-openai -> mirror.example/vllm" in out.stdout
