@@ -28,7 +28,7 @@ from pydantic_core import PydanticUndefined
 
 from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.errors import ConfigError
-from stacks.field_types import SECRET, Kind, Secret
+from stacks.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.loader import parse_config
 from stacks.plan import Plan, build_plan
 
@@ -179,9 +179,10 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
     cur = current if isinstance(current, str) else None
     suffix = [f"{cur}-x"] if cur else []
     table: dict[str, Callable[[], list[str]]] = {
-        "IP address": lambda: _bump_ip(cur) if cur and _is_ip(cur) else ["10.99.0.1"],
+        "IP address": lambda: _bump_ip(cur) if cur and is_ip_literal(cur) else ["10.99.0.1"],
         "env name": lambda: ["VLLM_CLUSTER_MATRIX", "NCCL_IB_TIMEOUT", "NCCL_DEBUG"],
-        "host (IP or RFC 1123 name)": lambda: (_bump_ip(cur) if cur and _is_ip(cur) else []) + ["node-x.example.com"],
+        "host (IP or RFC 1123 name)": lambda: ((_bump_ip(cur) if cur and is_ip_literal(cur) else [])
+                                               + ["node-x.example.com"]),
         "CIDR": lambda: ["10.99.0.0/16", "192.168.99.0/24"],
         "absolute path": lambda: [f"{cur.rstrip('/')}-x"] if cur and cur != "/" else ["/srv/vllm-cluster-x"],
         "relative path": lambda: [f"{cur}-x"] if cur else ["x"],
@@ -208,14 +209,6 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
     if kind not in table:
         return suffix or ["x"]
     return [c for c in table[kind]() if c != cur]
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _number_candidates(desc: Desc, current: Any) -> list[Any]:

@@ -153,6 +153,15 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
+def is_ip_literal(value: str) -> bool:
+    """An IPv4 or IPv6 literal (a host that needs no name resolution)."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def is_hostname(value: str) -> bool:
     """RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens; the last label is not
     all digits (so a mistyped IPv4 like `10.30.8` is not taken for a name)."""

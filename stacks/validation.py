@@ -22,7 +22,7 @@ from stacks.exposure import (
     private_network_findings,
 )
 from stacks.fabric import control_ip, fabric_problems
-from stacks.field_types import bracket_host
+from stacks.field_types import bracket_host, is_ip_literal
 from stacks.images import ImageCapabilities, get_capabilities
 from stacks.launch import restart_policy_warnings
 from stacks.listeners import api_sources, cluster_addresses, collapse
@@ -310,7 +310,7 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
     for i, node in enumerate(config.nodes):
         addresses = [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in
                                                               enumerate(node.data_ips)]]
-        if _is_ip(node.ssh.host):
+        if is_ip_literal(node.ssh.host):
             addresses.append(("ssh.host", str(ipaddress.ip_address(node.ssh.host))))
         data: set[str] = set()  # one NIC may carry the management address too; two NICs never share one
         for key, address in addresses:
@@ -331,14 +331,6 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
             result.problems.append(Problem(f"nodes.{i}.ssh.host", host[0], "another node is reached at the same SSH "
                                            "host and port: both would be deployed on one machine",
                                            fix="this node's own SSH address (or its own port for a tunnel)"))
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _address_rules(config: StackConfig, result: Validation) -> None:
@@ -374,7 +366,7 @@ def _address_rules(config: StackConfig, result: Validation) -> None:
             fix=f"0.0.0.0, or one of {', '.join(sorted(own))}"))
     target = config.api.public_host or (proxy.server_name if proxy.enabled else None) or head.management_ip
     listen = proxy.bind if proxy.enabled else bind
-    if _is_ip(target) and listen in ("0.0.0.0", "::") and ipaddress.ip_address(target).version == 6 \
+    if is_ip_literal(target) and listen in ("0.0.0.0", "::") and ipaddress.ip_address(target).version == 6 \
             and listen == "0.0.0.0":
         result.problems.append(Problem(
             "api.proxy.bind" if proxy.enabled else "serving.host", listen,
