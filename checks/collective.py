@@ -15,7 +15,9 @@ Every size is also checked for the right sum. The verdict compares the best busb
 minimum (`--min-busbw-gbps`, gigabits per second, default per transport, below): it fails with every size's
 numbers as evidence. With NCCL, `NCCL_DEBUG=INFO` is set for the run if the env has a quieter level (the level
 changes what NCCL prints, not what it picks) and `NCCL_DEBUG_FILE` collects each process's lines, which
-`checks.nccl_transport.classify` reads: a socket fallback or a missing GPU Direct RDMA fails the check too.
+`checks.nccl_transport.classify` reads per process (NCCL's `host:pid` line prefix): a socket fallback or a
+missing GPU Direct RDMA in any one process fails the check too, naming its rank, and so does a rank that logged
+nothing.
 
 With NCCL the check refuses to run (exit 2) while any GPU holds more than `--max-gpu-used-mib` of memory: a
 serving group owns them, and measuring beside it would measure neither.
@@ -35,11 +37,11 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from checks.nccl_transport import classify
+from checks.nccl_transport import by_process, classify
 from checks.verdict import Verdict, emit
 
 DEFAULT_MASTER_PORT = 29700
@@ -109,17 +111,61 @@ def gpu_usage() -> tuple[list[tuple[int, int]] | None, str]:
     return rows, ""
 
 
-def transport_section(text: str, backend: str, transport: str, require_gdr: bool) -> tuple[bool, str, list[str]]:
-    """(ok, what was used, evidence) from the NCCL INFO lines the processes wrote, reusing nccl_transport."""
+def transport_section(text: str, backend: str, transport: str, require_gdr: bool,
+                      ranks: Mapping[int, int] | None = None) -> tuple[bool, str, list[str]]:
+    """(ok, what was used, evidence) from the NCCL INFO lines the processes wrote, reusing nccl_transport.
+
+    Each process is judged on its own lines (`nccl_transport.by_process`: NCCL's `host:pid` prefix), so one
+    process on RDMA cannot excuse another that fell back to sockets: any one that fails fails the section, and
+    is named. `ranks` (pid -> global rank) names the ranks, and a rank that logged nothing fails too."""
     if backend == "gloo":
         return True, f"gloo TCP over GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}", []
-    network = re.findall(r"NCCL INFO Using network (\w+)", text)
-    used = f"NCCL network {network[0]}" if network else "NCCL network not logged"
-    if transport == "socket":
-        ok = bool(network) and network[0] == "Socket"
-        return ok, used, [] if ok else [f"fabric.transport is socket but {used}"]
-    verdict = classify(text, transport, require_gdr, "transport")
-    return verdict.status == "pass", f"{used}: {verdict.summary}", verdict.evidence
+    processes = by_process(text)
+    if not processes:
+        return False, "NCCL network not logged", ([] if transport == "socket" else
+                                                  ["no 'NCCL INFO' lines from any process"])
+    results: list[tuple[str, bool, str, list[str]]] = []  # (label, ok, used, evidence) per process
+    for key, lines in processes.items():
+        network = re.findall(r"NCCL INFO Using network (\w+)", lines)
+        used = f"NCCL network {network[0]}" if network else "NCCL network not logged"
+        if transport == "socket":
+            ok = bool(network) and network[0] == "Socket"
+            results.append((_process_label(key, lines, ranks), ok, used,
+                            [] if ok else [f"fabric.transport is socket but {used}"]))
+            continue
+        verdict = classify(lines, transport, require_gdr, "transport")
+        results.append((_process_label(key, lines, ranks), verdict.status == "pass", f"{used}: {verdict.summary}",
+                        verdict.evidence))
+    logged = {int(key.rsplit(":", 1)[1]) for key in processes if re.fullmatch(r"[^\s:]+:\d+", key)}
+    for pid, rank in sorted((ranks or {}).items(), key=lambda item: item[1]):
+        if pid not in logged:
+            results.append((f"rank {rank} (pid {pid})", False, "no NCCL INFO lines: its transport is unknown", []))
+    if len(results) == 1:
+        _, ok, used, evidence = results[0]
+        return ok, used, evidence
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for label, ok, used, _ in results:
+        groups.setdefault((ok, used), []).append(label)
+    ok = all(ok for ok, _ in groups)
+    if len(groups) == 1:
+        ((_, used),) = groups
+        return ok, f"{used} (all {len(results)} processes)", [f"{results[0][0]}: {e}" for e in results[0][3]]
+    parts = [f"{_labels(labels)}: {used}" for (good, used), labels in sorted(groups.items(), key=lambda g: g[0][0])]
+    shown = [r for r in results if not r[1]][:3] if not ok else results[:1]
+    return ok, "; ".join(parts), [f"{label}: {e}" for label, _, _, evidence in shown for e in evidence]
+
+
+def _process_label(key: str, lines: str, ranks: Mapping[int, int] | None) -> str:
+    """`rank R (host:pid)` where the rank is known (from `ranks`, else the one rank NCCL logged), else the key."""
+    pid = key.rsplit(":", 1)[-1]
+    if ranks and pid.isdigit() and int(pid) in ranks:
+        return f"rank {ranks[int(pid)]} ({key})"
+    logged = set(re.findall(r" rank (\d+) nranks ", lines))
+    return f"rank {logged.pop()} ({key})" if len(logged) == 1 else f"process {key}"
+
+
+def _labels(labels: list[str], most: int = 8) -> str:
+    return ", ".join(labels[:most]) + (f" and {len(labels) - most} more" if len(labels) > most else "")
 
 
 def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results: Any,
@@ -260,10 +306,12 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
             proc.kill()
     del store
     elapsed = time.monotonic() - started
-    text = ""
-    for path in sorted(glob.glob(os.path.join(logs, "nccl.*"))):
+    texts = []
+    for path in sorted(glob.glob(os.path.join(logs, "nccl.*"))):  # one file per process (nccl.%h.%p.log)
         with open(path, encoding="utf-8", errors="replace") as handle:
-            text += handle.read()
+            texts.append(handle.read())
+    text = "\n".join(texts)
+    ranks = {p.pid: args.node_rank * args.procs_per_node + i for i, p in enumerate(procs) if p.pid is not None}
     shutil.rmtree(logs, ignore_errors=True)
     shape = f"{args.nnodes} node(s) x {args.procs_per_node} process(es) = {world} ranks, {args.backend}"
     details: dict[str, Any] = {"node_rank": args.node_rank, "nnodes": args.nnodes, "world_size": world,
@@ -290,7 +338,7 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
     details["sizes"] = rows
     details["peak_busbw_gbps"] = round(peak, 3)
     ok_transport, used, transport_evidence = transport_section(text, args.backend, args.transport,
-                                                               args.require_gdr)
+                                                               args.require_gdr, ranks)
     details["transport"] = {"ok": ok_transport, "used": used, "evidence": transport_evidence}
     evidence.append(f"transport: {used}")
     evidence += transport_evidence + notes

@@ -122,6 +122,38 @@ def test_transport_from_real_nccl_lines() -> None:
     assert not ok and used == "NCCL network not logged"
 
 
+def test_each_process_is_judged_on_its_own_lines() -> None:
+    """One process on RDMA does not excuse another on the node that fell back to sockets (review M5)."""
+    ib, fallback = log("nccl/ib_gdrdma_nccl707.log"), log("nccl/socket_fallback_h200.log")
+    ok, used, evidence = transport_section(ib + fallback, "nccl", "ib", True)
+    assert not ok, used
+    assert used.startswith("rank 0 (vm:454): NCCL network Socket: NCCL fell back to TCP sockets"), used
+    assert "process 10-90-43-152:120890: NCCL network not logged: NCCL uses IB with GPU Direct RDMA" in used
+    assert "rank 0 (vm:454): NET/IB : No device found." in evidence
+    # run() knows each worker's pid: the ranks are named by it, and a rank that logged nothing fails too
+    ok, used, _ = transport_section(fallback + ib, "nccl", "ib", True, {454: 9, 120890: 0})
+    assert not ok and used.startswith("rank 9 (vm:454): NCCL network Socket: NCCL fell back"), used
+    ok, used, _ = transport_section(ib, "nccl", "ib", True, {120890: 0, 120891: 1})
+    assert not ok and "rank 1 (pid 120891): no NCCL INFO lines: its transport is unknown" in used, used
+    ok, used, evidence = transport_section(ib, "nccl", "ib", True, {120890: 0})
+    assert ok and used == "NCCL network not logged: NCCL uses IB with GPU Direct RDMA", used
+    # every process on RDMA passes; a socket stack wants Socket from every process
+    two = log("nccl/roce_gdr_disabled_nccl1537.log")
+    two += two.replace("hostname1:25668:", "hostname1:25669:")
+    ok, used, evidence = transport_section(two, "nccl", "roce", False)
+    assert ok and used == "NCCL network IB: NCCL uses RoCE (all 2 processes)", used
+    assert evidence[0] == "rank 0 (hostname1:25668): NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE"
+    ok, used, _ = transport_section(fallback + two, "nccl", "socket", True)
+    assert not ok and "rank 0 (hostname1:25668), rank 0 (hostname1:25669): NCCL network IB" in used, used
+    # the review's repro: lines without NCCL's host:pid:tid prefix are grouped by what precedes NCCL INFO
+    a = ("x NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:1<0>\nx NCCL INFO Using network IB\n"
+         "x NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
+    b = ("y NCCL INFO NET/IB : No device found.\ny NCCL INFO Using network Socket\n"
+         "y NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/Socket/0\n")
+    ok, used, _ = transport_section(b + a, "nccl", "roce", True)
+    assert not ok and used.startswith("process y: NCCL network Socket: NCCL fell back to TCP sockets"), used
+
+
 # --- the per-node command, from the plan ----------------------------------------------------------------------
 
 def test_each_node_gets_its_rendered_env_and_arguments(prod_values: dict[str, Any]) -> None:
