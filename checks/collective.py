@@ -43,6 +43,7 @@ from typing import Any
 
 from checks.nccl_transport import by_process, classify
 from checks.verdict import Verdict, emit
+from stacks.busbw import MIN_BUSBW_GBPS_RANGE
 
 DEFAULT_MASTER_PORT = 29700
 DEFAULT_SIZES = "1M,4M,16M,64M,256M"
@@ -375,8 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--transport", choices=sorted(DEFAULT_MIN_BUSBW_GBPS), default="roce",
                    help="fabric.transport: the default minimum and what NCCL must use")
+    low, high = MIN_BUSBW_GBPS_RANGE
     p.add_argument("--min-busbw-gbps", type=float, default=None,
-                   help="fail below this busbw, Gb/s (default per transport: "
+                   help=f"fail below this busbw, Gb/s, {low:g} to {high:g} (default per transport: "
                         + ", ".join(f"{k} {v:g}" for k, v in sorted(DEFAULT_MIN_BUSBW_GBPS.items())) + ")")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="message sizes, bytes with K/M/G (powers of 1024)")
     p.add_argument("--warmup", type=int, default=5)
@@ -390,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    low, high = MIN_BUSBW_GBPS_RANGE
     try:
         sizes = parse_sizes(args.sizes)
         checks = [
@@ -400,7 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"--nnodes {args.nnodes} x --procs-per-node {args.procs_per_node}: a collective over one process "
              "proves nothing; at least 2"),
             (1 <= args.master_port <= 65535, f"--master-port {args.master_port}: 1 to 65535"),
-            (args.min_busbw_gbps is None or args.min_busbw_gbps > 0, f"--min-busbw-gbps {args.min_busbw_gbps}: > 0"),
+            (args.min_busbw_gbps is None or low <= args.min_busbw_gbps <= high,
+             f"--min-busbw-gbps {args.min_busbw_gbps}: {low:g} to {high:g} Gb/s (a lower floor can never fail, a "
+             "higher one never pass; fabric.min_busbw_gbps takes the same range)"),
             (0 <= args.warmup <= 1000 and 1 <= args.iters <= 10000, f"--warmup {args.warmup} / --iters "
              f"{args.iters}: 0-1000 warm-up, 1-10000 timed iterations"),
             (args.timeout_s > 0, f"--timeout-s {args.timeout_s:g}: > 0"),

@@ -68,13 +68,40 @@ def test_bad_arguments_cannot_run_with_the_argument_and_value() -> None:
         (*base[:3], "1", "--master-addr", "10.0.0.1", "--node-rank", "2"): "--node-rank 2: 0 to --nnodes - 1",
         (*base[:4], "--master-addr", "head"): "--master-addr 'head': an IP address",
         (*base, "--sizes", "1M,7"): "'7' must be a multiple of 4 bytes",
-        (*base, "--min-busbw-gbps", "0"): "--min-busbw-gbps 0.0: > 0",
+        (*base, "--min-busbw-gbps", "0"): "--min-busbw-gbps 0.0: 0.01 to 10000 Gb/s",
         (*base, "--iters", "0"): "--iters 0",
     }
     for args, message in cases.items():
         code, verdict, text = run_check(*args)
         assert code == 2 and verdict["status"] == "cannot-run", text
         assert message in verdict["summary"], (args, verdict["summary"])
+
+
+def test_the_floor_has_one_finite_range_for_the_flag_and_the_stack_key(prod_values: dict[str, Any]) -> None:
+    """`--min-busbw-gbps 1e-300` passed every run and `inf` was taken (review L8): the flag and
+    `fabric.min_busbw_gbps` now read one range, stacks.busbw.MIN_BUSBW_GBPS_RANGE."""
+    from stacks.busbw import MIN_BUSBW_GBPS_RANGE
+    from stacks.errors import ConfigError
+    from stacks.loader import parse_config
+
+    assert MIN_BUSBW_GBPS_RANGE == (0.01, 10_000)
+    base = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "head"]  # a bad address: nothing runs
+    for value, accepted in (("1e-300", False), ("0.0099", False), ("inf", False), ("nan", False), ("-1", False),
+                            ("10000.5", False), ("0.01", True), ("10000", True), ("400", True)):
+        code, verdict, text = run_check(*base, "--min-busbw-gbps", value)
+        assert code == 2, text
+        said = f"--min-busbw-gbps {float(value)}: 0.01 to 10000 Gb/s"
+        assert (said not in verdict["summary"]) == accepted, (value, verdict["summary"])
+        assert accepted == ("--master-addr 'head'" in verdict["summary"]), (value, verdict["summary"])
+        values = copy.deepcopy(prod_values)
+        values["fabric"]["min_busbw_gbps"] = float(value)
+        try:
+            parse_config("prod", values)
+            refused = False
+        except ConfigError as exc:
+            refused = [p.key for p in exc.problems] == ["fabric.min_busbw_gbps"]
+        assert refused != accepted, value
+    assert "0.01 to 10000" in build_parser().format_help()
 
 
 def fake_nvidia_smi(directory: Path, rows: str) -> dict[str, str]:
