@@ -8,6 +8,11 @@ script arrives on stdin and a spawned child could not re-import it) and all of t
 only (a socket bound to it and handed over as `master_listen_fd`), so the store is an internal listener and
 not one on every interface. Gloo and NCCL open their own listeners on the interfaces their env names.
 
+Before the group forms, every node puts a fingerprint of what its all-reduces depend on (`MUST_AGREE`:
+--nnodes, --procs-per-node, --backend, --sizes, --warmup, --iters, the dtype) in the store; node rank 0
+compares each with its own as they arrive and every rank reads the outcome, so nodes started with different
+arguments fail at once, naming the flags and values, instead of in a dead rank or a send timeout.
+
 Per message size: warm-up all-reduces, then `--iters` timed ones; the time of a size is the slowest rank's
 mean (the max over ranks, so one slow node is not averaged away). Bandwidth as nccl-tests defines it for
 all-reduce (nccl-tests `doc/PERFORMANCE.md`): algbw = bytes / time, busbw = algbw * 2(n-1)/n, n = processes.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import multiprocessing
 import os
 import queue
@@ -62,8 +68,76 @@ MAX_SIZE = 8 << 30
 DTYPE_BYTES = 4  # float32, nccl-tests' default for all_reduce_perf
 
 
+ARGS_KEY = "vllm-cluster/collective/args/"
+"""Store keys of the argument check: `node/<node rank>` (each node's fingerprint), `verdict` (the head's)."""
+MUST_AGREE = ("--nnodes", "--procs-per-node", "--backend", "--sizes", "--warmup", "--iters", "dtype")
+"""What every node's all-reduces depend on: a difference hangs or kills a rank instead of failing cleanly."""
+
+
 class BadArgument(Exception):
     pass
+
+
+class Mismatch(Exception):
+    """The nodes were started with different arguments (MUST_AGREE)."""
+
+
+def short_size(size: int) -> str:
+    """As `--sizes` takes it: 1M, 64K, 1G, else bytes."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def fingerprint(args: argparse.Namespace, sizes: list[int]) -> dict[str, str]:
+    """The arguments every node must share, as the flags read (MUST_AGREE)."""
+    values = [args.nnodes, args.procs_per_node, args.backend, ",".join(short_size(s) for s in sizes), args.warmup,
+              args.iters, "float32"]
+    return dict(zip(MUST_AGREE, (str(v) for v in values), strict=True))
+
+
+def compare_fingerprints(head: dict[str, str], node_rank: int, theirs: dict[str, str]) -> str:
+    """'' when node `node_rank` runs what the head runs, else what differs, flag by flag."""
+    differ = [key for key in MUST_AGREE if theirs.get(key) != head.get(key)]
+    if not differ:
+        return ""
+    def show(values: dict[str, str]) -> str:
+        return " ".join(f"{key} {values.get(key, '(not sent)')}" for key in differ)
+    return f"node rank {node_rank} runs {show(theirs)} where node rank 0 runs {show(head)}"
+
+
+def _agree(store: Any, args: argparse.Namespace, sizes: list[int], local_rank: int) -> None:
+    """Before the group forms: every node's local rank 0 puts its fingerprint in the store; the head's compares
+    them as they arrive and publishes the first difference (or the nodes still missing at `--timeout-s`), which
+    every rank reads. Raises Mismatch, or RuntimeError for a node that never came."""
+    mine = fingerprint(args, sizes)
+    if local_rank == 0:
+        store.set(f"{ARGS_KEY}node/{args.node_rank}", json.dumps(mine))
+    if args.node_rank == 0 and local_rank == 0:
+        deadline = time.monotonic() + 0.9 * args.timeout_s  # before the other ranks' wait for the verdict ends
+        pending, outcome = list(range(args.nnodes)), {"mismatch": ""}
+        while pending and not outcome["mismatch"]:
+            for node in [n for n in pending if store.check([f"{ARGS_KEY}node/{n}"])]:
+                pending.remove(node)
+                outcome["mismatch"] = compare_fingerprints(
+                    mine, node, json.loads(store.get(f"{ARGS_KEY}node/{node}")))
+                if outcome["mismatch"]:
+                    break
+            if pending and not outcome["mismatch"]:
+                if time.monotonic() > deadline:
+                    outcome["missing"] = (f"node rank(s) {', '.join(map(str, pending))} did not join the rendezvous "
+                                          f"within --timeout-s {args.timeout_s:g} (at {args.master_addr}:"
+                                          f"{args.master_port})")
+                    break
+                time.sleep(0.2)
+        store.set(f"{ARGS_KEY}verdict", json.dumps(outcome))
+    else:
+        outcome = json.loads(store.get(f"{ARGS_KEY}verdict"))
+    if outcome["mismatch"]:
+        raise Mismatch(outcome["mismatch"])
+    if outcome.get("missing"):
+        raise RuntimeError(outcome["missing"])
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -191,6 +265,7 @@ def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results
             device = torch.device("cpu")
         store = dist.TCPStore(  # type: ignore[attr-defined]  # public API, not re-exported in the stubs
             args.master_addr, args.master_port, is_master=False, timeout=timeout)
+        _agree(store, args, sizes, local_rank)
         dist.init_process_group(args.backend, store=store, rank=rank, world_size=world, timeout=timeout,
                                 device_id=device if args.backend == "nccl" else None)
 
@@ -219,6 +294,8 @@ def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results
             rows.append({"bytes": size, "time_s": float(elapsed.item()), "correct": correct})
         dist.destroy_process_group()
         results.put({"local_rank": local_rank, "rows": rows})
+    except Mismatch as exc:
+        results.put({"local_rank": local_rank, "mismatch": str(exc)})
     except Exception as exc:  # reported as evidence by the node process
         results.put({"local_rank": local_rank, "error": f"{type(exc).__name__}: {exc}"[:400]})
 
@@ -318,6 +395,12 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
     details: dict[str, Any] = {"node_rank": args.node_rank, "nnodes": args.nnodes, "world_size": world,
                                "backend": args.backend, "transport_declared": args.transport,
                                "min_busbw_gbps": minimum, "min_source": source, "seconds": round(elapsed, 1)}
+    mismatch = sorted({r["mismatch"] for r in reports.values() if "mismatch" in r})
+    if mismatch:
+        return Verdict(name, "fail", f"the nodes run the check with different arguments: {mismatch[0]}",
+                       [f"this node runs {' '.join(f'{k} {v}' for k, v in fingerprint(args, sizes).items())}"],
+                       "start every node's command as the plan builds it (stacks/collective_check.py): all nodes "
+                       "must agree on " + ", ".join(MUST_AGREE[:-2]) + f" and {MUST_AGREE[-2]}", details)
     errors = [f"local rank {r['local_rank']}: {r['error']}" for r in reports.values() if "error" in r]
     missing = [i for i in range(len(procs)) if i not in reports]
     if errors or missing:

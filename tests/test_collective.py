@@ -244,9 +244,10 @@ def namespace_stack(prod_values: dict[str, Any], hosts: list[Host]) -> dict[str,
 
 
 def start_nodes(values: dict[str, Any], hosts: list[Host], port: int, *extra: str,
-                only: int | None = None) -> list[subprocess.Popen[str]]:
+                only: int | None = None, per_node: dict[int, list[str]] | None = None) -> list[subprocess.Popen[str]]:
     """Each node's command as the plan builds it, minus docker: the bundled script on stdin (`python3 -`),
-    the node's rendered env and nothing else, inside the node's namespace."""
+    the node's rendered env and nothing else, inside the node's namespace. `per_node` adds arguments to one
+    node's command only (after `extra`, so they win)."""
     from stacks.loader import parse_config
 
     config = parse_config("netns", values)
@@ -255,7 +256,8 @@ def start_nodes(values: dict[str, Any], hosts: list[Host], port: int, *extra: st
     for run, host in zip(runs, hosts, strict=True):
         if only is not None and run.node_rank != only:
             continue
-        command = heredoc_command("collective", [*run.args, *extra, "--json"], interpreter=f"{PYTHON} ")
+        own = (per_node or {}).get(run.node_rank, [])
+        command = heredoc_command("collective", [*run.args, *extra, *own, "--json"], interpreter=f"{PYTHON} ")
         env = ["env", "-i", "PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in run.env.items())]
         procs.append(subprocess.Popen(["ip", "netns", "exec", host.ns, *env, "sh", "-c", command],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -322,8 +324,28 @@ def test_rendezvous_listens_on_the_control_ip_only_and_a_missing_node_fails(prod
     assert not any(a in (f"0.0.0.0:{port}", f"*:{port}", f"[::]:{port}") for a in seen), seen
     assert code == 1 and verdict["summary"] == "the all-reduce over 2 node(s) x 1 process(es) = 2 ranks, gloo " \
                                                "did not complete"
-    assert verdict["evidence"][0].startswith("local rank 0: ")
+    assert verdict["evidence"][0] == (f"local rank 0: RuntimeError: node rank(s) 1 did not join the rendezvous "
+                                      f"within --timeout-s 8 (at {hosts[0].address}:{port})")
     assert f"node rank 0 listens on {hosts[0].address}:{port}" in verdict["next_step"]
+
+
+def test_nodes_started_with_different_arguments_fail_naming_the_difference(prod_values: dict[str, Any]) -> None:
+    """Different --sizes on two nodes used to end in a dead process or a send timeout on one node and a PASS on
+    the other (review L8b): the arguments the all-reduce depends on are compared over the store first."""
+    with star(2) as hosts:
+        values = namespace_stack(prod_values, hosts)
+        port = DEFAULT_MASTER_PORT + 400 + os.getpid() % 200
+        common = ["--sizes", "1M", "--warmup", "1", "--iters", "2", "--timeout-s", "60", "--min-busbw-gbps", "0.01"]
+        started = time.monotonic()
+        results = verdicts(start_nodes(values, hosts, port, *common, per_node={1: ["--sizes", "1M,4M"]}),
+                           timeout=120)
+        elapsed = time.monotonic() - started
+    said = "node rank 1 runs --sizes 1M,4M where node rank 0 runs --sizes 1M"
+    for code, verdict in results:
+        assert code == 1, verdict
+        assert verdict["summary"] == f"the nodes run the check with different arguments: {said}", verdict
+        assert "--nnodes, --procs-per-node, --backend, --sizes, --warmup and --iters" in verdict["next_step"]
+    assert elapsed < 50, elapsed  # decided at the rendezvous, not by a timeout
 
 
 def test_defaults_per_transport_are_documented_floors() -> None:
