@@ -11,7 +11,8 @@ not one on every interface. Gloo and NCCL open their own listeners on the interf
 Before the group forms, every node puts a fingerprint of what its all-reduces depend on (`MUST_AGREE`:
 --nnodes, --procs-per-node, --backend, --sizes, --warmup, --iters, the dtype) in the store; node rank 0
 compares each with its own as they arrive and every rank reads the outcome, so nodes started with different
-arguments fail at once, naming the flags and values, instead of in a dead rank or a send timeout.
+arguments fail at once, naming the flags and values, instead of in a dead rank or a send timeout; so does a
+node rank claimed twice.
 
 Per message size: warm-up all-reduces, then `--iters` timed ones; the time of a size is the slowest rank's
 mean (the max over ranks, so one slow node is not averaged away). Bandwidth as nccl-tests defines it for
@@ -69,7 +70,8 @@ DTYPE_BYTES = 4  # float32, nccl-tests' default for all_reduce_perf
 
 
 ARGS_KEY = "vllm-cluster/collective/args/"
-"""Store keys of the argument check: `node/<node rank>` (each node's fingerprint), `verdict` (the head's)."""
+"""Store keys of the argument check: `arrivals` (a counter), `arrival/<n>` (the n-th node's rank and
+fingerprint), `verdict` (the head's answer)."""
 MUST_AGREE = ("--nnodes", "--procs-per-node", "--backend", "--sizes", "--warmup", "--iters", "dtype")
 """What every node's all-reduces depend on: a difference hangs or kills a rank instead of failing cleanly."""
 
@@ -108,35 +110,40 @@ def compare_fingerprints(head: dict[str, str], node_rank: int, theirs: dict[str,
 
 
 def _agree(store: Any, args: argparse.Namespace, sizes: list[int], local_rank: int) -> None:
-    """Before the group forms: every node's local rank 0 puts its fingerprint in the store; the head's compares
-    them as they arrive and publishes the first difference (or the nodes still missing at `--timeout-s`), which
-    every rank reads. Raises Mismatch, or RuntimeError for a node that never came."""
+    """Before the group forms: every node's local rank 0 adds its node rank and fingerprint to the store in
+    order of arrival; the head's compares each with its own as it arrives and publishes the first difference
+    (or a node rank claimed twice, or the node ranks still missing near `--timeout-s`), which every rank reads.
+    Raises Mismatch, or RuntimeError for nodes that never came."""
     mine = fingerprint(args, sizes)
     if local_rank == 0:
-        store.set(f"{ARGS_KEY}node/{args.node_rank}", json.dumps(mine))
+        slot = store.add(f"{ARGS_KEY}arrivals", 1)
+        store.set(f"{ARGS_KEY}arrival/{slot}", json.dumps({"node_rank": args.node_rank, **mine}))
     if args.node_rank == 0 and local_rank == 0:
         deadline = time.monotonic() + 0.9 * args.timeout_s  # before the other ranks' wait for the verdict ends
-        pending, outcome = list(range(args.nnodes)), {"mismatch": ""}
-        while pending and not outcome["mismatch"]:
-            for node in [n for n in pending if store.check([f"{ARGS_KEY}node/{n}"])]:
-                pending.remove(node)
-                outcome["mismatch"] = compare_fingerprints(
-                    mine, node, json.loads(store.get(f"{ARGS_KEY}node/{node}")))
-                if outcome["mismatch"]:
-                    break
-            if pending and not outcome["mismatch"]:
-                if time.monotonic() > deadline:
-                    outcome["missing"] = (f"node rank(s) {', '.join(map(str, pending))} did not join the rendezvous "
-                                          f"within --timeout-s {args.timeout_s:g} (at {args.master_addr}:"
-                                          f"{args.master_port})")
-                    break
+        seen: set[int] = set()
+        outcome = {"mismatch": "", "missing": ""}
+        while len(seen) < args.nnodes and not outcome["mismatch"]:
+            key = f"{ARGS_KEY}arrival/{len(seen) + 1}"
+            if store.check([key]):
+                theirs = json.loads(store.get(key))
+                node = theirs.pop("node_rank")
+                outcome["mismatch"] = (compare_fingerprints(mine, node, theirs) or
+                                       (f"two nodes run --node-rank {node}: each node needs its own, 0 to "
+                                        f"{args.nnodes - 1}" if node in seen else ""))
+                seen.add(node)
+            elif time.monotonic() > deadline:
+                missing = ", ".join(str(n) for n in range(args.nnodes) if n not in seen)
+                outcome["missing"] = (f"node rank(s) {missing} did not join the rendezvous within --timeout-s "
+                                      f"{args.timeout_s:g} (at {args.master_addr}:{args.master_port})")
+                break
+            else:
                 time.sleep(0.2)
         store.set(f"{ARGS_KEY}verdict", json.dumps(outcome))
     else:
         outcome = json.loads(store.get(f"{ARGS_KEY}verdict"))
     if outcome["mismatch"]:
         raise Mismatch(outcome["mismatch"])
-    if outcome.get("missing"):
+    if outcome["missing"]:
         raise RuntimeError(outcome["missing"])
 
 

@@ -348,6 +348,48 @@ def test_nodes_started_with_different_arguments_fail_naming_the_difference(prod_
     assert elapsed < 50, elapsed  # decided at the rendezvous, not by a timeout
 
 
+def test_the_head_names_a_node_rank_claimed_twice_or_out_of_range_and_the_missing_ones() -> None:
+    """The argument check itself, in-process over a real TCPStore on loopback (one thread per node)."""
+    import argparse
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import timedelta
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns when NumPy is missing; it is not used here
+        import torch.distributed as dist
+
+    from checks.collective import Mismatch, _agree
+
+    def outcomes(node_args: list[dict[str, Any]], timeout_s: float = 20) -> list[str]:
+        master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                               timeout=timedelta(seconds=timeout_s))
+
+        def node(overrides: dict[str, Any]) -> str:
+            args = argparse.Namespace(**({"nnodes": 3, "procs_per_node": 1, "backend": "gloo", "warmup": 1,
+                                          "iters": 2, "timeout_s": timeout_s, "master_addr": "127.0.0.1",
+                                          "master_port": master.port} | overrides))
+            client = dist.TCPStore("127.0.0.1", master.port, is_master=False,
+                                   timeout=timedelta(seconds=timeout_s))
+            try:
+                _agree(client, args, [1 << 20], 0)
+                return "agreed"
+            except (Mismatch, RuntimeError) as exc:
+                return f"{type(exc).__name__}: {exc}"
+
+        with ThreadPoolExecutor(len(node_args)) as pool:
+            return list(pool.map(node, node_args))
+
+    assert outcomes([{"node_rank": r} for r in (0, 1, 2)]) == ["agreed"] * 3
+    twice = outcomes([{"node_rank": r} for r in (0, 1, 1)])
+    assert set(twice) == {"Mismatch: two nodes run --node-rank 1: each node needs its own, 0 to 2"}, twice
+    beyond = outcomes([{"node_rank": 0, "nnodes": 2}, {"node_rank": 2}])
+    assert set(beyond) == {"Mismatch: node rank 2 runs --nnodes 3 where node rank 0 runs --nnodes 2"}, beyond
+    missing = outcomes([{"node_rank": 0}, {"node_rank": 2}], timeout_s=3)
+    assert len(set(missing)) == 1 and missing[0].startswith(
+        "RuntimeError: node rank(s) 1 did not join the rendezvous within --timeout-s 3 (at 127.0.0.1:"), missing
+
+
 def test_defaults_per_transport_are_documented_floors() -> None:
     assert DEFAULT_MIN_BUSBW_GBPS == {"socket": 5.0, "roce": 50.0, "ib": 100.0}
     readme = (ROOT / "README.md").read_text()
