@@ -203,9 +203,8 @@ def transport_section(text: str, backend: str, transport: str, require_gdr: bool
     if backend == "gloo":
         return True, f"gloo TCP over GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}", []
     processes = by_process(text)
-    if not processes:
-        return False, "NCCL network not logged", ([] if transport == "socket" else
-                                                  ["no 'NCCL INFO' lines from any process"])
+    if not processes and not ranks:
+        processes = {"(no process)": text}  # judged as one: "NCCL network not logged" and classify's reason
     results: list[tuple[str, bool, str, list[str]]] = []  # (label, ok, used, evidence) per process
     for key, lines in processes.items():
         network = re.findall(r"NCCL INFO Using network (\w+)", lines)
@@ -221,7 +220,7 @@ def transport_section(text: str, backend: str, transport: str, require_gdr: bool
     logged = {int(key.rsplit(":", 1)[1]) for key in processes if re.fullmatch(r"[^\s:]+:\d+", key)}
     for pid, rank in sorted((ranks or {}).items(), key=lambda item: item[1]):
         if pid not in logged:
-            results.append((f"rank {rank} (pid {pid})", False, "no NCCL INFO lines: its transport is unknown", []))
+            results.append((f"rank {rank} (pid {pid})", False, "no NCCL INFO lines, so the transport is unknown", []))
     if len(results) == 1:
         _, ok, used, evidence = results[0]
         return ok, used, evidence

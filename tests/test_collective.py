@@ -161,7 +161,9 @@ def test_each_process_is_judged_on_its_own_lines() -> None:
     ok, used, _ = transport_section(fallback + ib, "nccl", "ib", True, {454: 9, 120890: 0})
     assert not ok and used.startswith("rank 9 (vm:454): NCCL network Socket: NCCL fell back"), used
     ok, used, _ = transport_section(ib, "nccl", "ib", True, {120890: 0, 120891: 1})
-    assert not ok and "rank 1 (pid 120891): no NCCL INFO lines: its transport is unknown" in used, used
+    assert not ok and "rank 1 (pid 120891): no NCCL INFO lines, so the transport is unknown" in used, used
+    ok, used, _ = transport_section("", "nccl", "ib", True, {120890: 0, 120891: 1})
+    assert not ok and used == "no NCCL INFO lines, so the transport is unknown (all 2 processes)", used
     ok, used, evidence = transport_section(ib, "nccl", "ib", True, {120890: 0})
     assert ok and used == "NCCL network not logged: NCCL uses IB with GPU Direct RDMA", used
     # every process on RDMA passes; a socket stack wants Socket from every process
