@@ -13,9 +13,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
 _FUTURE = "from __future__ import annotations\n"
-INLINED = {"stacks.memory": HERE.parent / "stacks" / "memory.py", "stacks.golden": HERE.parent / "stacks" / "golden.py"}
+INLINED = {"stacks.memory": HERE.parent / "stacks" / "memory.py", "stacks.golden": HERE.parent / "stacks" / "golden.py",
+           "stacks.busbw": HERE.parent / "stacks" / "busbw.py"}
 """Project modules pasted in place of their (single-line or parenthesized) import: stdlib only, except
-`stacks.golden` (pydantic), which only `api` imports and which runs inside the vLLM image (pydantic, httpx)."""
+`stacks.golden` (pydantic), which only `api` imports and which runs inside the vLLM image (pydantic, httpx).
+`stacks.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`."""
 REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective", "api")
 _SIBLING = re.compile(r"^from checks\.(\w+) import .*$", re.M)
 _MAIN_BLOCK = re.compile(r"^if __name__ == \"__main__\":\n.*", re.M | re.S)

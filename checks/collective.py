@@ -8,6 +8,12 @@ script arrives on stdin and a spawned child could not re-import it) and all of t
 only (a socket bound to it and handed over as `master_listen_fd`), so the store is an internal listener and
 not one on every interface. Gloo and NCCL open their own listeners on the interfaces their env names.
 
+Before the group forms, every node puts a fingerprint of what its all-reduces depend on (`MUST_AGREE`:
+--nnodes, --procs-per-node, --backend, --sizes, --warmup, --iters, the dtype) in the store; node rank 0
+compares each with its own as they arrive and every rank reads the outcome, so nodes started with different
+arguments fail at once, naming the flags and values, instead of in a dead rank or a send timeout; so does a
+node rank claimed twice.
+
 Per message size: warm-up all-reduces, then `--iters` timed ones; the time of a size is the slowest rank's
 mean (the max over ranks, so one slow node is not averaged away). Bandwidth as nccl-tests defines it for
 all-reduce (nccl-tests `doc/PERFORMANCE.md`): algbw = bytes / time, busbw = algbw * 2(n-1)/n, n = processes.
@@ -15,7 +21,9 @@ Every size is also checked for the right sum. The verdict compares the best busb
 minimum (`--min-busbw-gbps`, gigabits per second, default per transport, below): it fails with every size's
 numbers as evidence. With NCCL, `NCCL_DEBUG=INFO` is set for the run if the env has a quieter level (the level
 changes what NCCL prints, not what it picks) and `NCCL_DEBUG_FILE` collects each process's lines, which
-`checks.nccl_transport.classify` reads: a socket fallback or a missing GPU Direct RDMA fails the check too.
+`checks.nccl_transport.classify` reads per process (NCCL's `host:pid` line prefix): a socket fallback or a
+missing GPU Direct RDMA in any one process fails the check too, naming its rank, and so does a rank that logged
+nothing.
 
 With NCCL the check refuses to run (exit 2) while any GPU holds more than `--max-gpu-used-mib` of memory: a
 serving group owns them, and measuring beside it would measure neither.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import multiprocessing
 import os
 import queue
@@ -35,12 +44,13 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from checks.nccl_transport import classify
+from checks.nccl_transport import by_process, classify
 from checks.verdict import Verdict, emit
+from stacks.busbw import MIN_BUSBW_GBPS_RANGE
 
 DEFAULT_MASTER_PORT = 29700
 DEFAULT_SIZES = "1M,4M,16M,64M,256M"
@@ -59,8 +69,82 @@ MAX_SIZE = 8 << 30
 DTYPE_BYTES = 4  # float32, nccl-tests' default for all_reduce_perf
 
 
+ARGS_KEY = "vllm-cluster/collective/args/"
+"""Store keys of the argument check: `arrivals` (a counter), `arrival/<n>` (the n-th node's rank and
+fingerprint), `verdict` (the head's answer)."""
+MUST_AGREE = ("--nnodes", "--procs-per-node", "--backend", "--sizes", "--warmup", "--iters", "dtype")
+"""What every node's all-reduces depend on: a difference hangs or kills a rank instead of failing cleanly."""
+
+
 class BadArgument(Exception):
     pass
+
+
+class Mismatch(Exception):
+    """The nodes were started with different arguments (MUST_AGREE)."""
+
+
+def short_size(size: int) -> str:
+    """As `--sizes` takes it: 1M, 64K, 1G, else bytes."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def fingerprint(args: argparse.Namespace, sizes: list[int]) -> dict[str, str]:
+    """The arguments every node must share, as the flags read (MUST_AGREE)."""
+    values = [args.nnodes, args.procs_per_node, args.backend, ",".join(short_size(s) for s in sizes), args.warmup,
+              args.iters, "float32"]
+    return dict(zip(MUST_AGREE, (str(v) for v in values), strict=True))
+
+
+def compare_fingerprints(head: dict[str, str], node_rank: int, theirs: dict[str, str]) -> str:
+    """'' when node `node_rank` runs what the head runs, else what differs, flag by flag."""
+    differ = [key for key in MUST_AGREE if theirs.get(key) != head.get(key)]
+    if not differ:
+        return ""
+    def show(values: dict[str, str]) -> str:
+        return " ".join(f"{key} {values.get(key, '(not sent)')}" for key in differ)
+    return f"node rank {node_rank} runs {show(theirs)} where node rank 0 runs {show(head)}"
+
+
+def _agree(store: Any, args: argparse.Namespace, sizes: list[int], local_rank: int) -> None:
+    """Before the group forms: every node's local rank 0 adds its node rank and fingerprint to the store in
+    order of arrival; the head's compares each with its own as it arrives and publishes the first difference
+    (or a node rank claimed twice, or the node ranks still missing near `--timeout-s`), which every rank reads.
+    Raises Mismatch, or RuntimeError for nodes that never came."""
+    mine = fingerprint(args, sizes)
+    if local_rank == 0:
+        slot = store.add(f"{ARGS_KEY}arrivals", 1)
+        store.set(f"{ARGS_KEY}arrival/{slot}", json.dumps({"node_rank": args.node_rank, **mine}))
+    if args.node_rank == 0 and local_rank == 0:
+        deadline = time.monotonic() + 0.9 * args.timeout_s  # before the other ranks' wait for the verdict ends
+        seen: set[int] = set()
+        outcome = {"mismatch": "", "missing": ""}
+        while len(seen) < args.nnodes and not outcome["mismatch"]:
+            key = f"{ARGS_KEY}arrival/{len(seen) + 1}"
+            if store.check([key]):
+                theirs = json.loads(store.get(key))
+                node = theirs.pop("node_rank")
+                outcome["mismatch"] = (compare_fingerprints(mine, node, theirs) or
+                                       (f"two nodes run --node-rank {node}: each node needs its own, 0 to "
+                                        f"{args.nnodes - 1}" if node in seen else ""))
+                seen.add(node)
+            elif time.monotonic() > deadline:
+                missing = ", ".join(str(n) for n in range(args.nnodes) if n not in seen)
+                outcome["missing"] = (f"node rank(s) {missing} did not join the rendezvous within --timeout-s "
+                                      f"{args.timeout_s:g} (at {args.master_addr}:{args.master_port})")
+                break
+            else:
+                time.sleep(0.2)
+        store.set(f"{ARGS_KEY}verdict", json.dumps(outcome))
+    else:
+        outcome = json.loads(store.get(f"{ARGS_KEY}verdict"))
+    if outcome["mismatch"]:
+        raise Mismatch(outcome["mismatch"])
+    if outcome["missing"]:
+        raise RuntimeError(outcome["missing"])
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -109,17 +193,60 @@ def gpu_usage() -> tuple[list[tuple[int, int]] | None, str]:
     return rows, ""
 
 
-def transport_section(text: str, backend: str, transport: str, require_gdr: bool) -> tuple[bool, str, list[str]]:
-    """(ok, what was used, evidence) from the NCCL INFO lines the processes wrote, reusing nccl_transport."""
+def transport_section(text: str, backend: str, transport: str, require_gdr: bool,
+                      ranks: Mapping[int, int] | None = None) -> tuple[bool, str, list[str]]:
+    """(ok, what was used, evidence) from the NCCL INFO lines the processes wrote, reusing nccl_transport.
+
+    Each process is judged on its own lines (`nccl_transport.by_process`: NCCL's `host:pid` prefix), so one
+    process on RDMA cannot excuse another that fell back to sockets: any one that fails fails the section, and
+    is named. `ranks` (pid -> global rank) names the ranks, and a rank that logged nothing fails too."""
     if backend == "gloo":
         return True, f"gloo TCP over GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}", []
-    network = re.findall(r"NCCL INFO Using network (\w+)", text)
-    used = f"NCCL network {network[0]}" if network else "NCCL network not logged"
-    if transport == "socket":
-        ok = bool(network) and network[0] == "Socket"
-        return ok, used, [] if ok else [f"fabric.transport is socket but {used}"]
-    verdict = classify(text, transport, require_gdr, "transport")
-    return verdict.status == "pass", f"{used}: {verdict.summary}", verdict.evidence
+    processes = by_process(text)
+    if not processes and not ranks:
+        processes = {"(no process)": text}  # judged as one: "NCCL network not logged" and classify's reason
+    results: list[tuple[str, bool, str, list[str]]] = []  # (label, ok, used, evidence) per process
+    for key, lines in processes.items():
+        network = re.findall(r"NCCL INFO Using network (\w+)", lines)
+        used = f"NCCL network {network[0]}" if network else "NCCL network not logged"
+        if transport == "socket":
+            ok = bool(network) and network[0] == "Socket"
+            results.append((_process_label(key, lines, ranks), ok, used,
+                            [] if ok else [f"fabric.transport is socket but {used}"]))
+            continue
+        verdict = classify(lines, transport, require_gdr, "transport")
+        results.append((_process_label(key, lines, ranks), verdict.status == "pass", f"{used}: {verdict.summary}",
+                        verdict.evidence))
+    logged = {int(key.rsplit(":", 1)[1]) for key in processes if re.fullmatch(r"[^\s:]+:\d+", key)}
+    for pid, rank in sorted((ranks or {}).items(), key=lambda item: item[1]):
+        if pid not in logged:
+            results.append((f"rank {rank} (pid {pid})", False, "no NCCL INFO lines, so the transport is unknown", []))
+    if len(results) == 1:
+        _, ok, used, evidence = results[0]
+        return ok, used, evidence
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for label, ok, used, _ in results:
+        groups.setdefault((ok, used), []).append(label)
+    ok = all(ok for ok, _ in groups)
+    if len(groups) == 1:
+        ((_, used),) = groups
+        return ok, f"{used} (all {len(results)} processes)", [f"{results[0][0]}: {e}" for e in results[0][3]]
+    parts = [f"{_labels(labels)}: {used}" for (good, used), labels in sorted(groups.items(), key=lambda g: g[0][0])]
+    shown = [r for r in results if not r[1]][:3] if not ok else results[:1]
+    return ok, "; ".join(parts), [f"{label}: {e}" for label, _, _, evidence in shown for e in evidence]
+
+
+def _process_label(key: str, lines: str, ranks: Mapping[int, int] | None) -> str:
+    """`rank R (host:pid)` where the rank is known (from `ranks`, else the one rank NCCL logged), else the key."""
+    pid = key.rsplit(":", 1)[-1]
+    if ranks and pid.isdigit() and int(pid) in ranks:
+        return f"rank {ranks[int(pid)]} ({key})"
+    logged = set(re.findall(r" rank (\d+) nranks ", lines))
+    return f"rank {logged.pop()} ({key})" if len(logged) == 1 else f"process {key}"
+
+
+def _labels(labels: list[str], most: int = 8) -> str:
+    return ", ".join(labels[:most]) + (f" and {len(labels) - most} more" if len(labels) > most else "")
 
 
 def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results: Any,
@@ -144,6 +271,7 @@ def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results
             device = torch.device("cpu")
         store = dist.TCPStore(  # type: ignore[attr-defined]  # public API, not re-exported in the stubs
             args.master_addr, args.master_port, is_master=False, timeout=timeout)
+        _agree(store, args, sizes, local_rank)
         dist.init_process_group(args.backend, store=store, rank=rank, world_size=world, timeout=timeout,
                                 device_id=device if args.backend == "nccl" else None)
 
@@ -172,6 +300,8 @@ def _worker(local_rank: int, args: argparse.Namespace, sizes: list[int], results
             rows.append({"bytes": size, "time_s": float(elapsed.item()), "correct": correct})
         dist.destroy_process_group()
         results.put({"local_rank": local_rank, "rows": rows})
+    except Mismatch as exc:
+        results.put({"local_rank": local_rank, "mismatch": str(exc)})
     except Exception as exc:  # reported as evidence by the node process
         results.put({"local_rank": local_rank, "error": f"{type(exc).__name__}: {exc}"[:400]})
 
@@ -260,15 +390,23 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
             proc.kill()
     del store
     elapsed = time.monotonic() - started
-    text = ""
-    for path in sorted(glob.glob(os.path.join(logs, "nccl.*"))):
+    texts = []
+    for path in sorted(glob.glob(os.path.join(logs, "nccl.*"))):  # one file per process (nccl.%h.%p.log)
         with open(path, encoding="utf-8", errors="replace") as handle:
-            text += handle.read()
+            texts.append(handle.read())
+    text = "\n".join(texts)
+    ranks = {p.pid: args.node_rank * args.procs_per_node + i for i, p in enumerate(procs) if p.pid is not None}
     shutil.rmtree(logs, ignore_errors=True)
     shape = f"{args.nnodes} node(s) x {args.procs_per_node} process(es) = {world} ranks, {args.backend}"
     details: dict[str, Any] = {"node_rank": args.node_rank, "nnodes": args.nnodes, "world_size": world,
                                "backend": args.backend, "transport_declared": args.transport,
                                "min_busbw_gbps": minimum, "min_source": source, "seconds": round(elapsed, 1)}
+    mismatch = sorted({r["mismatch"] for r in reports.values() if "mismatch" in r})
+    if mismatch:
+        return Verdict(name, "fail", f"the nodes run the check with different arguments: {mismatch[0]}",
+                       [f"this node runs {' '.join(f'{k} {v}' for k, v in fingerprint(args, sizes).items())}"],
+                       "start every node's command as the plan builds it (stacks/collective_check.py): all nodes "
+                       "must agree on " + ", ".join(MUST_AGREE[:-2]) + f" and {MUST_AGREE[-2]}", details)
     errors = [f"local rank {r['local_rank']}: {r['error']}" for r in reports.values() if "error" in r]
     missing = [i for i in range(len(procs)) if i not in reports]
     if errors or missing:
@@ -290,7 +428,7 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
     details["sizes"] = rows
     details["peak_busbw_gbps"] = round(peak, 3)
     ok_transport, used, transport_evidence = transport_section(text, args.backend, args.transport,
-                                                               args.require_gdr)
+                                                               args.require_gdr, ranks)
     details["transport"] = {"ok": ok_transport, "used": used, "evidence": transport_evidence}
     evidence.append(f"transport: {used}")
     evidence += transport_evidence + notes
@@ -327,8 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--transport", choices=sorted(DEFAULT_MIN_BUSBW_GBPS), default="roce",
                    help="fabric.transport: the default minimum and what NCCL must use")
+    low, high = MIN_BUSBW_GBPS_RANGE
     p.add_argument("--min-busbw-gbps", type=float, default=None,
-                   help="fail below this busbw, Gb/s (default per transport: "
+                   help=f"fail below this busbw, Gb/s, {low:g} to {high:g} (default per transport: "
                         + ", ".join(f"{k} {v:g}" for k, v in sorted(DEFAULT_MIN_BUSBW_GBPS.items())) + ")")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="message sizes, bytes with K/M/G (powers of 1024)")
     p.add_argument("--warmup", type=int, default=5)
@@ -342,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    low, high = MIN_BUSBW_GBPS_RANGE
     try:
         sizes = parse_sizes(args.sizes)
         checks = [
@@ -352,7 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"--nnodes {args.nnodes} x --procs-per-node {args.procs_per_node}: a collective over one process "
              "proves nothing; at least 2"),
             (1 <= args.master_port <= 65535, f"--master-port {args.master_port}: 1 to 65535"),
-            (args.min_busbw_gbps is None or args.min_busbw_gbps > 0, f"--min-busbw-gbps {args.min_busbw_gbps}: > 0"),
+            (args.min_busbw_gbps is None or low <= args.min_busbw_gbps <= high,
+             f"--min-busbw-gbps {args.min_busbw_gbps}: {low:g} to {high:g} Gb/s (a lower floor can never fail, a "
+             "higher one never pass; fabric.min_busbw_gbps takes the same range)"),
             (0 <= args.warmup <= 1000 and 1 <= args.iters <= 10000, f"--warmup {args.warmup} / --iters "
              f"{args.iters}: 0-1000 warm-up, 1-10000 timed iterations"),
             (args.timeout_s > 0, f"--timeout-s {args.timeout_s:g}: > 0"),

@@ -16,6 +16,21 @@ IB_USING = re.compile(r"NET/IB : Using (.*?)(?: ?\[RO\])?; OOB")
 SOCKET_BAD = ("NET/IB : No device found", "Using network Socket", "via NET/Socket")
 GDR_GOOD = re.compile(r"GPU Direct RDMA Enabled|via NET/IB/\d+/GDRDMA")
 GDR_OFF = re.compile(r"GPU Direct RDMA Disabled for HCA \d+ '([^']+)'")
+PREFIX = re.compile(r"([^\s:]+):(\d+):\d+(?: \[-?\d+\])? NCCL INFO")
+"""NCCL's own line prefix, `host:pid:tid [cudaDev] NCCL INFO` (src/debug.cc), wherever it sits in the line."""
+
+
+def by_process(text: str) -> dict[str, str]:
+    """The NCCL INFO lines of each process, keyed `host:pid` (in order of first appearance). A line without
+    NCCL's prefix is grouped by whatever precedes `NCCL INFO` on it ("(no prefix)" when nothing does)."""
+    groups: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "NCCL INFO" not in line:
+            continue
+        m = PREFIX.search(line)
+        key = f"{m.group(1)}:{m.group(2)}" if m else line.split("NCCL INFO", 1)[0].strip() or "(no prefix)"
+        groups.setdefault(key, []).append(line)
+    return {key: "\n".join(lines) + "\n" for key, lines in groups.items()}
 
 
 def classify(text: str, transport: str = "roce", require_gdr: bool = True, name: str = "nccl-transport") -> Verdict:

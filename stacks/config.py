@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from stacks.busbw import MIN_BUSBW_GBPS_RANGE
 from stacks.field_types import (
     SECRET,
     AbsPath,
@@ -208,8 +209,9 @@ class FabricConfig(_Model):
         "each such entry must be repeated here, or it is refused; a /0 or a set covering every address is never "
         "accepted")
     min_busbw_gbps: FiniteFloat | None = Field(
-        default=None, gt=0, le=10_000, description="collective check: the all-reduce bus bandwidth floor in Gb/s "
-        "(default per transport: socket 5, roce 50, ib 100)")
+        default=None, ge=MIN_BUSBW_GBPS_RANGE[0], le=MIN_BUSBW_GBPS_RANGE[1],
+        description="collective check: the all-reduce bus bandwidth floor in Gb/s (default per transport: socket 5, "
+        "roce 50, ib 100); the same range as the check's --min-busbw-gbps")
     collective_port: Port = Field(default=29700, description="collective check: its rendezvous store's port on "
                                   "the head's control IP, open only while the check runs")
 

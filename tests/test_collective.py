@@ -68,13 +68,40 @@ def test_bad_arguments_cannot_run_with_the_argument_and_value() -> None:
         (*base[:3], "1", "--master-addr", "10.0.0.1", "--node-rank", "2"): "--node-rank 2: 0 to --nnodes - 1",
         (*base[:4], "--master-addr", "head"): "--master-addr 'head': an IP address",
         (*base, "--sizes", "1M,7"): "'7' must be a multiple of 4 bytes",
-        (*base, "--min-busbw-gbps", "0"): "--min-busbw-gbps 0.0: > 0",
+        (*base, "--min-busbw-gbps", "0"): "--min-busbw-gbps 0.0: 0.01 to 10000 Gb/s",
         (*base, "--iters", "0"): "--iters 0",
     }
     for args, message in cases.items():
         code, verdict, text = run_check(*args)
         assert code == 2 and verdict["status"] == "cannot-run", text
         assert message in verdict["summary"], (args, verdict["summary"])
+
+
+def test_the_floor_has_one_finite_range_for_the_flag_and_the_stack_key(prod_values: dict[str, Any]) -> None:
+    """`--min-busbw-gbps 1e-300` passed every run and `inf` was taken (review L8): the flag and
+    `fabric.min_busbw_gbps` now read one range, stacks.busbw.MIN_BUSBW_GBPS_RANGE."""
+    from stacks.busbw import MIN_BUSBW_GBPS_RANGE
+    from stacks.errors import ConfigError
+    from stacks.loader import parse_config
+
+    assert MIN_BUSBW_GBPS_RANGE == (0.01, 10_000)
+    base = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "head"]  # a bad address: nothing runs
+    for value, accepted in (("1e-300", False), ("0.0099", False), ("inf", False), ("nan", False), ("-1", False),
+                            ("10000.5", False), ("0.01", True), ("10000", True), ("400", True)):
+        code, verdict, text = run_check(*base, "--min-busbw-gbps", value)
+        assert code == 2, text
+        said = f"--min-busbw-gbps {float(value)}: 0.01 to 10000 Gb/s"
+        assert (said not in verdict["summary"]) == accepted, (value, verdict["summary"])
+        assert accepted == ("--master-addr 'head'" in verdict["summary"]), (value, verdict["summary"])
+        values = copy.deepcopy(prod_values)
+        values["fabric"]["min_busbw_gbps"] = float(value)
+        try:
+            parse_config("prod", values)
+            refused = False
+        except ConfigError as exc:
+            refused = [p.key for p in exc.problems] == ["fabric.min_busbw_gbps"]
+        assert refused != accepted, value
+    assert "0.01 to 10000" in build_parser().format_help()
 
 
 def fake_nvidia_smi(directory: Path, rows: str) -> dict[str, str]:
@@ -120,6 +147,40 @@ def test_transport_from_real_nccl_lines() -> None:
     assert not ok and "NCCL uses IB HCAs, the stack declares RoCE" in used
     ok, used, _ = transport_section("", "nccl", "socket", True)
     assert not ok and used == "NCCL network not logged"
+
+
+def test_each_process_is_judged_on_its_own_lines() -> None:
+    """One process on RDMA does not excuse another on the node that fell back to sockets (review M5)."""
+    ib, fallback = log("nccl/ib_gdrdma_nccl707.log"), log("nccl/socket_fallback_h200.log")
+    ok, used, evidence = transport_section(ib + fallback, "nccl", "ib", True)
+    assert not ok, used
+    assert used.startswith("rank 0 (vm:454): NCCL network Socket: NCCL fell back to TCP sockets"), used
+    assert "process 10-90-43-152:120890: NCCL network not logged: NCCL uses IB with GPU Direct RDMA" in used
+    assert "rank 0 (vm:454): NET/IB : No device found." in evidence
+    # run() knows each worker's pid: the ranks are named by it, and a rank that logged nothing fails too
+    ok, used, _ = transport_section(fallback + ib, "nccl", "ib", True, {454: 9, 120890: 0})
+    assert not ok and used.startswith("rank 9 (vm:454): NCCL network Socket: NCCL fell back"), used
+    ok, used, _ = transport_section(ib, "nccl", "ib", True, {120890: 0, 120891: 1})
+    assert not ok and "rank 1 (pid 120891): no NCCL INFO lines, so the transport is unknown" in used, used
+    ok, used, _ = transport_section("", "nccl", "ib", True, {120890: 0, 120891: 1})
+    assert not ok and used == "no NCCL INFO lines, so the transport is unknown (all 2 processes)", used
+    ok, used, evidence = transport_section(ib, "nccl", "ib", True, {120890: 0})
+    assert ok and used == "NCCL network not logged: NCCL uses IB with GPU Direct RDMA", used
+    # every process on RDMA passes; a socket stack wants Socket from every process
+    two = log("nccl/roce_gdr_disabled_nccl1537.log")
+    two += two.replace("hostname1:25668:", "hostname1:25669:")
+    ok, used, evidence = transport_section(two, "nccl", "roce", False)
+    assert ok and used == "NCCL network IB: NCCL uses RoCE (all 2 processes)", used
+    assert evidence[0] == "rank 0 (hostname1:25668): NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE"
+    ok, used, _ = transport_section(fallback + two, "nccl", "socket", True)
+    assert not ok and "rank 0 (hostname1:25668), rank 0 (hostname1:25669): NCCL network IB" in used, used
+    # the review's repro: lines without NCCL's host:pid:tid prefix are grouped by what precedes NCCL INFO
+    a = ("x NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:1<0>\nx NCCL INFO Using network IB\n"
+         "x NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
+    b = ("y NCCL INFO NET/IB : No device found.\ny NCCL INFO Using network Socket\n"
+         "y NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/Socket/0\n")
+    ok, used, _ = transport_section(b + a, "nccl", "roce", True)
+    assert not ok and used.startswith("process y: NCCL network Socket: NCCL fell back to TCP sockets"), used
 
 
 # --- the per-node command, from the plan ----------------------------------------------------------------------
@@ -185,9 +246,10 @@ def namespace_stack(prod_values: dict[str, Any], hosts: list[Host]) -> dict[str,
 
 
 def start_nodes(values: dict[str, Any], hosts: list[Host], port: int, *extra: str,
-                only: int | None = None) -> list[subprocess.Popen[str]]:
+                only: int | None = None, per_node: dict[int, list[str]] | None = None) -> list[subprocess.Popen[str]]:
     """Each node's command as the plan builds it, minus docker: the bundled script on stdin (`python3 -`),
-    the node's rendered env and nothing else, inside the node's namespace."""
+    the node's rendered env and nothing else, inside the node's namespace. `per_node` adds arguments to one
+    node's command only (after `extra`, so they win)."""
     from stacks.loader import parse_config
 
     config = parse_config("netns", values)
@@ -196,7 +258,8 @@ def start_nodes(values: dict[str, Any], hosts: list[Host], port: int, *extra: st
     for run, host in zip(runs, hosts, strict=True):
         if only is not None and run.node_rank != only:
             continue
-        command = heredoc_command("collective", [*run.args, *extra, "--json"], interpreter=f"{PYTHON} ")
+        own = (per_node or {}).get(run.node_rank, [])
+        command = heredoc_command("collective", [*run.args, *extra, *own, "--json"], interpreter=f"{PYTHON} ")
         env = ["env", "-i", "PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in run.env.items())]
         procs.append(subprocess.Popen(["ip", "netns", "exec", host.ns, *env, "sh", "-c", command],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -263,8 +326,70 @@ def test_rendezvous_listens_on_the_control_ip_only_and_a_missing_node_fails(prod
     assert not any(a in (f"0.0.0.0:{port}", f"*:{port}", f"[::]:{port}") for a in seen), seen
     assert code == 1 and verdict["summary"] == "the all-reduce over 2 node(s) x 1 process(es) = 2 ranks, gloo " \
                                                "did not complete"
-    assert verdict["evidence"][0].startswith("local rank 0: ")
+    assert verdict["evidence"][0] == (f"local rank 0: RuntimeError: node rank(s) 1 did not join the rendezvous "
+                                      f"within --timeout-s 8 (at {hosts[0].address}:{port})")
     assert f"node rank 0 listens on {hosts[0].address}:{port}" in verdict["next_step"]
+
+
+def test_nodes_started_with_different_arguments_fail_naming_the_difference(prod_values: dict[str, Any]) -> None:
+    """Different --sizes on two nodes used to end in a dead process or a send timeout on one node and a PASS on
+    the other (review L8b): the arguments the all-reduce depends on are compared over the store first."""
+    with star(2) as hosts:
+        values = namespace_stack(prod_values, hosts)
+        port = DEFAULT_MASTER_PORT + 400 + os.getpid() % 200
+        common = ["--sizes", "1M", "--warmup", "1", "--iters", "2", "--timeout-s", "60", "--min-busbw-gbps", "0.01"]
+        started = time.monotonic()
+        results = verdicts(start_nodes(values, hosts, port, *common, per_node={1: ["--sizes", "1M,4M"]}),
+                           timeout=120)
+        elapsed = time.monotonic() - started
+    said = "node rank 1 runs --sizes 1M,4M where node rank 0 runs --sizes 1M"
+    for code, verdict in results:
+        assert code == 1, verdict
+        assert verdict["summary"] == f"the nodes run the check with different arguments: {said}", verdict
+        assert "--nnodes, --procs-per-node, --backend, --sizes, --warmup and --iters" in verdict["next_step"]
+    assert elapsed < 50, elapsed  # decided at the rendezvous, not by a timeout
+
+
+def test_the_head_names_a_node_rank_claimed_twice_or_out_of_range_and_the_missing_ones() -> None:
+    """The argument check itself, in-process over a real TCPStore on loopback (one thread per node)."""
+    import argparse
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import timedelta
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns when NumPy is missing; it is not used here
+        import torch.distributed as dist
+
+    from checks.collective import Mismatch, _agree
+
+    def outcomes(node_args: list[dict[str, Any]], timeout_s: float = 20) -> list[str]:
+        master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                               timeout=timedelta(seconds=timeout_s))
+
+        def node(overrides: dict[str, Any]) -> str:
+            args = argparse.Namespace(**({"nnodes": 3, "procs_per_node": 1, "backend": "gloo", "warmup": 1,
+                                          "iters": 2, "timeout_s": timeout_s, "master_addr": "127.0.0.1",
+                                          "master_port": master.port} | overrides))
+            client = dist.TCPStore("127.0.0.1", master.port, is_master=False,
+                                   timeout=timedelta(seconds=timeout_s))
+            try:
+                _agree(client, args, [1 << 20], 0)
+                return "agreed"
+            except (Mismatch, RuntimeError) as exc:
+                return f"{type(exc).__name__}: {exc}"
+
+        with ThreadPoolExecutor(len(node_args)) as pool:
+            return list(pool.map(node, node_args))
+
+    assert outcomes([{"node_rank": r} for r in (0, 1, 2)]) == ["agreed"] * 3
+    twice = outcomes([{"node_rank": r} for r in (0, 1, 1)])
+    assert set(twice) == {"Mismatch: two nodes run --node-rank 1: each node needs its own, 0 to 2"}, twice
+    beyond = outcomes([{"node_rank": 0, "nnodes": 2}, {"node_rank": 2}])
+    assert set(beyond) == {"Mismatch: node rank 2 runs --nnodes 3 where node rank 0 runs --nnodes 2"}, beyond
+    missing = outcomes([{"node_rank": 0}, {"node_rank": 2}], timeout_s=3)
+    assert len(set(missing)) == 1 and missing[0].startswith(
+        "RuntimeError: node rank(s) 1 did not join the rendezvous within --timeout-s 3 (at 127.0.0.1:"), missing
 
 
 def test_defaults_per_transport_are_documented_floors() -> None:
