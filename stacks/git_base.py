@@ -26,8 +26,21 @@ class BaseError(Exception):
     pass
 
 
+def _commit(root: Path, ref: str) -> str:
+    """The commit `ref` names, resolved before any other git call: a value starting with `-` would be read as an
+    option (`--output=FILE` truncates a file), so it is refused, and only a commit id reaches `git archive`."""
+    if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref):
+        raise BaseError(f"--base {ref[:60]!r}: not a git revision; e.g. origin/main, HEAD~1 or a commit id")
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                           f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise BaseError(f"--base {ref[:60]!r}: no such commit in {root}; e.g. origin/main, HEAD~1 or a commit id")
+    return done.stdout.strip()
+
+
 def _archive(root: Path, ref: str, into: Path) -> None:
-    done = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", ref], capture_output=True)
+    commit = _commit(root, ref)
+    done = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", commit], capture_output=True)
     if done.returncode != 0:
         raise BaseError(f"git archive {ref} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:

@@ -380,7 +380,7 @@ def listener_problems(listeners: list[Listener]) -> list[Problem]:
                 continue
             port = max(x.port, other.port)
             problems.append(Problem(
-                _KEYS.get(other.source) or _KEYS.get(x.source, "ray"), port,
+                _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
                 f"{x.purpose} and {other.purpose} both listen on {x.node}:{port}: one fails to bind "
                 "(OSError: [Errno 98] Address already in use)",
                 fix="another port; Ray's fixed ports are stacks/listeners.py RAY_PORTS ("
@@ -396,7 +396,7 @@ def _clash(a: Listener, b: Listener) -> bool:
 
 _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
-         SRC_COLLECTIVE: "fabric.collective_port"}
+         SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port"}
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -82,6 +82,18 @@ MANAGED_OPTIONS: dict[str, str] = {
     "cpu_offload_gb": "nothing yet: weight offload changes the per-GPU memory the rule computes",
     "hf_overrides": "nothing yet: it rewrites the model config (heads, positions, experts) the rules read from "
                     "the profile",
+    "spec_method": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "spec_model": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "spec_tokens": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "data_parallel_supervisor_port": "the listener table (a port the plan, the firewall and the checks do not know)",
+    "device_ids": "the GPUs the topology uses (CUDA_VISIBLE_DEVICES and the per-node GPU count)",
+    "root_path": "nothing: the proxy, the checks and the allowlist use vLLM's paths as served at /",
+    "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
+    "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
+                          "not know",
+    "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
+                              "forbids (README: Restarts)",
+    "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
     "ssl_keyfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
     "ssl_certfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
     "ssl_ca_certs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
@@ -125,6 +137,11 @@ MANAGED_ENV: dict[str, str] = {
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "nothing: it opens adapter loading endpoints the proxy and checks do not know",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "the engine layout the plan derives (engine cores as separate processes)",
     "NVIDIA_VISIBLE_DEVICES": "the container's GPUs (gpus: all) and container.set_cuda_visible_devices",
+    "VLLM_PP_LAYER_PARTITION": "nothing yet: the memory rule assumes vLLM's default split of layers over PP stages",
+    "NCCL_COMM_ID": "the rendezvous vLLM and torch derive (a fixed NCCL bootstrap address and port the listener "
+                    "table and firewall do not know)",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "nothing: it lets pickle through the unauthenticated ZMQ sockets",
+    "VLLM_DP_SUPERVISOR_PORT": "the listener table",
 }
 """Environment variables the plan sets or depends on, and the config key that controls each."""
 
@@ -134,7 +151,8 @@ OVERRIDABLE_ENV = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_I
 for every node); the rest have a config key of their own, a per-node value (VLLM_HOST_IP, CUDA_VISIBLE_DEVICES),
 or a secret, or would break the topology."""
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|_KEY$|^KEY$|"
+                          r"AUTH)", re.I)
 _SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
 _SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|ghp_[A-Za-z0-9]{8,}|"
                               r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
@@ -142,8 +160,10 @@ _SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z
 
 
 def looks_secret(name: str, value: str) -> bool:
-    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY) or by a well-known value prefix (sk-, hf_)."""
-    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value))
+    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY, AUTH) or by its value: a well-known
+    prefix (sk-, hf_) at the start or anywhere, a URL with a password, a JSON secret field, a bearer header."""
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value) or _credential_in(value)
+                or re.search(r"\b(Bearer|Basic)\s+\S{8,}", value))
 
 
 def table_for(image: ImageCapabilities | None) -> tuple[OptionTable, bool]:

@@ -343,6 +343,11 @@ def near_miss(name: str, wanted: str = PROJECT) -> bool:
                                or difflib.SequenceMatcher(None, name.lower(), wanted).ratio() >= 0.8)
 
 
+STACK_FILE_KEYS = ("config", "environment", "secretsprovider", "encryptedkey", "encryptionsalt")
+"""The keys of Pulumi's ProjectStack (sdk/go/common/workspace/project.go): anything else at the top of a stack
+file is ignored by Pulumi."""
+
+
 def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocument:
     """The project's config from a stack file's text; every problem is a ConfigError with file:line:column."""
 
@@ -380,6 +385,12 @@ def parse_stack_text(text: str, path: str, project: str = PROJECT) -> StackDocum
         if key != "config" and near_miss(key, "config"):
             raise fail(f"top-level key {key!r} looks like a misspelt `config` (Pulumi ignores it)",
                        builder.positions.get((key,), path), key=key, fix="config:")
+        if key not in STACK_FILE_KEYS:
+            raise fail(f"top-level key {str(key)[:60]!r} is not a Pulumi stack file key "
+                       f"({', '.join(STACK_FILE_KEYS)}): Pulumi ignores it, so whatever it says would silently not "
+                       "apply",
+                       builder.positions.get((key,), path), key=str(key),
+                       fix=f"under config:, as {project}:{key}" if isinstance(key, str) else "remove it")
     if "environment" in document:
         warnings.append("the stack imports Pulumi ESC environments: values set there are not visible to "
                         "`plan` (the Pulumi program validates them at preview)")

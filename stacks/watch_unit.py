@@ -61,6 +61,11 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
     for label, path in (("python", python), ("workdir", workdir), ("env_file", env_file), ("ca_file", ca_file)):
         if path is not None and not path.startswith("/"):
             raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
+        if path is not None and re.search(r"[\s\x00-\x1f\x7f\\%$\"']", path):
+            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$` (a "
+                             "newline would add a line to the unit)")
+    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
+        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
     name = unit_name(stack)
     argv = watch_argv(python=python, url=url, served_name=served_name, dp_size=dp_size, rank_nodes=rank_nodes,
                       golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,

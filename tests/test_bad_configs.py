@@ -287,6 +287,20 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("ack-public-v6-wide", "prod",
      {"fabric.private_networks": ["10.30.8.0/24", "1.1.1.0/24", "1.1.2.0/24", "2a00::/16"],
       "fabric.public_private_networks": ["1.1.1.0/24", "1.1.2.0/24", "2a00::/16"]}, "fabric.public_private_networks.2"),
+    # options that set managed things behind the config (hostile re-review of issue 10)
+    *[(f"extra-{name}", "prod", {"serving.extra_args": args}, "serving.extra_args.0") for name, args in [
+        ("spec-method", ["--spec-method", "dspark", "--spec-tokens", "5"]), ("spec-tokens", ["--spec-tokens", "7"]),
+        ("spec-model", ["--spec-model", "/m"]), ("device-ids", ["--device-ids", "4,5,6,7"]),
+        ("supervisor-port", ["--data-parallel-supervisor-port", "8000"]), ("root-path", ["--root-path", "/x"]),
+        ("kv-events", ["--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557"}']),
+        ("kv-transfer", ["--kv-transfer-config", '{"kv_connector": "NixlConnector"}']),
+        ("fault-tolerance", ["--fault-tolerance-config", "{}"]), ("scale-out", ["--enable-scale-out"])]],
+    *[(f"env-{name}", "h20", {f"container.env.{var}": value}, f"container.env.{var}") for name, var, value in [
+        ("service-key", "MY_SERVICE_KEY", "abc123xyz"), ("bearer", "AUTH", "Bearer sk-abcdefghijklmnop"),
+        ("url-password", "DB_URL", "postgres://u:pw@h/db"), ("pp-partition", "VLLM_PP_LAYER_PARTITION", "1,42"),
+        ("nccl-comm-id", "NCCL_COMM_ID", "10.0.0.1:1234"),
+        ("insecure-pickle", "VLLM_ALLOW_INSECURE_SERIALIZATION", "1"),
+        ("token-inside", "EXTRA_HEADERS", "x-auth: hf_abcdefghijklmnop")]],
     # golden patterns that cannot fail
     *[(f"golden-matches-anything-{i}", "prod", {"api.smoke.golden": [{"prompt": "17*19?", "expect": e}]},
        "api.smoke.golden.0.expect")

@@ -83,3 +83,23 @@ def test_secure_values_print_as_secret(tmp_path: Path) -> None:
     assert "AAABAGhpZGRlbg" not in out.stdout
     head = json.loads(out.stdout)["nodes"][0]["containers"][0]
     assert head["secret_env"] == {"VLLM_API_KEY": "api_key"} and "VLLM_API_KEY" not in head["env"]
+
+
+def test_diff_base_cannot_be_read_as_a_git_option(tmp_path: Path) -> None:
+    """`--base=--output=FILE` once reached `git archive` as an option and emptied FILE."""
+    victim = tmp_path / "v.md"
+    victim.write_text("keep me")
+    for base in (f"--output={victim}", "--remote=/nonexistent", "HEAD\n--output=x", "no-such-ref"):
+        out = _run("diff", "h20", f"--base={base}")
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert "not a git revision" in out.stderr or "no such commit" in out.stderr, out.stderr
+    assert victim.read_text() == "keep me"
+
+
+def test_a_project_key_outside_config_is_refused(tmp_path: Path) -> None:
+    """Pulumi ignores unknown top-level keys of a stack file: `parallelism:` at column 0 would silently not apply."""
+    text = (ROOT / "Pulumi.h20.yaml").read_text() + "parallelism:\n  tensor: 4\n"
+    (tmp_path / "Pulumi.x.yaml").write_text(text)
+    out = subprocess.run([sys.executable, "-m", "stacks", "plan", "x"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={**__import__("os").environ, "VLLM_CLUSTER_ROOT": str(tmp_path)})
+    assert out.returncode == 2 and "top-level key 'parallelism' is not a Pulumi stack file key" in out.stderr

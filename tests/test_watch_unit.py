@@ -97,6 +97,17 @@ def test_bad_inputs_are_refused(tmp_path: Path) -> None:
         unit(tmp_path, workdir="repo")
     with pytest.raises(ValueError, match="cannot name a unit"):
         unit(tmp_path, stack="prod/../x")
+    with pytest.raises(ValueError, match="a POSIX user name"):  # a newline would add a line to the unit
+        unit(tmp_path, user="root\nExecStartPre=/bin/touch /tmp/pwned")
+    with pytest.raises(ValueError, match="no whitespace, control character"):
+        unit(tmp_path, env_file="/etc/x\nExecStartPre=/bin/true")
+
+
+def test_the_cli_refuses_a_user_that_adds_a_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "stacks", "watch-unit", "h20", "--user",
+                          "root\nExecStartPre=/bin/touch /tmp/pwned"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "a POSIX user name" in out.stderr and out.stdout == ""
 
 
 def test_rank_nodes_from_the_plan(prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
