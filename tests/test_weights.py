@@ -291,6 +291,28 @@ def test_hostile_keys_never_leave_dest(wdir: Path) -> None:
         assert list(outside.iterdir()) == []
 
 
+@pytest.mark.parametrize(("char", "reason"), [
+    ("\u202e", "format character U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("\u200b", "format character U+200B (ZERO WIDTH SPACE)"),
+    ("\ufeff", "format character U+FEFF"),
+    ("\u2028", "line separator U+2028"),
+    ("\x85", "control character U+0085"),
+], ids=["rlo", "zwsp", "bom", "line-separator", "c1-control"])
+def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: Moto, wdir: Path, char: str,
+                                                                          reason: str) -> None:
+    """A key like `model<U+202E>gpj.safetensors` shows as another name in a listing: refused like a control
+    character, before anything is written, the key named with the character escaped."""
+    bucket = f"invisible-{ord(char):x}"
+    upload(moto.client(), bucket, "m", {"config.json": b"{}", f"model{char}gpj.safetensors": b"x"})
+    dest = wdir / "dest"
+    code, verdict, _ = sync(moto, dest, source=f"s3://{bucket}/m")
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    escaped = repr(f"m/model{char}gpj.safetensors")
+    assert "\\" in escaped and escaped in verdict["summary"] and reason in verdict["summary"], verdict["summary"]
+    assert char not in verdict["summary"]
+    assert not dest.exists()
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--source", "http://bucket/x"], "is not an s3:// URL"),
     (["--source", "s3:///models"], "names no bucket"),
