@@ -124,41 +124,83 @@ class Options:
 # ---------------------------------------------------------------------------------------------- arguments
 
 
+_URL_TAIL = re.compile(r"[?#&=]|%(?:3f|23|26|3d)|x-amz-", re.I)
+"""What marks a URL query, a fragment or a presigned URL (`?X-Amz-Signature=…&X-Amz-Credential=…`), encoded or
+not: never part of a model's bucket prefix, and possibly a live signature, so never echoed past this point."""
+
+
+def mask_source(text: str) -> str:
+    """`text` as a message may show it: cut after the first query, fragment or presigned-URL marker (`s3://b/ds?***`);
+    what remains still holds the marker, so the masked value is refused as the original is."""
+    found = _URL_TAIL.search(text)
+    return f"{text[:found.end()]}***" if found else text
+
+
+def mask_endpoint(url: str) -> str:
+    """`url` as a message may show it: userinfo and everything after the authority masked (`https://***@host:9000/***`);
+    a masked value is refused as the original is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return mask_source(url)
+    cut = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    if tail not in ("", "/"):
+        tail = tail[0] + "***"
+    return f"{scheme}://{authority}{tail}"
+
+
 def parse_source(text: str) -> tuple[str, str]:
-    """(bucket, prefix ending in '/' or empty) of `s3://bucket/prefix`; CannotRun with the fix otherwise."""
+    """(bucket, prefix ending in '/') of `s3://bucket/prefix`; CannotRun with the fix otherwise. The one rule for
+    a source: the stack's `model.source.url` is validated by this function too (`stacks/weights_source.py`).
+    Every message starts with `--source '<the value, masked>'`."""
+    shown = mask_source(text)
     if not text.startswith("s3://"):
-        raise CannotRun(f"--source {text!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
+        raise CannotRun(f"--source {shown!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
                         "(for MinIO or Ceph RGW add --endpoint-url http(s)://HOST:PORT)")
+    found = _URL_TAIL.search(text)
+    if found:
+        raise CannotRun(f"--source {shown!r} holds {found.group(0)!r}, which marks a URL query or a presigned URL, "
+                        "not a bucket prefix: write the plain s3://BUCKET/PREFIX (the sync signs its own requests "
+                        "with the AWS_* credentials; a presigned URL names one object)")
     bucket, _, prefix = text[len("s3://"):].partition("/")
     if not bucket:
-        raise CannotRun(f"--source {text!r} names no bucket: write s3://BUCKET/PREFIX")
+        raise CannotRun(f"--source {shown!r} names no bucket: write s3://BUCKET/PREFIX")
     if not BUCKET_RE.match(bucket) or ".." in bucket:
-        raise CannotRun(f"--source {text!r}: bucket {bucket!r} is not a bucket name (3-255 of letters, digits, "
+        raise CannotRun(f"--source {shown!r}: bucket {bucket!r} is not a bucket name (3-255 of letters, digits, "
                         "'.', '_', '-', starting and ending with a letter or digit)")
     prefix = prefix.strip("/")
-    if prefix:
-        reason = unsafe_reason(prefix)
-        if reason and not reason.startswith("name collides"):
-            raise CannotRun(f"--source {text!r}: prefix {prefix!r}: {reason}")
-        prefix += "/"
-    return bucket, prefix
+    if not prefix:
+        raise CannotRun(f"--source {shown!r} names a bucket without a prefix: every object in the bucket would "
+                        "land in the model directory; write s3://BUCKET/PREFIX, the prefix that holds config.json "
+                        "and the shards")
+    reason = unsafe_reason(prefix)
+    if reason and not reason.startswith("name collides"):
+        raise CannotRun(f"--source {shown!r}: prefix {prefix!r}: {reason}")
+    return bucket, prefix + "/"
 
 
 def check_endpoint(url: str) -> str:
+    """`url` without a trailing '/'; CannotRun unless it is http(s)://HOST[:PORT] (no userinfo, path, query or
+    fragment). The stack's `model.source.endpoint_url` is validated by this function too. Every message starts with
+    `--endpoint-url '<the value, masked>'`."""
+    shown = mask_endpoint(url)
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise CannotRun(f"--endpoint-url {url!r} is not a URL ({exc}): write http(s)://HOST[:PORT]") from exc
+        raise CannotRun(f"--endpoint-url {shown!r} is not a URL ({exc}): write http(s)://HOST[:PORT]") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CannotRun(f"--endpoint-url {url!r} is not an http(s)://HOST[:PORT] URL")
-    if parts.username or parts.password:
-        raise CannotRun("--endpoint-url carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
+        raise CannotRun(f"--endpoint-url {shown!r} is not an http(s)://HOST[:PORT] URL")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise CannotRun(f"--endpoint-url {shown!r} carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
                         "AWS_SECRET_ACCESS_KEY in the environment")
-    if parts.query or parts.fragment:
-        raise CannotRun(f"--endpoint-url {url!r} has a query or fragment: pass only http(s)://HOST[:PORT][/PATH]")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in url or "#" in url:
+        raise CannotRun(f"--endpoint-url {shown!r} has a path, query or fragment: pass only http(s)://HOST[:PORT] "
+                        "(the bucket and prefix go in --source)")
     if port == 0:
-        raise CannotRun(f"--endpoint-url {url!r}: port 0")
+        raise CannotRun(f"--endpoint-url {shown!r}: port 0")
     return url.rstrip("/")
 
 

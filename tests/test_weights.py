@@ -318,6 +318,12 @@ def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: 
     (["--source", "s3:///models"], "names no bucket"),
     (["--source", "s3://b"], "is not a bucket name"),
     (["--source", "s3://bucket/models/../../etc"], "'.' or '..' component"),
+    (["--source", "s3://bucket"], "names a bucket without a prefix"),
+    (["--source", "s3://bucket//"], "names a bucket without a prefix"),
+    (["--source", "s3://bucket/ds#part"], "holds '#', which marks a URL query or a presigned URL"),
+    (["--source", "s3://bucket/ds&x"], "holds '&'"),
+    (["--source", "s3://bucket/ds=x"], "holds '='"),
+    (["--source", "s3://bucket/ds%3Fx"], "holds '%3F'"),
     (["--dest", "relative/dir"], "is not an absolute path"),
     (["--dest", "/"], "below /"),
     (["--workers", "100000"], "--workers 100000: must be 1..64"),
@@ -327,6 +333,9 @@ def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: 
     (["--endpoint-url", "http://host:99999"], "is not a URL"),
     (["--endpoint-url", "http://user:pw@host:9000"], "carries credentials"),
     (["--endpoint-url", "ftp://host"], "is not an http(s)://HOST[:PORT] URL"),
+    (["--endpoint-url", "https://minio:9000/s3"], "--endpoint-url 'https://minio:9000/***' has a path, query or "
+                                                  "fragment: pass only http(s)://HOST[:PORT]"),
+    (["--endpoint-url", "https://minio:9000#x"], "has a path, query or fragment"),
     (["--region", "US East"], "is not a region name"),
     (["--part-size-mb", "0"], "--part-size-mb 0"),
     (["--limit-mb-s", "-1"], "--limit-mb-s -1.0"),
@@ -343,6 +352,54 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str, wdir: 
     out = capsys.readouterr().out.strip()
     assert len(out.splitlines()) == 1 and out.startswith("CANNOT-RUN ") and needle in out, out
     assert not (wdir / "m").exists()
+
+
+def test_a_whole_bucket_is_refused_before_anything_is_listed(moto: Moto, wdir: Path) -> None:
+    """`s3://bucket` would pour every object of the bucket into --dest: refused (exit 2) as `model.source.url`
+    is, by the same rule (`parse_source`), before any request."""
+    upload(moto.client(), "whole-bucket", "", {"config.json": b"{}", "other-team/notes.txt": b"x"})
+    for source in ("s3://whole-bucket", "s3://whole-bucket/", "s3://whole-bucket//"):
+        code, verdict, _ = sync(moto, wdir / "m", source=source)
+        assert code == 2 and verdict["status"] == "cannot-run", verdict
+        assert verdict["summary"].startswith(f"--source {source!r} names a bucket without a prefix"), verdict
+        assert "s3://BUCKET/PREFIX" in verdict["summary"]
+        assert not (wdir / "m").exists()
+
+
+@pytest.mark.parametrize("source", [
+    "s3://{bucket}/{prefix}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}#hunter4",
+    "s3://{bucket}/{prefix}&X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}/X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}%3FX-Amz-Signature%3Dhunter4",
+    "https://{bucket}.s3.amazonaws.com/{prefix}/config.json?X-Amz-Signature=hunter4",
+], ids=["query", "fragment", "ampersand", "equals", "encoded", "presigned-https"])
+def test_a_query_or_presigned_signature_in_the_source_is_refused_unechoed(moto: Moto, wdir: Path,
+                                                                           source: str) -> None:
+    code, verdict, stderr = sync(moto, wdir / "m", source=source.format(bucket=BUCKET, prefix=PREFIX))
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith("--source "), verdict["summary"]
+    assert "***" in verdict["summary"] and "s3://BUCKET/PREFIX" in verdict["summary"]
+    assert "hunter4" not in json.dumps(verdict) + stderr
+    assert not (wdir / "m").exists()
+
+
+@pytest.mark.parametrize("tail", ["/hunter6", "/hunter6/", "/?X-Amz-Signature=hunter6", "#hunter6", "?hunter6"])
+def test_an_endpoint_with_a_path_query_or_fragment_is_refused_unechoed(moto: Moto, wdir: Path, tail: str) -> None:
+    """README: `--endpoint-url` is http(s)://HOST[:PORT]. A path would be sent as a prefix of every request (and
+    could be a token): refused, masked, before any request."""
+    code, verdict, stderr = cli("sync", "--source", SOURCE, "--dest", str(wdir / "m"), "--endpoint-url",
+                                moto.endpoint + tail)
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith(f"--endpoint-url '{moto.endpoint}{tail[0]}***' has a path, query or "
+                                         "fragment: pass only http(s)://HOST[:PORT]"), verdict["summary"]
+    assert "hunter6" not in json.dumps(verdict) + stderr
+    code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(wdir / "m"), "--endpoint-url",
+                           moto.endpoint.replace("://", "://ak:hunter7@") + tail)
+    assert code == 2 and "carries credentials" in verdict["summary"] and "hunter" not in json.dumps(verdict)
+    assert not (wdir / "m").exists()
+    assert sync(moto, wdir / "ok", "--dry-run", "--endpoint-url", moto.endpoint + "/")[0] == 1, \
+        "a trailing '/' is no path"
 
 
 def test_another_sync_holding_the_lock_cannot_run(moto: Moto, wdir: Path) -> None:
