@@ -89,6 +89,21 @@ def set_path(values: dict[str, Any], key: str, value: Any) -> None:
             node = node[name]
 
 
+UNECHOED_SET = ("model.source",)
+"""Keys whose `--set` text is not repeated as a problem's location: a URL there may carry a presigned signature or
+a password (the problem line shows the value masked, stacks/weights_source.py)."""
+
+
+def _unechoed(key: str) -> bool:
+    key = key.strip()
+    return any(key == k or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in UNECHOED_SET)
+
+
+def _set_origin(override: str) -> str:
+    key = override.partition("=")[0].strip()
+    return f"--set {key}=…" if _unechoed(key) else f"--set {override}"
+
+
 def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret: Iterable[str] = ()) -> dict[str, Any]:
     """`--set key.path=value` (values resolved like the stack file's) and `--assume-secret key.path`."""
     import copy
@@ -103,7 +118,8 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
         try:
             set_path(result, path.strip(), parse_value_text(raw))
         except ValueError as exc:
-            problems.append(Problem(path, raw, f"--set: {exc}", fix="a key path of the config and a YAML value"))
+            problems.append(Problem(path, "…" if _unechoed(path) else raw, f"--set: {exc}",
+                                    fix="a key path of the config and a YAML value"))
     for key in assume_secret:
         top = key.split(".", 1)[0]
         if top not in SECRET_KEYS + SECRET_OBJECT_KEYS or (top in SECRET_OBJECT_KEYS) != ("." in key):
@@ -387,7 +403,7 @@ def load_stack_document(stack: str, overrides: list[str] | None = None, assume_s
     values = document.values
     if overrides or assume_secret:
         values = apply_overrides(values, list(overrides or []), assume_secret)
-        for item, origin in [(o.partition("=")[0], f"--set {o}") for o in overrides or []] + [
+        for item, origin in [(o.partition("=")[0], _set_origin(o)) for o in overrides or []] + [
                 (k, f"--assume-secret {k}") for k in assume_secret]:
             path = tuple(_path(item.strip()))
             for known in [p for p in document.positions if p[:len(path)] == path]:
