@@ -210,9 +210,42 @@ def check_dest(dest: str) -> str:
     normal = os.path.normpath(dest)
     if normal == "/" or ".." in dest.split("/"):
         raise CannotRun(f"--dest {dest!r}: must be a model directory below /, without '..'")
-    if os.path.exists(normal) and not os.path.isdir(normal):
-        raise CannotRun(f"--dest {dest!r} exists and is not a directory")
     return normal
+
+
+def check_dest_on_disk(dest: str, write: bool) -> None:
+    """CannotRun naming --dest unless this process can use it: an existing directory it may list (and write, unless
+    `write` is false), or a path whose nearest existing ancestor is a directory it may create it in. Run before any
+    request to the store, so a bad --dest costs no listing."""
+    path = dest
+    while True:
+        try:
+            info = os.stat(path)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            parent = os.path.dirname(path)
+            if parent == path:
+                raise CannotRun(f"--dest {dest!r}: no ancestor of it exists") from None
+            path = parent
+        except OSError as exc:
+            raise CannotRun(f"--dest {dest!r}: cannot look at {path}: {exc.strerror or exc}: pass a directory this "
+                            f"user (uid {os.geteuid()}) may reach") from None
+    if not stat.S_ISDIR(info.st_mode):
+        if path == dest:
+            raise CannotRun(f"--dest {dest!r} exists and is not a directory: pass the model directory (created when "
+                            "missing)")
+        raise CannotRun(f"--dest {dest!r}: {path} is a file, not a directory, so --dest cannot be created below it: "
+                        "pass a path whose existing parts are directories")
+    existing = path == dest
+    need = (os.R_OK | os.X_OK if existing else os.X_OK) | (os.W_OK if write else 0)
+    if not os.access(path, need):
+        why = "permission denied"
+        with contextlib.suppress(OSError):
+            if os.statvfs(path).f_flag & os.ST_RDONLY:
+                why = "read-only file system"
+        doing = ("list and write" if write else "list") if existing else "create --dest in"
+        raise CannotRun(f"--dest {dest!r}: this user (uid {os.geteuid()}) may not {doing} {path} ({why}): pass a "
+                        "directory it may write, or fix the owner, mode or mount")
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -346,6 +379,9 @@ def read_journal(root: Path) -> dict[str, Entry]:
         lines = (root / JOURNAL_NAME).read_text(encoding="utf-8").splitlines()
     except (FileNotFoundError, UnicodeDecodeError):
         return records
+    except OSError as exc:
+        raise CannotRun(f"--dest {str(root)!r}: cannot read the sync's journal {root / JOURNAL_NAME}: "
+                        f"{exc.strerror or exc}: remove it (a re-run fetches what it cannot prove present)") from None
     for line in lines:
         try:
             raw = json.loads(line)
@@ -739,7 +775,11 @@ def _delete(root: Path, extras: list[str]) -> None:
 
 
 def _lock(root: Path) -> int:
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise CannotRun(f"--dest {str(root)!r}: cannot open the sync's lock {root / LOCK_NAME}: "
+                        f"{exc.strerror or exc}: remove it if it is not a file, or fix the directory's mode") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -755,21 +795,27 @@ def _list(items: Sequence[str], show: int = 5) -> str:
 def sync(opts: Options) -> Verdict:
     """List, plan, fetch what is missing or wrong, write the manifest, verify. CannotRun propagates."""
     started = time.monotonic()
+    check_dest_on_disk(opts.dest, write=not opts.dry_run)
     client = make_client(opts)
     entries = list_prefix(client, opts)
     manifest = Manifest(f"s3://{opts.bucket}/{opts.prefix}", opts.endpoint_url, tuple(entries))
     root = Path(opts.dest)
-    if opts.dry_run:
-        return _sync_locked(opts, client, root, manifest, started)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CannotRun(f"cannot create --dest {opts.dest}: {exc}") from exc
-    lock_fd = _lock(root)
-    try:
-        return _sync_locked(opts, client, root, manifest, started)
-    finally:
-        os.close(lock_fd)
+        if opts.dry_run:
+            return _sync_locked(opts, client, root, manifest, started)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CannotRun(f"cannot create --dest {opts.dest}: {exc}") from exc
+        lock_fd = _lock(root)
+        try:
+            return _sync_locked(opts, client, root, manifest, started)
+        finally:
+            os.close(lock_fd)
+    except OSError as exc:  # the transfer reports its own; this is the directory's bookkeeping, never a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise CannotRun(f"--dest {opts.dest!r}: {exc.strerror or exc}{where}: fix the directory (mode, space, a "
+                        "file where a directory belongs) and re-run: finished files and parts are kept") from exc
 
 
 def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, started: float) -> Verdict:

@@ -402,6 +402,79 @@ def test_an_endpoint_with_a_path_query_or_fragment_is_refused_unechoed(moto: Mot
         "a trailing '/' is no path"
 
 
+def _dead_endpoint() -> str:
+    """A loopback port nothing listens on: a sync that reaches the store with it says `cannot connect`."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["sync", "dry-run"])
+def test_a_dest_that_cannot_be_a_directory_is_one_line_naming_it_before_any_request(moto: Moto, wdir: Path,
+                                                                                    dry_run: bool) -> None:
+    """`--dest` under a regular file (a dry run used to end in NotADirectoryError from the journal read) or a
+    regular file itself: exit 2, one line naming --dest, decided before the store is asked anything (against a
+    dead endpoint the line is still about --dest, not the connection)."""
+    blocker = wdir / "file"
+    blocker.write_bytes(b"x")
+    cases = [(blocker / "m", f"{blocker} is a file, not a directory, so --dest cannot be created below it"),
+             (blocker / "a" / "b", f"{blocker} is a file, not a directory"),
+             (blocker, "exists and is not a directory")]
+    for dest, needle in cases:
+        for endpoint in (moto.endpoint, _dead_endpoint()):
+            code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", endpoint,
+                                   *(["--dry-run"] if dry_run else []))
+            assert code == 2 and verdict["status"] == "cannot-run", verdict
+            assert verdict["summary"].startswith(f"--dest '{dest}'") and needle in verdict["summary"], verdict
+    assert blocker.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("own", [JOURNAL_NAME, LOCK_NAME])
+def test_the_syncs_own_file_being_a_directory_is_one_line_naming_it(moto: Moto, wdir: Path, own: str) -> None:
+    dest = wdir / "model"
+    (dest / own).mkdir(parents=True)
+    code, verdict, _ = sync(moto, dest)
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith(f"--dest '{dest}'") and f"{dest / own}: Is a directory" in verdict["summary"]
+
+
+@pytest.fixture
+def read_only(wdir: Path) -> Iterator[Path]:
+    """A directory this process may not write: a read-only tmpfs when root (root ignores modes), mode 0555
+    otherwise."""
+    path = wdir / "ro"
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "weights-test-ro", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"root without a read-only mount here ({done.stderr.strip()}): the mode-0555 case needs non-root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["sync", "dry-run"])
+def test_a_dest_this_user_may_not_write_is_one_line_naming_it_before_any_request(moto: Moto, read_only: Path,
+                                                                                dry_run: bool) -> None:
+    reason = "read-only file system" if os.geteuid() == 0 else "permission denied"
+    for dest, doing in [(read_only, "list and write"), (read_only / "m", "create --dest in")]:
+        code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", _dead_endpoint(),
+                               *(["--dry-run"] if dry_run else []))
+        if dry_run:  # a dry run writes nothing: it only needs to read, and gets as far as the store
+            assert code == 2 and "cannot connect" in verdict["summary"], verdict
+            continue
+        assert code == 2 and verdict["status"] == "cannot-run", verdict
+        assert verdict["summary"].startswith(f"--dest '{dest}': this user (uid {os.geteuid()}) may not {doing} "
+                                             f"{read_only} ({reason})"), verdict
+    code, verdict, _ = sync(moto, read_only, "--dry-run")
+    assert code == 1 and len(verdict["details"]["fetch_files"]) == len(FILES), verdict
+
+
 def test_another_sync_holding_the_lock_cannot_run(moto: Moto, wdir: Path) -> None:
     dest = wdir / "model"
     dest.mkdir()
