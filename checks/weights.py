@@ -213,6 +213,34 @@ def check_dest(dest: str) -> str:
     return normal
 
 
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+                         "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
+                         "/var/tmp"})
+"""Directories that hold a system, users or other mounts: never a model directory themselves (a directory below one
+is fine: /home/me/models/NAME, /tmp/NAME)."""
+KERNEL_TREES = ("/proc", "/sys", "/dev")
+"""Kernel file systems: nothing below them is a model directory."""
+
+
+def system_dir_reason(path: str) -> str | None:
+    """Why `path` (absolute) must not be a sync's --dest, or None."""
+    normal = os.path.normpath(path)
+    if normal in SYSTEM_DIRS:
+        return f"{normal} is a system directory"
+    tree = next((t for t in KERNEL_TREES if normal == t or normal.startswith(t + "/")), None)
+    return f"{normal} is in {tree}, a kernel file system" if tree else None
+
+
+def check_sync_dest(dest: str) -> str:
+    """check_dest, and not a system directory (a sync writes there, and --delete would clear what else it holds)."""
+    normal = check_dest(dest)
+    reason = system_dir_reason(normal)
+    if reason:
+        raise CannotRun(f"--dest {dest!r}: {reason}: the sync writes a checkpoint there (and --delete would clear "
+                        "everything else in it); pass a model directory of its own, e.g. /data/models/NAME")
+    return normal
+
+
 def check_dest_on_disk(dest: str, write: bool) -> None:
     """CannotRun naming --dest unless this process can use it: an existing directory it may list (and write, unless
     `write` is false), or a path whose nearest existing ancestor is a directory it may create it in. Run before any
@@ -236,6 +264,11 @@ def check_dest_on_disk(dest: str, write: bool) -> None:
                             "missing)")
         raise CannotRun(f"--dest {dest!r}: {path} is a file, not a directory, so --dest cannot be created below it: "
                         "pass a path whose existing parts are directories")
+    real = os.path.realpath(dest)
+    reason = system_dir_reason(real) if real != os.path.normpath(dest) else None
+    if reason:
+        raise CannotRun(f"--dest {dest!r} resolves to {real} (through a symlink) and {reason}: pass a model "
+                        "directory of its own, e.g. /data/models/NAME")
     existing = path == dest
     need = (os.R_OK | os.X_OK if existing else os.X_OK) | (os.W_OK if write else 0)
     if not os.access(path, need):
@@ -248,9 +281,58 @@ def check_dest_on_disk(dest: str, write: bool) -> None:
                         "directory it may write, or fix the owner, mode or mount")
 
 
+def recorded_source(root: Path) -> tuple[str, str | None] | None:
+    """(source, endpoint_url) a sync of this tool recorded in `root`: the header of an interrupted run's journal (the
+    newer record), else the manifest; None when there is neither. ManifestError when the manifest is untrustworthy."""
+    with contextlib.suppress(OSError, UnicodeDecodeError, ValueError, AttributeError):
+        with open(root / JOURNAL_NAME, encoding="utf-8") as journal:
+            head = json.loads(journal.readline())
+        if isinstance(head.get("source"), str) and "key" not in head:
+            endpoint = head.get("endpoint_url")
+            return head["source"], endpoint if isinstance(endpoint, str) else None
+    manifest = read_manifest(root)
+    return (manifest.source, manifest.endpoint_url) if manifest else None
+
+
+def check_delete(opts: Options) -> None:
+    """--delete removes every file the listing lacks, so it runs only where it can only remove what a sync of the
+    same source left: a --dest that is missing or holds nothing but the sync's own files, or whose manifest (or an
+    interrupted run's journal) records this very source and endpoint. CannotRun otherwise, before any request."""
+    if not opts.delete:
+        return
+    root = Path(opts.dest)
+    try:
+        held = sorted(e.name for e in os.scandir(root) if not is_own_file(e.name))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CannotRun(f"--dest {opts.dest!r}: cannot list it: {exc.strerror or exc}") from None
+    if not held:
+        return
+    source = f"s3://{opts.bucket}/{opts.prefix}"
+
+    def at(endpoint: str | None) -> str:
+        return f" at {endpoint}" if endpoint else " (AWS)"
+
+    after = "sync into a directory of its own, or run without --delete (files the listing lacks are kept and named)"
+    try:
+        recorded = recorded_source(root)
+    except ManifestError as exc:
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} holds a manifest that cannot be trusted ({exc}), "
+                        f"so nothing says which files a sync of {source} left there: {after}") from None
+    if recorded is None:
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} holds {_list(held, 3)} but no manifest of a sync: "
+                        f"--delete would remove everything {source} lacks from a directory this tool never synced; "
+                        f"{after}")
+    if recorded != (source, opts.endpoint_url):
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} was synced from {recorded[0]}{at(recorded[1])}, "
+                        f"not {source}{at(opts.endpoint_url)}: --delete only clears a directory synced from the same "
+                        f"source; {after}: its manifest then records this source and a later --delete works")
+
+
 def options_from(args: argparse.Namespace) -> Options:
     bucket, prefix = parse_source(args.source)
-    dest = check_dest(args.dest)
+    dest = check_sync_dest(args.dest)
     endpoint = check_endpoint(args.endpoint_url) if args.endpoint_url else None
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if not REGION_RE.match(region):
@@ -796,6 +878,7 @@ def sync(opts: Options) -> Verdict:
     """List, plan, fetch what is missing or wrong, write the manifest, verify. CannotRun propagates."""
     started = time.monotonic()
     check_dest_on_disk(opts.dest, write=not opts.dry_run)
+    check_delete(opts)
     client = make_client(opts)
     entries = list_prefix(client, opts)
     manifest = Manifest(f"s3://{opts.bucket}/{opts.prefix}", opts.endpoint_url, tuple(entries))
@@ -850,8 +933,9 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     if jobs:
         # From here the journal, not the manifest, says what is present: a crash leaves no stale manifest.
         keep = [e for e in entries if e.key in set(present)]
-        _write_atomic(root / JOURNAL_NAME, "".join(json.dumps({"key": e.key, "size": e.size, "etag": e.etag})
-                                                   + "\n" for e in keep))
+        header = json.dumps({"source": manifest.source, "endpoint_url": opts.endpoint_url}) + "\n"
+        _write_atomic(root / JOURNAL_NAME, header + "".join(json.dumps({"key": e.key, "size": e.size, "etag": e.etag})
+                                                            + "\n" for e in keep))
         for name in (MANIFEST_NAME, HASH_NAME):
             with contextlib.suppress(FileNotFoundError):
                 (root / name).unlink()

@@ -121,9 +121,10 @@ def test_progress_lines_show_bytes_files_rate_and_eta(moto: Moto, wdir: Path) ->
 
 def _journal_keys(dest: Path) -> list[str]:
     try:
-        return [json.loads(line)["key"] for line in (dest / JOURNAL_NAME).read_text().splitlines() if line]
+        lines = [json.loads(line) for line in (dest / JOURNAL_NAME).read_text().splitlines() if line]
     except (FileNotFoundError, ValueError):
         return []
+    return [line["key"] for line in lines if "key" in line]
 
 
 def _sidecar_parts(dest: Path) -> int:
@@ -165,12 +166,17 @@ def test_interrupted_sync_resumes_and_a_half_file_never_counts(moto: Moto, wdir:
     assert not (dest / MANIFEST_NAME).exists()
     half = verify_dir(str(dest))
     assert half.status == "fail", "a directory a sync left half-way is never complete"
-    code, verdict, _ = sync(moto, dest)
+    header = json.loads((dest / JOURNAL_NAME).read_text().splitlines()[0])
+    assert header == {"source": SOURCE + "/", "endpoint_url": moto.endpoint}, "the journal records its source"
+    (dest / "stray.bin").write_bytes(b"s")
+    # the manifest is gone until the run completes: the journal's source is what lets --delete resume
+    code, verdict, _ = sync(moto, dest, "--delete")
     assert code == 0, verdict
     details = verdict["details"]
     assert details["resumed_parts"] >= 1
     assert not set(done) & set(details["fetch_files"]), "journaled files are not fetched again"
     assert in_progress in details["fetch_files"]
+    assert details["deleted"] == ["stray.bin"]
     assert tree(str(dest)) == FILES
 
 
@@ -222,6 +228,72 @@ def test_files_outside_the_manifest_are_kept_unless_delete(moto: Moto, wdir: Pat
     assert sorted(verdict["details"]["deleted"]) == ["extra.bin", "notes/README.md"]
     assert not (dest / "extra.bin").exists() and not (dest / "notes").exists()
     assert tree(str(dest)) == FILES and (dest / MANIFEST_NAME).exists()
+
+
+def _shared_models_dir(root: Path) -> dict[str, bytes]:
+    """/data/models as a person keeps it: other models and notes, never synced by this tool."""
+    held = {"other-model/config.json": b"{}", "other-model/model.safetensors": b"w" * 100, "notes.txt": b"mine"}
+    for rel, blob in held.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(blob)
+    return held
+
+
+def test_delete_is_refused_where_no_sync_of_this_source_wrote(moto: Moto, wdir: Path) -> None:
+    """`--dest /data/models --delete` would wipe every other model there: refused (exit 2, before any request)
+    unless the directory's manifest records this very source and endpoint."""
+    models = wdir / "models"
+    held = _shared_models_dir(models)
+    for extra in ([], ["--dry-run"]):
+        for endpoint in (moto.endpoint, _dead_endpoint()):
+            code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(models), "--endpoint-url", endpoint,
+                                   "--delete", *extra)
+            assert code == 2 and verdict["status"] == "cannot-run", verdict
+            assert verdict["summary"].startswith(f"--delete refused: --dest '{models}' holds notes.txt, other-model "
+                                                 "but no manifest of a sync"), verdict["summary"]
+            assert "sync into a directory of its own, or run without --delete" in verdict["summary"]
+    assert tree(str(models)) == held
+    # a manifest of another source (or the same source at another endpoint) does not count either
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    (dest / "stray.bin").write_bytes(b"s")
+    upload(moto.client(), BUCKET, PREFIX + "-next", FILES)
+    next_source = f"s3://{BUCKET}/{PREFIX}-next"
+    code, verdict, _ = sync(moto, dest, "--delete", source=next_source)
+    assert code == 2 and verdict["summary"].startswith(
+        f"--delete refused: --dest '{dest}' was synced from {SOURCE}/ at {moto.endpoint}, not {next_source}/ at "
+        f"{moto.endpoint}"), verdict["summary"]
+    assert "a later --delete works" in verdict["summary"]
+    alias = moto.endpoint.replace("127.0.0.1", "localhost")
+    code, verdict, _ = sync(moto, dest, "--delete", "--endpoint-url", alias)
+    assert code == 2 and f"not {SOURCE}/ at {alias}" in verdict["summary"], verdict["summary"]
+    assert (dest / "stray.bin").exists()
+    # what works: once without --delete from the new source, then --delete
+    assert sync(moto, dest, source=next_source)[0] == 0
+    code, verdict, _ = sync(moto, dest, "--delete", source=next_source)
+    assert code == 0 and verdict["details"]["deleted"] == ["stray.bin"], verdict
+
+
+def test_delete_runs_where_there_is_nothing_it_could_remove(moto: Moto, wdir: Path) -> None:
+    """A first deploy with `model.source.delete: true`: the directory is missing, empty, or holds only the sync's
+    own files (a lock left behind)."""
+    empty, locked = wdir / "empty", wdir / "locked"
+    empty.mkdir()
+    locked.mkdir()
+    (locked / LOCK_NAME).write_bytes(b"")
+    for dest in (wdir / "missing" / "model", empty, locked):
+        code, verdict, _ = sync(moto, dest, "--delete")
+        assert code == 0 and verdict["details"]["deleted"] == [], verdict
+        assert tree(str(dest)) == FILES
+
+
+def test_a_dest_that_resolves_to_a_system_directory_is_refused(moto: Moto, wdir: Path) -> None:
+    link = wdir / "models"
+    link.symlink_to("/sys")
+    for dest in (link, link / "model"):
+        code, verdict, _ = sync(moto, dest)
+        assert code == 2 and f"resolves to {os.path.realpath(dest)} (through a symlink)" in verdict["summary"], verdict
+        assert "is in /sys, a kernel file system" in verdict["summary"]
 
 
 def test_dry_run_lists_what_is_due_and_writes_nothing(moto: Moto, wdir: Path) -> None:
@@ -326,6 +398,11 @@ def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: 
     (["--source", "s3://bucket/ds%3Fx"], "holds '%3F'"),
     (["--dest", "relative/dir"], "is not an absolute path"),
     (["--dest", "/"], "below /"),
+    (["--dest", "/etc"], "--dest '/etc': /etc is a system directory: the sync writes a checkpoint there"),
+    (["--dest", "/tmp/"], "/tmp is a system directory"),
+    (["--dest", "/home"], "/home is a system directory"),
+    (["--dest", "/proc/self/cwd"], "/proc/self/cwd is in /proc, a kernel file system"),
+    (["--dest", "/sys"], "/sys is in /sys, a kernel file system"),
     (["--workers", "100000"], "--workers 100000: must be 1..64"),
     (["--workers", "0"], "--workers 0"),
     (["--workers", "many"], "invalid int value: 'many'"),
