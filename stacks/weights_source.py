@@ -2,8 +2,10 @@
 
 The values are checked by the same functions the sync itself uses (`checks.weights`: `parse_source`,
 `check_endpoint`, `REGION_RE`), so a source the node would refuse with exit 2 is refused at preview instead, with
-the key and a fix. They are imported where a source is validated, not at import time: `stacks/` plans without
-`checks/` beside it (`stacks.git_base` runs an old revision's planner), and only a stack with a source needs them.
+the key and a fix; and masked by its `mask_source` / `mask_endpoint` before validation, so a presigned signature,
+a password or an endpoint path never reaches a message. They are imported where a source is validated, not at
+import time: `stacks/` plans without `checks/` beside it (`stacks.git_base` runs an old revision's planner), and
+only a stack with a source needs them.
 The bounds below equal `checks.weights`' (a test keeps them equal).
 
 Credentials are not here: they are the top-level secrets `s3_access_key_id`, `s3_secret_access_key` and
