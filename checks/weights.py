@@ -124,41 +124,83 @@ class Options:
 # ---------------------------------------------------------------------------------------------- arguments
 
 
+_URL_TAIL = re.compile(r"[?#&=]|%(?:3f|23|26|3d)|x-amz-", re.I)
+"""What marks a URL query, a fragment or a presigned URL (`?X-Amz-Signature=…&X-Amz-Credential=…`), encoded or
+not: never part of a model's bucket prefix, and possibly a live signature, so never echoed past this point."""
+
+
+def mask_source(text: str) -> str:
+    """`text` as a message may show it: cut after the first query, fragment or presigned-URL marker (`s3://b/ds?***`);
+    what remains still holds the marker, so the masked value is refused as the original is."""
+    found = _URL_TAIL.search(text)
+    return f"{text[:found.end()]}***" if found else text
+
+
+def mask_endpoint(url: str) -> str:
+    """`url` as a message may show it: userinfo and everything after the authority masked (`https://***@host:9000/***`);
+    a masked value is refused as the original is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return mask_source(url)
+    cut = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    if tail not in ("", "/"):
+        tail = tail[0] + "***"
+    return f"{scheme}://{authority}{tail}"
+
+
 def parse_source(text: str) -> tuple[str, str]:
-    """(bucket, prefix ending in '/' or empty) of `s3://bucket/prefix`; CannotRun with the fix otherwise."""
+    """(bucket, prefix ending in '/') of `s3://bucket/prefix`; CannotRun with the fix otherwise. The one rule for
+    a source: the stack's `model.source.url` is validated by this function too (`stacks/weights_source.py`).
+    Every message starts with `--source '<the value, masked>'`."""
+    shown = mask_source(text)
     if not text.startswith("s3://"):
-        raise CannotRun(f"--source {text!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
+        raise CannotRun(f"--source {shown!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
                         "(for MinIO or Ceph RGW add --endpoint-url http(s)://HOST:PORT)")
+    found = _URL_TAIL.search(text)
+    if found:
+        raise CannotRun(f"--source {shown!r} holds {found.group(0)!r}, which marks a URL query or a presigned URL, "
+                        "not a bucket prefix: write the plain s3://BUCKET/PREFIX (the sync signs its own requests "
+                        "with the AWS_* credentials; a presigned URL names one object)")
     bucket, _, prefix = text[len("s3://"):].partition("/")
     if not bucket:
-        raise CannotRun(f"--source {text!r} names no bucket: write s3://BUCKET/PREFIX")
+        raise CannotRun(f"--source {shown!r} names no bucket: write s3://BUCKET/PREFIX")
     if not BUCKET_RE.match(bucket) or ".." in bucket:
-        raise CannotRun(f"--source {text!r}: bucket {bucket!r} is not a bucket name (3-255 of letters, digits, "
+        raise CannotRun(f"--source {shown!r}: bucket {bucket!r} is not a bucket name (3-255 of letters, digits, "
                         "'.', '_', '-', starting and ending with a letter or digit)")
     prefix = prefix.strip("/")
-    if prefix:
-        reason = unsafe_reason(prefix)
-        if reason and not reason.startswith("name collides"):
-            raise CannotRun(f"--source {text!r}: prefix {prefix!r}: {reason}")
-        prefix += "/"
-    return bucket, prefix
+    if not prefix:
+        raise CannotRun(f"--source {shown!r} names a bucket without a prefix: every object in the bucket would "
+                        "land in the model directory; write s3://BUCKET/PREFIX, the prefix that holds config.json "
+                        "and the shards")
+    reason = unsafe_reason(prefix)
+    if reason and not reason.startswith("name collides"):
+        raise CannotRun(f"--source {shown!r}: prefix {prefix!r}: {reason}")
+    return bucket, prefix + "/"
 
 
 def check_endpoint(url: str) -> str:
+    """`url` without a trailing '/'; CannotRun unless it is http(s)://HOST[:PORT] (no userinfo, path, query or
+    fragment). The stack's `model.source.endpoint_url` is validated by this function too. Every message starts with
+    `--endpoint-url '<the value, masked>'`."""
+    shown = mask_endpoint(url)
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise CannotRun(f"--endpoint-url {url!r} is not a URL ({exc}): write http(s)://HOST[:PORT]") from exc
+        raise CannotRun(f"--endpoint-url {shown!r} is not a URL ({exc}): write http(s)://HOST[:PORT]") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CannotRun(f"--endpoint-url {url!r} is not an http(s)://HOST[:PORT] URL")
-    if parts.username or parts.password:
-        raise CannotRun("--endpoint-url carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
+        raise CannotRun(f"--endpoint-url {shown!r} is not an http(s)://HOST[:PORT] URL")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise CannotRun(f"--endpoint-url {shown!r} carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
                         "AWS_SECRET_ACCESS_KEY in the environment")
-    if parts.query or parts.fragment:
-        raise CannotRun(f"--endpoint-url {url!r} has a query or fragment: pass only http(s)://HOST[:PORT][/PATH]")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in url or "#" in url:
+        raise CannotRun(f"--endpoint-url {shown!r} has a path, query or fragment: pass only http(s)://HOST[:PORT] "
+                        "(the bucket and prefix go in --source)")
     if port == 0:
-        raise CannotRun(f"--endpoint-url {url!r}: port 0")
+        raise CannotRun(f"--endpoint-url {shown!r}: port 0")
     return url.rstrip("/")
 
 
@@ -168,14 +210,129 @@ def check_dest(dest: str) -> str:
     normal = os.path.normpath(dest)
     if normal == "/" or ".." in dest.split("/"):
         raise CannotRun(f"--dest {dest!r}: must be a model directory below /, without '..'")
-    if os.path.exists(normal) and not os.path.isdir(normal):
-        raise CannotRun(f"--dest {dest!r} exists and is not a directory")
     return normal
+
+
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+                         "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
+                         "/var/tmp"})
+"""Directories that hold a system, users or other mounts: never a model directory themselves (a directory below one
+is fine: /home/me/models/NAME, /tmp/NAME)."""
+KERNEL_TREES = ("/proc", "/sys", "/dev")
+"""Kernel file systems: nothing below them is a model directory."""
+
+
+def system_dir_reason(path: str) -> str | None:
+    """Why `path` (absolute) must not be a sync's --dest, or None."""
+    normal = os.path.normpath(path)
+    if normal in SYSTEM_DIRS:
+        return f"{normal} is a system directory"
+    tree = next((t for t in KERNEL_TREES if normal == t or normal.startswith(t + "/")), None)
+    return f"{normal} is in {tree}, a kernel file system" if tree else None
+
+
+def check_sync_dest(dest: str) -> str:
+    """check_dest, and not a system directory (a sync writes there, and --delete would clear what else it holds)."""
+    normal = check_dest(dest)
+    reason = system_dir_reason(normal)
+    if reason:
+        raise CannotRun(f"--dest {dest!r}: {reason}: the sync writes a checkpoint there (and --delete would clear "
+                        "everything else in it); pass a model directory of its own, e.g. /data/models/NAME")
+    return normal
+
+
+def check_dest_on_disk(dest: str, write: bool) -> None:
+    """CannotRun naming --dest unless this process can use it: an existing directory it may list (and write, unless
+    `write` is false), or a path whose nearest existing ancestor is a directory it may create it in. Run before any
+    request to the store, so a bad --dest costs no listing."""
+    path = dest
+    while True:
+        try:
+            info = os.stat(path)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            parent = os.path.dirname(path)
+            if parent == path:
+                raise CannotRun(f"--dest {dest!r}: no ancestor of it exists") from None
+            path = parent
+        except OSError as exc:
+            raise CannotRun(f"--dest {dest!r}: cannot look at {path}: {exc.strerror or exc}: pass a directory this "
+                            f"user (uid {os.geteuid()}) may reach") from None
+    if not stat.S_ISDIR(info.st_mode):
+        if path == dest:
+            raise CannotRun(f"--dest {dest!r} exists and is not a directory: pass the model directory (created when "
+                            "missing)")
+        raise CannotRun(f"--dest {dest!r}: {path} is a file, not a directory, so --dest cannot be created below it: "
+                        "pass a path whose existing parts are directories")
+    real = os.path.realpath(dest)
+    reason = system_dir_reason(real) if real != os.path.normpath(dest) else None
+    if reason:
+        raise CannotRun(f"--dest {dest!r} resolves to {real} (through a symlink) and {reason}: pass a model "
+                        "directory of its own, e.g. /data/models/NAME")
+    existing = path == dest
+    need = (os.R_OK | os.X_OK if existing else os.X_OK) | (os.W_OK if write else 0)
+    if not os.access(path, need):
+        why = "permission denied"
+        with contextlib.suppress(OSError):
+            if os.statvfs(path).f_flag & os.ST_RDONLY:
+                why = "read-only file system"
+        doing = ("list and write" if write else "list") if existing else "create --dest in"
+        raise CannotRun(f"--dest {dest!r}: this user (uid {os.geteuid()}) may not {doing} {path} ({why}): pass a "
+                        "directory it may write, or fix the owner, mode or mount")
+
+
+def recorded_source(root: Path) -> tuple[str, str | None] | None:
+    """(source, endpoint_url) a sync of this tool recorded in `root`: the header of an interrupted run's journal (the
+    newer record), else the manifest; None when there is neither. ManifestError when the manifest is untrustworthy."""
+    with contextlib.suppress(OSError, UnicodeDecodeError, ValueError, AttributeError):
+        with open(root / JOURNAL_NAME, encoding="utf-8") as journal:
+            head = json.loads(journal.readline())
+        if isinstance(head.get("source"), str) and "key" not in head:
+            endpoint = head.get("endpoint_url")
+            return head["source"], endpoint if isinstance(endpoint, str) else None
+    manifest = read_manifest(root)
+    return (manifest.source, manifest.endpoint_url) if manifest else None
+
+
+def check_delete(opts: Options) -> None:
+    """--delete removes every file the listing lacks, so it runs only where it can only remove what a sync of the
+    same source left: a --dest that is missing or holds nothing but the sync's own files, or whose manifest (or an
+    interrupted run's journal) records this very source and endpoint. CannotRun otherwise, before any request."""
+    if not opts.delete:
+        return
+    root = Path(opts.dest)
+    try:
+        held = sorted(e.name for e in os.scandir(root) if not is_own_file(e.name))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CannotRun(f"--dest {opts.dest!r}: cannot list it: {exc.strerror or exc}") from None
+    if not held:
+        return
+    source = f"s3://{opts.bucket}/{opts.prefix}"
+
+    def at(endpoint: str | None) -> str:
+        return f" at {endpoint}" if endpoint else " (AWS)"
+
+    after = "sync into a directory of its own, or run without --delete (files the listing lacks are kept and named)"
+    try:
+        recorded = recorded_source(root)
+    except ManifestError as exc:
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} holds a manifest that cannot be trusted ({exc}), "
+                        f"so nothing says which files a sync of {source} left there: {after}") from None
+    if recorded is None:
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} holds {_list(held, 3)} but no manifest of a sync: "
+                        f"--delete would remove everything {source} lacks from a directory this tool never synced; "
+                        f"{after}")
+    if recorded != (source, opts.endpoint_url):
+        raise CannotRun(f"--delete refused: --dest {opts.dest!r} was synced from {recorded[0]}{at(recorded[1])}, "
+                        f"not {source}{at(opts.endpoint_url)}: --delete only clears a directory synced from the same "
+                        f"source; {after}: its manifest then records this source and a later --delete works")
 
 
 def options_from(args: argparse.Namespace) -> Options:
     bucket, prefix = parse_source(args.source)
-    dest = check_dest(args.dest)
+    dest = check_sync_dest(args.dest)
     endpoint = check_endpoint(args.endpoint_url) if args.endpoint_url else None
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if not REGION_RE.match(region):
@@ -304,6 +461,9 @@ def read_journal(root: Path) -> dict[str, Entry]:
         lines = (root / JOURNAL_NAME).read_text(encoding="utf-8").splitlines()
     except (FileNotFoundError, UnicodeDecodeError):
         return records
+    except OSError as exc:
+        raise CannotRun(f"--dest {str(root)!r}: cannot read the sync's journal {root / JOURNAL_NAME}: "
+                        f"{exc.strerror or exc}: remove it (a re-run fetches what it cannot prove present)") from None
     for line in lines:
         try:
             raw = json.loads(line)
@@ -697,7 +857,11 @@ def _delete(root: Path, extras: list[str]) -> None:
 
 
 def _lock(root: Path) -> int:
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise CannotRun(f"--dest {str(root)!r}: cannot open the sync's lock {root / LOCK_NAME}: "
+                        f"{exc.strerror or exc}: remove it if it is not a file, or fix the directory's mode") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -713,21 +877,28 @@ def _list(items: Sequence[str], show: int = 5) -> str:
 def sync(opts: Options) -> Verdict:
     """List, plan, fetch what is missing or wrong, write the manifest, verify. CannotRun propagates."""
     started = time.monotonic()
+    check_dest_on_disk(opts.dest, write=not opts.dry_run)
+    check_delete(opts)
     client = make_client(opts)
     entries = list_prefix(client, opts)
     manifest = Manifest(f"s3://{opts.bucket}/{opts.prefix}", opts.endpoint_url, tuple(entries))
     root = Path(opts.dest)
-    if opts.dry_run:
-        return _sync_locked(opts, client, root, manifest, started)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CannotRun(f"cannot create --dest {opts.dest}: {exc}") from exc
-    lock_fd = _lock(root)
-    try:
-        return _sync_locked(opts, client, root, manifest, started)
-    finally:
-        os.close(lock_fd)
+        if opts.dry_run:
+            return _sync_locked(opts, client, root, manifest, started)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CannotRun(f"cannot create --dest {opts.dest}: {exc}") from exc
+        lock_fd = _lock(root)
+        try:
+            return _sync_locked(opts, client, root, manifest, started)
+        finally:
+            os.close(lock_fd)
+    except OSError as exc:  # the transfer reports its own; this is the directory's bookkeeping, never a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise CannotRun(f"--dest {opts.dest!r}: {exc.strerror or exc}{where}: fix the directory (mode, space, a "
+                        "file where a directory belongs) and re-run: finished files and parts are kept") from exc
 
 
 def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, started: float) -> Verdict:
@@ -762,8 +933,9 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     if jobs:
         # From here the journal, not the manifest, says what is present: a crash leaves no stale manifest.
         keep = [e for e in entries if e.key in set(present)]
-        _write_atomic(root / JOURNAL_NAME, "".join(json.dumps({"key": e.key, "size": e.size, "etag": e.etag})
-                                                   + "\n" for e in keep))
+        header = json.dumps({"source": manifest.source, "endpoint_url": opts.endpoint_url}) + "\n"
+        _write_atomic(root / JOURNAL_NAME, header + "".join(json.dumps({"key": e.key, "size": e.size, "etag": e.etag})
+                                                            + "\n" for e in keep))
         for name in (MANIFEST_NAME, HASH_NAME):
             with contextlib.suppress(FileNotFoundError):
                 (root / name).unlink()

@@ -27,6 +27,7 @@ from checks.weights import (
     CannotRun,
     check_dest,
     check_endpoint,
+    check_sync_dest,
     parse_source,
 )
 
@@ -98,7 +99,7 @@ def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | No
     125 a docker error. ValueError for arguments the program would refuse, so a bad config fails at preview."""
     try:
         parse_source(source)
-        dest = check_dest(dest)
+        dest = check_sync_dest(dest)
         if endpoint_url:
             check_endpoint(endpoint_url)
     except CannotRun as exc:

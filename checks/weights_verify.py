@@ -19,6 +19,7 @@ import json
 import os
 import struct
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 """A tokenizer a transformers `AutoTokenizer` can build from (`tokenizer_config.json` alone is not one)."""
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The safetensors format refuses headers above 100 MB (safetensors `MAX_HEADER_SIZE`)."""
+INVISIBLE = {"Cc": "control character", "Cf": "format character", "Cs": "surrogate", "Zl": "line separator",
+             "Zp": "paragraph separator"}
+"""Unicode categories refused in a path besides ASCII controls: DEL and C1 controls, format characters (U+202E
+right-to-left override, zero-width space and joiners, U+FEFF, soft hyphen), surrogates, U+2028/U+2029."""
 MANIFEST_VERSION = 1
 SHOW = 5
 """How many names a verdict line lists before '… and N more'."""
@@ -98,6 +103,12 @@ def unsafe_reason(key: str) -> str | None:
         return "empty path"
     if "\x00" in key or any(ord(c) < 32 for c in key):
         return "control character in path"
+    for char in key:
+        kind = unicodedata.category(char)
+        if kind in INVISIBLE:
+            name = unicodedata.name(char, "")
+            return (f"{INVISIBLE[kind]} U+{ord(char):04X}{f' ({name})' if name else ''} in path: it hides or "
+                    "reorders what a listing shows")
     if "\\" in key:
         return "backslash in path"
     if key.startswith("/"):

@@ -92,6 +92,16 @@ def set_path(values: dict[str, Any], key: str, value: Any) -> None:
             node = node[name]
 
 
+UNECHOED_SET = ("model.source",)
+"""Keys whose `--set` value is not repeated even when the override itself cannot be read: a URL there may carry
+a presigned signature or a password (a valid override's location is always `--set KEY=…`)."""
+
+
+def _unechoed(key: str) -> bool:
+    key = key.strip()
+    return any(key == k or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in UNECHOED_SET)
+
+
 def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret: Iterable[str] = (),
                     stack: str = "<overrides>") -> dict[str, Any]:
     """`--set key.path=value` (values resolved like the stack file's) and `--assume-secret key.path`."""
@@ -107,7 +117,8 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
         try:
             set_path(result, path.strip(), parse_value_text(raw))
         except ValueError as exc:
-            problems.append(Problem(path, raw, f"--set: {exc}", fix="a key path of the config and a YAML value"))
+            problems.append(Problem(path, "…" if _unechoed(path) else raw, f"--set: {exc}",
+                                    fix="a key path of the config and a YAML value"))
     for key in assume_secret:
         top = key.split(".", 1)[0]
         if top not in SECRET_KEYS + SECRET_OBJECT_KEYS or (top in SECRET_OBJECT_KEYS) != ("." in key):

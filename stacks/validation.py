@@ -476,6 +476,16 @@ def _weights_source_rules(config: StackConfig, result: Validation) -> None:
         result.problems.append(Problem("s3_session_token", token, "a session token needs s3_access_key_id and "
                                        "s3_secret_access_key (temporary credentials come as three values)",
                                        fix=fix.format(key="s3_access_key_id") + " and s3_secret_access_key"))
+    if config.model.source is not None:
+        from checks.weights import system_dir_reason  # the sync's own rule (it refuses such a --dest with exit 2)
+
+        reason = system_dir_reason(config.model.host_path)
+        if reason:
+            result.problems.append(Problem("model.path", config.model.path, f"model.host_dir/model.path is "
+                                           f"{config.model.host_path}: {reason}, and model.source syncs a checkpoint "
+                                           "into it (delete: true would clear everything else there)",
+                                           fix="a model directory of its own, e.g. host_dir: /data/models, path: "
+                                           "DeepSeek-V4-Flash"))
     if config.model.source is None and any(v is not None for v in (key_id, secret, token)):
         result.warnings.append("s3_* secrets are set but model.source is not: nothing uses them (the nodes' model "
                                "directories are only verified)")

@@ -2,8 +2,10 @@
 
 The values are checked by the same functions the sync itself uses (`checks.weights`: `parse_source`,
 `check_endpoint`, `REGION_RE`), so a source the node would refuse with exit 2 is refused at preview instead, with
-the key and a fix. They are imported where a source is validated, not at import time: `stacks/` plans without
-`checks/` beside it (`stacks.git_base` runs an old revision's planner), and only a stack with a source needs them.
+the key and a fix; and masked by its `mask_source` / `mask_endpoint` before validation, so a presigned signature,
+a password or an endpoint path never reaches a message. They are imported where a source is validated, not at
+import time: `stacks/` plans without `checks/` beside it (`stacks.git_base` runs an old revision's planner), and
+only a stack with a source needs them.
 The bounds below equal `checks.weights`' (a test keeps them equal).
 
 Credentials are not here: they are the top-level secrets `s3_access_key_id`, `s3_secret_access_key` and
@@ -14,6 +16,7 @@ argv or plain state.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -30,44 +33,45 @@ SYNC_TIMEOUT_S = 6 * 3600
 """checks.weights_node SYNC_TIMEOUT_S: 511 GB at 30 MB/s is 4.7 h."""
 
 
+def _reason(exc: Exception, flag: str, shown: str) -> str:
+    """The sync's message without its leading `--flag 'value'` (the loader prints the key and the value)."""
+    return str(exc).removeprefix(f"{flag} {shown!r}").lstrip(": ")
+
+
 def _s3_url(value: str) -> str:
-    from checks.weights import CannotRun, parse_source
+    from checks.weights import CannotRun, mask_source, parse_source
 
     if _CONTROL.search(value):
         raise refuse("contains a control character", "s3://BUCKET/PREFIX on one line")
     try:
         parse_source(value)
     except CannotRun as exc:
-        message = str(exc).replace("--source ", "", 1).replace("--endpoint-url", "endpoint_url")
-        raise refuse(message, "s3://BUCKET/PREFIX, e.g. s3://team-weights/deepseek/DeepSeek-V4.1-Flash (MinIO / "
+        message = _reason(exc, "--source", mask_source(value)).replace("--endpoint-url", "endpoint_url")
+        raise refuse(message.replace("the AWS_* credentials", "the s3_* secrets"),
+                     "s3://BUCKET/PREFIX, e.g. s3://team-weights/deepseek/DeepSeek-V4.1-Flash (MinIO / "
                      "Ceph RGW: add endpoint_url)") from None
-    if value.rstrip("/") == value[:5] + value[5:].split("/", 1)[0]:
-        raise refuse("names a bucket without a prefix: every object in the bucket would land in the model "
-                     "directory", "s3://BUCKET/PREFIX, the prefix that holds config.json and the shards")
     return value
 
 
 def _endpoint(value: str) -> str:
-    from checks.weights import CannotRun, check_endpoint
+    from checks.weights import CannotRun, check_endpoint, mask_endpoint
 
     if _CONTROL.search(value):
         raise refuse("contains a control character", "http(s)://HOST[:PORT] on one line")
     try:
         check_endpoint(value)
     except CannotRun as exc:
-        message = str(exc).replace("--endpoint-url ", "", 1)
+        message = _reason(exc, "--endpoint-url", mask_endpoint(value)).replace("--source", "url")
         raise refuse(message.replace(" and set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment", ""),
                      "http(s)://HOST[:PORT] of the store, e.g. https://minio.internal:9000; credentials go in "
                      "the s3_* secrets") from None
     return value
 
 
-def _mask_userinfo(value: Any) -> Any:
-    """`https://user:pass@host` -> `https://***@host` before anything can echo it; refused right after."""
-    if isinstance(value, str) and "@" in value.partition("://")[2].split("/", 1)[0]:
-        scheme, _, rest = value.partition("://")
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return value
+def _masked(value: Any, mask: Callable[[str], str]) -> Any:
+    """A URL with what must not be echoed (userinfo, a query or presigned signature, an endpoint's path) masked
+    before anything can print it; the masked value is refused as the original would be."""
+    return mask(value) if isinstance(value, str) else value
 
 
 def _region(value: str) -> str:
@@ -104,15 +108,19 @@ class WeightsSource(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_string(cls, value: Any) -> Any:
+        from checks.weights import mask_endpoint, mask_source
+
         if isinstance(value, str):
-            return {"url": value}
+            value = {"url": value}
         if not isinstance(value, dict):
             return value
         # Credentials written here by mistake are refused as unknown keys without being echoed back.
         value = {k: "[redacted: credentials go in the s3_* secrets]" if k not in cls.model_fields
                  and _CREDENTIAL_KEY.search(str(k)) else v for k, v in value.items()}
-        if "endpoint_url" in value:  # nor is a password in the URL
-            value["endpoint_url"] = _mask_userinfo(value["endpoint_url"])
+        if "url" in value:  # nor a presigned URL's signature
+            value["url"] = _masked(value["url"], mask_source)
+        if "endpoint_url" in value:  # nor a password or a path in the endpoint
+            value["endpoint_url"] = _masked(value["endpoint_url"], mask_endpoint)
         return value
 
     def identity(self) -> dict[str, Any]:

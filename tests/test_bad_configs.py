@@ -159,6 +159,28 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("source-endpoint-query", "prod", {"model.source": {"url": "s3://team-weights/ds",
                                                         "endpoint_url": "https://minio:9000/?x=1"}},
      "model.source.endpoint_url"),
+    ("source-presigned", "prod", {"model.source": {"url": f"s3://team-weights/ds?X-Amz-Signature={PLAIN_SECRET}"}},
+     "model.source.url"),
+    ("source-string-presigned", "prod", {"model.source": f"s3://team-weights/ds?X-Amz-Credential={PLAIN_SECRET}"},
+     "model.source.url"),
+    ("source-fragment", "prod", {"model.source": f"s3://team-weights/ds#{PLAIN_SECRET}"}, "model.source.url"),
+    ("source-ampersand", "prod", {"model.source": f"s3://team-weights/ds&sig={PLAIN_SECRET}"}, "model.source.url"),
+    ("source-presigned-https", "prod", {"model.source": f"https://b.s3.amazonaws.com/k?X-Amz-Signature={PLAIN_SECRET}"},
+     "model.source.url"),
+    ("source-bucket-slash", "prod", {"model.source": "s3://team-weights//"}, "model.source.url"),
+    ("source-into-system-dir", "prod", {"model.host_dir": "/", "model.path": "etc",
+                                        "model.source": "s3://team-weights/ds"}, "model.path"),
+    ("source-into-kernel-fs", "prod", {"model.host_dir": "/proc", "model.path": "models",
+                                       "model.source": "s3://team-weights/ds"}, "model.path"),
+    ("source-endpoint-path", "prod", {"model.source": {"url": "s3://team-weights/ds",
+                                                       "endpoint_url": f"https://minio:9000/{PLAIN_SECRET}"}},
+     "model.source.endpoint_url"),
+    ("source-endpoint-fragment", "prod", {"model.source": {"url": "s3://team-weights/ds",
+                                                           "endpoint_url": f"https://minio:9000#{PLAIN_SECRET}"}},
+     "model.source.endpoint_url"),
+    ("source-endpoint-path-and-userinfo", "prod", {"model.source": {
+        "url": "s3://team-weights/ds", "endpoint_url": f"https://k:{PLAIN_SECRET}@minio:9000/{PLAIN_SECRET}"}},
+     "model.source.endpoint_url"),
     ("source-region-upper", "prod", {"model.source": {"url": "s3://team-weights/ds", "region": "US-EAST-1"}},
      "model.source.region"),
     ("source-workers-zero", "prod", {"model.source": {"url": "s3://team-weights/ds", "workers": 0}},
@@ -691,3 +713,28 @@ def test_one_nic_may_carry_the_management_and_the_data_address() -> None:
     node's address, or the same data IP on two NICs, is refused."""
     values = _mutated("prod", {"nodes.0.data_ips.0": VALUES["prod"]["nodes"][0]["management_ip"]})
     assert build_plan("t", parse_config("t", values)).nodes
+
+
+@pytest.mark.parametrize("override", [
+    f"model.source.url=s3://team-weights/ds?X-Amz-Signature={PLAIN_SECRET}",
+    f"model.source=s3://team-weights/ds#{PLAIN_SECRET}",
+    f"model.source={{url: s3://team-weights/ds, endpoint_url: 'https://minio:9000/{PLAIN_SECRET}'}}",
+    f"model.source.endpoint_url=https://k:{PLAIN_SECRET}@minio:9000",
+    f"model.source.url.x=s3://team-weights/ds?X-Amz-Signature={PLAIN_SECRET}",
+])
+def test_a_source_set_on_the_command_line_is_masked_and_not_echoed_as_its_location(override: str) -> None:
+    """`--set` names where a value came from by repeating the override; for model.source that text may hold a
+    presigned signature or a password, so the location is `--set KEY=…` and the value is shown masked."""
+    from stacks.loader import load_stack_document
+
+    overrides = [override] if override.startswith("model.source=") else ["model.source={url: s3://team-weights/ds}",
+                                                                           override]
+    with pytest.raises(ConfigError) as info:
+        load_stack_document("prod", overrides, root=ROOT)
+    report = info.value.report()
+    key = override.partition("=")[0]
+    if key.endswith(".x"):  # not even a key path: refused by --set itself, the value elided
+        assert f"{key} = '…': --set: model.source.url is a value, not a mapping" in report, report
+    else:
+        assert f"at: --set {key}=…" in report and "***" in report, report
+    assert PLAIN_SECRET not in report + repr([p.as_dict() for p in info.value.problems])

@@ -121,9 +121,10 @@ def test_progress_lines_show_bytes_files_rate_and_eta(moto: Moto, wdir: Path) ->
 
 def _journal_keys(dest: Path) -> list[str]:
     try:
-        return [json.loads(line)["key"] for line in (dest / JOURNAL_NAME).read_text().splitlines() if line]
+        lines = [json.loads(line) for line in (dest / JOURNAL_NAME).read_text().splitlines() if line]
     except (FileNotFoundError, ValueError):
         return []
+    return [line["key"] for line in lines if "key" in line]
 
 
 def _sidecar_parts(dest: Path) -> int:
@@ -165,12 +166,17 @@ def test_interrupted_sync_resumes_and_a_half_file_never_counts(moto: Moto, wdir:
     assert not (dest / MANIFEST_NAME).exists()
     half = verify_dir(str(dest))
     assert half.status == "fail", "a directory a sync left half-way is never complete"
-    code, verdict, _ = sync(moto, dest)
+    header = json.loads((dest / JOURNAL_NAME).read_text().splitlines()[0])
+    assert header == {"source": SOURCE + "/", "endpoint_url": moto.endpoint}, "the journal records its source"
+    (dest / "stray.bin").write_bytes(b"s")
+    # the manifest is gone until the run completes: the journal's source is what lets --delete resume
+    code, verdict, _ = sync(moto, dest, "--delete")
     assert code == 0, verdict
     details = verdict["details"]
     assert details["resumed_parts"] >= 1
     assert not set(done) & set(details["fetch_files"]), "journaled files are not fetched again"
     assert in_progress in details["fetch_files"]
+    assert details["deleted"] == ["stray.bin"]
     assert tree(str(dest)) == FILES
 
 
@@ -222,6 +228,72 @@ def test_files_outside_the_manifest_are_kept_unless_delete(moto: Moto, wdir: Pat
     assert sorted(verdict["details"]["deleted"]) == ["extra.bin", "notes/README.md"]
     assert not (dest / "extra.bin").exists() and not (dest / "notes").exists()
     assert tree(str(dest)) == FILES and (dest / MANIFEST_NAME).exists()
+
+
+def _shared_models_dir(root: Path) -> dict[str, bytes]:
+    """/data/models as a person keeps it: other models and notes, never synced by this tool."""
+    held = {"other-model/config.json": b"{}", "other-model/model.safetensors": b"w" * 100, "notes.txt": b"mine"}
+    for rel, blob in held.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(blob)
+    return held
+
+
+def test_delete_is_refused_where_no_sync_of_this_source_wrote(moto: Moto, wdir: Path) -> None:
+    """`--dest /data/models --delete` would wipe every other model there: refused (exit 2, before any request)
+    unless the directory's manifest records this very source and endpoint."""
+    models = wdir / "models"
+    held = _shared_models_dir(models)
+    for extra in ([], ["--dry-run"]):
+        for endpoint in (moto.endpoint, _dead_endpoint()):
+            code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(models), "--endpoint-url", endpoint,
+                                   "--delete", *extra)
+            assert code == 2 and verdict["status"] == "cannot-run", verdict
+            assert verdict["summary"].startswith(f"--delete refused: --dest '{models}' holds notes.txt, other-model "
+                                                 "but no manifest of a sync"), verdict["summary"]
+            assert "sync into a directory of its own, or run without --delete" in verdict["summary"]
+    assert tree(str(models)) == held
+    # a manifest of another source (or the same source at another endpoint) does not count either
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    (dest / "stray.bin").write_bytes(b"s")
+    upload(moto.client(), BUCKET, PREFIX + "-next", FILES)
+    next_source = f"s3://{BUCKET}/{PREFIX}-next"
+    code, verdict, _ = sync(moto, dest, "--delete", source=next_source)
+    assert code == 2 and verdict["summary"].startswith(
+        f"--delete refused: --dest '{dest}' was synced from {SOURCE}/ at {moto.endpoint}, not {next_source}/ at "
+        f"{moto.endpoint}"), verdict["summary"]
+    assert "a later --delete works" in verdict["summary"]
+    alias = moto.endpoint.replace("127.0.0.1", "localhost")
+    code, verdict, _ = sync(moto, dest, "--delete", "--endpoint-url", alias)
+    assert code == 2 and f"not {SOURCE}/ at {alias}" in verdict["summary"], verdict["summary"]
+    assert (dest / "stray.bin").exists()
+    # what works: once without --delete from the new source, then --delete
+    assert sync(moto, dest, source=next_source)[0] == 0
+    code, verdict, _ = sync(moto, dest, "--delete", source=next_source)
+    assert code == 0 and verdict["details"]["deleted"] == ["stray.bin"], verdict
+
+
+def test_delete_runs_where_there_is_nothing_it_could_remove(moto: Moto, wdir: Path) -> None:
+    """A first deploy with `model.source.delete: true`: the directory is missing, empty, or holds only the sync's
+    own files (a lock left behind)."""
+    empty, locked = wdir / "empty", wdir / "locked"
+    empty.mkdir()
+    locked.mkdir()
+    (locked / LOCK_NAME).write_bytes(b"")
+    for dest in (wdir / "missing" / "model", empty, locked):
+        code, verdict, _ = sync(moto, dest, "--delete")
+        assert code == 0 and verdict["details"]["deleted"] == [], verdict
+        assert tree(str(dest)) == FILES
+
+
+def test_a_dest_that_resolves_to_a_system_directory_is_refused(moto: Moto, wdir: Path) -> None:
+    link = wdir / "models"
+    link.symlink_to("/sys")
+    for dest in (link, link / "model"):
+        code, verdict, _ = sync(moto, dest)
+        assert code == 2 and f"resolves to {os.path.realpath(dest)} (through a symlink)" in verdict["summary"], verdict
+        assert "is in /sys, a kernel file system" in verdict["summary"]
 
 
 def test_dry_run_lists_what_is_due_and_writes_nothing(moto: Moto, wdir: Path) -> None:
@@ -291,13 +363,46 @@ def test_hostile_keys_never_leave_dest(wdir: Path) -> None:
         assert list(outside.iterdir()) == []
 
 
+@pytest.mark.parametrize(("char", "reason"), [
+    ("\u202e", "format character U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("\u200b", "format character U+200B (ZERO WIDTH SPACE)"),
+    ("\ufeff", "format character U+FEFF"),
+    ("\u2028", "line separator U+2028"),
+    ("\x85", "control character U+0085"),
+], ids=["rlo", "zwsp", "bom", "line-separator", "c1-control"])
+def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: Moto, wdir: Path, char: str,
+                                                                          reason: str) -> None:
+    """A key like `model<U+202E>gpj.safetensors` shows as another name in a listing: refused like a control
+    character, before anything is written, the key named with the character escaped."""
+    bucket = f"invisible-{ord(char):x}"
+    upload(moto.client(), bucket, "m", {"config.json": b"{}", f"model{char}gpj.safetensors": b"x"})
+    dest = wdir / "dest"
+    code, verdict, _ = sync(moto, dest, source=f"s3://{bucket}/m")
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    escaped = repr(f"m/model{char}gpj.safetensors")
+    assert "\\" in escaped and escaped in verdict["summary"] and reason in verdict["summary"], verdict["summary"]
+    assert char not in verdict["summary"]
+    assert not dest.exists()
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--source", "http://bucket/x"], "is not an s3:// URL"),
     (["--source", "s3:///models"], "names no bucket"),
     (["--source", "s3://b"], "is not a bucket name"),
     (["--source", "s3://bucket/models/../../etc"], "'.' or '..' component"),
+    (["--source", "s3://bucket"], "names a bucket without a prefix"),
+    (["--source", "s3://bucket//"], "names a bucket without a prefix"),
+    (["--source", "s3://bucket/ds#part"], "holds '#', which marks a URL query or a presigned URL"),
+    (["--source", "s3://bucket/ds&x"], "holds '&'"),
+    (["--source", "s3://bucket/ds=x"], "holds '='"),
+    (["--source", "s3://bucket/ds%3Fx"], "holds '%3F'"),
     (["--dest", "relative/dir"], "is not an absolute path"),
     (["--dest", "/"], "below /"),
+    (["--dest", "/etc"], "--dest '/etc': /etc is a system directory: the sync writes a checkpoint there"),
+    (["--dest", "/tmp/"], "/tmp is a system directory"),
+    (["--dest", "/home"], "/home is a system directory"),
+    (["--dest", "/proc/self/cwd"], "/proc/self/cwd is in /proc, a kernel file system"),
+    (["--dest", "/sys"], "/sys is in /sys, a kernel file system"),
     (["--workers", "100000"], "--workers 100000: must be 1..64"),
     (["--workers", "0"], "--workers 0"),
     (["--workers", "many"], "invalid int value: 'many'"),
@@ -305,6 +410,9 @@ def test_hostile_keys_never_leave_dest(wdir: Path) -> None:
     (["--endpoint-url", "http://host:99999"], "is not a URL"),
     (["--endpoint-url", "http://user:pw@host:9000"], "carries credentials"),
     (["--endpoint-url", "ftp://host"], "is not an http(s)://HOST[:PORT] URL"),
+    (["--endpoint-url", "https://minio:9000/s3"], "--endpoint-url 'https://minio:9000/***' has a path, query or "
+                                                  "fragment: pass only http(s)://HOST[:PORT]"),
+    (["--endpoint-url", "https://minio:9000#x"], "has a path, query or fragment"),
     (["--region", "US East"], "is not a region name"),
     (["--part-size-mb", "0"], "--part-size-mb 0"),
     (["--limit-mb-s", "-1"], "--limit-mb-s -1.0"),
@@ -321,6 +429,127 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str, wdir: 
     out = capsys.readouterr().out.strip()
     assert len(out.splitlines()) == 1 and out.startswith("CANNOT-RUN ") and needle in out, out
     assert not (wdir / "m").exists()
+
+
+def test_a_whole_bucket_is_refused_before_anything_is_listed(moto: Moto, wdir: Path) -> None:
+    """`s3://bucket` would pour every object of the bucket into --dest: refused (exit 2) as `model.source.url`
+    is, by the same rule (`parse_source`), before any request."""
+    upload(moto.client(), "whole-bucket", "", {"config.json": b"{}", "other-team/notes.txt": b"x"})
+    for source in ("s3://whole-bucket", "s3://whole-bucket/", "s3://whole-bucket//"):
+        code, verdict, _ = sync(moto, wdir / "m", source=source)
+        assert code == 2 and verdict["status"] == "cannot-run", verdict
+        assert verdict["summary"].startswith(f"--source {source!r} names a bucket without a prefix"), verdict
+        assert "s3://BUCKET/PREFIX" in verdict["summary"]
+        assert not (wdir / "m").exists()
+
+
+@pytest.mark.parametrize("source", [
+    "s3://{bucket}/{prefix}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}#hunter4",
+    "s3://{bucket}/{prefix}&X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}/X-Amz-Signature=hunter4",
+    "s3://{bucket}/{prefix}%3FX-Amz-Signature%3Dhunter4",
+    "https://{bucket}.s3.amazonaws.com/{prefix}/config.json?X-Amz-Signature=hunter4",
+], ids=["query", "fragment", "ampersand", "equals", "encoded", "presigned-https"])
+def test_a_query_or_presigned_signature_in_the_source_is_refused_unechoed(moto: Moto, wdir: Path,
+                                                                           source: str) -> None:
+    code, verdict, stderr = sync(moto, wdir / "m", source=source.format(bucket=BUCKET, prefix=PREFIX))
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith("--source "), verdict["summary"]
+    assert "***" in verdict["summary"] and "s3://BUCKET/PREFIX" in verdict["summary"]
+    assert "hunter4" not in json.dumps(verdict) + stderr
+    assert not (wdir / "m").exists()
+
+
+@pytest.mark.parametrize("tail", ["/hunter6", "/hunter6/", "/?X-Amz-Signature=hunter6", "#hunter6", "?hunter6"])
+def test_an_endpoint_with_a_path_query_or_fragment_is_refused_unechoed(moto: Moto, wdir: Path, tail: str) -> None:
+    """README: `--endpoint-url` is http(s)://HOST[:PORT]. A path would be sent as a prefix of every request (and
+    could be a token): refused, masked, before any request."""
+    code, verdict, stderr = cli("sync", "--source", SOURCE, "--dest", str(wdir / "m"), "--endpoint-url",
+                                moto.endpoint + tail)
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith(f"--endpoint-url '{moto.endpoint}{tail[0]}***' has a path, query or "
+                                         "fragment: pass only http(s)://HOST[:PORT]"), verdict["summary"]
+    assert "hunter6" not in json.dumps(verdict) + stderr
+    code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(wdir / "m"), "--endpoint-url",
+                           moto.endpoint.replace("://", "://ak:hunter7@") + tail)
+    assert code == 2 and "carries credentials" in verdict["summary"] and "hunter" not in json.dumps(verdict)
+    assert not (wdir / "m").exists()
+    assert sync(moto, wdir / "ok", "--dry-run", "--endpoint-url", moto.endpoint + "/")[0] == 1, \
+        "a trailing '/' is no path"
+
+
+def _dead_endpoint() -> str:
+    """A loopback port nothing listens on: a sync that reaches the store with it says `cannot connect`."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["sync", "dry-run"])
+def test_a_dest_that_cannot_be_a_directory_is_one_line_naming_it_before_any_request(moto: Moto, wdir: Path,
+                                                                                    dry_run: bool) -> None:
+    """`--dest` under a regular file (a dry run used to end in NotADirectoryError from the journal read) or a
+    regular file itself: exit 2, one line naming --dest, decided before the store is asked anything (against a
+    dead endpoint the line is still about --dest, not the connection)."""
+    blocker = wdir / "file"
+    blocker.write_bytes(b"x")
+    cases = [(blocker / "m", f"{blocker} is a file, not a directory, so --dest cannot be created below it"),
+             (blocker / "a" / "b", f"{blocker} is a file, not a directory"),
+             (blocker, "exists and is not a directory")]
+    for dest, needle in cases:
+        for endpoint in (moto.endpoint, _dead_endpoint()):
+            code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", endpoint,
+                                   *(["--dry-run"] if dry_run else []))
+            assert code == 2 and verdict["status"] == "cannot-run", verdict
+            assert verdict["summary"].startswith(f"--dest '{dest}'") and needle in verdict["summary"], verdict
+    assert blocker.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("own", [JOURNAL_NAME, LOCK_NAME])
+def test_the_syncs_own_file_being_a_directory_is_one_line_naming_it(moto: Moto, wdir: Path, own: str) -> None:
+    dest = wdir / "model"
+    (dest / own).mkdir(parents=True)
+    code, verdict, _ = sync(moto, dest)
+    assert code == 2 and verdict["status"] == "cannot-run", verdict
+    assert verdict["summary"].startswith(f"--dest '{dest}'") and f"{dest / own}: Is a directory" in verdict["summary"]
+
+
+@pytest.fixture
+def read_only(wdir: Path) -> Iterator[Path]:
+    """A directory this process may not write: a read-only tmpfs when root (root ignores modes), mode 0555
+    otherwise."""
+    path = wdir / "ro"
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "weights-test-ro", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"root without a read-only mount here ({done.stderr.strip()}): the mode-0555 case needs non-root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["sync", "dry-run"])
+def test_a_dest_this_user_may_not_write_is_one_line_naming_it_before_any_request(moto: Moto, read_only: Path,
+                                                                                dry_run: bool) -> None:
+    reason = "read-only file system" if os.geteuid() == 0 else "permission denied"
+    for dest, doing in [(read_only, "list and write"), (read_only / "m", "create --dest in")]:
+        code, verdict, _ = cli("sync", "--source", SOURCE, "--dest", str(dest), "--endpoint-url", _dead_endpoint(),
+                               *(["--dry-run"] if dry_run else []))
+        if dry_run:  # a dry run writes nothing: it only needs to read, and gets as far as the store
+            assert code == 2 and "cannot connect" in verdict["summary"], verdict
+            continue
+        assert code == 2 and verdict["status"] == "cannot-run", verdict
+        assert verdict["summary"].startswith(f"--dest '{dest}': this user (uid {os.geteuid()}) may not {doing} "
+                                             f"{read_only} ({reason})"), verdict
+    code, verdict, _ = sync(moto, read_only, "--dry-run")
+    assert code == 1 and len(verdict["details"]["fetch_files"]) == len(FILES), verdict
 
 
 def test_another_sync_holding_the_lock_cannot_run(moto: Moto, wdir: Path) -> None:

@@ -155,6 +155,11 @@ def test_commands_carry_no_credentials_and_refuse_bad_arguments() -> None:
         node_sync_command("s3://bucket/x", "data", "img")
     with pytest.raises(ValueError, match="carries credentials"):
         node_sync_command("s3://bucket/x", "/data", "img", endpoint_url="http://ak:sk@minio:9000")
+    with pytest.raises(ValueError, match="/var is a system directory"):
+        node_sync_command("s3://bucket/x", "/var", "img")
+    with pytest.raises(ValueError, match="names a bucket without a prefix"):
+        node_sync_command("s3://bucket", "/data/models/ds", "img")
+    assert node_verify_command("/var").startswith("timeout 600 python3 - verify --dest /var"), "verify only reads"
     with pytest.raises(ValueError, match="line break"):
         credentials_stdin("AKIA", "secret\nAWS_SESSION_TOKEN=x")
     verify = node_verify_command("/data/models/ds", image="vllm/vllm-openai:v0.33.0")
