@@ -64,8 +64,10 @@ def _nginx_conf(args: argparse.Namespace) -> int:
         print(exc.report(), file=sys.stderr)
         return 2
     if not config.api.proxy.enabled:
-        print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (plan with "
-              "--set api.proxy.enabled=true --set serving.host=127.0.0.1 to see one)", file=sys.stderr)
+        print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (to see one: "
+              f"venv/bin/python -m stacks nginx-conf {args.stack} --set api.proxy.enabled=true --set "
+              "serving.host=127.0.0.1 --assume-secret api_key --assume-secret proxy_keys.team-a --assume-secret "
+              "tls_certificate --assume-secret tls_private_key)", file=sys.stderr)
         return 2
     print(masked_nginx_conf(front_door(config), sorted(config.proxy_keys or {})), end="")
     return 0

@@ -431,6 +431,29 @@ class Outcome:
     """set when every candidate was refused by the plan: the first problem"""
 
 
+def canonical(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stack's values as the mutations need them: the one-string forms of `image` and `model.source` as
+    mappings (a key path needs a mapping to change), and every secret (a SECRET marker, as the stack file reader
+    leaves it) moved out into stand-in secret values, as Pulumi hands them to the program."""
+    plain = copy.deepcopy(values)
+    secrets: dict[str, Any] = {}
+    for key in list(plain):
+        value = plain[key]
+        if isinstance(value, Secret):
+            secrets[key] = f"matrix-{key}-0"
+            del plain[key]
+        elif isinstance(value, dict) and any(isinstance(v, Secret) for v in value.values()):
+            secrets[key] = {k: f"matrix-{key}-{k}-0-padding" for k in value}
+            del plain[key]
+    if isinstance(plain.get("image"), str):
+        from stacks.config import parse_image_ref
+        plain["image"] = {k: v for k, v in parse_image_ref(plain["image"]).items() if v is not None}
+    model = plain.get("model")
+    if isinstance(model, dict) and isinstance(model.get("source"), str):
+        model["source"] = {"url": model["source"]}
+    return plain, secrets
+
+
 def plan_of(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> Plan:
     """The plan of plain values plus the secrets the program would get (as SECRET markers): ConfigError if not."""
     marked = copy.deepcopy(values)

@@ -73,4 +73,8 @@ class ConfigError(Exception):
 
     def report(self) -> str:
         head = f"stack {self.stack!r}: {len(self.problems)} config problem(s), nothing was created"
-        return "\n".join([head, *(p.render() for p in self.problems)])
+        lines = [head, *(p.render() for p in self.problems)]
+        if any(p.fix and "pulumi config set --secret" in p.fix for p in self.problems):
+            lines.append("(to plan before the secrets exist, without the Pulumi CLI: add --assume-secret KEY per "
+                         "missing secret, e.g. --assume-secret api_key --assume-secret proxy_keys.team-a)")
+        return "\n".join(lines)

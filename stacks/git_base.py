@@ -53,7 +53,9 @@ def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, 
         checkout = Path(tmp)
         _archive(root, ref, checkout)
         if not (checkout / f"Pulumi.{stack}.yaml").exists():
-            raise BaseError(f"{ref} has no Pulumi.{stack}.yaml: the stack is new in this change")
+            raise BaseError(f"{ref} has no Pulumi.{stack}.yaml: the stack is new in this change, so there is "
+                            f"nothing to compare; review its whole plan: venv/bin/python -m stacks plan {stack} "
+                            "(--json for a file)")
         done = subprocess.run([sys.executable, "-m", "stacks", "plan", stack, "--json"], cwd=checkout,
                               capture_output=True, text=True, timeout=120,
                               env={"VLLM_CLUSTER_ROOT": str(checkout), "PATH": "/usr/bin:/bin"})

@@ -200,8 +200,14 @@ def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple
             upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else (
                 f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1987-1995, with a replica over "
                 "nodes)" if item.dest == "enable_elastic_ep" else None)
-            problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config manages",
-                                    upstream=upstream, fix=f"remove it; set {MANAGED_OPTIONS[item.dest]} instead"))
+            why = MANAGED_OPTIONS[item.dest]
+            if why.startswith("nothing"):  # not modelled: refused for the reason given, no key replaces it
+                problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which this tool does "
+                                        f"not support: {why.split(':', 1)[-1].strip()}", upstream=upstream,
+                                        fix="remove it"))
+            else:
+                problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config "
+                                        "manages", upstream=upstream, fix=f"remove it; set {why} instead"))
         elif item.problem and item.dest is None and not own and "has no option" in item.problem:
             warnings.append(f"{key}: {item.word!r} is not an option of vLLM {table.version}, the newest option "
                             f"table known here; the argument dry run checks it against {config.image.ref}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacks import launch, load_estimate
-from stacks.config_mutations import BASE_SECRETS, Leaf, Mutation, leaves, mutate, plan_of
+from stacks.config_mutations import BASE_SECRETS, Leaf, Mutation, canonical, leaves, mutate, plan_of
 from stacks.downtime import assess
 from stacks.errors import ConfigError
 from stacks.plan import Plan
@@ -154,7 +154,8 @@ def baseline(stack: str, values: dict[str, Any], secrets: dict[str, Any], regist
 def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]], register: Register,
                keys: list[Leaf] | None = None) -> list[Row]:
     """Every key of the schema changed alone in one stack, the context keys with their feature on, the code rows."""
-    secrets = dict(BASE_SECRETS)
+    values, own_secrets = canonical(values)
+    secrets = dict(BASE_SECRETS) | own_secrets
     base = baseline(stack, values, secrets, register)
     rows: list[Row] = []
     contexts: dict[str, Baseline | None] = {}
@@ -206,6 +207,6 @@ def compute(stacks: dict[str, dict[str, Any]], register: Register, keys: list[Le
     """The matrix of every stack: stack name -> its plain config values (as read from Pulumi.<stack>.yaml)."""
     rows: list[Row] = []
     for stack, values in stacks.items():
-        others = [v for s, v in stacks.items() if s != stack]
+        others = [canonical(v)[0] for s, v in stacks.items() if s != stack]
         rows += stack_rows(stack, values, others, register, keys)
     return rows

@@ -102,6 +102,9 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
                           {k: v for k, v in new.get("labels", {}).items() if k != GENERATION})
         if labels:
             other["labels"] = labels
+        old_gen, new_gen = old.get("labels", {}).get(GENERATION), new.get("labels", {}).get(GENERATION)
+        if not change and not other and old_gen != new_gen:  # only the generation moved: a restart_epoch bump
+            other["labels"] = {GENERATION: [old_gen, new_gen]}
         if other:
             change["settings"] = other
         if change:
@@ -231,7 +234,8 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
                 parts.append(f"proves {_text(str(change['proves'][1]))} (was: {_text(str(change['proves'][0]))})")
             lines.append(f"- changed {_code(change.get('name'))}: {'; '.join(parts)}")
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
-                diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"]]):
+                diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"],
+                diff.get("replaced"), diff.get("updated_in_place")]):
         only_checks = any(checks.get(k) for k in ("added", "removed", "changed"))
         lines += ["", "No change to the engines, the proxy or the listeners; only the checks above change."
                   if only_checks else "No change to what gets deployed."]

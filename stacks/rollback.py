@@ -170,8 +170,8 @@ def check_same_stack(history: History, stack: str, stack_values: dict[str, Any],
             f"{history.source} is not the history of stack {stack}: its newest update with nodes ({when}) ran "
             f"on {', '.join(sorted(theirs))}, and {file_name} has {', '.join(sorted(ours)) or 'no nodes'}. "
             f"Pulumi's history JSON does not name its stack; write this stack's: `pulumi stack history --json "
-            f"-s {stack} --page-size {PAGE_SIZE} --page N` (every page), or run rollback where the pulumi CLI is "
-            "and leave out --history")
+            f"-s {stack} --page-size 10000 > history.json` (one page that holds every update), or run rollback "
+            "where the pulumi CLI is and leave out --history")
     raise RollbackError(
         f"{history.source} has no update that recorded {NODES_KEY}, so nothing ties it to stack {stack}. "
         "Run rollback where the pulumi CLI is and leave out --history (it reads this stack's own history)")

@@ -108,6 +108,15 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     return topology, profile, result
 
 
+def _tp_fix(config: StackConfig, max_tp: int) -> str:
+    """`tensor <= N`, and the data-parallel shape that uses this stack's GPUs at that TP."""
+    gpus = sum(n.gpus.count for n in config.nodes)
+    tp = max(d for d in (1, 2, 4, 8, 16, 32, 64) if d <= max_tp and (gpus % d == 0 or d == 1))
+    dp = gpus // tp
+    return (f"tensor <= {max_tp}; for {len(config.nodes)} node(s) with {gpus} GPUs: DP{dp} x TP{tp} with expert: "
+            f"true (EP{dp * tp})")
+
+
 def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabilities | None,
                  result: Validation) -> None:
     par = config.parallelism
@@ -123,7 +132,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                     f"{profile.o_groups} // {tp} = 0 on {profile.key}",
                     upstream="ZeroDivisionError: integer division or modulo by zero "
                     "(heads_per_group = self.n_local_heads // self.n_local_groups, FlashMLA profile_run)",
-                    fix=f"tensor <= {profile.o_groups}; for 2x8 GPUs use DP2 x TP8 with expert: true (EP16)"))
+                    fix=_tp_fix(config, profile.o_groups)))
     if profile.engram_hash_heads:
         heads = profile.engram_hash_heads
         across_dp = image.engram_shards_across_dp if image else False

@@ -257,3 +257,23 @@ def test_a_refused_config_registers_nothing() -> None:
     values["parallelism"]["tensor"] = 16
     with pytest.raises(ProgramError, match=r"parallelism\.tensor"):
         register("prod", values, dict(BASE_SECRETS))
+
+
+def test_a_stack_with_secrets_objects_and_string_forms_gets_its_rows() -> None:
+    """A stack file's own secrets (`proxy_keys`, `env_secrets`, `api_key` as `{secure: …}`) and the one-string forms
+    of `image` and `model.source` once crashed the matrix (exit 3): they are handed to the program as secrets and
+    mutated as mappings."""
+    from stacks.field_types import SECRET
+
+    values = copy.deepcopy(read_stack_values("h20"))
+    values["image"] = "vllm/vllm-openai:v0.33.0"
+    values["model"]["source"] = "s3://team-weights/deepseek/DeepSeek-V4-Flash"
+    values["serving"]["host"] = "127.0.0.1"
+    values["api"] = {"proxy": {"enabled": True}}
+    values |= {"api_key": SECRET, "proxy_keys": {"team-a": SECRET}, "env_secrets": {"HF_TOKEN": SECRET},
+               "tls_certificate": SECRET, "tls_private_key": SECRET}
+    keys = [leaf for leaf in leaves() if leaf.key in ("image.tag", "model.source.region", "api.proxy.max_body_mb")]
+    rows = compute({"h20": values}, register, keys)
+    by_key = {r.key: r for r in rows if r.stack == "h20"}
+    assert {"image.tag", "model.source.region", "api.proxy.max_body_mb"} <= set(by_key), sorted(by_key)
+    assert by_key["image.tag"].downtime.kind == "group"

@@ -356,3 +356,13 @@ def test_a_weakened_check_is_shown_though_no_process_changes(repo: Path) -> None
     assert "('17*19?' -&gt; /3[0-9][0-9]/)" in md and "(was: DP rank 0 on node1" in md
     assert "No change to the engines, the proxy or the listeners; only the checks above change." in md
     assert "No change to what gets deployed." not in md
+
+
+def test_a_restart_epoch_bump_shows_the_generation_and_the_replaced_group(repo: Path) -> None:
+    """The runbooks' group restart changes only the generation label: the review must not say "no change"."""
+    edit(repo, "prod", ("  vllm-cluster:container:\n", "  vllm-cluster:container:\n    restart_epoch: 1\n"),
+         commit=False)
+    md = diff(repo, "prod", "--base", "HEAD").stdout
+    assert "No change to what gets deployed." not in md
+    assert "  - label `vllm-cluster.generation`: `" in md
+    assert "### Replaced by `pulumi up`" in md and "- `engine-node2-deepseek-v41-flash`" in md
