@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import types
 import typing
 from pathlib import Path
@@ -11,6 +15,7 @@ from pydantic import BaseModel
 
 from stacks.config import StackConfig
 from stacks.reference import markdown
+from tests.conftest import ROOT
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
@@ -54,3 +59,17 @@ def test_every_numeric_field_has_a_range() -> None:
 if __name__ == "__main__":  # rewrite the README's table from the model
     text = README.read_text()
     README.write_text(text[:text.index(START) + len(START)] + markdown() + text[text.index(END):])
+
+
+def test_the_readme_quick_start_stack_plans(tmp_path: Path) -> None:
+    """The example stack of README "Quick start" is a real, valid stack file (3 nodes, mp, proxy, S3 source)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- example-stack:start -->\n```yaml\n", 1)[1].split("```\n<!-- example-stack:end -->", 1)[0]
+    (tmp_path / "Pulumi.example.yaml").write_text(block)
+    out = subprocess.run([sys.executable, "-m", "stacks", "plan", "example", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "VLLM_CLUSTER_ROOT": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert [n["role"] for n in plan["nodes"]] == ["dp-head", "headless-engine", "headless-engine"]
+    assert plan["topology"]["data"] == 3 and plan["proxy"] is not None
