@@ -34,8 +34,10 @@ def assess(diff: dict[str, Any]) -> Downtime:
 def downtime_of(diff: dict[str, Any]) -> str:
     found = assess(diff)
     if found.kind == "group":
-        count = len(set(diff.get("replaced") or []) | {n for n, c in (diff.get("containers") or {}).items()
-                                                       if c.get("created") or c.get("deleted")})
+        containers = diff.get("containers") or {}
+        # a renamed container is one deleted and one created: count what runs after the change
+        count = len(set(diff.get("replaced") or []) | {n for n, c in containers.items() if c.get("created")}) or \
+            len({n for n, c in containers.items() if c.get("deleted")})
         return found.text.replace("the whole engine group is", f"the whole engine group ({count} container(s)) is",
                                   1)
     return found.text
