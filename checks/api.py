@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import ssl
 import sys
@@ -84,7 +85,7 @@ class Api:
             try:
                 response = self.client.request(method, self.url + path, **kwargs)
                 if response.status_code == 429 and attempt < retries - 1:  # the proxy's limits: wait, retry
-                    time.sleep(float(response.headers.get("Retry-After", "1")))
+                    time.sleep(_retry_after(response.headers.get("Retry-After")))
                     continue
                 return response
             except RETRYABLE:
@@ -92,6 +93,15 @@ class Api:
                     raise
                 time.sleep(2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait on a 429: the header's delay-seconds, 1 s when absent or an HTTP date, never over 30 s."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), 30.0) if seconds == seconds else 1.0
 
 
 @dataclass(frozen=True)
@@ -225,7 +235,7 @@ def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: 
         return probe
     if thinking:
         reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-        probe.reasoning_chars = len(reasoning.strip())
+        probe.reasoning_chars = len(reasoning.strip()) if isinstance(reasoning, str) else 0
         if probe.reasoning_chars == 0:
             probe.error = f"no reasoning content; message keys {sorted(message)}"
         elif not probe.answer:
@@ -263,16 +273,24 @@ def probe_stream(api: Api, served: str, golden: Golden, target: Target) -> Probe
                     except ValueError:
                         errors.append(f"not JSON: {data[:80]!r}")
                         continue
+                    if not isinstance(event, dict):
+                        errors.append(f"not an event object: {data[:80]!r}")
+                        continue
                     if "error" in event:  # vLLM reports errors after the 200 as an event in the stream
-                        errors.append(str((event["error"] or {}).get("message", event["error"]))[:200])
+                        error = event["error"]
+                        errors.append(str(error.get("message", error) if isinstance(error, dict) else error)[:200])
                         continue
                     if probe.first_chunk_s is None:
                         probe.first_chunk_s = time.monotonic() - start
-                    if event.get("usage"):
-                        probe.tokens = event["usage"].get("completion_tokens")
-                    for choice in event.get("choices") or []:  # the usage chunk has none
+                    usage = event.get("usage")
+                    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                        probe.tokens = usage["completion_tokens"]
+                    choices = event.get("choices")
+                    for choice in choices if isinstance(choices, list) else []:  # the usage chunk has none
+                        delta = choice.get("delta") if isinstance(choice, dict) else None
+                        content = delta.get("content") if isinstance(delta, dict) else None
                         chunks += 1
-                        text += (choice.get("delta") or {}).get("content") or ""
+                        text += content if isinstance(content, str) else ""
             probe.latency_s = time.monotonic() - start
             break
         except RETRYABLE as exc:
@@ -377,7 +395,8 @@ def rank_control(api: Api, served: str, golden: Golden, dp_size: int) -> tuple[b
                        "X-data-parallel-rank header is dropped or ignored, so the per-rank answers prove nothing")
     text = _error_text(response)
     refused = 400 <= response.status_code < 500 and response.status_code not in (401, 403, 404, 405, 429)
-    if refused and "rank" in text.lower():  # Python frontend: "... out of range"; Rust: InvalidDataParallelRank
+    # Python frontend: "data_parallel_rank N is out of range"; Rust frontend: InvalidDataParallelRank
+    if refused and re.search(r"data_parallel_rank|DataParallelRank|\brank\b.*\b(out of range|invalid)", text, re.I):
         return True, (f"rank control: rank {dp_size} refused (HTTP {response.status_code} {text[:80]!r}): the "
                       "header reaches vLLM")
     return False, (f"rank control: rank {dp_size} got HTTP {response.status_code}: {text[:120]!r}, not a refusal "
@@ -500,15 +519,17 @@ def _url(url: str) -> str:
         raise ConfigProblem(f"--url {url[:80]!r}: not a URL ({exc}); e.g. https://llm.example.com:443") from None
     if parts.scheme not in ("http", "https") or not parts.host:
         raise ConfigProblem(f"--url {url[:80]!r}: needs http:// or https:// and a host, e.g. http://10.30.8.1:8030")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo:
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo or re.search(r"[?#@\s]", url):
         raise ConfigProblem(f"--url {url[:80]!r}: only scheme, host and port; the checks add /health, /v1/models, "
                             "/v1/chat/completions themselves")
-    return url.rstrip("/")
+    port = f":{parts.port}" if parts.port else ""
+    host = f"[{parts.host}]" if ":" in parts.host else parts.host
+    return f"{parts.scheme}://{host}{port}"  # rebuilt from the parsed parts: what is checked is what is used
 
 
-def _seconds(flag: str, value: float, high: float) -> float:
-    if not (0 < value <= high):  # NaN fails too
-        raise ConfigProblem(f"{flag} {value:g}: must be more than 0 and at most {high:g} seconds")
+def _seconds(flag: str, value: float, high: float, low: float = 0.0) -> float:
+    if not (low < value <= high):  # NaN fails too
+        raise ConfigProblem(f"{flag} {value:g}: must be more than {low:g} and at most {high:g} seconds")
     return value
 
 
@@ -601,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = _targets(args.dp_size, args.rank_nodes)
         goldens = _goldens(args.golden_json, args.prompt, args.expect)
         ca_pem = _ca_pem(args.ca_env, args.ca_file)
-        _seconds("--interval-s", args.interval_s, 86_400)
+        _seconds("--interval-s", args.interval_s, 86_400, low=0.01)  # a smaller one is a busy loop in --watch
         _seconds("--timeout-s", args.timeout_s, 3_600)
         _seconds("--deadline-s", args.deadline_s, 7 * 86_400)
         args.url = _url(args.url)

@@ -173,10 +173,33 @@ def _known_command(words: list[str]) -> bool:
     Ray cluster-ready wait (`python3 -c` with `ray.init` and no vLLM in it)."""
     if words[:2] in (["vllm", "serve"], ["ray", "start"]):
         return True
-    if words[0] == "set":  # shell options only: `set -euo pipefail`
-        return len(words) > 1 and all(re.fullmatch(r"[-+][a-z]+|pipefail|errexit|nounset", w) for w in words[1:])
-    return words[:2] == ["python3", "-c"] and len(words) == 3 and "ray.init(" in words[2] and \
-        "vllm" not in words[2].lower()
+    if words[0] == "set":  # errexit, nounset, xtrace, pipefail only (`set -k` would turn argv words into env)
+        return len(words) > 1 and all(re.fullmatch(r"-[eux]+o?|pipefail", w) for w in words[1:])
+    if words[:2] != ["python3", "-c"] or len(words) != 3:
+        return False
+    code = words[2]  # the cluster-ready wait: it imports sys, time and ray, and runs nothing
+    return ("ray.init(" in code and code.count("import") == 1 and "import sys,time,ray" in code
+            and not re.search(r"vllm|\bos\b|subprocess|system|exec|eval|__|open\(|getattr|compile", code, re.I))
+
+
+def _shell_syntax(script: str) -> str | None:
+    """Shell syntax the line-by-line reading cannot follow: `;`, `&`, `|`, redirections, subshells, `$`/backticks
+    (substitutions), a line continued with `\\`. None when the script has none (outside quotes)."""
+    if re.search(r"\\\n", script):
+        return "a line continued with a backslash"
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:
+        return f"unbalanced quoting ({exc})"
+    for token in tokens:
+        if token and set(token) <= set("();<>|&"):
+            return f"shell operator {token!r}"
+        if "$" in token or "`" in token:
+            return f"a substitution in {token[:40]!r}"
+    return None
 
 
 def engine_command_readable(props: Mapping[str, Any]) -> list[str]:
@@ -184,6 +207,13 @@ def engine_command_readable(props: Mapping[str, Any]) -> list[str]:
     vllm…`, `true && vllm serve`) would pass them unread. Fail closed: an engine runs only commands read here."""
     if not _is_engine(props):
         return []
+    entry = [str(_plain(x)) for x in _plain(props.get("entrypoints")) or []]
+    command = [str(_plain(x)) for x in _plain(props.get("command")) or []]
+    if entry and entry[-1] == "-c" and command:
+        syntax = _shell_syntax(command[0])
+        if syntax:
+            return [f"engine container's start script uses {syntax}: the policy reads one simple command per "
+                    "line, so it cannot tell what runs; the program writes none of that"]
     commands = _commands(props)
     unknown = [" ".join(words)[:80] for words in commands if not _known_command(words)]
     if unknown:

@@ -163,6 +163,9 @@ def compile_expect(pattern: str) -> re.Pattern[str]:
     problem = _shape_problem(pattern)
     if problem:
         raise ValueError(f"{pattern!r}: {problem}; write the answer out (e.g. '323' or '3\\d\\d')")
+    if pattern.endswith(("\\.", "。", "\\。")):
+        raise ValueError(f"{pattern!r} ends in a full stop, which the answer loses before matching (one trailing "
+                         "'.' or '。' is stripped): it could never match; leave the full stop out")
     wrong = next((text for text in UNRELATED_ANSWERS if compiled.fullmatch(text)), None)
     if wrong is not None:
         raise ValueError(f"{pattern!r} also matches {wrong!r}: a check that accepts an empty or unrelated answer "
@@ -171,8 +174,8 @@ def compile_expect(pattern: str) -> re.Pattern[str]:
 
 
 UNRELATED_ANSWERS: tuple[str, ...] = (
-    "", "I cannot help with that", "抱歉，我无法回答这个问题", "zzzz qqqq 9999 ????",
-    "Error: the model returned nothing",
+    "", "zz", "zzzz", "I dont know", "I cannot help with that", "抱歉，我无法回答这个问题", "抱歉无法回答",
+    "zzzz qqqq 9999 ????", "Error: the model returned nothing",
 )
 """Answers no golden pattern may accept: a pattern matching one of them (`.*`, `\\d*`, `323|.*`) passes a
 broken rank."""

@@ -151,18 +151,35 @@ OVERRIDABLE_ENV = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_I
 for every node); the rest have a config key of their own, a per-node value (VLLM_HOST_IP, CUDA_VISIBLE_DEVICES),
 or a secret, or would break the topology."""
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|_KEY$|^KEY$|"
-                          r"AUTH)", re.I)
-_SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
-_SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|ghp_[A-Za-z0-9]{8,}|"
+_SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                           "AUTH", "KEY"})
+"""Words of a variable name (split at `_`) that name a credential: HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY.
+Whole words only: TOKENIZERS_PARALLELISM, VLLM_MAX_TOKENS_… are not credentials."""
+_NOT_SECRET_WORDS = frozenset({"FILE", "PATH", "DIR", "SOCK", "SOCKET", "CACHE", "HOME", "URL_FILE"})
+"""A name ending in one of these points at where a credential lives (GOOGLE_APPLICATION_CREDENTIALS is a file
+path, SSH_AUTH_SOCK a socket), not at the credential."""
+_SECRET_VALUE = re.compile(r"^(sk-|hf_[A-Za-z0-9]{20,}|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
+_SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{8,}|"
                               r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
                               r"AKIA[0-9A-Z]{12,}|-----BEGIN [A-Z ]*PRIVATE KEY)")
+"""Token shapes: `hf_` needs the length of a real Hugging Face token (hf_ + 34), so /data/hf_downloads is a path."""
+
+
+def _secret_name(name: str) -> bool:
+    words = [w for w in name.upper().split("_") if w]
+    if not words or words[-1] in _NOT_SECRET_WORDS:
+        return False
+    return any(w in _SECRET_WORDS for w in words) or name.upper().endswith(("APIKEY", "API_KEY", "PRIVATEKEY"))
 
 
 def looks_secret(name: str, value: str) -> bool:
-    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY, AUTH) or by its value: a well-known
-    prefix (sk-, hf_) at the start or anywhere, a URL with a password, a JSON secret field, a bearer header."""
-    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value) or _credential_in(value)
+    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY, AUTH; not a flag such as
+    HF_HUB_DISABLE_IMPLICIT_TOKEN=1 or a path such as GOOGLE_APPLICATION_CREDENTIALS) or by its value: a
+    well-known token shape (sk-, hf_, AKIA…) at the start or anywhere, a URL with a password, a JSON secret field,
+    a bearer header."""
+    flag_or_path = value.strip().lower() in ("", "0", "1", "true", "false", "yes", "no", "on", "off") or \
+        value.startswith("/")
+    return bool((_secret_name(name) and not flag_or_path) or _SECRET_VALUE.search(value) or _credential_in(value)
                 or re.search(r"\b(Bearer|Basic)\s+\S{8,}", value))
 
 

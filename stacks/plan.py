@@ -381,6 +381,9 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     golden = config.api.smoke.golden
     pairs = f"{len(golden)} golden pair(s) ({_short(golden[0].prompt)} -> /{golden[0].expect}/"
     pairs += ", …)" if len(golden) > 1 else ")"
+    # the whole set by its hash, so a review sees any pair change, not only the first one's visible part
+    digest = hashlib.sha256(json.dumps([[g.prompt, g.expect] for g in golden], ensure_ascii=False).encode())
+    pairs += f" [golden set {digest.hexdigest()[:12]}]"
     extra = "".join(f"; {_RANKED_PROVES[c]}" for c in ranked if c != "chat")
     checks = [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
                         proves=_API_PROVES[c]) for c in ("health", "models")]

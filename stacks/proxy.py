@@ -134,7 +134,7 @@ def routes_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     if not proxy.enabled:
         return [], []
     version = routes_version(config)
-    problems = _front_door_problems(proxy, admin_routes(version) if version else frozenset(DENIED_PATHS))
+    problems = _front_door_problems(proxy, admin_routes(version) if version else known_admin_routes())
     if version is None:
         return problems, [f"image {config.image.ref} has no routes table (stacks/images.py `routes`): "
                           f"api.proxy.allowed_paths cannot be checked against what it serves, and the proxy names "
@@ -151,11 +151,19 @@ def routes_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     return problems, []
 
 
+@cache
+def known_admin_routes() -> frozenset[str]:
+    """For an image without a routes table: every control path of every routes table known here, and the
+    built-in dangerous list (an unknown build may serve any of them)."""
+    versions = [p.name.removeprefix("vllm-").removesuffix("-routes.json") for p in DATA.glob("vllm-*-routes.json")]
+    return frozenset(DENIED_PATHS).union(*(admin_routes(v) for v in versions))
+
+
 def _front_door_problems(proxy: ProxyConfig, admin: frozenset[str]) -> list[Problem]:
     """The allowlist cannot open a control path by accident, nor lock out the stack's own checks."""
     problems = []
     for i, path in enumerate(proxy.allowed_paths):
-        if path in admin and path not in proxy.admin_paths:
+        if (path in admin or path.endswith("/abort_requests")) and path not in proxy.admin_paths:
             problems.append(Problem(
                 f"api.proxy.allowed_paths.{i}", path, "is a vLLM control path, not an inference one: every client "
                 "key could call it (pause or sleep the engine, swap weights, run methods on every GPU worker, "
@@ -166,7 +174,7 @@ def _front_door_problems(proxy: ProxyConfig, admin: frozenset[str]) -> list[Prob
             problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not in api.proxy.allowed_paths: "
                                     "acknowledging a path the proxy does not pass says nothing",
                                     fix="add it to allowed_paths, or remove it here"))
-        elif path not in admin:
+        elif path not in admin and not path.endswith("/abort_requests"):
             problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not a control path of this image: "
                                     "an acknowledgement here would outlive the reason for it",
                                     fix=f"remove it (control paths: {', '.join(sorted(admin)[:8])}, …)"))

