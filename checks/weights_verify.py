@@ -48,6 +48,10 @@ INVISIBLE = {"Cc": "control character", "Cf": "format character", "Cs": "surroga
              "Zp": "paragraph separator"}
 """Unicode categories refused in a path besides ASCII controls: DEL and C1 controls, format characters (U+202E
 right-to-left override, zero-width space and joiners, U+FEFF, soft hyphen), surrogates, U+2028/U+2029."""
+BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800\u180e") | frozenset(chr(c) for c in range(0xFE00, 0xFE10))
+"""Characters that render as nothing or as a space though they are letters or marks (Hangul fillers, the
+Braille blank, variation selectors): refused like the non-ASCII spaces (category Zs). Homoglyphs of other
+scripts (a Cyrillic `с` in `сonfig.json`) are not refused: the verify step names every file of the index."""
 MANIFEST_VERSION = 1
 SHOW = 5
 """How many names a verdict line lists before '… and N more'."""
@@ -105,6 +109,10 @@ def unsafe_reason(key: str) -> str | None:
         return "control character in path"
     for char in key:
         kind = unicodedata.category(char)
+        if char in BLANK_LOOKING or (kind == "Zs" and char != " "):
+            name = unicodedata.name(char, "")
+            return (f"blank-looking character U+{ord(char):04X}{f' ({name})' if name else ''} in path: two names "
+                    "that print alike could both be loaded")
         if kind in INVISIBLE:
             name = unicodedata.name(char, "")
             return (f"{INVISIBLE[kind]} U+{ord(char):04X}{f' ({name})' if name else ''} in path: it hides or "

@@ -385,6 +385,16 @@ def test_keys_with_invisible_characters_are_refused_with_the_char_escaped(moto: 
     assert not dest.exists()
 
 
+@pytest.mark.parametrize("char", ["\u3164", "\u115f", "\u2800", "\ufe0f", "\xa0", "\u2007"])
+def test_blank_looking_characters_are_refused_in_keys(char: str) -> None:
+    """`config.json<U+3164>` prints as `config.json`: two shards that look alike could both be loaded."""
+    from checks.weights_verify import unsafe_reason
+
+    reason = unsafe_reason(f"m/config.json{char}")
+    assert reason is not None and f"U+{ord(char):04X}" in reason
+    assert unsafe_reason("m/model-00001-of-00002.safetensors") is None
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--source", "http://bucket/x"], "is not an s3:// URL"),
     (["--source", "s3:///models"], "names no bucket"),
