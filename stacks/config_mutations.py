@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
+from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig, parse_image_ref
 from stacks.errors import ConfigError
 from stacks.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.loader import parse_config
@@ -446,7 +446,6 @@ def canonical(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             secrets[key] = {k: f"matrix-{key}-{k}-0-padding" for k in value}
             del plain[key]
     if isinstance(plain.get("image"), str):
-        from stacks.config import parse_image_ref
         plain["image"] = {k: v for k, v in parse_image_ref(plain["image"]).items() if v is not None}
     model = plain.get("model")
     if isinstance(model, dict) and isinstance(model.get("source"), str):

@@ -180,15 +180,20 @@ def _ports(item: dict[str, Any]) -> str:
     return f"{item['node']}:{item['port']}" + (f"-{end}" if end else "")
 
 
+def _one_line(text: str) -> str:
+    """Control characters (newlines included) as spaces: nothing a value holds can start a Markdown line."""
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text)
+
+
 def _text(text: str) -> str:
     """Free text in Markdown, on one line: GitHub would read `<digest>` as an HTML tag and hide it."""
-    return re.sub(r"[\x00-\x1f\x7f]", " ", text).replace("<", "&lt;").replace(">", "&gt;")
+    return _one_line(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _code(value: Any) -> str:
     """Any value as one inline code span: whatever a stack file holds (a key with backticks, newlines or `<!--`)
     cannot end the span, start a line, or hide the rest of the review."""
-    text = re.sub(r"[\x00-\x1f\x7f]", " ", str(value)).replace("`", "'")
+    text = _one_line(str(value)).replace("`", "'")
     return f"`{text[:200] + '…' if len(text) > 200 else text}`"
 
 

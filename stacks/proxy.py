@@ -86,19 +86,29 @@ BUILTIN_ROUTES = Routes(ALLOWED_PATHS, OPEN_PATHS, DENIED_PATHS, "built-in list 
 
 
 @cache
+def _routes_table(version: str) -> dict[str, dict[str, list[str]]]:
+    """The routes table of a vLLM version (path -> methods and origins), read once."""
+    raw = json.loads((DATA / f"vllm-{version}-routes.json").read_text())
+    return {str(p): {"methods": list(e["methods"]), "origins": [str(o) for o in e["origins"]]}
+            for p, e in raw["routes"].items()}
+
+
 def vllm_routes(version: str) -> dict[str, list[str]]:
     """Path -> methods of every route a vLLM version's API server can register (read from its wheel)."""
-    raw = json.loads((DATA / f"vllm-{version}-routes.json").read_text())
-    return {str(p): list(e["methods"]) for p, e in raw["routes"].items()}
+    return {p: e["methods"] for p, e in _routes_table(version).items()}
+
+
+def is_control(path: str, admin: frozenset[str]) -> bool:
+    """A control path: one of `admin`, or any `…/abort_requests` (it aborts other clients' requests)."""
+    return path in admin or path.endswith("/abort_requests")
 
 
 @cache
 def admin_routes(version: str) -> frozenset[str]:
     """The control paths of a vLLM version: a route any control module registers (ADMIN_ORIGINS), and any
-    `…/abort_requests` (it aborts other clients' requests)."""
-    raw = json.loads((DATA / f"vllm-{version}-routes.json").read_text())
-    return frozenset(str(p) for p, e in raw["routes"].items() if p not in OPEN_PATHS and (
-        any(str(o).startswith(ADMIN_ORIGINS) for o in e["origins"]) or p.endswith("/abort_requests")))
+    `…/abort_requests`."""
+    return frozenset(p for p, e in _routes_table(version).items() if p not in OPEN_PATHS and (
+        any(o.startswith(ADMIN_ORIGINS) for o in e["origins"]) or is_control(p, frozenset())))
 
 
 def static_path(route: str) -> str:
@@ -163,7 +173,7 @@ def _front_door_problems(proxy: ProxyConfig, admin: frozenset[str]) -> list[Prob
     """The allowlist cannot open a control path by accident, nor lock out the stack's own checks."""
     problems = []
     for i, path in enumerate(proxy.allowed_paths):
-        if (path in admin or path.endswith("/abort_requests")) and path not in proxy.admin_paths:
+        if is_control(path, admin) and path not in proxy.admin_paths:
             problems.append(Problem(
                 f"api.proxy.allowed_paths.{i}", path, "is a vLLM control path, not an inference one: every client "
                 "key could call it (pause or sleep the engine, swap weights, run methods on every GPU worker, "
@@ -174,7 +184,7 @@ def _front_door_problems(proxy: ProxyConfig, admin: frozenset[str]) -> list[Prob
             problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not in api.proxy.allowed_paths: "
                                     "acknowledging a path the proxy does not pass says nothing",
                                     fix="add it to allowed_paths, or remove it here"))
-        elif path not in admin and not path.endswith("/abort_requests"):
+        elif not is_control(path, admin):
             problems.append(Problem(f"api.proxy.admin_paths.{i}", path, "is not a control path of this image: "
                                     "an acknowledgement here would outlive the reason for it",
                                     fix=f"remove it (control paths: {', '.join(sorted(admin)[:8])}, …)"))

@@ -11,7 +11,7 @@ import ipaddress
 import math
 from dataclasses import dataclass, field
 
-from stacks.config import StackConfig
+from stacks.config import NodeConfig, StackConfig
 from stacks.errors import Problem
 from stacks.exposure import (
     API_EXPOSURE_FIX,
@@ -317,8 +317,7 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
                                            fix="a unique value per node"))
     owner: dict[str, tuple[int, str]] = {}
     for i, node in enumerate(config.nodes):
-        addresses = [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in
-                                                              enumerate(node.data_ips)]]
+        addresses = _node_addresses(node)
         if is_ip_literal(node.ssh.host):
             addresses.append(("ssh.host", str(ipaddress.ip_address(node.ssh.host))))
         data: set[str] = set()  # one NIC may carry the management address too; two NICs never share one
@@ -342,22 +341,26 @@ def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
                                            fix="this node's own SSH address (or its own port for a tunnel)"))
 
 
+def _node_addresses(node: NodeConfig) -> list[tuple[str, str]]:
+    """(config key below the node, address) of the node's management and data-plane IPs."""
+    return [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]
+
+
 def _address_rules(config: StackConfig, result: Validation) -> None:
     """Addresses the nodes use to reach each other must be able to: no loopback across nodes, one address family
     for the control plane, and vLLM's bind one of the head's own addresses (or all, or loopback)."""
     multi = len(config.nodes) > 1
     for i, node in enumerate(config.nodes):
-        for key, address in [("management_ip", node.management_ip),
-                             *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]:
+        for key, address in _node_addresses(node):
             if multi and ipaddress.ip_address(address).is_loopback:
                 result.problems.append(Problem(f"nodes.{i}.{key}", address, "is a loopback address: the other nodes "
                                                "cannot reach this node there", fix="the node's address on the network "
                                                "between the nodes"))
-    controls = [(i, control_ip(config, n)) for i, n in enumerate(config.nodes)]
-    families = {ipaddress.ip_address(ip).version for _, ip in controls if ip}
-    if len(families) > 1:
-        i, ip = next((i, ip) for i, ip in controls if ip and ipaddress.ip_address(ip).version != next(
-            ipaddress.ip_address(x).version for _, x in controls if x))
+    controls = [(i, ip, ipaddress.ip_address(ip).version)
+                for i, ip in ((i, control_ip(config, n)) for i, n in enumerate(config.nodes)) if ip]
+    mixed = [(i, ip) for i, ip, version in controls if version != controls[0][2]]
+    if mixed:
+        i, ip = mixed[0]
         result.problems.append(Problem(
             f"nodes.{i}.{'management_ip' if config.fabric.control_plane == 'management' else 'data_ips.0'}", ip,
             "the control plane mixes IPv4 and IPv6: NCCL, Gloo, the DP handshake and Ray connect within one family",
@@ -375,8 +378,7 @@ def _address_rules(config: StackConfig, result: Validation) -> None:
             fix=f"0.0.0.0, or one of {', '.join(sorted(own))}"))
     target = config.api.public_host or (proxy.server_name if proxy.enabled else None) or head.management_ip
     listen = proxy.bind if proxy.enabled else bind
-    if is_ip_literal(target) and listen in ("0.0.0.0", "::") and ipaddress.ip_address(target).version == 6 \
-            and listen == "0.0.0.0":
+    if listen == "0.0.0.0" and is_ip_literal(target) and ipaddress.ip_address(target).version == 6:
         result.problems.append(Problem(
             "api.proxy.bind" if proxy.enabled else "serving.host", listen,
             f"binds IPv4 only, but clients and the API checks call the IPv6 address {target}",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,31 +67,41 @@ def test_health_deadline_fails_with_phase() -> None:
     assert "models" not in verdict["details"]  # stops after health fails
 
 
-def test_a_health_refused_by_the_front_door_fails_at_once() -> None:
-    """A 403 from a proxy whose allowlist lacks /health is an answer, not a loading engine: no wait to the
-    deadline (the plan refuses such an allowlist too)."""
-    import http.server
-    import threading
-
-    class Deny(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"error": "forbidden"}'
-            self.send_response(403)
+@contextmanager
+def canned_server(status: int, body: bytes, headers: dict[str, str] | None = None) -> Iterator[str]:
+    """A loopback HTTP server answering every GET and POST with one fixed response (a front door that refuses,
+    a body that lies about its encoding): what the stand-in engine never sends."""
+    class Canned(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
+        do_GET = do_POST = _answer
+
         def log_message(self, *_: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Deny)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Canned)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        start = time.monotonic()
-        code, verdict, _ = run_api(f"http://127.0.0.1:{server.server_port}", "--deadline-s", "60")
-        elapsed = time.monotonic() - start
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def test_a_health_refused_by_the_front_door_fails_at_once() -> None:
+    """A 403 from a proxy whose allowlist lacks /health is an answer, not a loading engine: no wait to the
+    deadline (the plan refuses such an allowlist too)."""
+    with canned_server(403, b'{"error": "forbidden"}') as url:
+        start = time.monotonic()
+        code, verdict, _ = run_api(url, "--deadline-s", "60")
+        elapsed = time.monotonic() - start
     assert code == 1 and elapsed < 20
     assert verdict["evidence"][0].startswith("health: /health HTTP 403"), verdict
     assert "allowed_paths must include /health" in json.dumps(verdict)
@@ -436,29 +448,9 @@ def test_rank_header_passes_through_the_generated_nginx_and_the_check_runs_there
 def test_watch_survives_a_body_httpx_cannot_decode() -> None:
     """`Content-Encoding: gzip` over a body that is not gzip raises httpx.DecodingError, not a transport error:
     watch mode reports the rank down and goes on (it exits non-zero only on configuration errors)."""
-    import http.server
-    import threading
-
-    class Garbled(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = b"this is not gzip"
-            self.send_response(200)
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = subprocess.run([sys.executable, "-m", "checks.api", "--url", f"http://127.0.0.1:{server.server_port}",
-                              "--served-name", "m", "--watch", "--interval-s", "0.2", "--max-iterations", "2"],
+    with canned_server(200, b"this is not gzip", {"Content-Encoding": "gzip"}) as url:
+        out = subprocess.run([sys.executable, "-m", "checks.api", "--url", url, "--served-name", "m", "--watch",
+                              "--interval-s", "0.2", "--max-iterations", "2"],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
-    finally:
-        server.shutdown()
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert "DecodingError" in out.stdout, out.stdout
