@@ -15,10 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stacks.errors import ConfigError  # noqa: E402
-from stacks.loader import parse_config  # noqa: E402
-from stacks.plan import build_plan  # noqa: E402
-from stacks.stack_file import parse_stack_text  # noqa: E402
+from stacks.model.errors import ConfigError  # noqa: E402
+from stacks.model.loader import parse_config  # noqa: E402
+from stacks.model.stack_file import parse_stack_text  # noqa: E402
+from stacks.planner.plan import build_plan  # noqa: E402
 from tests.test_bad_configs import TEXT, TEXT_CASES, VALUE_CASES, _mutated  # noqa: E402
 
 

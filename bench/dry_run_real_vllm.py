@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from checks.bundle import remote_script
 from components.check_commands import dry_run_command
-from stacks.loader import load_stack
-from stacks.plan import build_plan
+from stacks.model.loader import load_stack
+from stacks.planner.plan import build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "stacks" / "data"
+DATA = ROOT / "stacks" / "planner" / "data"
 STANDIN = {"PYTHONPATH": str(ROOT / "tests" / "vllm_standin"),
            "VLLM_STANDIN_FLAGS": str(DATA / "vllm-0.33.0-serve-flags.json"),
            "VLLM_STANDIN_REGISTRIES": str(DATA / "vllm-0.33.0-registries.json")}

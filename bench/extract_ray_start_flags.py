@@ -1,9 +1,9 @@
-"""`ray start`'s options as data, in the format of `stacks/data/vllm-<v>-serve-flags.json`, for the policy pack.
+"""`ray start`'s options as data, in the format of `stacks/planner/data/vllm-<v>-serve-flags.json`, for the policy pack.
 
-    venv/bin/python bench/extract_ray_start_flags.py   # -> stacks/data/ray-<version>-start-flags.json
+    venv/bin/python bench/extract_ray_start_flags.py   # -> stacks/planner/data/ray-<version>-start-flags.json
 
 Read from the installed Ray's click command (`ray/scripts/scripts.py` `start`): every option string, its
-destination, whether it takes a value. The policy reads `ray start` argv with `stacks.serve_options.read_argv`
+destination, whether it takes a value. The policy reads `ray start` argv with `stacks.planner.serve_options.read_argv`
 against this table instead of matching words.
 """
 
@@ -16,7 +16,7 @@ import click
 import ray
 import ray.scripts.scripts as scripts
 
-OUT = Path(__file__).resolve().parent.parent / "stacks" / "data"
+OUT = Path(__file__).resolve().parent.parent / "stacks" / "planner" / "data"
 
 
 def main() -> int:

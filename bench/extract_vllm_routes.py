@@ -1,6 +1,7 @@
 """Every HTTP path a vLLM wheel's API server can register, read from its source with `ast` (nothing imported).
 
-    venv/bin/python bench/extract_vllm_routes.py /work/vllm-src/vllm 0.33.0   # -> stacks/data/vllm-0.33.0-routes.json
+    venv/bin/python bench/extract_vllm_routes.py /work/vllm-src/vllm 0.33.0
+    # writes stacks/planner/data/vllm-0.33.0-routes.json
 
 What counts as a route (vllm/entrypoints/**.py):
 - a decorator `@<router or app>.<get|post|put|patch|delete|head|options|api_route>("/path", …)`;
@@ -23,7 +24,7 @@ from pathlib import Path
 
 METHODS = {"get", "post", "put", "patch", "delete", "head", "options", "api_route"}
 FASTAPI_DEFAULTS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-OUT = Path(__file__).resolve().parent.parent / "stacks" / "data"
+OUT = Path(__file__).resolve().parent.parent / "stacks" / "planner" / "data"
 
 
 def _literal_path(call: ast.Call) -> str | None:

@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.check_commands import dry_run_command
-from stacks.loader import parse_config, read_stack_values
-from stacks.plan import Plan, build_plan
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.plan import Plan, build_plan
 
 TINY_MOE = {
     "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,

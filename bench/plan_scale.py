@@ -16,8 +16,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stacks.loader import parse_config, read_stack_values  # noqa: E402
-from stacks.plan import build_plan  # noqa: E402
+from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
+from stacks.planner.plan import build_plan  # noqa: E402
 
 
 def scaled(nodes: int) -> dict[str, Any]:

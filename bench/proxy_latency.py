@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from checks.api import tls_context  # noqa: E402
-from stacks.config import ProxyConfig, ProxyLimits  # noqa: E402
+from stacks.model.config import ProxyConfig, ProxyLimits  # noqa: E402
 from tests.nginx_harness import (  # noqa: E402
     CLIENT_KEYS,
     UPSTREAM_KEY,

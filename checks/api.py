@@ -40,7 +40,7 @@ import httpx
 from pydantic import ValidationError
 
 from checks.verdict import Section, Verdict, combine, emit
-from stacks.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
+from stacks.model.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
 
 RETRYABLE = (httpx.TransportError,)
 RANK_HEADER = "X-data-parallel-rank"
@@ -522,7 +522,7 @@ def _url(url: str) -> str:
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo or re.search(r"[?#@\s]", url):
         raise ConfigProblem(f"--url {url[:80]!r}: only scheme, host and port; the checks add /health, /v1/models, "
                             "/v1/chat/completions themselves")
-    # brackets as stacks.field_types.bracket_host, not imported: the bundle run on the head pastes only golden
+    # brackets as stacks.model.field_types.bracket_host, not imported: the bundle run on the head pastes only golden
     host = (f"[{parts.host}]" if ":" in parts.host else parts.host) + (f":{parts.port}" if parts.port else "")
     return f"{parts.scheme}://{host}"  # rebuilt from the parsed parts: what is checked is what is used
 

@@ -1,4 +1,4 @@
-"""Ship a host-side check as one self-contained script: `checks.verdict` (and `stacks.memory`, which the
+"""Ship a host-side check as one self-contained script: `checks.verdict` (and `stacks.planner.memory`, which the
 preflight shares with the planner) inlined, stdlib only.
 
 The remote command is `python3 - ARGS <<'EOF' … EOF`, so nothing is installed on the host.
@@ -13,11 +13,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
 _FUTURE = "from __future__ import annotations\n"
-INLINED = {"stacks.memory": HERE.parent / "stacks" / "memory.py", "stacks.golden": HERE.parent / "stacks" / "golden.py",
-           "stacks.busbw": HERE.parent / "stacks" / "busbw.py"}
+INLINED = {"stacks.planner.memory": HERE.parent / "stacks" / "planner" / "memory.py",
+           "stacks.model.golden": HERE.parent / "stacks" / "model" / "golden.py",
+           "stacks.model.busbw": HERE.parent / "stacks" / "model" / "busbw.py"}
 """Project modules pasted in place of their (single-line or parenthesized) import: stdlib only, except
-`stacks.golden` (pydantic), which only `api` imports and which runs inside the vLLM image (pydantic, httpx).
-`stacks.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`."""
+`stacks.model.golden` (pydantic), which only `api` imports and which runs inside the vLLM image (pydantic, httpx).
+`stacks.model.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`."""
 REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective", "api")
 _SIBLING = re.compile(r"^from checks\.(\w+) import .*$", re.M)
 _MAIN_BLOCK = re.compile(r"^if __name__ == \"__main__\":\n.*", re.M | re.S)

@@ -1,7 +1,7 @@
 """All-reduce across every node before serving: bus bandwidth per message size and the transport NCCL chose.
 
 Run one of these per node, inside the stack's image, with exactly that node's rendered NCCL/Gloo environment
-(`stacks/fabric.py`, `node_env`). Each starts one process per GPU (`--procs-per-node`; forked, because the
+(`stacks/planner/fabric.py`, `node_env`). Each starts one process per GPU (`--procs-per-node`; forked, because the
 script arrives on stdin and a spawned child could not re-import it) and all of them join one
 `torch.distributed` group through a TCPStore on node rank 0: `--master-addr` is node rank 0's control IP and
 `--master-port` (29700 by default, distinct from vLLM's 29500+ and the DP RPC port) is opened on that address
@@ -50,7 +50,7 @@ from typing import Any
 
 from checks.nccl_transport import by_process, classify
 from checks.verdict import Verdict, emit
-from stacks.busbw import MIN_BUSBW_GBPS_RANGE
+from stacks.model.busbw import MIN_BUSBW_GBPS_RANGE
 
 DEFAULT_MASTER_PORT = 29700
 DEFAULT_SIZES = "1M,4M,16M,64M,256M"
@@ -405,7 +405,7 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
     if mismatch:
         return Verdict(name, "fail", f"the nodes run the check with different arguments: {mismatch[0]}",
                        [f"this node runs {' '.join(f'{k} {v}' for k, v in fingerprint(args, sizes).items())}"],
-                       "start every node's command as the plan builds it (stacks/collective_check.py): all nodes "
+                       "start every node's command as the plan builds it (components/collective_check.py): all nodes "
                        "must agree on " + ", ".join(MUST_AGREE[:-2]) + f" and {MUST_AGREE[-2]}", details)
     errors = [f"local rank {r['local_rank']}: {r['error']}" for r in reports.values() if "error" in r]
     missing = [i for i in range(len(procs)) if i not in reports]

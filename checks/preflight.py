@@ -1,7 +1,7 @@
 """Host preflight: prove a GPU host can run the engine before 511 GB of weights start loading.
 
 Runs on the host over SSH with Python 3's standard library only (shipped by `checks.bundle`, with
-`stacks.memory` pasted in). Sections, in the order a deploy needs them:
+`stacks.planner.memory` pasted in). Sections, in the order a deploy needs them:
 - before the image pull (nothing here needs the image): ownership (containers this stack does not own holding
   the engine's container name, ports or GPUs: the seed's docker-compose deployment), disk (free space on Docker's
   storage for the pull), gpu, model (files, config.json, and per-GPU memory from the real safetensors headers);
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.verdict import Section, combine, emit
-from stacks.memory import (
+from stacks.planner.memory import (
     GB,
     HOST_GB_PER_RANK,
     RUNTIME_RESERVE_GB,
@@ -317,7 +317,8 @@ def model_memory(root: Path, cfg: dict[str, object], shards: list[str], a: argpa
     elif gpu.total > budget:
         problems.append(f"the KV cache of one {a.max_model_len}-token sequence does not fit: {gpu.total:.1f} GB per "
                         f"GPU > {budget:.1f} GB; max_model_len <= {gpu.max_len_that_fits(budget)} fits")
-        step = "lower serving.max_model_len (the plan's figures came from the profile: fix stacks/profiles.py too)"
+        step = ("lower serving.max_model_len (the plan's figures came from the profile: "
+                "fix stacks/planner/profiles.py too)")
     host_need = 0.0 if engram_on_gpu else sum(s.engram_gb for s in stages) * a.engram_copies
     if host_need:
         need = host_need + HOST_GB_PER_RANK * a.ranks_on_node
@@ -381,7 +382,7 @@ def check_model(ctx: Context) -> Section:
             problems.append(f"config.json {key}={actual}, the stack's profile assumes {expected}")
     evidence.insert(0, f"{len(shards)} shard(s), tokenizer: {', '.join(tokenizers) or 'none'}")
     step = ("re-copy the model directory (compare `sha256sum` with a good node), or fix the profile in "
-            "stacks/profiles.py when config.json is right")
+            "stacks/planner/profiles.py when config.json is right")
     if a.tp and not problems:
         try:
             more, memory_problems, memory_step = model_memory(root, cfg, shards, a, ctx.budget)

@@ -153,7 +153,7 @@ def mask_endpoint(url: str) -> str:
 
 def parse_source(text: str) -> tuple[str, str]:
     """(bucket, prefix ending in '/') of `s3://bucket/prefix`; CannotRun with the fix otherwise. The one rule for
-    a source: the stack's `model.source.url` is validated by this function too (`stacks/weights_source.py`).
+    a source: the stack's `model.source.url` is validated by this function too (`stacks/model/weights_source.py`).
     Every message starts with `--source '<the value, masked>'`."""
     shown = mask_source(text)
     if not text.startswith("s3://"):

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from stacks.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
+from stacks.planner.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
 
 PROXY_REPLACE_ON_CHANGES = ["uploads", "healthcheck", "command", "image"]
 

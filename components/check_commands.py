@@ -11,15 +11,14 @@ import shlex
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
-from stacks.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
-from stacks.config import StackConfig
-from stacks.golden import golden_json
-from stacks.launch import LABEL_PREFIX
-from stacks.load_estimate import engine_memory
-from stacks.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
-from stacks.profiles import get_profile
-from stacks.topology import derive_topology
-from stacks.watch_unit import dp_rank_nodes
+from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
+from stacks.model.config import StackConfig
+from stacks.model.golden import golden_json
+from stacks.planner.launch import LABEL_PREFIX
+from stacks.planner.load_estimate import engine_memory
+from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
+from stacks.planner.profiles import get_profile
+from stacks.planner.topology import derive_topology, dp_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600
 """Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
@@ -164,7 +163,7 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
     certificate in VLLM_TLS_CA, both through the command's environment. The golden set, thinking and streaming run
     once per DP rank (`--dp-size`, `--rank-nodes` from the plan); with one rank (Ray, DP 1) nothing is pinned.
 
-    With vLLM on loopback and no proxy (`stacks.plan.api_on_head`) nothing off the head reaches the port: the
+    With vLLM on loopback and no proxy (`stacks.planner.plan.api_on_head`) nothing off the head reaches the port: the
     same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
     script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
     container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
@@ -220,7 +219,7 @@ COLLECTIVE_STOP_S = 30
 
 def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     """`collective-<node>`: an engine guard, then the all-reduce in the stack's image with the node's fabric env
-    (`stacks/collective_check.py`).
+    (`components/collective_check.py`).
 
     The command text holds the image, the node's fabric env and the check's arguments, nothing else (not the
     group's generation), so pulumi-command runs it again only when one of those changes. The guard then looks at

@@ -18,11 +18,11 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from stacks.field_types import host_port
-from stacks.ssh_trust import BASE_SSH_OPTS
+from components.ssh_trust import BASE_SSH_OPTS
+from stacks.model.field_types import host_port
 
 SSH_OPTS = BASE_SSH_OPTS
-"""Without a host key; `stacks.ssh_trust.docker_ssh_opts` adds the pinning options when the node has one."""
+"""Without a host key; `components.ssh_trust.docker_ssh_opts` adds the pinning options when the node has one."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class GpuNodeArgs:
     host_key: str | None = None
     """`nodes[].ssh.host_key`: the only key the check commands accept (pulumi-command `host_key`)."""
     ssh_opts: list[str] | None = None
-    """The Docker provider's ssh options (`stacks.ssh_trust.docker_ssh_opts`: pinned to the host key)."""
+    """The Docker provider's ssh options (`components.ssh_trust.docker_ssh_opts`: pinned to the host key)."""
 
 
 class GpuNode(pulumi.ComponentResource):

@@ -32,22 +32,31 @@ from components.check_commands import (
     weights_command,
     weights_match_command,
 )
+from components.collective_check import collective_runs
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
+from components.ssh_trust import docker_ssh_opts, write_known_hosts
 from components.vllm_engine import VllmEngine, VllmEngineArgs
-from stacks.collective_check import collective_runs
-from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
-from stacks.errors import ConfigError, Problem
-from stacks.fabric import node_env
-from stacks.field_types import SECRET
-from stacks.firewall import firewall_commands, preflight_args
-from stacks.launch import GENERATION_LABEL
-from stacks.loader import parse_config, read_stack_document, secret_problems
-from stacks.plan import CheckSpec, Plan, api_on_head, api_sections, build_plan, check_client, min_busbw_gbps, roles
-from stacks.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
-from stacks.ssh_trust import docker_ssh_opts, write_known_hosts
-from stacks.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
+from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
+from stacks.model.errors import ConfigError, Problem
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config, read_stack_document, secret_problems
+from stacks.model.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
+from stacks.planner.fabric import node_env
+from stacks.planner.firewall import firewall_commands, preflight_args
+from stacks.planner.launch import GENERATION_LABEL
+from stacks.planner.plan import (
+    CheckSpec,
+    Plan,
+    api_on_head,
+    api_sections,
+    build_plan,
+    check_client,
+    min_busbw_gbps,
+    roles,
+)
+from stacks.planner.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
 
 
 def _entry(whole: pulumi.Output[Any], name: str) -> pulumi.Output[str]:
@@ -156,8 +165,8 @@ def _node_commands(plan: Plan, module: str, build: Callable[[CheckSpec], str]) -
 
 
 def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dict[str, command.remote.Command]:
-    """The host firewall (stacks/firewall.py), one `<node>-firewall` command per node: applied atomically on create
-    and update (the trigger is the ruleset's sha256, so it re-runs exactly when the rules change), removed on
+    """The host firewall (stacks/planner/firewall.py), one `<node>-firewall` command per node: applied atomically on
+    create     and update (the trigger is the ruleset's sha256, so it re-runs exactly when the rules change), removed on
     `pulumi destroy` (delete). Before it, after the node's preflight, `<node>-firewall-preflight` (the preflight's
     `firewall` section: nft present and usable, the kernel's ephemeral range inside the guarded one). Every
     engine container of the node waits for it. `firewall.enabled: false`: no resource (the plan warns)."""
@@ -187,7 +196,7 @@ def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
 
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
-    # Before any Docker provider connects: the pinned host keys its ssh reads (stacks/ssh_trust.py).
+    # Before any Docker provider connects: the pinned host keys its ssh reads (components/ssh_trust.py).
     write_known_hosts(stack, config)
     facts = policy_facts(config, plan)
     model_id = _digest(config.model.model_dump())

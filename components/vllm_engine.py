@@ -1,7 +1,7 @@
 """VllmEngine: the whole engine group — one container per node exactly as the plan lists it, in start order.
 
 vLLM is fail-stop: a lone restarted rank hangs against stale peers. Every container carries the group's
-`generation` label (a hash of the inputs that replace a container, stacks/launch.py GENERATION_FIELDS), so a
+`generation` label (a hash of the inputs that replace a container, stacks/planner/launch.py GENERATION_FIELDS), so a
 change that replaces one node's container replaces every node's; the secret values the group uses (which no
 label may carry) move every container through `replacement_trigger` instead.
 """
@@ -19,12 +19,11 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.gpu_node import GpuNode
-from stacks.launch import GENERATION_LABEL, ContainerSpec
-from stacks.plan import Plan
-from stacks.replacement import ENGINE_REPLACE_ON_CHANGES
+from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_LABEL, ContainerSpec
+from stacks.planner.plan import Plan
 
 REPLACE_ON_CHANGES = list(ENGINE_REPLACE_ON_CHANGES)
-"""Replace, never update, on these (stacks/replacement.py says why; the replacement matrix uses the same list)."""
+"""Replace, never update, on these (review/replacement.py says why; the replacement matrix uses the same list)."""
 
 
 def secrets_trigger(secrets: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:

@@ -2,8 +2,8 @@
 
 The pack runs in its own virtualenv (pulumi_policy only) but from this repository: `policy/__main__.py` puts
 the repository root on sys.path, and the rules import the stdlib-only parts of `stacks` that the plan uses
-too: argv is read by `stacks.serve_options.read_argv` against `vllm serve`'s and `ray start`'s option tables
-(never by matching words), and exposure is `stacks.exposure`, the same rule the plan applies. It reads what the
+too: argv is read by `stacks.planner.serve_options.read_argv` against `vllm serve`'s and `ray start`'s option tables
+(never by matching words), and exposure is `stacks.planner.exposure`, the same rule the plan applies. It reads what the
 program registers, never the stack config: engine containers (the ones with a `vllm-cluster.generation` label;
 `vllm-cluster.node` names their node), the host firewall's own command (who may connect), and one
 `vllm-cluster:index:PolicyFacts` component with the planning facts no process sees (declared private networks,
@@ -36,7 +36,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from stacks.exposure import (
+from stacks.planner.exposure import (
     API_EXPOSURE_FIX,
     api_exposed,
     api_exposure_message,
@@ -45,7 +45,14 @@ from stacks.exposure import (
     sources_for_port,
     trusted_networks,
 )
-from stacks.serve_options import ArgvItem, last_values, option_table, ray_start_table, read_argv, read_serve_argv
+from stacks.planner.serve_options import (
+    ArgvItem,
+    last_values,
+    option_table,
+    ray_start_table,
+    read_argv,
+    read_serve_argv,
+)
 
 CONTAINER = "docker:index/container:Container"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
@@ -250,7 +257,7 @@ def _facts_of(resources: Iterable[tuple[str, str, Mapping[str, Any]]]) -> Mappin
 
 
 def api_exposure(resources: list[tuple[str, str, Mapping[str, Any]]]) -> list[tuple[str, str]]:
-    """`stacks.exposure` rule 1 over the whole stack: (resource name, message) for each engine whose vLLM API
+    """`stacks.planner.exposure` rule 1 over the whole stack: (resource name, message) for each engine whose vLLM API
     port is reachable from outside the private networks, read from its `--host`/`--port`, its node's declared
     private networks and what that node's host firewall command (`<node>-firewall`) really applies; no
     firewall resource means nothing filters. Whatever the key: vLLM's key guards only /v1 paths."""
@@ -424,7 +431,7 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     StackValidationPolicy(
         name="vllm-api-not-public",
         description="vLLM's own API port not reachable from outside the private networks, whatever its key "
-                    "(stacks/exposure.py, the plan's rule)",
+                    "(stacks/planner/exposure.py, the plan's rule)",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(api_exposure)),
     ResourceValidationPolicy(
         name="vllm-engine-command-readable", description="an engine container runs only commands the policy "

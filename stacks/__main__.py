@@ -1,7 +1,7 @@
 import signal
 import sys
 
-from stacks.cli import main
+from review.cli import main
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `python -m stacks plan prod | head` ends quietly
 sys.exit(main())

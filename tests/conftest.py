@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from stacks.errors import ConfigError, Problem  # noqa: E402
-from stacks.loader import parse_config, read_stack_values  # noqa: E402
-from stacks.plan import Plan, build_plan  # noqa: E402
+from stacks.model.errors import ConfigError, Problem  # noqa: E402
+from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
+from stacks.planner.plan import Plan, build_plan  # noqa: E402
 
 
 @pytest.fixture

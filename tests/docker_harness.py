@@ -16,8 +16,8 @@ from tests.conftest import ROOT
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 STANDIN = ROOT / "tests" / "vllm_standin"
-FLAGS = ROOT / "stacks" / "data" / "vllm-0.33.0-serve-flags.json"
-REGISTRIES = ROOT / "stacks" / "data" / "vllm-0.33.0-registries.json"
+FLAGS = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-serve-flags.json"
+REGISTRIES = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-registries.json"
 SITE = "usr/local/lib/python3.11/dist-packages"
 _SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "__pycache__", "turtledemo"}
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from stacks.config import StackConfig
-from stacks.field_types import SECRET
-from stacks.loader import parse_config, read_stack_values
+from stacks.model.config import StackConfig
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config, read_stack_values
 
 ROLES = ("head", "peer", "out")
 HOST = {"head": 1, "peer": 2, "out": 3}

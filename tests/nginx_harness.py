@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from stacks.config import ProxyConfig
-from stacks.proxy import FrontDoor, NginxRuntime, render_nginx_conf
+from stacks.model.config import ProxyConfig
+from stacks.planner.proxy import FrontDoor, NginxRuntime, render_nginx_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 CLIENT_KEYS = {"team-a": "sk-team-a-4f1d9c2b7e8a6d35", "ops": "sk-ops.9b2e+7c1d/5a3f=0e8d"}

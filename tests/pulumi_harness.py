@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from stacks.loader import read_stack_values
+from stacks.model.loader import read_stack_values
 
 SECRET_VALUES = {"api_key": "sk-mock-key-123", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----mock"}
 

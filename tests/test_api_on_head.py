@@ -23,9 +23,9 @@ import pydantic_core
 import pytest
 
 from components.check_commands import api_command
-from stacks.field_types import SECRET
-from stacks.loader import parse_config
-from stacks.plan import api_sections, build_plan
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config
+from stacks.planner.plan import api_sections, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready
 from tests.nginx_harness import free_port

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from stacks.errors import ConfigError
-from stacks.field_types import SECRET
-from stacks.loader import parse_config, read_stack_values, set_path
-from stacks.plan import build_plan
-from stacks.proxy import CHECK_PATHS
-from stacks.stack_file import parse_stack_text
+from stacks.model.errors import ConfigError
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config, read_stack_values, set_path
+from stacks.model.stack_file import parse_stack_text
+from stacks.planner.plan import build_plan
+from stacks.planner.proxy import CHECK_PATHS
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("prod", "h20")}
@@ -242,7 +242,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("private-network-host-bits", "prod", {"fabric.private_networks": ["10.30.8.1/24"]}, "fabric.private_networks.0"),
     ("private-network-name", "prod", {"fabric.private_networks": ["lan"]}, "fabric.private_networks.0"),
     ("private-networks-string", "prod", {"fabric.private_networks": "10.0.0.0/8"}, "fabric.private_networks"),
-    # exposure (stacks/exposure.py): one rule for plan and policy
+    # exposure (stacks/planner/exposure.py): one rule for plan and policy
     ("private-network-default-route", "prod", {"fabric.private_networks": ["0.0.0.0/0"],
                                                "fabric.public_private_networks": []}, "fabric.private_networks.0"),
     ("private-network-default-route-v6", "h20", {"fabric.private_networks": ["192.0.2.0/24", "::/0"]},
@@ -745,7 +745,7 @@ def test_one_nic_may_carry_the_management_and_the_data_address() -> None:
 def test_a_source_set_on_the_command_line_is_masked_and_not_echoed_as_its_location(override: str) -> None:
     """`--set` names where a value came from by repeating the override; for model.source that text may hold a
     presigned signature or a password, so the location is `--set KEY=…` and the value is shown masked."""
-    from stacks.loader import load_stack_document
+    from stacks.model.loader import load_stack_document
 
     overrides = [override] if override.startswith("model.source=") else ["model.source={url: s3://team-weights/ds}",
                                                                            override]

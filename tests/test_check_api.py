@@ -407,8 +407,8 @@ def test_watch_through_an_unreachable_endpoint_reports_every_rank_down_once() ->
 
 def test_rank_header_passes_through_the_generated_nginx_and_the_check_runs_there(tmp_path: Path) -> None:
     from checks.api import tls_context
-    from stacks.config import ProxyConfig
-    from stacks.proxy import DENIED_PATHS
+    from stacks.model.config import ProxyConfig
+    from stacks.planner.proxy import DENIED_PATHS
     from tests.nginx_harness import CLIENT_KEYS, UPSTREAM_KEY, make_certificate, running_nginx, write_conf
 
     tls = make_certificate(tmp_path)

@@ -349,8 +349,8 @@ def test_every_planned_command_outlasts_its_inner_timeouts() -> None:
     """Each `timeout N` the program puts around a host check is longer than everything inside it."""
     from checks.verdict import LOG_TIMEOUT_S
     from components import check_commands as cc
-    from stacks.loader import parse_config, read_stack_values
-    from stacks.plan import build_plan
+    from stacks.model.loader import parse_config, read_stack_values
+    from stacks.planner.plan import build_plan
 
     seen = set()
     for stack in ("prod", "h20"):

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from stacks.field_types import SECRET
-from stacks.loader import apply_overrides
-from stacks.stack_file import parse_stack_text
+from stacks.model.field_types import SECRET
+from stacks.model.loader import apply_overrides
+from stacks.model.stack_file import parse_stack_text
 from tests.conftest import ROOT
 
 

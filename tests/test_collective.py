@@ -27,8 +27,8 @@ from checks.collective import (
     parse_sizes,
     transport_section,
 )
-from stacks.collective_check import collective_runs
-from stacks.fabric import node_env
+from components.collective_check import collective_runs
+from stacks.planner.fabric import node_env
 from tests.conftest import ROOT, plan_of
 from tests.netns_ranks import Host, listening, shape, star
 
@@ -79,10 +79,10 @@ def test_bad_arguments_cannot_run_with_the_argument_and_value() -> None:
 
 def test_the_floor_has_one_finite_range_for_the_flag_and_the_stack_key(prod_values: dict[str, Any]) -> None:
     """`--min-busbw-gbps 1e-300` passed every run and `inf` was taken (review L8): the flag and
-    `fabric.min_busbw_gbps` now read one range, stacks.busbw.MIN_BUSBW_GBPS_RANGE."""
-    from stacks.busbw import MIN_BUSBW_GBPS_RANGE
-    from stacks.errors import ConfigError
-    from stacks.loader import parse_config
+    `fabric.min_busbw_gbps` now read one range, stacks.model.busbw.MIN_BUSBW_GBPS_RANGE."""
+    from stacks.model.busbw import MIN_BUSBW_GBPS_RANGE
+    from stacks.model.errors import ConfigError
+    from stacks.model.loader import parse_config
 
     assert MIN_BUSBW_GBPS_RANGE == (0.01, 10_000)
     base = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "head"]  # a bad address: nothing runs
@@ -186,7 +186,7 @@ def test_each_process_is_judged_on_its_own_lines() -> None:
 # --- the per-node command, from the plan ----------------------------------------------------------------------
 
 def test_each_node_gets_its_rendered_env_and_arguments(prod_values: dict[str, Any]) -> None:
-    from stacks.loader import parse_config
+    from stacks.model.loader import parse_config
 
     config = parse_config("prod", prod_values)
     plan = plan_of(prod_values, "prod")
@@ -217,7 +217,7 @@ def test_each_node_gets_its_rendered_env_and_arguments(prod_values: dict[str, An
 
 
 def test_h20_rendezvous_on_the_management_network_and_a_configured_minimum(h20_values: dict[str, Any]) -> None:
-    from stacks.loader import parse_config
+    from stacks.model.loader import parse_config
 
     config = parse_config("h20", h20_values)
     runs = collective_runs(config, plan_of(h20_values, "h20"), min_busbw_gbps=400, sizes="16M,256M")
@@ -250,7 +250,7 @@ def start_nodes(values: dict[str, Any], hosts: list[Host], port: int, *extra: st
     """Each node's command as the plan builds it, minus docker: the bundled script on stdin (`python3 -`),
     the node's rendered env and nothing else, inside the node's namespace. `per_node` adds arguments to one
     node's command only (after `extra`, so they win)."""
-    from stacks.loader import parse_config
+    from stacks.model.loader import parse_config
 
     config = parse_config("netns", values)
     runs = collective_runs(config, plan_of(values, "netns"), backend="gloo", master_port=port)

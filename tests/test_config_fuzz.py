@@ -22,11 +22,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stacks.cli import main as cli_main
-from stacks.errors import ConfigError
-from stacks.loader import field_at, parse_config
-from stacks.plan import build_plan
-from stacks.stack_file import parse_stack_text
+from review.cli import main as cli_main
+from stacks.model.errors import ConfigError
+from stacks.model.loader import field_at, parse_config
+from stacks.model.stack_file import parse_stack_text
+from stacks.planner.plan import build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("prod", "h20")}

@@ -26,8 +26,8 @@ import pytest
 from checks.bundle import heredoc_command
 from checks.preflight import BEFORE_PULL, describe, ownership_holders, parse_compute_apps, requests_gpus
 from components.check_commands import preflight_command
-from stacks.loader import parse_config, read_stack_values
-from stacks.plan import CheckSpec, build_plan
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.plan import CheckSpec, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image, run_shell
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from components.check_commands import dry_run_command
-from stacks.errors import ConfigError
-from stacks.field_types import SECRET
-from stacks.loader import parse_config
-from stacks.plan import Plan, build_plan
+from stacks.model.errors import ConfigError
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config
+from stacks.planner.plan import Plan, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from checks.preflight import Context, build_parser, check_firewall
-from stacks.field_types import SECRET
-from stacks.firewall import (
+from stacks.model.field_types import SECRET
+from stacks.model.loader import load_stack, parse_config
+from stacks.planner.firewall import (
     NodeFirewall,
     apply_file,
     apply_script,
@@ -28,11 +29,10 @@ from stacks.firewall import (
     render_table,
     subtract,
 )
-from stacks.loader import load_stack, parse_config
-from stacks.plan import build_plan
+from stacks.planner.plan import build_plan
 from tests.conftest import plan_of
 
-# Typed from the design (module docstring of stacks/firewall.py), not printed by the code under test.
+# Typed from the design (module docstring of stacks/planner/firewall.py), not printed by the code under test.
 PROD_NODE1 = """table inet vllm_cluster {
 \tset internal_ports {
 \t\ttype inet_service
@@ -192,7 +192,7 @@ def test_bad_firewall_config_is_a_config_error(prod_values: dict[str, Any]) -> N
     out = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--set", "firewall.ephemeral_ports.0=70000"],
                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "firewall.ephemeral_ports" in out.stderr and "Traceback" not in out.stderr
-    from stacks.errors import ConfigError
+    from stacks.model.errors import ConfigError
     with pytest.raises(ConfigError) as info:
         parse_config("prod", prod_values)
     report = info.value.report()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from stacks.config import StackConfig
-from stacks.firewall import NodeFirewall, apply_file, firewall_command
-from stacks.plan import build_plan
+from stacks.model.config import StackConfig
+from stacks.planner.firewall import NodeFirewall, apply_file, firewall_command
+from stacks.planner.plan import build_plan
 from tests.netns_firewall import Lab, lab_config, listeners, stop
 
 # Docker 20.10's tables as iptables-nft lists them on this machine (counters left out, so the before/after

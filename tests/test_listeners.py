@@ -1,4 +1,4 @@
-"""The listener table: golden rows for both stacks (typed from the upstream code read for stacks/listeners.py),
+"""The listener table: golden rows for both stacks (typed from the upstream code read for stacks/planner/listeners.py),
 variants, and the table checked against real processes in network namespaces — a real two-node Ray 2.60
 cluster started with the planned `ray start` argv, torch's TCPStore and Gloo — with the firewall applied.
 """
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from stacks.errors import ConfigError
-from stacks.firewall import firewall_command
-from stacks.listeners import Listener, listener_table
-from stacks.loader import load_stack, parse_config
-from stacks.plan import Plan, build_plan
-from stacks.topology import derive_topology
+from stacks.model.errors import ConfigError
+from stacks.model.loader import load_stack, parse_config
+from stacks.planner.firewall import firewall_command
+from stacks.planner.listeners import Listener, listener_table
+from stacks.planner.plan import Plan, build_plan
+from stacks.planner.topology import derive_topology
 from tests.conftest import clone_node, plan_of, problems_of
 from tests.netns_firewall import Lab, lab_config, stop
 

@@ -1,4 +1,5 @@
-"""The memory model (stacks/memory.py): the plan's rule from the profile, and the node preflight's from real files.
+"""The memory model (stacks/planner/memory.py): the plan's rule from the profile, and the node preflight's from
+real files.
 
 Model directories are built in temp dirs: safetensors shards whose headers declare real tensor sizes (data regions
 sparse, so a "40 GB" expert file costs no disk), a `model.safetensors.index.json` and a V4.1-style `config.json`
@@ -19,8 +20,8 @@ import pytest
 import safetensors
 
 from checks.preflight import read_safetensors_header
-from stacks.errors import Problem
-from stacks.memory import (
+from stacks.model.errors import Problem
+from stacks.planner.memory import (
     WeightSplit,
     classify,
     engram_dp_shards,
@@ -28,7 +29,7 @@ from stacks.memory import (
     pp_partition,
     stage_splits,
 )
-from stacks.profiles import PROFILES
+from stacks.planner.profiles import PROFILES
 from tests.conftest import ROOT, plan_of, problems_of
 
 V033 = {"repository": "vllm/vllm-openai", "tag": "v0.33.0"}
@@ -143,7 +144,7 @@ def test_profile_split_sums_to_the_weights() -> None:
         assert profile.sources["kv_ratios"].startswith("assumed")
 
 
-# ---------------------------------------------------------------------------------------- stacks/memory.py
+# ---------------------------------------------------------------------------------------- stacks/planner/memory.py
 
 
 def test_classify_checkpoint_names() -> None:

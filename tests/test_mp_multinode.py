@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 from checks.bundle import heredoc_command
 from checks.engines import classify as engines
 from components.check_commands import dry_run_command, engines_command
-from stacks import validation
-from stacks.errors import ConfigError, Problem
-from stacks.field_types import SECRET
-from stacks.loader import parse_config, read_stack_values
-from stacks.managed import ELASTIC_EP_MULTINODE_ERROR
-from stacks.plan import Plan, build_plan
-from stacks.profiles import PROFILES
-from stacks.render import render_plan
-from stacks.validation import DSPARK_PP_ERROR
+from stacks.model.errors import ConfigError, Problem
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner import validation
+from stacks.planner.managed import ELASTIC_EP_MULTINODE_ERROR
+from stacks.planner.plan import Plan, build_plan
+from stacks.planner.profiles import PROFILES
+from stacks.planner.render import render_plan
+from stacks.planner.validation import DSPARK_PP_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of
 from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 from tests.pulumi_harness import Run, run_program

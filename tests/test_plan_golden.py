@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stacks.loader import load_stack
-from stacks.plan import build_plan
+from stacks.model.loader import load_stack
+from stacks.planner.plan import build_plan
 from tests.conftest import flag_pairs
 
 MODEL = "/models/deepseek-ai/DeepSeek-V4.1-Flash"
@@ -142,7 +142,7 @@ def test_h20_serve_flags_and_ray_commands() -> None:
         head["command"][0].index("exec vllm serve")
     assert worker["vllm_args"] is None
     assert worker["entrypoint"] == ["ray"]
-    # Every Ray port pinned so the host firewall can name it (stacks/listeners.py RAY_PORTS); the worker range
+    # Every Ray port pinned so the host firewall can name it (stacks/planner/listeners.py RAY_PORTS); the worker range
     # is `ray start`'s own default made explicit.
     ray_ports = ["--node-manager-port=6380", "--object-manager-port=6381", "--runtime-env-agent-port=6382",
                  "--dashboard-agent-grpc-port=6383", "--dashboard-agent-listen-port=52365",

@@ -35,7 +35,7 @@ from policy.rules import (
     internal_ports_private,
     stack_of,
 )
-from stacks.loader import read_stack_values
+from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.pulumi_harness import Run, run_program
 from tests.test_program_proxy import SECRETS, proxied_values
@@ -125,7 +125,7 @@ HOST_KEYS = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDQpMqd0aEKZmgZHZKyYPPUb3y3h1b
 @pytest.fixture
 def known_hosts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The program writes the stack's known_hosts under the deployer's home: a temp one here."""
-    monkeypatch.setattr("stacks.ssh_trust.deployer_home", lambda: tmp_path)
+    monkeypatch.setattr("components.ssh_trust.deployer_home", lambda: tmp_path)
     return tmp_path
 
 
@@ -371,7 +371,7 @@ def test_exposure_rule_reads_the_firewall_the_node_really_applies(known_hosts_ho
         widened.append((typ, name, props))
     [(name, message)] = api_exposure(widened)
     assert name == "engine-node1-deepseek-v41-flash" and "0.0.0.0/1, 128.0.0.0/1" in message
-    # Facts that declare everything private do not make it private (stacks.exposure.trusted_networks).
+    # Facts that declare everything private do not make it private (stacks.planner.exposure.trusted_networks).
     everything = [(t, n, _refact(p, "0.0.0.0/0")) if t == FACTS_TYPE else (t, n, p) for t, n, p in widened]
     assert [n for n, _ in api_exposure(everything)] == ["engine-node1-deepseek-v41-flash"]
     # vLLM on loopback: nothing to expose, whatever the firewall.
@@ -410,13 +410,14 @@ def test_the_pack_imports_nothing_but_the_stdlib_parts_of_stacks() -> None:
     code = ("import sys\n"
             "class Block:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] == 'pydantic' or name in ('stacks.config', 'stacks.field_types'):\n"
+            "        if name.split('.')[0] == 'pydantic' or name in (\n"
+            "                'stacks.model.config', 'stacks.model.field_types'):\n"
             "            raise ImportError('blocked: ' + name)\n"
             "sys.meta_path.insert(0, Block())\n"
             "import rules\n"
             "assert rules.POLICIES\n"
             "try:\n"
-            "    import stacks.loader\n"
+            "    import stacks.model.loader\n"
             "except ImportError as exc:\n"
             "    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "policy", capture_output=True, text=True,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from checks.preflight import AFTER_PULL, BEFORE_PULL, outer_timeout_s
-from stacks.field_types import SECRET
-from stacks.loader import parse_config, read_stack_values
-from stacks.plan import build_plan
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.plan import build_plan
 from tests.pulumi_harness import SECRET_VALUES, Run, run_program
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's wire marker for a secret value

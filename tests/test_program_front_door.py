@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from stacks.firewall import firewall_commands
-from stacks.loader import parse_config, read_stack_values
-from stacks.plan import build_plan
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.firewall import firewall_commands
+from stacks.planner.plan import build_plan
 from tests.pulumi_harness import Run, run_program
 from tests.test_policy import HOST_KEYS, with_host_keys
 
@@ -22,7 +22,7 @@ LOCAL = "command:local:Command"
 
 @pytest.fixture(autouse=True)
 def known_hosts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("stacks.ssh_trust.deployer_home", lambda: tmp_path)
+    monkeypatch.setattr("components.ssh_trust.deployer_home", lambda: tmp_path)
     return tmp_path
 
 
@@ -140,7 +140,7 @@ def test_loopback_without_proxy_runs_the_api_checks_on_the_head_in_the_engine() 
     assert words[2:7] == ["docker", "exec", "-i", "deepseek-v41-flash", "python3"]
     assert words[words.index("--url") + 1] == "http://127.0.0.1:8030" == run.outputs["endpoint"]
     assert "environment" not in health.inputs  # the key is the container's own VLLM_API_KEY: nothing travels
-    assert "def wait_health(" in create and "class Golden" in create  # checks/api.py with stacks.golden inlined
+    assert "def wait_health(" in create and "class Golden" in create  # checks/api.py with stacks.model.golden inlined
     assert "--sections models,chat,thinking,stream,auth" in smoke.inputs["create"]
     plan = build_plan("prod", parse_config("prod", values))
     assert {c.runs_on for c in plan.checks if c.module == "checks.api"} == {"node"}
@@ -158,7 +158,7 @@ def test_loopback_without_proxy_runs_the_api_checks_on_the_head_in_the_engine() 
     ("::1", "[::1]:8030", "http://[::1]:8030"),
 ])
 def test_the_healthcheck_upstream_and_checks_follow_serving_host(host: str, local: str, endpoint: str) -> None:
-    from stacks.proxy import front_door
+    from stacks.planner.proxy import front_door
 
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"]["host"] = host

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from stacks.field_types import SECRET
-from stacks.loader import read_stack_values
-from stacks.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
+from stacks.model.field_types import SECRET
+from stacks.model.loader import read_stack_values
+from stacks.planner.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
 from tests.nginx_harness import CLIENT_KEYS, UPSTREAM_KEY
 from tests.pulumi_harness import Run, run_program
 from tests.test_program import CONTAINER, IMAGE, SECRET_SIG, SECRET_VALUE

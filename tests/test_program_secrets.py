@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stacks.loader import read_stack_values
+from stacks.model.loader import read_stack_values
 from tests.pulumi_harness import SECRET_VALUES, run_program
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stacks.errors import ConfigError
-from stacks.loader import parse_config, read_stack_values
-from stacks.plan import build_plan
+from stacks.model.errors import ConfigError
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.plan import build_plan
 from tests.conftest import clone_node, flag_pairs
 
 PROD = read_stack_values("prod")

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from stacks.config import SECRET_MARKER
-from stacks.errors import ConfigError
-from stacks.loader import parse_config
-from stacks.proxy import ProxyKeyError, check_keys
+from stacks.model.config import SECRET_MARKER
+from stacks.model.errors import ConfigError
+from stacks.model.loader import parse_config
+from stacks.planner.proxy import ProxyKeyError, check_keys
 from tests.conftest import ROOT, plan_of, problems_of
 from tests.test_proxy_nginx import with_proxy
 

@@ -26,10 +26,10 @@ import pytest
 
 from checks.api import tls_context
 from components.check_commands import api_command
-from stacks.config import SECRET_MARKER, ProxyConfig, ProxyLimits
-from stacks.loader import parse_config
-from stacks.plan import api_sections, build_plan
-from stacks.proxy import DENIED_PATHS, FrontDoor, front_door, masked_nginx_conf
+from stacks.model.config import SECRET_MARKER, ProxyConfig, ProxyLimits
+from stacks.model.loader import parse_config
+from stacks.planner.plan import api_sections, build_plan
+from stacks.planner.proxy import DENIED_PATHS, FrontDoor, front_door, masked_nginx_conf
 from tests.conftest import ROOT
 from tests.nginx_harness import (
     CLIENT_KEYS,

@@ -20,12 +20,12 @@ import httpx
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from stacks.config import ProxyConfig
-from stacks.errors import ConfigError
-from stacks.field_types import ClientName, IpAddress, ServerName, UrlPath
-from stacks.loader import parse_config
-from stacks.plan import build_plan
-from stacks.proxy import (
+from stacks.model.config import ProxyConfig
+from stacks.model.errors import ConfigError
+from stacks.model.field_types import ClientName, IpAddress, ServerName, UrlPath
+from stacks.model.loader import parse_config
+from stacks.planner.plan import build_plan
+from stacks.planner.proxy import (
     FrontDoor,
     NginxRuntime,
     ProxyConfigError,

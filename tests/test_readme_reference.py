@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from stacks.config import StackConfig
-from stacks.reference import markdown
+from review.reference import markdown
+from stacks.model.config import StackConfig
 from tests.conftest import ROOT
 
 README = Path(__file__).resolve().parent.parent / "README.md"

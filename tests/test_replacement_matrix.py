@@ -1,6 +1,6 @@
 """The replacement matrix, computed: every key of the schema changed alone in both committed stacks, the real
 program run under Pulumi's mocks before and after, every registered resource classified by its provider's rules
-(stacks/replacement.py). The assertions are the fail-stop contract of issue 12: nothing that leaves every
+(review/replacement.py). The assertions are the fail-stop contract of issue 12: nothing that leaves every
 process unchanged restarts an engine, no change restarts part of the group, a group restart is one key."""
 
 from __future__ import annotations
@@ -13,18 +13,13 @@ from typing import Any
 
 import pytest
 
-from components.registrations import ProgramError, register
-from stacks.cli import MATRIX_BEGIN, MATRIX_END, main, readme_with_matrix
-from stacks.config import SECRET_KEYS, SECRET_OBJECT_KEYS
-from stacks.config_mutations import BASE_SECRETS, leaves
-from stacks.launch import GENERATION_FIELDS, NOT_GENERATION_FIELDS, ContainerSpec
-from stacks.loader import parse_config, read_stack_values
-from stacks.matrix import CODE_CHANGES, compute
-from stacks.plan import build_plan
-from stacks.replacement import (
+from review.cli import MATRIX_BEGIN, MATRIX_END, main, readme_with_matrix
+from review.config_mutations import BASE_SECRETS, leaves
+from review.matrix import CODE_CHANGES, compute
+from review.registrations import ProgramError, register
+from review.replacement import (
     CONTAINER,
     CONTAINER_REPLACE_INPUTS,
-    ENGINE_REPLACE_ON_CHANGES,
     SPEC_INPUTS,
     Registration,
     Row,
@@ -33,6 +28,10 @@ from stacks.replacement import (
     impact,
     markdown,
 )
+from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS
+from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_FIELDS, NOT_GENERATION_FIELDS, ContainerSpec
+from stacks.planner.plan import build_plan
 from tests.conftest import ROOT
 
 STACKS = ("h20", "prod")
@@ -73,7 +72,7 @@ def test_every_key_of_the_schema_has_a_row_in_every_stack(computed: tuple[list[R
 def test_no_row_restarts_part_of_the_group(rows: list[Row]) -> None:
     assert [(r.stack, r.key) for r in rows if r.impact.engines == "partial"] == []
     assert [(r.stack, r.key) for r in rows if r.downtime.kind == "lone-rank"] == []
-    # every resource type the program registers has a provider rule (a new type needs one in stacks/replacement.py)
+    # every resource type the program registers has a provider rule (a new type needs one in review/replacement.py)
     assert [(r.stack, r.key, r.impact.unclassified) for r in rows if r.impact.unclassified] == []
 
 
@@ -99,8 +98,8 @@ def test_the_rows_the_issue_names_restart_nothing(rows: list[Row]) -> None:
             assert set(r.impact.state) <= {"policy-facts"}
         assert row(rows, stack, "model.load_gb_per_s").impact.state == ["policy-facts"]
         assert row(rows, stack, "fabric.private_networks").impact.state == ["policy-facts"]
-        assert row(rows, stack, "(code) stacks/load_estimate.py STARTUP_S").impact.state == ["policy-facts"]
-        assert row(rows, stack, "(code) stacks/launch.py container purpose").impact.actions == {}
+        assert row(rows, stack, "(code) stacks/planner/load_estimate.py STARTUP_S").impact.state == ["policy-facts"]
+        assert row(rows, stack, "(code) stacks/planner/launch.py container purpose").impact.actions == {}
 
 
 def test_restart_epoch_replaces_the_whole_group_and_reruns_every_check(rows: list[Row]) -> None:
@@ -263,7 +262,7 @@ def test_a_stack_with_secrets_objects_and_string_forms_gets_its_rows() -> None:
     """A stack file's own secrets (`proxy_keys`, `env_secrets`, `api_key` as `{secure: …}`) and the one-string forms
     of `image` and `model.source` once crashed the matrix (exit 3): they are handed to the program as secrets and
     mutated as mappings."""
-    from stacks.field_types import SECRET
+    from stacks.model.field_types import SECRET
 
     values = copy.deepcopy(read_stack_values("h20"))
     values["image"] = "vllm/vllm-openai:v0.33.0"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from stacks.downtime import downtime_of
-from stacks.plan_diff import to_markdown as diff_markdown
-from stacks.preview_summary import summarize, to_markdown
+from review.downtime import downtime_of
+from review.plan_diff import to_markdown as diff_markdown
+from review.preview_summary import summarize, to_markdown
 from tests.conftest import ROOT
 
 PREVIEW = ROOT / "tests" / "fixtures" / "pulumi" / "preview-image-change-prod.json"
@@ -28,7 +28,8 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "comm
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """This project's planner and stack files, committed once as the base."""
-    shutil.copytree(ROOT / "stacks", tmp_path / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("stacks", "review", "checks"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     for stack in ("prod", "h20"):
         shutil.copy(ROOT / f"Pulumi.{stack}.yaml", tmp_path)
     subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=tmp_path, check=True)
@@ -144,7 +145,7 @@ def test_no_change_and_a_new_stack(repo: Path) -> None:
 
 def test_a_code_change_in_the_planner_shows_up_as_an_argv_change(repo: Path) -> None:
     """The base plan comes from the base's code: a launch.py edit is reviewed like a stack file edit."""
-    launch = repo / "stacks" / "launch.py"
+    launch = repo / "stacks" / "planner" / "launch.py"
     text = launch.read_text()
     assert '"--max-num-seqs", str(serving.max_num_seqs)' in text
     launch.write_text(text.replace('"--max-num-seqs", str(serving.max_num_seqs)',
@@ -307,9 +308,9 @@ def test_a_load_rate_change_restarts_nothing_and_says_what_a_restart_costs_now(r
 def test_a_base_planned_by_older_code_reads_its_labels() -> None:
     """Upgrading from a version that kept planning facts in labels: the labels leave, so the group is replaced
     once; the base's estimate comes from its label, the head's from model.estimated_load_s."""
-    from stacks.loader import parse_config, read_stack_values
-    from stacks.plan import build_plan
-    from stacks.plan_diff import diff_plans
+    from review.plan_diff import diff_plans
+    from stacks.model.loader import parse_config, read_stack_values
+    from stacks.planner.plan import build_plan
 
     head = build_plan("prod", parse_config("prod", read_stack_values("prod"))).to_json_dict()
     base = copy.deepcopy(head)

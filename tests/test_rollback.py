@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 from pulumi.automation._stack import _DATETIME_FORMAT, UpdateSummary
 
-from stacks.config import ImageConfig
-from stacks.loader import read_stack_values
-from stacks.rollback import (
+from review.rollback import (
     History,
     RollbackError,
     check_same_stack,
@@ -30,6 +28,8 @@ from stacks.rollback import (
     read_pages,
     rewrite_image,
 )
+from stacks.model.config import ImageConfig
+from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
 
 HISTORY = ROOT / "tests" / "fixtures" / "pulumi" / "stack-history-prod.json"
@@ -197,7 +197,7 @@ def test_cli_rewrites_the_stack_file_and_prints_where_the_image_came_from(tmp_pa
     assert (f"history read from file {HISTORY}; matched to stack prod by its newest update with nodes (update 24 "
             "of 2026-11-30T12:48:37.000Z: 10.30.8.1, 10.30.8.2)") in out.stdout
     assert ("WARNING: vllm/vllm-openai:nightly-7a1c9e2f4b6d8a0c1e3f5b7d9a2c4e6f8b0d2a4c is not in the capability "
-            "table (stacks/images.py)") in out.stdout
+            "table (stacks/planner/images.py)") in out.stdout
     assert "pulumi preview -s prod --diff" in out.stdout and "pulumi up -s prod" in out.stdout
     assert current_image((tmp_path / "Pulumi.prod.yaml").read_text()).pull_ref == C7A1C
     plan = _cli(tmp_path, "plan", "prod")

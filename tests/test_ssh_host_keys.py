@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from stacks.loader import parse_config, read_stack_values
-from stacks.ssh_trust import KNOWN_HOSTS_DIR, deployer_home, docker_ssh_opts, known_hosts_name, write_known_hosts
+from components.ssh_trust import KNOWN_HOSTS_DIR, deployer_home, docker_ssh_opts, known_hosts_name, write_known_hosts
+from stacks.model.loader import parse_config, read_stack_values
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 

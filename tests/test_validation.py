@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stacks.errors import Problem
+from stacks.model.errors import Problem
 from tests.conftest import clone_node, plan_of, problems_of
 
 
@@ -34,8 +34,8 @@ def test_v41_tp16_rejected_with_flashmla_and_engram_errors(prod_values: dict[str
 
 def test_engram_rule_is_the_ceil_formula(prod_values: dict[str, Any]) -> None:
     # 24 heads: TP8 -> 7*3=21 < 24 passes (prod); TP16 -> 15*2=30 fails (above).
-    from stacks.loader import parse_config
-    from stacks.validation import validate
+    from stacks.model.loader import parse_config
+    from stacks.planner.validation import validate
     _, _, result = validate(parse_config("t", prod_values))
     assert not any("Engram" in p.message for p in result.problems)
 

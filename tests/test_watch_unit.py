@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from stacks.golden import GoldenPair
-from stacks.watch_unit import dp_rank_nodes, render_watch_unit, systemd_quote, unit_name, watch_argv
+from review.watch_unit import render_watch_unit, systemd_quote, unit_name, watch_argv
+from stacks.model.golden import GoldenPair
+from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT, plan_of
 from tests.test_check_api import standin
 

@@ -21,14 +21,14 @@ import checks.collective
 import checks.preflight
 import checks.weights
 import checks.weights_node
-import stacks.weights_source as ws
+import stacks.model.weights_source as ws
 from checks.api import main as api_main
 from components.check_commands import api_command, collective_command, preflight_command, weights_command
-from stacks.errors import ConfigError
-from stacks.field_types import SECRET
-from stacks.launch import LABEL_PREFIX, group_generation
-from stacks.loader import parse_config
-from stacks.plan import (
+from stacks.model.errors import ConfigError
+from stacks.model.field_types import SECRET
+from stacks.model.loader import parse_config
+from stacks.planner.launch import LABEL_PREFIX, group_generation
+from stacks.planner.plan import (
     AFTER_PULL,
     BEFORE_PULL,
     DEFAULT_MIN_BUSBW_GBPS,
@@ -249,9 +249,9 @@ def test_ray_and_dp1_get_one_unpinned_golden_check(h20_values: dict[str, Any]) -
 # --- the weights identity replaces the group; nothing changes without a source -----------------------------------
 
 def test_a_source_change_replaces_the_whole_group_and_no_source_changes_nothing(prod_values: dict[str, Any]) -> None:
-    from stacks.launch import engine_containers
-    from stacks.profiles import get_profile
-    from stacks.topology import derive_topology
+    from stacks.planner.launch import engine_containers
+    from stacks.planner.profiles import get_profile
+    from stacks.planner.topology import derive_topology
 
     config = parse_config("prod", prod_values)
     topo, _ = derive_topology(config)
@@ -298,7 +298,7 @@ def test_source_notes_and_credential_rules(prod_values: dict[str, Any]) -> None:
        pattern=st.text(max_size=40), prompt=st.text(max_size=30))
 def test_fuzzed_sources_and_golden_pairs_end_in_a_plan_or_named_problems(url: str, endpoint: str | None,
                                                                          pattern: str, prompt: str) -> None:
-    from stacks.loader import read_stack_values
+    from stacks.model.loader import read_stack_values
 
     values = copy.deepcopy(read_stack_values("prod"))
     values["model"]["source"] = {"url": url} | ({"endpoint_url": endpoint} if endpoint is not None else {})

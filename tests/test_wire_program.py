@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stacks.loader import read_stack_values
+from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.pulumi_harness import SECRET_VALUES, Run, run_program
 from tests.test_program import CONTAINER, SECRET_SIG, SECRET_VALUE

@@ -27,7 +27,7 @@ import pytest
 
 from checks.weights_match import main as match_main
 from checks.weights_node import weights_hash
-from stacks.loader import read_stack_values
+from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image
 from tests.pulumi_harness import SECRET_VALUES, run_program

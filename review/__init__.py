@@ -1,0 +1,1 @@
+"""Review tools around a plan: CLI, diff, replacement matrix, rollback, preview summary, units."""

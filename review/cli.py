@@ -1,0 +1,334 @@
+"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|reference`: offline tools, no
+Pulumi engine needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from review.downtime import downtime_of
+from review.git_base import BaseError, base_plan
+from review.plan_diff import diff_plans
+from review.plan_diff import to_markdown as diff_markdown
+from review.preview_summary import PreviewInputError, parse_events, summarize
+from review.preview_summary import exit_code as preview_exit_code
+from review.preview_summary import read_input as read_preview
+from review.preview_summary import to_markdown as preview_markdown
+from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
+from stacks.model.errors import ConfigError
+from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
+from stacks.planner.plan import build_plan
+from stacks.planner.proxy import front_door, masked_nginx_conf
+from stacks.planner.render import render_plan
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a config value, e.g. parallelism.tensor=16 (repeatable)")
+    parser.add_argument("--assume-secret", action="append", default=[], metavar="KEY",
+                        help="plan as if this secret were set, e.g. api_key or proxy_keys.team-a (repeatable)")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    try:
+        config, document = load_stack_document(args.stack, args.set, args.assume_secret)
+        try:
+            plan = build_plan(args.stack, config)
+        except ConfigError as exc:
+            raise ConfigError(exc.stack, locate(exc.problems, document.positions)) from None
+    except ConfigError as exc:
+        if args.json:
+            print(json.dumps({"stack": args.stack, "valid": False,
+                              "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
+        else:
+            print(exc.report(), file=sys.stderr)
+        return 2
+    plan = plan.model_copy(update={"warnings": [*document.warnings, *plan.warnings]})
+    if args.json:
+        print(json.dumps(plan.to_json_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(render_plan(plan))
+    return 0
+
+
+def _nginx_conf(args: argparse.Namespace) -> int:
+    try:
+        config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+        build_plan(args.stack, config)
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return 2
+    if not config.api.proxy.enabled:
+        print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (to see one: "
+              f"venv/bin/python -m stacks nginx-conf {args.stack} --set api.proxy.enabled=true --set "
+              "serving.host=127.0.0.1 --assume-secret api_key --assume-secret proxy_keys.team-a --assume-secret "
+              "tls_certificate --assume-secret tls_private_key)", file=sys.stderr)
+        return 2
+    print(masked_nginx_conf(front_door(config), sorted(config.proxy_keys or {})), end="")
+    return 0
+
+
+CODE_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout holding `checks/` and `stacks/`: the watch unit's working directory."""
+
+
+def _watch_unit(args: argparse.Namespace) -> int:
+    """The systemd service that runs `checks.api --watch` for this stack (review/watch_unit.py) on stdout; what to
+    put next to it (the key file, the proxy's certificate) on stderr."""
+    from review.watch_unit import render_watch_unit, unit_name
+    from stacks.planner.plan import check_client
+    from stacks.planner.topology import dp_rank_nodes
+
+    config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    plan = build_plan(args.stack, config)
+    client = check_client(config)
+    needs_key = client is not None or config.api_key is not None
+    env_file = args.env_file or (f"/etc/vllm-cluster/{args.stack}-watch.env" if needs_key else None)
+    tls = plan.proxy is not None and plan.proxy.tls
+    ca_file = args.ca_file or (f"/etc/vllm-cluster/{args.stack}-ca.pem" if tls else None)
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    try:
+        name = unit_name(args.stack)
+        text = render_watch_unit(
+            stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
+            workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint, served_name=config.model.served_name,
+            dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
+            interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
+            ca_file=ca_file, user=args.user)
+    except ValueError as exc:
+        print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    steps = [f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && "
+             f"systemctl enable --now {name}"]
+    if env_file:
+        whose = (f"the proxy key of client {client!r} (pulumi config get --path vllm-cluster:proxy_keys.{client})"
+                 if client else "api_key (pulumi config get vllm-cluster:api_key)")
+        steps.append(f"# {env_file}: one line VLLM_API_KEY=<{whose}>, mode 0600 "
+                     f"(install -m 600 /dev/null {env_file} first)")
+    if ca_file:
+        steps.append(f"# {ca_file}: pulumi config get vllm-cluster:tls_certificate > {ca_file}")
+    print("\n".join(steps), file=sys.stderr)
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    try:
+        path = stack_file(args.stack)
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return 2
+    try:
+        if not path.exists():
+            raise RollbackError(f"no {path.name} in {path.parent}")
+        if args.page_size < 1:
+            raise RollbackError(f"--page-size {args.page_size}: must be at least 1 (Pulumi's default page is 10)")
+        history = read_history(args.stack, args.history, PROJECT_ROOT, args.page_size)
+        decided = prepare(args.stack, path.read_text(), path.name, history, args.to)
+    except RollbackError as exc:
+        print(f"rollback {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    target = decided.target
+    print(f"stack {args.stack}: image {decided.current.pull_ref}\n          -> {target.image.pull_ref}")
+    print(f"   last served by {target.describe()}")
+    print(f"   history {decided.provenance}")
+    if not decided.complete:
+        print(f"   note: stopped after {MAX_PAGES} pages; older updates were not read")
+    print(f"   {decided.capability}")
+    for warning in decided.warnings:
+        print(f"   warning: {warning}")
+    if args.dry_run:
+        print(f"   --dry-run: {path.name} not changed")
+    else:
+        path.write_text(decided.new_text)
+        print(f"   {path.name}: image rewritten, comments and layout kept (review: git diff {path.name})")
+    print("next:")
+    print(f"   pulumi preview -s {args.stack} --diff   # expect every engine-* container and *-image replaced, "
+          "the checks re-run, no provider change")
+    print(f"   pulumi up -s {args.stack}")
+    print("The image is still on every node (RemoteImage keep_locally), so nothing is downloaded; the argument "
+          "dry run still runs before the group is replaced.")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    try:
+        base, base_errors, how = base_plan(args.stack, args.base, PROJECT_ROOT)
+    except BaseError as exc:
+        print(f"diff {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        head: dict[str, Any] | None = build_plan(args.stack, load_stack(args.stack)).to_json_dict()
+        head_errors: list[dict[str, Any]] = []
+    except ConfigError as exc:
+        head, head_errors = None, [p.as_dict() for p in exc.problems]
+    result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors) | {"base_plan": how}
+    result["downtime"] = downtime_of(result)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        print(diff_markdown(result), end="")
+        print(f"\n<sub>base: {how}</sub>")
+    return 0 if head is not None else 2  # the change under review does not validate: a bad input
+
+
+def _preview_summary(args: argparse.Namespace) -> int:
+    try:
+        name = "stdin" if args.file == "-" else args.file
+        preview, events = read_preview(_read_text(args.file), name)
+        if args.events:
+            if events is not None:
+                raise PreviewInputError(f"{name} is already an event stream; --events goes with a digest")
+            events = parse_events(_read_text(args.events), args.events)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"preview-summary: cannot read {exc} (expected `pulumi preview --json > FILE`)", file=sys.stderr)
+        return 2
+    except PreviewInputError as exc:
+        print(f"preview-summary: {exc}", file=sys.stderr)
+        return 2
+    summary = summarize(preview, events)
+    print(json.dumps(summary, indent=2) if args.json else preview_markdown(summary), end="" if not args.json else "\n")
+    return preview_exit_code(summary)
+
+
+def _read_text(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+
+MATRIX_BEGIN = "<!-- replacement-matrix:begin (python -m stacks matrix --update-readme) -->"
+MATRIX_END = "<!-- replacement-matrix:end -->"
+
+
+def matrix_stacks(names: list[str]) -> list[str]:
+    """The stacks the matrix covers: those named, else every Pulumi.<stack>.yaml in the project, sorted."""
+    return names or sorted(p.name.split(".")[1] for p in PROJECT_ROOT.glob("Pulumi.*.yaml"))
+
+
+def readme_with_matrix(readme: str, table: str) -> str:
+    """README text with the generated table between the markers (ValueError when the markers are missing)."""
+    start, end = readme.find(MATRIX_BEGIN), readme.find(MATRIX_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {MATRIX_BEGIN!r} … {MATRIX_END!r} block")
+    return readme[:start + len(MATRIX_BEGIN)] + "\n" + table + readme[end:]
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from review.matrix import RegisterError, compute
+    from review.replacement import markdown, row_dict, text
+
+    try:
+        from review.registrations import register
+    except ImportError as exc:
+        print(f"matrix: the Pulumi SDK is needed to run the program under mocks ({exc}); install requirements.txt",
+              file=sys.stderr)
+        return 2
+    names = matrix_stacks(args.stack)
+    try:
+        rows = compute({name: read_stack_values(name) for name in names}, register)
+    except RegisterError as exc:  # the committed stack itself: the program refuses what the plan accepted
+        print(f"matrix: the Pulumi program refuses a committed stack: {exc}", file=sys.stderr)
+        return 2
+    table = markdown(rows, names)
+    if args.update_readme:
+        path = PROJECT_ROOT / "README.md"
+        try:
+            path.write_text(readme_with_matrix(path.read_text(), table))
+        except (OSError, ValueError) as exc:
+            print(f"matrix --update-readme: {exc}", file=sys.stderr)
+            return 2
+        print(f"{path.name}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(names)})")
+    elif args.json:
+        print(json.dumps([row_dict(r) for r in rows], indent=2, ensure_ascii=False))
+    elif args.markdown:
+        print(table, end="")
+    else:
+        print(text(rows), end="")
+    return 0
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from review.reference import markdown
+
+    print(markdown(), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ref = sub.add_parser("reference", help="the config reference (every key, type, range, default) as Markdown")
+    ref.set_defaults(func=_reference)
+    plan = sub.add_parser("plan", help="validate a stack and print what would be launched")
+    plan.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
+    plan.add_argument("--json", action="store_true", help="machine-readable plan")
+    _add_overrides(plan)
+    plan.set_defaults(func=_plan)
+    conf = sub.add_parser("nginx-conf", help="print the proxy's nginx.conf with placeholder keys (review it)")
+    conf.add_argument("stack")
+    _add_overrides(conf)
+    conf.set_defaults(func=_nginx_conf)
+    watch = sub.add_parser("watch-unit", help="print the systemd service that probes every DP rank of the stack "
+                           "with its golden set (checks.api --watch) from the deploying host")
+    watch.add_argument("stack")
+    watch.add_argument("--python", metavar="ABS_PATH", help="interpreter with httpx [<checkout>/venv/bin/python]")
+    watch.add_argument("--workdir", metavar="ABS_PATH", help="checkout holding checks/ and stacks/ [this one]")
+    watch.add_argument("--env-file", metavar="ABS_PATH",
+                       help="file with VLLM_API_KEY=… [/etc/vllm-cluster/<stack>-watch.env when a key is needed]")
+    watch.add_argument("--ca-file", metavar="ABS_PATH",
+                       help="the proxy's certificate [/etc/vllm-cluster/<stack>-ca.pem with TLS]")
+    watch.add_argument("--user", help="run as this user (default: root)")
+    _add_overrides(watch)
+    watch.set_defaults(func=_watch_unit)
+    back = sub.add_parser("rollback", help="rewrite the stack's image to one a past successful update ran")
+    back.add_argument("stack")
+    back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",
+                      help="previous (default): the newest successful update with another image; a tag, repo:tag "
+                      "or sha256:digest, or a unique start of one")
+    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output with every update "
+                      "(default: run it, every page)")
+    back.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="N",
+                      help=f"updates per `pulumi stack history` call [{PAGE_SIZE}]; pages are read until one is "
+                      "empty")
+    back.add_argument("--dry-run", action="store_true", help="print the choice, leave the stack file alone")
+    back.set_defaults(func=_rollback)
+    diff = sub.add_parser("diff", help="Markdown review of what a change does to a stack's plan")
+    diff.add_argument("stack")
+    diff.add_argument("--base", required=True, metavar="GIT_REF", help="e.g. origin/main")
+    diff.add_argument("--json", action="store_true")
+    diff.set_defaults(func=_diff)
+    matrix = sub.add_parser("matrix", help="what a change of each config key costs: replaced / updated / re-run "
+                            "resources and the downtime (the program run under Pulumi's mocks)")
+    matrix.add_argument("stack", nargs="*", help="stacks to cover (default: every Pulumi.<stack>.yaml)")
+    form = matrix.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="every row with every resource's action")
+    form.add_argument("--markdown", action="store_true", help="the README table (keys with one effect share a row)")
+    form.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
+    matrix.set_defaults(func=_matrix)
+    summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
+                             "errors and mandatory policy violations")
+    summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")
+    summary.add_argument("--events", metavar="FILE", help="the engine event log of the same preview "
+                         "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
+    summary.add_argument("--json", action="store_true")
+    summary.set_defaults(func=_preview_summary)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
+        if os.environ.get("VLLM_CLUSTER_DEBUG"):
+            raise
+        print(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not your config: "
+              "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
+        return 3

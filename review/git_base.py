@@ -1,0 +1,76 @@
+"""The plan of a stack at another git revision, computed by that revision's own code.
+
+A PR that edits `stacks/planner/launch.py` changes what gets deployed as much as one that edits the stack file,
+so the base plan comes from `git archive <ref>` run with the base's `python -m stacks plan --json`. Where
+the base has no plan command that prints JSON, the working tree's code plans the base's stack file instead
+(and says so).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stacks.model.errors import ConfigError
+from stacks.model.loader import load_stack
+from stacks.planner.plan import build_plan
+
+
+class BaseError(Exception):
+    pass
+
+
+def _commit(root: Path, ref: str) -> str:
+    """The commit `ref` names, resolved before any other git call: a value starting with `-` would be read as an
+    option (`--output=FILE` truncates a file), so it is refused, and only a commit id reaches `git archive`."""
+    if not ref or ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref):
+        raise BaseError(f"--base {ref[:60]!r}: not a git revision; e.g. origin/main, HEAD~1 or a commit id")
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                           f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise BaseError(f"--base {ref[:60]!r}: no such commit in {root}; e.g. origin/main, HEAD~1 or a commit id")
+    return done.stdout.strip()
+
+
+def _archive(root: Path, ref: str, into: Path) -> None:
+    commit = _commit(root, ref)
+    done = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", commit], capture_output=True)
+    if done.returncode != 0:
+        raise BaseError(f"git archive {ref} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        tar.extractall(into, filter="data")
+
+
+def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+    """(plan JSON or None when invalid, the base's problems, how it was computed)."""
+    with tempfile.TemporaryDirectory(prefix="vllm-cluster-base-") as tmp:
+        checkout = Path(tmp)
+        _archive(root, ref, checkout)
+        if not (checkout / f"Pulumi.{stack}.yaml").exists():
+            raise BaseError(f"{ref} has no Pulumi.{stack}.yaml: the stack is new in this change, so there is "
+                            f"nothing to compare; review its whole plan: venv/bin/python -m stacks plan {stack} "
+                            "(--json for a file)")
+        try:
+            done = subprocess.run([sys.executable, "-m", "stacks", "plan", stack, "--json"], cwd=checkout,
+                                  capture_output=True, text=True, timeout=120,
+                                  env={"VLLM_CLUSTER_ROOT": str(checkout), "PATH": "/usr/bin:/bin"})
+        except subprocess.TimeoutExpired:  # the base's own code hangs: plan its stack file with this code
+            done = subprocess.CompletedProcess([], 3, "", "its planner did not answer within 120 s")
+        how = f"planned by the code at {ref}"
+        if done.returncode not in (0, 2) or not done.stdout.strip().startswith("{"):
+            try:
+                return (build_plan(stack, load_stack(stack, root=checkout)).to_json_dict(), [],
+                        f"the stack file at {ref}, planned by the working tree's code (the base cannot plan: "
+                        f"{(done.stderr.strip().splitlines() or ['no JSON'])[-1][:160]})")
+            except ConfigError as exc:
+                return None, [p.as_dict() for p in exc.problems], "the working tree's code"
+        data = json.loads(done.stdout)
+        if done.returncode == 2 or data.get("valid") is False:
+            return None, list(data.get("errors", [])), how
+        return data, [], how

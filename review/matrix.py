@@ -1,0 +1,213 @@
+"""The replacement matrix: for every config key of every stack, change it, run the program, and say what `pulumi
+up` would replace, update in place or re-run, and what that costs in serving time (review/replacement.py).
+
+Pure apart from the `register` function it is given (review/registrations.py runs the real program under
+Pulumi's mocks), so the rules and the key walk are testable on their own.
+
+Besides the config keys there are code rows: a change of this repository that alters no process (a recalibrated
+load estimate, the plan's prose) must restart nothing. And keys of a feature that is off in a stack (the proxy)
+are evaluated with the feature on as well, so their row says what they cost where they matter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from review.config_mutations import BASE_SECRETS, Leaf, Mutation, canonical, leaves, mutate, plan_of
+from review.downtime import assess
+from review.plan_diff import diff_plans
+from review.replacement import Downtime, Impact, Registration, Row, downtime, impact, merge, normaliser
+from stacks.model.errors import ConfigError
+from stacks.planner import launch, load_estimate
+from stacks.planner.plan import Plan
+
+Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
+
+
+class RegisterError(Exception):
+    """The program refused a config the plan accepted (raised by a Register function)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """A feature switched on for the keys that only matter with it (the baseline of their rows)."""
+
+    name: str
+    switch: str
+    """the key whose own row is switching the feature on"""
+    prefixes: tuple[str, ...]
+    apply: Callable[[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _proxy_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The proxy on, with what the plan requires of it: vLLM on loopback, TLS material and client keys."""
+    values = copy.deepcopy(values)
+    values.setdefault("api", {}).setdefault("proxy", {})["enabled"] = True
+    values["serving"]["host"] = "127.0.0.1"
+    return values, {**secrets, "tls_certificate": "matrix-certificate", "tls_private_key": "matrix-key",
+                    "proxy_keys": {"team-a": "matrix-client-key", "client-x": "matrix-client-key-2"}}
+
+
+CONTEXTS = (
+    Context("with the proxy on", "api.proxy.enabled", ("api.proxy.", "tls_certificate", "tls_private_key",
+                                                         "proxy_keys"), _proxy_on),
+)
+
+
+@dataclass(frozen=True)
+class CodeChange:
+    """A change of this repository's code that alters no process: what a release of the project may do."""
+
+    key: str
+    change: str
+    patch: Callable[[], contextlib.AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def _startup_plus_60() -> Iterator[None]:
+    before = load_estimate.STARTUP_S
+    load_estimate.STARTUP_S = before + 60
+    try:
+        yield
+    finally:
+        load_estimate.STARTUP_S = before
+
+
+@contextlib.contextmanager
+def _purpose_reworded() -> Iterator[None]:
+    before = dict(launch._PURPOSE)
+    launch._PURPOSE.update({role: f"{text} (reworded)" for role, text in before.items()})
+    try:
+        yield
+    finally:
+        launch._PURPOSE.clear()
+        launch._PURPOSE.update(before)
+
+
+CODE_CHANGES = (
+    CodeChange("(code) stacks/planner/load_estimate.py STARTUP_S", "the load estimate recalibrated (+60 s)",
+               _startup_plus_60),
+    CodeChange("(code) stacks/planner/launch.py container purpose", "the plan's prose for every container reworded",
+               _purpose_reworded),
+)
+
+
+@dataclass
+class Baseline:
+    stack: str
+    values: dict[str, Any]
+    secrets: dict[str, Any]
+    plan: Plan
+    registrations: list[Registration]
+
+
+def _names(values: dict[str, Any]) -> tuple[list[str], list[str]]:
+    nodes = [str(n.get("name")) for n in values.get("nodes") or [] if isinstance(n, dict)]
+    container = (values.get("container") or {}).get("name")
+    return nodes, [str(container)] if container else []
+
+
+def _row(base: Baseline, key: str, context: str, mutations: list[Mutation], register: Register,
+         refused: str | None) -> Row:
+    if refused is not None and not mutations:
+        return Row(base.stack, key, context, "", refused, Impact(), Downtime("none", None, "refused alone"))
+    total: Impact | None = None
+    estimates: list[int] = []
+    seen_by_diff = "none"
+    for mutation in mutations:
+        seen_by_diff = _stronger(seen_by_diff, diff_downtime(base, mutation))
+        try:
+            after = register(base.stack, mutation.values, mutation.secrets)
+        except RegisterError as exc:
+            return Row(base.stack, key, context, "", f"the program refuses it: {exc}", Impact(),
+                       Downtime("none", None, "refused alone"))
+        nodes, boxes = _names(base.values)
+        more_nodes, more_boxes = _names(mutation.values)
+        found = impact(base.registrations, after, normaliser([*nodes, *more_nodes], [*boxes, *more_boxes]))
+        total = found if total is None else merge(total, found)
+        estimates.append(int(mutation.plan.model["estimated_load_s"]))
+    assert total is not None
+    return Row(base.stack, key, context, "; ".join(m.change for m in mutations), None, total,
+               downtime(total.engines, total.proxy, max(estimates) if estimates else None), seen_by_diff)
+
+
+_ORDER = ("none", "proxy", "group", "lone-rank", "unknown")
+
+
+def _stronger(a: str, b: str) -> str:
+    return a if _ORDER.index(a) >= _ORDER.index(b) else b
+
+
+def diff_downtime(base: Baseline, mutation: Mutation) -> str:
+    """The downtime kind `stacks diff` gives the same change, from the base and changed plans only."""
+    found = diff_plans(base.stack, "base", base.plan.to_json_dict(), mutation.plan.to_json_dict())
+    return assess(found).kind
+
+
+def baseline(stack: str, values: dict[str, Any], secrets: dict[str, Any], register: Register) -> Baseline:
+    return Baseline(stack, values, secrets, plan_of(stack, values, secrets), register(stack, values, secrets))
+
+
+def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]], register: Register,
+               keys: list[Leaf] | None = None) -> list[Row]:
+    """Every key of the schema changed alone in one stack, the context keys with their feature on, the code rows."""
+    values, own_secrets = canonical(values)
+    secrets = dict(BASE_SECRETS) | own_secrets
+    base = baseline(stack, values, secrets, register)
+    rows: list[Row] = []
+    contexts: dict[str, Baseline | None] = {}
+    for leaf in keys if keys is not None else leaves():
+        context = next((c for c in CONTEXTS if leaf.key.startswith(c.prefixes) and leaf.key != c.switch), None)
+        switch = next((c for c in CONTEXTS if leaf.key == c.switch), None)
+        if switch is not None and not _is_on(values, switch):
+            on_values, on_secrets = switch.apply(values, secrets)
+            try:
+                plan = plan_of(stack, on_values, on_secrets)
+            except ConfigError as exc:
+                rows.append(_row(base, leaf.key, "", [], register, exc.problems[0].message))
+                continue
+            change = (f"{leaf.key}: false → true (with serving.host 127.0.0.1 and the tls_certificate, "
+                      "tls_private_key and proxy_keys secrets it requires)")
+            rows.append(_row(base, leaf.key, "", [Mutation(leaf.key, change, on_values, on_secrets, plan)],
+                             register, None))
+            continue
+        used = base
+        label = ""
+        if context is not None and not _is_on(values, context):
+            if context.name not in contexts:
+                on_values, on_secrets = context.apply(values, secrets)
+                try:
+                    contexts[context.name] = baseline(stack, on_values, on_secrets, register)
+                except (ConfigError, RegisterError):
+                    contexts[context.name] = None  # the keys are then evaluated on the stack as it is
+            found = contexts[context.name]
+            if found is not None:
+                used, label = found, context.name
+        outcome = mutate(leaf, stack, used.values, used.secrets, others)
+        rows.append(_row(used, leaf.key, label, outcome.mutations, register, outcome.refused))
+    for code in CODE_CHANGES:
+        with code.patch():
+            after_plan = plan_of(stack, values, secrets)
+            rows.append(_row(base, code.key, "", [Mutation(code.key, code.change, values, secrets, after_plan)],
+                             register, None))
+    return rows
+
+
+def _is_on(values: dict[str, Any], context: Context) -> bool:
+    node: Any = values
+    for part in context.switch.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node is True
+
+
+def compute(stacks: dict[str, dict[str, Any]], register: Register, keys: list[Leaf] | None = None) -> list[Row]:
+    """The matrix of every stack: stack name -> its plain config values (as read from Pulumi.<stack>.yaml)."""
+    rows: list[Row] = []
+    for stack, values in stacks.items():
+        others = [canonical(v)[0] for s, v in stacks.items() if s != stack]
+        rows += stack_rows(stack, values, others, register, keys)
+    return rows

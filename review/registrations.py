@@ -1,0 +1,98 @@
+"""What the Pulumi program registers for a stack config, without an engine: the real program under Pulumi's mocks.
+
+Used by `python -m stacks matrix` (review/replacement.py) to see, for a change of one config key, which resource
+inputs move. The mocks answer like the providers where an output feeds another input: a RemoteImage's `imageId`
+is derived from the image it pulls (a new image gives the containers a new `image` input, as a real pull does);
+everything else echoes its inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from review.matrix import RegisterError
+from review.replacement import REMOTE_IMAGE, Registration
+
+
+class ProgramError(RegisterError):
+    """The program raised (a config the plan refuses); nothing was registered."""
+
+
+@dataclass
+class _Mocks(pulumi.runtime.Mocks):
+    seen: list[tuple[str, str, dict[str, Any], bool]] = field(default_factory=list)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.seen.append((args.typ, args.name, dict(args.inputs), bool(args.custom)))
+        state = dict(args.inputs)
+        if args.typ == REMOTE_IMAGE:
+            state["imageId"] = "sha256:" + hashlib.sha256(str(args.inputs.get("name")).encode()).hexdigest()
+        if args.typ.startswith("command:"):
+            state["stdout"] = f"PASS {args.name}"
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The program's plan warnings go to pulumi.log, which the mocks route to the root logger."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
+    """Run components.program.deploy with this config (plain values) and these secret values; every resource it
+    registers, with the options that decide replacement. Raises ProgramError when the program refuses."""
+    from components.program import deploy
+
+    mocks = _Mocks()
+    pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=False)
+    config = {f"vllm-cluster:{k}": json.dumps(v) for k, v in values.items() if k not in secrets}
+    config |= {f"vllm-cluster:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in secrets.items()}
+    pulumi.runtime.set_all_config(config, secret_keys=[f"vllm-cluster:{k}" for k in secrets])
+    options: dict[str, pulumi.ResourceOptions] = {}
+    triggers: dict[str, Any] = {}
+    custom_init = pulumi.CustomResource.__init__
+
+    def spy(self: Any, t: str, name: str, props: Any = None, opts: Any = None, *args: Any, **kwargs: Any) -> None:
+        options[name] = opts or pulumi.ResourceOptions()
+        custom_init(self, t, name, props, opts, *args, **kwargs)
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def program() -> pulumi.Output[Any]:
+        deploy(stack)
+        pending = {n: o.replacement_trigger for n, o in options.items() if o.replacement_trigger is not None}
+        names = sorted(pending)
+        return pulumi.Output.all(*[pending[n] for n in names]).apply(
+            lambda values: triggers.update(zip(names, values, strict=True)))
+
+    pulumi.CustomResource.__init__ = spy  # type: ignore[method-assign]
+    try:
+        with _quiet():
+            program()
+    except Exception as exc:  # the program refuses a bad config before anything registers
+        raise ProgramError(str(exc)) from None
+    finally:
+        pulumi.CustomResource.__init__ = custom_init  # type: ignore[method-assign]
+    out = []
+    for typ, name, inputs, custom in mocks.seen:
+        opts = options.get(name) or pulumi.ResourceOptions()
+        out.append(Registration(typ, name, inputs, custom=custom,
+                                replace_on_changes=tuple(opts.replace_on_changes or ()),
+                                delete_before_replace=bool(opts.delete_before_replace),
+                                replacement_trigger=triggers.get(name)))
+    return out

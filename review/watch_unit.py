@@ -1,0 +1,110 @@
+"""A systemd service that runs `python -m checks.api --watch` on the deploying host (pure: text in, text out).
+
+One long-running service, no timer: the watch loop sleeps between rounds itself and prints one line per
+rank going down or coming back, which journald keeps (`journalctl -u vllm-cluster-watch-<stack>`). It exits
+only for a configuration error (exit 2): `RestartPreventExitStatus=2` keeps systemd from restarting a unit
+that cannot work, any other exit restarts it.
+
+The bearer key comes from `EnvironmentFile=` (`VLLM_API_KEY=…`, mode 0600), never from the unit text; the
+proxy's certificate from `--ca-file`. Arguments are quoted as systemd.service(5) "Command lines" says:
+double quotes around a word, C escapes inside (`\\\\`, `\\"`, `\\n`), `$$` for a literal `$` (else it is a
+variable) and `%%` for a literal `%` (else it is a specifier).
+"""
+
+from __future__ import annotations
+
+import re
+
+from stacks.model.golden import DEFAULT_GOLDEN, GoldenPair, golden_json
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:,=@+-]+$")
+_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def unit_name(stack: str) -> str:
+    if not _STACK.match(stack):
+        raise ValueError(f"stack name {stack!r} cannot name a unit: letters, digits, '_', '.', '-'")
+    return f"vllm-cluster-watch-{stack}.service"
+
+
+def systemd_quote(word: str) -> str:
+    """One ExecStart word that systemd splits back into exactly `word`."""
+    if _PLAIN.match(word):
+        return word
+    escaped = (word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+               .replace("$", "$$").replace("%", "%%"))
+    return f'"{escaped}"'
+
+
+def watch_argv(*, python: str, url: str, served_name: str, dp_size: int, rank_nodes: list[str],
+               golden: list[GoldenPair] | tuple[GoldenPair, ...] = DEFAULT_GOLDEN, interval_s: float = 60,
+               timeout_s: float = 120, ca_file: str | None = None, name: str = "api-watch") -> list[str]:
+    """The watch command: every DP rank, the stack's golden set, the key from VLLM_API_KEY."""
+    if dp_size < 1 or (rank_nodes and len(rank_nodes) != dp_size):
+        raise ValueError(f"{len(rank_nodes)} rank node(s) for DP size {dp_size}: one node name per rank")
+    argv = [python, "-m", "checks.api", "--watch", "--name", name, "--url", url, "--served-name", served_name,
+            "--dp-size", str(dp_size), "--interval-s", f"{interval_s:g}", "--timeout-s", f"{timeout_s:g}",
+            "--golden-json", golden_json(golden), "--api-key-env", "VLLM_API_KEY"]
+    if rank_nodes:
+        argv += ["--rank-nodes", ",".join(rank_nodes)]
+    if ca_file:
+        argv += ["--ca-file", ca_file]
+    return argv
+
+
+def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served_name: str, dp_size: int,
+                      rank_nodes: list[str], golden: list[GoldenPair] | tuple[GoldenPair, ...] = DEFAULT_GOLDEN,
+                      interval_s: float = 60, timeout_s: float = 120, env_file: str | None = None,
+                      ca_file: str | None = None, user: str | None = None) -> str:
+    """The unit file text. `python` is the deployer's venv interpreter and `workdir` the checkout holding
+    `checks/` and `stacks/`; `env_file` holds `VLLM_API_KEY=…` (the proxy's check client key when it is on)."""
+    for label, path in (("python", python), ("workdir", workdir), ("env_file", env_file), ("ca_file", ca_file)):
+        if path is not None and not path.startswith("/"):
+            raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
+        if path is not None and re.search(r"[\s\x00-\x1f\x7f\\%$\"']", path):
+            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$` (a "
+                             "newline would add a line to the unit)")
+    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
+        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
+    name = unit_name(stack)
+    argv = watch_argv(python=python, url=url, served_name=served_name, dp_size=dp_size, rank_nodes=rank_nodes,
+                      golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,
+                      name=f"api-watch-{stack}")
+    lines = [
+        f"# {name}: rendered by vllm-cluster (review/watch_unit.py) for stack {stack!r}.",
+        f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
+        f"# Read:    journalctl -u {name}   (one line per DP rank going down or coming back)",
+        "[Unit]",
+        f"Description=vllm-cluster {stack}: golden prompt on every DP rank ({dp_size}), one line per transition",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"WorkingDirectory={systemd_quote(workdir)}",
+    ]
+    if env_file:
+        lines.append(f"EnvironmentFile={env_file}")
+    if user:
+        lines.append(f"User={user}")
+    lines += [
+        "Environment=PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1",
+        "ExecStart=" + " ".join(systemd_quote(word) for word in argv),
+        "Restart=on-failure",
+        "RestartSec=30",
+        "RestartPreventExitStatus=2",
+        "NoNewPrivileges=yes",
+        "PrivateTmp=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        "ProtectKernelTunables=yes",
+        "ProtectControlGroups=yes",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+        f"SyslogIdentifier=vllm-cluster-watch-{stack}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+

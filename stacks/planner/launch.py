@@ -1,0 +1,332 @@
+"""The exact `vllm serve` argv, Ray commands and container settings for every node.
+
+This is the single source of truth for what gets launched: the Pulumi components copy these specs into
+`docker.Container` resources field by field and compute nothing of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from pydantic import BaseModel, ConfigDict
+
+from stacks.model.config import NodeConfig, StackConfig
+from stacks.model.field_types import host_port
+from stacks.planner.fabric import control_ip, node_env
+from stacks.planner.listeners import RAY_PORTS
+from stacks.planner.profiles import ModelProfile
+from stacks.planner.topology import NodeTopology, Role, Topology
+
+LABEL_PREFIX = "vllm-cluster"
+GENERATION_LABEL = f"{LABEL_PREFIX}.generation"
+
+ENGINE_REPLACE_ON_CHANGES = ("healthcheck", "envs", "labels", "command", "entrypoints")
+"""VllmEngine's `replace_on_changes`: `healthcheck` would otherwise be an update the daemon ignores until the
+container is recreated; the rest are replacing already and stated again so a provider release that relaxes one
+cannot turn a launch change into a silent no-op."""
+
+
+class VolumeSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    host: str
+    container: str
+    read_only: bool
+
+
+class HealthcheckSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    test: list[str]
+    interval_s: int
+    timeout_s: int
+    retries: int
+    start_period_s: int
+
+
+class ContainerSpec(BaseModel):
+    """One container of the engine group, as the plan shows it and the component creates it."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    purpose: str
+    image: str
+    vllm_args: list[str] | None
+    command: list[str]
+    entrypoint: list[str] | None
+    env: dict[str, str]
+    """Plain variables only: what the plan, the dry run and labels may show."""
+    secret_env: dict[str, str]
+    """Variable -> the secret config key its value comes from (`api_key`, `env_secrets.HF_TOKEN`): the
+    component takes each from a Pulumi secret; it never appears in argv, labels, the dry run or the plan."""
+    network_mode: str
+    ipc_mode: str
+    privileged: bool
+    gpus: str | None
+    ulimits: dict[str, list[int]]
+    shm_size_mb: int | None
+    volumes: list[VolumeSpec]
+    devices: list[str]
+    capabilities: list[str]
+    restart: str
+    labels: dict[str, str]
+    healthcheck: HealthcheckSpec | None
+
+
+def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology) -> list[str]:
+    """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`).
+
+    Where a replica spans nodes every node gets `--nnodes/--node-rank/--master-addr/--master-port` (vllm/engine/
+    arg_utils.py:1175-1178); ranks > 0 are `--headless`, which vLLM requires there (no API server: entrypoints/
+    cli/serve.py:69-77). With DP > 1 no node gets `--data-parallel-start-rank`: vLLM infers each node's DP rank
+    from `--node-rank` (engine/arg_utils.py:2421-2424, 2506-2511), and a start rank on the head would switch it
+    to hybrid load balancing, which refuses the headless replica heads (v1/engine/utils.py:1502-1514).
+    """
+    par, serving = config.parallelism, config.serving
+    args = [config.model.container_path]
+    if node.role.headless:
+        args.append("--headless")
+    else:
+        args += ["--host", serving.host, "--port", str(serving.port)]
+    args += ["--served-model-name", config.model.served_name]
+    if serving.trust_remote_code:
+        args.append("--trust-remote-code")
+    if serving.dtype:
+        args += ["--dtype", serving.dtype]
+    args += ["--tensor-parallel-size", str(par.tensor)]
+    if par.pipeline > 1:
+        args += ["--pipeline-parallel-size", str(par.pipeline)]
+    args += ["--distributed-executor-backend", par.backend]
+    if topo.spans_nodes:
+        args += ["--nnodes", str(len(topo.nodes)), "--node-rank", str(node.node_rank),
+                 "--master-addr", str(control_ip(config, config.head)), "--master-port", str(par.master_port)]
+    if par.backend == "mp" and par.data > 1:
+        # Spanning: one DP rank per group of nodes, so 1 on every node (what vLLM infers: arg_utils.py:2442-2446).
+        local = 1 if topo.spans_nodes else node.dp_local
+        args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(local)]
+        if node.dp_start_rank is not None:
+            args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
+        args += [
+            "--data-parallel-address", str(control_ip(config, config.head)),
+            "--data-parallel-rpc-port", str(par.data_parallel_rpc_port),
+            "--data-parallel-backend", "mp",
+        ]
+    if par.expert:
+        args.append("--enable-expert-parallel")
+    args += ["--max-model-len", str(serving.max_model_len)]
+    if serving.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(serving.max_num_batched_tokens)]
+    args += ["--max-num-seqs", str(serving.max_num_seqs)]
+    args += ["--gpu-memory-utilization", str(serving.gpu_memory_utilization)]
+    args += ["--kv-cache-dtype", serving.kv_cache_dtype or profile.default_kv_cache_dtype]
+    if serving.prefix_caching:
+        args.append("--enable-prefix-caching")
+    args += ["--tokenizer-mode", serving.tokenizer_mode or profile.tokenizer_mode]
+    args += ["--tool-call-parser", serving.tool_call_parser or profile.tool_call_parser]
+    if serving.auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    args += ["--reasoning-parser", serving.reasoning_parser or profile.reasoning_parser]
+    if profile.vision and not config.vision:
+        args.append("--language-model-only")
+    if config.speculative is not None:
+        spec = {
+            "method": config.speculative.method,
+            "num_speculative_tokens": config.speculative.num_speculative_tokens,
+            **config.speculative.options,
+        }
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), ensure_ascii=False)]
+    args += list(serving.extra_args)
+    return args
+
+
+def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:
+    """The plain env of a node's engine: GPUs, fabric, timeout, the user's extras, then any override the
+    config explicitly allows (`container.managed_env_overrides`, each a plan warning)."""
+    env: dict[str, str] = {}
+    if config.container.set_cuda_visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(node_topo.gpus_used))
+    fabric = node_env(config, node)
+    if "VLLM_HOST_IP" in fabric:
+        env["VLLM_HOST_IP"] = fabric.pop("VLLM_HOST_IP")
+    env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(config.serving.engine_ready_timeout_s)
+    env.update(config.container.env)
+    env.update(fabric)
+    env.update(config.container.managed_env_overrides)
+    return env
+
+
+def secret_env(config: StackConfig, node_topo: NodeTopology) -> dict[str, str]:
+    """Variables whose values are Pulumi secrets: vLLM's key on the node that serves the API, and every
+    `env_secrets` entry on every engine."""
+    refs = {name: f"env_secrets.{name}" for name in sorted(config.env_secrets or {})}
+    if node_topo.role.is_head and config.api_key is not None:
+        refs["VLLM_API_KEY"] = "api_key"
+    return refs
+
+
+def ray_head_script(config: StackConfig, topo: Topology, serve_args: list[str]) -> str:
+    """Head container: start Ray, wait until every node and GPU has joined, then exec `vllm serve`."""
+    ray = config.ray
+    ip = control_ip(config, config.head)
+    start = [
+        "ray", "start", "--head", f"--node-ip-address={ip}", f"--port={ray.gcs_port}",
+        f"--num-gpus={topo.head.gpus_used}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ray.dashboard_port}",
+        f"--ray-client-server-port={ray.client_port}", *RAY_PORTS.start_flags(), "--disable-usage-stats",
+    ]
+    wait = cluster_ready_snippet(len(topo.nodes), topo.gpus_used, ray.cluster_ready_timeout_s)
+    return "\n".join([
+        "set -euo pipefail",
+        shlex.join(start),
+        shlex.join(["python3", "-c", wait]),
+        shlex.join(["exec", "vllm", "serve", *serve_args]),
+    ])
+
+
+def cluster_ready_snippet(nodes: int, gpus: int, timeout_s: int) -> str:
+    """Python run inside the head container: Ray's own view must show every node and GPU before serving."""
+    return (
+        "import sys,time,ray\n"
+        "ray.init(address='auto',logging_level='ERROR')\n"
+        f"want_n,want_g,deadline={nodes},{gpus},time.time()+{timeout_s}\n"
+        "while True:\n"
+        " alive=[n for n in ray.nodes() if n['Alive']]\n"
+        " g=sum(n['Resources'].get('GPU',0) for n in alive)\n"
+        " print(f'[cluster-ready] {len(alive)}/{want_n} nodes, {g:g}/{want_g} GPUs',flush=True)\n"
+        " if len(alive)>=want_n and g>=want_g: break\n"
+        " if time.time()>deadline: sys.exit('[cluster-ready] timed out: Ray cluster incomplete')\n"
+        " time.sleep(5)\n"
+    )
+
+
+def ray_worker_command(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> list[str]:
+    head_ip = control_ip(config, config.head)
+    return [
+        "start", f"--address={host_port(str(head_ip), config.ray.gcs_port)}",
+        f"--node-ip-address={control_ip(config, node)}",
+        f"--num-gpus={node_topo.gpus_used}", *RAY_PORTS.start_flags(), "--disable-usage-stats", "--block",
+    ]
+
+
+def _volumes(config: StackConfig) -> list[VolumeSpec]:
+    vols = [VolumeSpec(host=config.model.host_dir, container=config.model.container_dir, read_only=True)]
+    if config.container.cache_dir:
+        vols.append(VolumeSpec(host=config.container.cache_dir, container="/root/.cache", read_only=False))
+    vols += [VolumeSpec(host=v.host, container=v.container, read_only=v.read_only) for v in config.container.volumes]
+    return vols
+
+
+def local_api_host(config: StackConfig) -> str:
+    """Where a process on the head reaches vLLM's API: the bind address, or loopback when it binds all."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.serving.host, config.serving.host)
+
+
+def _healthcheck(config: StackConfig) -> HealthcheckSpec:
+    url = f"http://{host_port(local_api_host(config), config.serving.port)}/health"
+    probe = f"import urllib.request as u; u.urlopen('{url}', timeout=5)"
+    return HealthcheckSpec(test=["CMD", "python3", "-c", probe], interval_s=30, timeout_s=10, retries=3,
+                           start_period_s=config.serving.engine_ready_timeout_s)
+
+
+_PURPOSE = {
+    Role.DP_HEAD: "vllm API server, DP coordinator and local DP engine(s)",
+    Role.HEADLESS_ENGINE: "headless vLLM DP engine(s), joins the head's coordinator",
+    Role.RAY_HEAD: "Ray head; waits for the whole cluster, then runs vllm serve",
+    Role.RAY_WORKER: "Ray worker: lends its GPUs to the head's vllm serve",
+    Role.MP_HEAD: "vllm API server (and DP coordinator), engine core and workers of replica 0's first node; "
+                  "hosts the torch.distributed rendezvous on --master-port",
+    Role.MP_REPLICA_HEAD: "headless: engine core and workers of a replica's first node; joins the head's DP RPC "
+                          "port and --master-port",
+    Role.MP_WORKER: "headless: TP/PP workers only (no engine core, no API); joins the head's --master-port",
+}
+
+
+def engine_containers(
+    stack: str, config: StackConfig, profile: ModelProfile, topo: Topology
+) -> dict[str, list[ContainerSpec]]:
+    """Containers per node name. All share one `generation` label (group_generation): a change that replaces one
+    node's container replaces every node's, and nothing else moves it."""
+    draft: dict[str, ContainerSpec] = {}
+    c = config.container
+    for node, node_topo in zip(config.nodes, topo.nodes, strict=True):
+        role = node_topo.role
+        serve = vllm_args(config, profile, topo, node_topo) if role is not Role.RAY_WORKER else None
+        if role is Role.RAY_HEAD:
+            assert serve is not None
+            entrypoint: list[str] | None = ["/bin/bash", "-c"]
+            command = [ray_head_script(config, topo, serve)]
+        elif role is Role.RAY_WORKER:
+            entrypoint, command = ["ray"], ray_worker_command(config, node, node_topo)
+        else:
+            assert serve is not None
+            entrypoint, command = None, list(serve)
+        draft[node.name] = ContainerSpec(
+            name=c.name,
+            purpose=_PURPOSE[role],
+            image=config.image.pull_ref,
+            vllm_args=serve,
+            command=command,
+            entrypoint=entrypoint,
+            env=engine_env(config, node, node_topo),
+            secret_env=secret_env(config, node_topo),
+            network_mode=c.network_mode,
+            ipc_mode=c.ipc_mode,
+            privileged=c.privileged,
+            gpus="all",
+            ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
+            shm_size_mb=c.shm_size_mb,
+            volumes=_volumes(config),
+            devices=list(c.devices),
+            capabilities=list(c.capabilities),
+            restart=c.restart,
+            labels={},
+            healthcheck=_healthcheck(config) if role.is_head else None,
+        )
+    generation = group_generation(draft, c.restart_epoch)
+    result: dict[str, list[ContainerSpec]] = {}
+    for node_topo in topo.nodes:
+        spec = draft[node_topo.name]
+        # Only facts that change exactly when a process changes: labels force replacement (pulumi-docker marks
+        # `labels` willReplaceOnChanges). Planning facts for the policy pack travel in PolicyFacts instead.
+        labels = {
+            f"{LABEL_PREFIX}.stack": stack,
+            f"{LABEL_PREFIX}.node": node_topo.name,
+            f"{LABEL_PREFIX}.role": node_topo.role.value,
+            f"{LABEL_PREFIX}.topology": topo.label,
+            GENERATION_LABEL: generation,
+        }
+        result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
+    return result
+
+
+GENERATION_FIELDS = ("name", "image", "command", "entrypoint", "env", "secret_env", "network_mode", "ipc_mode",
+                     "privileged", "gpus", "ulimits", "shm_size_mb", "volumes", "devices", "capabilities",
+                     "healthcheck")
+"""The ContainerSpec fields whose docker inputs replace a container when they change (provider schema
+`willReplaceOnChanges`, or VllmEngine's replace_on_changes for `healthcheck`): exactly what the group's
+generation hashes, so one node's replacement is every node's (vLLM is fail-stop) and nothing else moves it."""
+
+NOT_GENERATION_FIELDS = ("purpose", "vllm_args", "restart", "labels")
+"""Fields that change no container on their own: prose, a copy of `command`, the restart policy (docker updates it
+in place: terraform-provider-docker resourceDockerContainerUpdate), and the labels the generation goes into."""
+
+
+def group_generation(specs: dict[str, ContainerSpec], restart_epoch: int = 0) -> str:
+    """Hash of every engine container's replacing fields (GENERATION_FIELDS): one node's change is every node's.
+
+    `container.restart_epoch` enters only when it is not 0, so a stack that never sets it keeps its hash."""
+    payload: dict[str, object] = {name: spec.model_dump(include=set(GENERATION_FIELDS))
+                                  for name, spec in sorted(specs.items())}
+    if restart_epoch:
+        payload["restart_epoch"] = restart_epoch
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def restart_policy_warnings(config: StackConfig) -> list[str]:
+    """A Docker restart policy restarts one dead rank alone; vLLM is fail-stop, so that rank hangs."""
+    policy = config.container.restart
+    if policy == "no":
+        return []
+    return [f"container.restart is {policy!r}: Docker restarts one dead rank alone, and it hangs against its stale "
+            "peers (vLLM is fail-stop; the other ranks keep waiting on the old group) while the API looks half "
+            "alive; use 'no' and restart the whole group: bump container.restart_epoch, then pulumi up "
+            "(README: What a change costs, runbook 'An engine died')"]

@@ -1,0 +1,124 @@
+"""How long a node needs to load its share of the weights (the floor for the engine-ready timeout), and the
+memory model of `stacks.planner.memory` applied to a stack config (what one GPU must hold).
+
+The default rate is what the field report implies: 511 GB over two nodes in about forty minutes (seed 000),
+about 0.1 GB/s per node including safetensors parsing and sharding. `model.load_gb_per_s` overrides it. The load
+estimate keeps its calibration to that observation (total weights over the GPUs of one copy); the memory model
+below is the finer one (experts over DP x TP, dense and Engram per DP rank).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from stacks.model.config import StackConfig
+from stacks.planner.images import get_capabilities
+from stacks.planner.memory import GpuMemory, engram_dp_shards, gpu_memory, kv_bytes_per_token, pp_partition
+from stacks.planner.profiles import ModelProfile
+from stacks.planner.serve_options import option_table, read_argv
+from stacks.planner.topology import Topology
+
+STARTUP_S = 300
+"""Process start, NCCL init, CUDA graph capture and warm-up on top of reading the weights."""
+
+
+def weight_shards(config: StackConfig) -> int:
+    """Experts spread over EP = DP x TP; without EP every DP replica holds the whole model on TP x PP GPUs."""
+    par = config.parallelism
+    return par.tensor * par.pipeline * (par.data if par.expert else 1)
+
+
+def weights_per_gpu_gb(config: StackConfig, profile: ModelProfile) -> float:
+    return (config.model.weights_gb or profile.weights_gb) / weight_shards(config)
+
+
+def estimated_load_s(config: StackConfig, profile: ModelProfile, topo: Topology) -> int:
+    """The slowest node: its GPUs' share of the weights at the load rate, plus start-up."""
+    per_node = max(n.gpus_used for n in topo.nodes) * weights_per_gpu_gb(config, profile)
+    return math.ceil(per_node / config.model.load_gb_per_s) + STARTUP_S
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """The memory model of `stacks.planner.memory` applied to a stack: what one GPU of the smallest node must hold."""
+
+    gpu: GpuMemory
+    gpu_gb: float
+    budget_gb: float
+    node_index: int
+    engram_on_gpu: bool
+    engram_reason: str
+    engram_shards: int
+    engram_copies_per_node: float
+
+
+def engram_on_gpu(config: StackConfig) -> tuple[bool, str]:
+    """Where the Engram tables live: an explicit `--engram-config` cpu_offload in serving.extra_args, else the
+    image's default from stacks/planner/images.py, else (unknown image) GPU memory, the safe assumption."""
+    offload = _engram_offload_arg(config.serving.extra_args)
+    if offload is not None:
+        return not offload, f"--engram-config cpu_offload={str(offload).lower()} in serving.extra_args"
+    caps = get_capabilities(config.image.ref)
+    if caps is not None and caps.engram_cpu_offload is not None:
+        where = "pinned host memory" if caps.engram_cpu_offload else "GPU memory"
+        return not caps.engram_cpu_offload, f"image {config.image.ref} keeps them in {where} by default"
+    return True, (f"not known where image {config.image.ref} keeps them: counted in GPU memory (add "
+                  "--engram-config '{\"cpu_offload\": true}' to serving.extra_args to offload them)")
+
+
+def _engram_offload_arg(args: list[str]) -> bool | None:
+    """`cpu_offload` as vLLM would read it from `--engram-config` in extra_args: any spelling (`_`, a unique
+    prefix, `=`), the JSON form or the dotted `--engram-config.cpu_offload` form. A repeated option is refused by
+    the managed-options guard (vLLM keeps the last and merges dotted forms after the JSON), so one occurrence is
+    read here. None: not set there (the image's default applies), or not readable (the dry run decides)."""
+    for item in read_argv(list(args), option_table("0.33.0")):
+        if item.dest != "engram_config" or not item.values:
+            continue
+        name = item.word.partition("=")[0].replace("_", "-")
+        value = item.values[-1]
+        if "." in name:
+            path = name.split(".", 1)[1]
+            return value.lower() == "true" if path == "cpu-offload" and value.lower() in ("true", "false") else None
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        if isinstance(parsed, dict) and isinstance(parsed.get("cpu_offload"), bool):
+            return bool(parsed["cpu_offload"])
+        return None
+    return None
+
+
+def local_dp_ranks(config: StackConfig, topo: Topology) -> list[int]:
+    """DP ranks per node (mp); one replica spans the nodes with ray."""
+    if config.parallelism.backend == "ray":
+        return [1] * len(config.nodes)
+    return [n.dp_local or 0 for n in topo.nodes] or [1]
+
+
+def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) -> EngineMemory:
+    """Per GPU of the node with the smallest GPUs; PP stages get an equal share of the weights and layers."""
+    par, serving = config.parallelism, config.serving
+    split = profile.weight_split
+    if config.model.weights_gb:
+        split = split.scaled(config.model.weights_gb)
+    on_gpu, reason = engram_on_gpu(config)
+    caps = get_capabilities(config.image.ref)
+    local = [n for n in local_dp_ranks(config, topo) if n > 0] or [1]
+    data = par.data if par.backend == "mp" else 1
+    edp = data if caps is not None and caps.engram_shards_across_dp else engram_dp_shards(data, local)
+    stages = pp_partition(len(profile.kv_ratios), par.pipeline)
+    kv_per_token = max(kv_bytes_per_token(profile.kv_ratios[lo:hi], serving.kv_cache_dtype
+                                          or profile.default_kv_cache_dtype) for lo, hi in stages)
+    # mp keeps a DP rank's PP stages on one node; with ray each node is (about) one stage.
+    copies = max(local) / edp * (par.pipeline if par.backend == "mp" else 1)
+    gpu = gpu_memory(split.divided(par.pipeline), tensor=par.tensor, data=data, engram_on_gpu=on_gpu,
+                     engram_shards=par.tensor * edp, engram_copies_per_node=copies, kv_per_token=kv_per_token,
+                     max_model_len=serving.max_model_len)
+    index = min(range(len(config.nodes)), key=lambda i: config.nodes[i].gpus.memory_gb)
+    gpu_gb = config.nodes[index].gpus.memory_gb
+    return EngineMemory(gpu=gpu, gpu_gb=gpu_gb, budget_gb=gpu_gb * serving.gpu_memory_utilization, node_index=index,
+                        engram_on_gpu=on_gpu, engram_reason=reason, engram_shards=par.tensor * edp,
+                        engram_copies_per_node=copies)

@@ -1,0 +1,299 @@
+"""What the config manages: `vllm serve` options and environment variables no free-form field may touch.
+
+`serving.extra_args`, `container.env` and `fabric.env` exist for what the config does not model. Through them a
+user could set, unset or override what the config does model (`-tp 16` next to `parallelism.tensor: 8`,
+`--data_parallel_start_rank=1` on the head: exactly the hybrid-LB failure the start-rank rule prevents,
+`NCCL_SOCKET_IFNAME` under the fabric's feet, `VLLM_API_KEY` in plain text). The guard reads argv the way vLLM
+reads it (`stacks.planner.serve_options`) and compares destinations, so no spelling gets through.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stacks.model.config import StackConfig
+from stacks.model.errors import Problem
+from stacks.planner.images import ImageCapabilities
+from stacks.planner.serve_options import OptionTable, option_table, read_argv
+
+HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
+
+MANAGED_OPTIONS: dict[str, str] = {
+    "model": "model.container_dir / model.path (the first argument)",
+    "model_tag": "model.container_dir / model.path (the first argument)",
+    "headless": "the node order (every node after the head is headless)",
+    "host": "serving.host",
+    "port": "serving.port",
+    "uds": "serving.host / serving.port (vLLM would listen on a socket the checks and proxy do not know)",
+    "grpc": "serving.port (a gRPC server instead of the OpenAI API the checks and proxy expect)",
+    "grpc_port": "serving.port (a listener the plan and firewall do not know)",
+    "api_key": "api_key (a Pulumi secret: argv is visible in `ps`, `docker inspect` and Pulumi state)",
+    "api_server_count": "the node roles (headless nodes refuse API servers)",
+    "served_model_name": "model.served_name",
+    "trust_remote_code": "serving.trust_remote_code",
+    "dtype": "serving.dtype",
+    "tensor_parallel_size": "parallelism.tensor",
+    "pipeline_parallel_size": "parallelism.pipeline",
+    "distributed_executor_backend": "parallelism.backend",
+    "data_parallel_size": "parallelism.data",
+    "data_parallel_size_local": "nodes[].data_parallel_local",
+    "data_parallel_start_rank": "the node order (start ranks are derived; the head never gets one)",
+    "data_parallel_rank": "the node order (an explicit rank is another load-balancing mode)",
+    "data_parallel_address": "fabric.control_plane (the head's control-plane IP)",
+    "data_parallel_rpc_port": "parallelism.data_parallel_rpc_port",
+    "data_parallel_backend": "parallelism.backend",
+    "data_parallel_hybrid_lb": "the node roles (internal load balancing with headless engines)",
+    "data_parallel_external_lb": "the node roles (internal load balancing with headless engines)",
+    "data_parallel_multi_port_external_lb": "the node roles (internal load balancing with headless engines)",
+    "nnodes": "the node list",
+    "node_rank": "the node order",
+    "master_addr": "fabric.control_plane (the head's control-plane IP)",
+    "master_port": "parallelism.master_port",
+    "enable_expert_parallel": "parallelism.expert",
+    "max_model_len": "serving.max_model_len",
+    "max_num_seqs": "serving.max_num_seqs",
+    "max_num_batched_tokens": "serving.max_num_batched_tokens",
+    "gpu_memory_utilization": "serving.gpu_memory_utilization",
+    "kv_cache_dtype": "serving.kv_cache_dtype",
+    "enable_prefix_caching": "serving.prefix_caching",
+    "tokenizer_mode": "serving.tokenizer_mode",
+    "tool_call_parser": "serving.tool_call_parser",
+    "enable_auto_tool_choice": "serving.auto_tool_choice",
+    "reasoning_parser": "serving.reasoning_parser",
+    "speculative_config": "speculative",
+    "language_model_only": "vision",
+    "config": "the stack config (a --config file can set any managed flag behind the plan's back)",
+    "help": "nothing: `-h`/`--help` makes vLLM print its help and exit 0, so no engine would start",
+    "prefill_context_parallel_size": "nothing yet: context parallelism multiplies the world size (PP x TP x PCP, "
+                                     "vllm/config/parallel.py:964-968) the plan, the GPU counts and --nnodes derive",
+    "decode_context_parallel_size": "nothing yet: it must divide TP and changes the KV layout the memory rule "
+                                    "computes (vllm/config/parallel.py)",
+    "enable_elastic_ep": "nothing yet: elastic EP resizes the DP group at run time, which the plan, the firewall "
+                         "and the checks size once (and 0.33.0 refuses it when a replica spans nodes: "
+                         "vllm/distributed/parallel_state.py:1987-1995)",
+    "elastic_ep_max_dp_size": "nothing yet: elastic EP is not supported by this tool",
+    "enable_eplb": "nothing yet: EPLB adds redundant experts the memory rule does not count",
+    "eplb_config": "nothing yet: EPLB adds redundant experts the memory rule does not count",
+    "kv_cache_memory_bytes": "serving.gpu_memory_utilization (this replaces it, and the memory rule is built on "
+                             "it: vllm/v1/worker/gpu_worker.py)",
+    "num_gpu_blocks_override": "serving.gpu_memory_utilization (a fixed KV block count bypasses the memory the "
+                               "rule checks)",
+    "cpu_offload_gb": "nothing yet: weight offload changes the per-GPU memory the rule computes",
+    "hf_overrides": "nothing yet: it rewrites the model config (heads, positions, experts) the rules read from "
+                    "the profile",
+    "spec_method": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "spec_model": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "spec_tokens": "speculative (the shorthand would set the speculative config behind the checked fields)",
+    "data_parallel_supervisor_port": "the listener table (a port the plan, the firewall and the checks do not know)",
+    "device_ids": "the GPUs the topology uses (CUDA_VISIBLE_DEVICES and the per-node GPU count)",
+    "root_path": "nothing: the proxy, the checks and the allowlist use vLLM's paths as served at /",
+    "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
+    "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
+                          "not know",
+    "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
+                              "forbids (README: Restarts)",
+    "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
+    "ssl_keyfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_certfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_ca_certs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+    "ssl_cert_reqs": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
+}
+"""`vllm serve` destinations (argparse `dest`) the plan derives, and the config key that sets each."""
+
+LB_MODE_OPTIONS = ("data_parallel_start_rank", "data_parallel_rank", "data_parallel_hybrid_lb",
+                   "data_parallel_external_lb")
+"""Options that switch vLLM out of internal load balancing, which the head's headless engines need."""
+
+SECRET_OPTIONS: dict[str, str] = {
+    "api_key": "remove it and run: pulumi config set --secret vllm-cluster:api_key <key>",
+    "hf_token": "remove it and run: pulumi config set --secret --path 'vllm-cluster:env_secrets.HF_TOKEN' <token>",
+}
+"""Options whose value is a credential: refused in argv whatever the config manages."""
+
+MANAGED_ENV: dict[str, str] = {
+    "VLLM_HOST_IP": "fabric.control_plane",
+    "NCCL_SOCKET_IFNAME": "fabric.nccl_socket and nodes[].nics / management_ifname",
+    "GLOO_SOCKET_IFNAME": "fabric.control_plane and nodes[].nics / management_ifname",
+    "NCCL_IB_HCA": "nodes[].hcas",
+    "NCCL_IB_GID_INDEX": "nodes[].gid_index",
+    "NCCL_IB_DISABLE": "fabric.transport",
+    "NCCL_NET": "fabric.nccl_net",
+    "NCCL_DEBUG": "fabric.nccl_debug",
+    "CUDA_VISIBLE_DEVICES": "container.set_cuda_visible_devices and the GPUs the topology uses",
+    "VLLM_ENGINE_READY_TIMEOUT_S": "serving.engine_ready_timeout_s",
+    "VLLM_API_KEY": "api_key (a Pulumi secret)",
+    "VLLM_PORT": "the listener table (vLLM derives its internal ports from it)",
+    "VLLM_DP_RANK": "the node order (vLLM sets it per engine)",
+    "VLLM_DP_RANK_LOCAL": "the node order (vLLM sets it per engine)",
+    "VLLM_DP_SIZE": "parallelism.data",
+    "VLLM_DP_MASTER_IP": "fabric.control_plane",
+    "VLLM_DP_MASTER_PORT": "the listener table",
+    "MASTER_ADDR": "fabric.control_plane",
+    "MASTER_PORT": "the listener table",
+    "RAY_ADDRESS": "the Ray head the plan starts",
+    "VLLM_TARGET_DEVICE": "the image (cuda)",
+    "VLLM_SERVER_DEV_MODE": "nothing: dev mode opens /collective_rpc, /reset_prefix_cache and more, unauthenticated",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "nothing: it opens adapter loading endpoints the proxy and checks do not know",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "the engine layout the plan derives (engine cores as separate processes)",
+    "NVIDIA_VISIBLE_DEVICES": "the container's GPUs (gpus: all) and container.set_cuda_visible_devices",
+    "VLLM_PP_LAYER_PARTITION": "nothing yet: the memory rule assumes vLLM's default split of layers over PP stages",
+    "NCCL_COMM_ID": "the rendezvous vLLM and torch derive (a fixed NCCL bootstrap address and port the listener "
+                    "table and firewall do not know)",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "nothing: it lets pickle through the unauthenticated ZMQ sockets",
+    "VLLM_DP_SUPERVISOR_PORT": "the listener table",
+}
+"""Environment variables the plan sets or depends on, and the config key that controls each."""
+
+OVERRIDABLE_ENV = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+                             "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG"})
+"""What `container.managed_env_overrides` may override (fabric settings a site may need to pin by hand, one value
+for every node); the rest have a config key of their own, a per-node value (VLLM_HOST_IP, CUDA_VISIBLE_DEVICES),
+or a secret, or would break the topology."""
+
+_SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                           "AUTH", "KEY"})
+"""Words of a variable name (split at `_`) that name a credential: HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY.
+Whole words only: TOKENIZERS_PARALLELISM, VLLM_MAX_TOKENS_… are not credentials."""
+_NOT_SECRET_WORDS = frozenset({"FILE", "PATH", "DIR", "SOCK", "SOCKET", "CACHE", "HOME", "URL_FILE"})
+"""A name ending in one of these points at where a credential lives (GOOGLE_APPLICATION_CREDENTIALS is a file
+path, SSH_AUTH_SOCK a socket), not at the credential."""
+_SECRET_VALUE = re.compile(r"^(sk-|hf_[A-Za-z0-9]{20,}|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
+_SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{8,}|"
+                              r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
+                              r"AKIA[0-9A-Z]{12,}|-----BEGIN [A-Z ]*PRIVATE KEY)")
+"""Token shapes: `hf_` needs the length of a real Hugging Face token (hf_ + 34), so /data/hf_downloads is a path."""
+
+
+def _secret_name(name: str) -> bool:
+    words = [w for w in name.upper().split("_") if w]
+    if not words or words[-1] in _NOT_SECRET_WORDS:
+        return False
+    return any(w in _SECRET_WORDS for w in words) or name.upper().endswith(("APIKEY", "API_KEY", "PRIVATEKEY"))
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """A token by its name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, MY_SERVICE_KEY, AUTH; not a flag such as
+    HF_HUB_DISABLE_IMPLICIT_TOKEN=1 or a path such as GOOGLE_APPLICATION_CREDENTIALS) or by its value: a
+    well-known token shape (sk-, hf_, AKIA…) at the start or anywhere, a URL with a password, a JSON secret field,
+    a bearer header."""
+    flag_or_path = value.strip().lower() in ("", "0", "1", "true", "false", "yes", "no", "on", "off") or \
+        value.startswith("/")
+    return bool((_secret_name(name) and not flag_or_path) or _SECRET_VALUE.search(value) or _credential_in(value)
+                or re.search(r"\b(Bearer|Basic)\s+\S{8,}", value))
+
+
+def table_for(image: ImageCapabilities | None) -> tuple[OptionTable, bool]:
+    """The option table of the image's vLLM, and whether it is the image's own (else the newest known one,
+    used only to catch managed flags; unknown options are then left to the argument dry run)."""
+    if image is not None and image.option_table:
+        return option_table(image.option_table), True
+    return option_table("0.33.0"), False
+
+
+def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple[list[Problem], list[str]]:
+    """Problems and warnings of `serving.extra_args`, read as the image's vLLM reads them."""
+    table, own = table_for(image)
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    key = "serving.extra_args"
+    items = read_argv(list(config.serving.extra_args), table)
+    seen: dict[str, int] = {}
+    for item in items:
+        shown = f"{key}.{item.index}"
+        value = item.word
+        if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
+            problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
+                                    "the last (and merges dotted forms after any JSON), so what the plan checked "
+                                    "and what runs could differ", fix="give each option once"))
+            continue
+        if item.dest is not None:
+            seen.setdefault(item.dest, item.index)
+        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
+        if item.dest in SECRET_OPTIONS:
+            problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
+                                    "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
+        elif item.dest in MANAGED_OPTIONS:
+            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else (
+                f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1987-1995, with a replica over "
+                "nodes)" if item.dest == "enable_elastic_ep" else None)
+            why = MANAGED_OPTIONS[item.dest]
+            if why.startswith("nothing"):  # not modelled: refused for the reason given, no key replaces it
+                problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which this tool does "
+                                        f"not support: {why.split(':', 1)[-1].strip()}", upstream=upstream,
+                                        fix="remove it"))
+            else:
+                problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config "
+                                        "manages", upstream=upstream, fix=f"remove it; set {why} instead"))
+        elif item.problem and item.dest is None and not own and "has no option" in item.problem:
+            warnings.append(f"{key}: {item.word!r} is not an option of vLLM {table.version}, the newest option "
+                            f"table known here; the argument dry run checks it against {config.image.ref}")
+        elif item.problem:
+            problems.append(Problem(shown, value, item.problem, fix=item.fix))
+        elif credential is not None:
+            problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
+                                    "URL with a password), visible in `ps`, `docker inspect` and Pulumi state",
+                                    fix="pass it through env_secrets (pulumi config set --secret --path "
+                                    "'vllm-cluster:env_secrets.<NAME>' <value>) or a file the image reads"))
+    return problems, warnings
+
+
+APPENDING_OPTIONS = frozenset({"middleware", "allowed_origins", "allowed_methods", "allowed_headers",
+                               "lora_modules"})
+"""Options vLLM accumulates (argparse `append` / `nargs='+'` lists) rather than overwrite: repeats are fine."""
+
+_URL_PASSWORD = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+_JSON_SECRET = re.compile(r'"[A-Za-z_]*(token|secret|password|api_key|access_key)"\s*:\s*"[^"]+"', re.I)
+
+
+def _credential_in(text: str) -> bool:
+    """A credential inside an argv word: a known token prefix anywhere, a URL with a password, a JSON secret key."""
+    return bool(_SECRET_ANYWHERE.search(text) or _URL_PASSWORD.search(text) or _JSON_SECRET.search(text))
+
+
+def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
+    """container.env, fabric.env and managed_env_overrides: no managed variable, no plain-text secret."""
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    sources = [("container.env", config.container.env), ("fabric.env", config.fabric.env)]
+    for where, env in sources:
+        for name, value in env.items():
+            key = f"{where}.{name}"
+            if name in MANAGED_ENV:
+                hatch = (f", or if you must: container.managed_env_overrides.{name} (printed as a warning)"
+                         if name in OVERRIDABLE_ENV else "")
+                problems.append(Problem(key, "<plain text>" if looks_secret(name, value) else value,
+                                        f"{name} is set by the plan", fix=f"set {MANAGED_ENV[name]}{hatch}"))
+            elif name.upper() in MANAGED_ENV and name != name.upper():
+                problems.append(Problem(key, value, f"{name} is not {name.upper()} (environment names are "
+                                        "case-sensitive): almost certainly a typo of a variable the plan sets",
+                                        fix=f"remove it; set {MANAGED_ENV[name.upper()]}"))
+            elif looks_secret(name, value):
+                problems.append(Problem(key, "<plain text>", "looks like a credential in plain config (it would sit "
+                                        "in the container's env, `docker inspect` and Pulumi state unencrypted)",
+                                        fix=f"remove it and run: pulumi config set --secret --path "
+                                        f"'vllm-cluster:env_secrets.{name}' <value>"))
+    both = set(config.container.env) & set(config.fabric.env)
+    for name in sorted(both):
+        problems.append(Problem(f"fabric.env.{name}", config.fabric.env[name], "also set in container.env",
+                                fix="set it in one place"))
+    for name, value in config.container.managed_env_overrides.items():
+        key = f"container.managed_env_overrides.{name}"
+        if looks_secret(name, value):
+            problems.append(Problem(key, "<plain text>", "looks like a credential in plain config",
+                                    fix=f"pulumi config set --secret --path 'vllm-cluster:env_secrets.{name}' <value>"))
+        elif name not in OVERRIDABLE_ENV:
+            problems.append(Problem(key, value, f"{name} cannot be overridden here" if name in MANAGED_ENV else
+                                    f"{name} is not a variable the plan manages",
+                                    fix=f"set {MANAGED_ENV[name]}" if name in MANAGED_ENV else f"container.env.{name}"))
+        else:
+            warnings.append(f"container.managed_env_overrides sets {name}={value} on every engine, over what the "
+                            f"plan derives from {MANAGED_ENV[name]}: the fabric checks no longer describe it")
+    for name in sorted(config.env_secrets or {}):
+        if name in MANAGED_ENV:
+            problems.append(Problem(f"env_secrets.{name}", "[secret]", f"{name} is set by the plan",
+                                    fix=f"set {MANAGED_ENV[name]}"))
+        if name in config.container.env or name in config.fabric.env:
+            problems.append(Problem(f"env_secrets.{name}", "[secret]", "also set in plain env",
+                                    fix=f"remove container.env.{name} / fabric.env.{name}"))
+    return problems, warnings

@@ -1,0 +1,497 @@
+"""The launch plan: everything that will run, on which node, in which order, and how it is verified.
+
+`build_plan` is the one entry point used by `python -m stacks plan`, by the Pulumi program and by the
+diff/rollback tools, so what a reviewer reads is what gets deployed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from stacks.model.config import StackConfig
+from stacks.model.errors import ConfigError
+from stacks.model.field_types import bracket_host
+from stacks.planner.firewall import FirewallPlan, firewall_plan
+from stacks.planner.images import get_capabilities
+from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
+from stacks.planner.listeners import Listener, listener_problems, listener_table
+from stacks.planner.load_estimate import estimated_load_s
+from stacks.planner.proxy import front_door
+from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
+from stacks.planner.validation import validate
+
+FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
+BEFORE_PULL = ("ownership", "disk", "gpu", "model")
+"""= checks.preflight.BEFORE_PULL: the host preflight's sections that need no image (a test keeps them equal;
+`stacks/` must plan without `checks/` beside it, see review.git_base)."""
+AFTER_PULL = ("toolkit", "memlock")
+"""= checks.preflight.AFTER_PULL."""
+DEFAULT_MIN_BUSBW_GBPS = {"socket": 5.0, "roce": 50.0, "ib": 100.0}
+"""= checks.collective.DEFAULT_MIN_BUSBW_GBPS: the collective check's floor per transport, in Gb/s (README)."""
+API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
+RANKED_API_CHECKS = ("chat", "thinking", "stream")
+"""Sections `checks.api` runs once per DP rank (`--dp-size`): the plan lists them per rank (`api-golden-rank-<r>`)."""
+WEIGHTS_LABEL = f"{LABEL_PREFIX}.weights-source"
+"""Engine label holding the digest of `model.source`'s identity (url, endpoint, region), folded into the
+group's generation: a new checkpoint synced into the same directory must replace every engine at once."""
+
+
+def node_preflight_sections(config: StackConfig) -> tuple[list[str], list[str]]:
+    """(before the image pull, after it). The weights command sits between the two with a `model.source`:
+    the sync runs in the stack's image, and the `model` section reads the files it writes. Without a source
+    the completeness check runs on the node's python3 first and `model` stays before the pull, so a node
+    missing a shard fails before ~20 GB are downloaded."""
+    if config.model.source is None:
+        return list(BEFORE_PULL), list(AFTER_PULL)
+    return [s for s in BEFORE_PULL if s != "model"], ["model", *AFTER_PULL]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class CheckSpec(_Frozen):
+    name: str
+    node: str | None
+    runs_on: str
+    module: str
+    sections: list[str]
+    proves: str
+
+
+class ProxyPlan(_Frozen):
+    """The nginx front door as a reviewer needs it: where it listens, who may call, what it refuses."""
+
+    node: str
+    container: str
+    image: str
+    listen: str
+    tls: bool
+    server_name: str | None
+    """nginx's server_name (a change rewrites nginx.conf: the proxy container is replaced)."""
+    upstream: str
+    clients: list[str]
+    check_client: str
+    allowed_paths: list[str]
+    open_paths: list[str]
+    denied_paths: list[str]
+    denied_from: str
+    """Where the deny list comes from: the image's routes table (read from its wheel) or the built-in list."""
+    limits: dict[str, int]
+    max_body_mb: int
+    read_timeout_s: int
+
+
+class NodePlan(_Frozen):
+    name: str
+    host: str
+    role: str
+    gpus_present: int
+    gpus_used: int
+    dp_ranks: list[int]
+    dp_start_rank: int | None
+    containers: list[ContainerSpec]
+    node_rank: int | None = None
+    """`--node-rank` where a replica spans nodes (mp), else None."""
+    replica: int | None = None
+    """The DP rank whose replica this node serves, where a replica spans nodes."""
+
+
+class Plan(_Frozen):
+    stack: str
+    image: dict[str, Any]
+    model: dict[str, Any]
+    topology: dict[str, Any]
+    start_order: list[str]
+    nodes: list[NodePlan]
+    checks: list[CheckSpec]
+    listeners: list[Listener]
+    firewall: FirewallPlan
+    proxy: ProxyPlan | None
+    endpoint: str
+    warnings: list[str]
+    notes: list[str]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.name == name)
+
+    @property
+    def head(self) -> NodePlan:
+        return self.nodes[0]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def build_plan(stack: str, config: StackConfig) -> Plan:
+    """Validate and derive the whole plan; raises ConfigError with every problem at once."""
+    topo, profile, result = validate(config)
+    if not result.ok or profile is None:
+        raise ConfigError(stack, result.problems)
+    containers = with_weights_identity(config, engine_containers(stack, config, profile, topo))
+    table = listener_table(config, topo,
+                           multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
+    clashes = listener_problems(table)
+    if clashes:
+        raise ConfigError(stack, clashes)
+    caps = get_capabilities(config.image.ref)
+    weights = config.model.weights_gb or profile.weights_gb
+    nodes = [
+        NodePlan(name=n.name, host=cfg.ssh.host, role=n.role.value, gpus_present=n.gpus_present,
+                 gpus_used=n.gpus_used, dp_ranks=n.dp_ranks, dp_start_rank=n.dp_start_rank,
+                 containers=containers[n.name], node_rank=n.node_rank, replica=n.replica)
+        for n, cfg in zip(topo.nodes, config.nodes, strict=True)
+    ]
+    return Plan(
+        stack=stack,
+        image={
+            "repository": config.image.repository, "tag": config.image.tag, "digest": config.image.digest,
+            "ref": config.image.ref, "pull_ref": config.image.pull_ref, "known": caps is not None,
+            "vllm_version": caps.vllm_version if caps else None,
+        },
+        model={"profile": profile.key, "served_name": config.model.served_name,
+               "host_path": config.model.host_path, "container_path": config.model.container_path,
+               "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo)},
+        topology=topology_summary(topo),
+        start_order=list(topo.start_order),
+        nodes=nodes,
+        checks=planned_checks(config, topo),
+        listeners=table,
+        firewall=firewall_plan(config, table),
+        proxy=proxy_plan(config),
+        endpoint=endpoint(config),
+        warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
+        notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
+    )
+
+
+def weights_identity(config: StackConfig) -> str | None:
+    """16 hex digits naming the checkpoint `model.source` selects, or None for a node's own directory."""
+    source = config.model.source
+    if source is None:
+        return None
+    payload = json.dumps(source.identity(), sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def with_weights_identity(config: StackConfig, containers: dict[str, list[ContainerSpec]]
+                          ) -> dict[str, list[ContainerSpec]]:
+    """With a `model.source`, every engine carries its identity and the group generation includes it: a sync of
+    another checkpoint into the same directory would otherwise leave the old weights serving from GPU memory
+    until some rank restarts and loads the new ones. Without a source nothing changes (no replacement when
+    this code rolls out)."""
+    identity = weights_identity(config)
+    if identity is None:
+        return containers
+    key = f"{LABEL_PREFIX}.generation"
+    out: dict[str, list[ContainerSpec]] = {}
+    for node, specs in containers.items():
+        out[node] = []
+        for spec in specs:
+            labels = dict(spec.labels)
+            if key in labels:
+                labels[key] = hashlib.sha256(f"{labels[key]}:{identity}".encode()).hexdigest()[:16]
+            labels[WEIGHTS_LABEL] = identity
+            out[node].append(spec.model_copy(update={"labels": labels}))
+    return out
+
+
+def _exposure_warning(listener: Listener) -> str:
+    if listener.network == "all":
+        return (f"{listener.purpose} listens on every address of {listener.node} (port {listener.port}; it takes "
+                "no bind address): only a host firewall keeps it private; allow it from the other nodes' "
+                "control-plane IPs only")
+    return (f"{listener.purpose} listens on {listener.bind}:{listener.port} ({listener.node}), which is neither "
+            "loopback nor in fabric.private_networks: declare that network private if it is, or move the control "
+            "plane")
+
+
+def endpoint(config: StackConfig) -> str:
+    """What clients and the API checks call: the proxy when it is on, else vLLM's own port."""
+    proxy = config.api.proxy
+    if proxy.enabled:
+        host = config.api.public_host or proxy.server_name or config.head.management_ip
+        return f"{'https' if proxy.tls else 'http'}://{bracket_host(host)}:{proxy.port}"
+    host = config.serving.host
+    if api_on_head(config):
+        return f"http://{bracket_host(host)}:{config.serving.port}"
+    default = host if host not in ("0.0.0.0", "::") else config.head.management_ip
+    return f"http://{bracket_host(config.api.public_host or default)}:{config.serving.port}"
+
+
+def api_on_head(config: StackConfig) -> bool:
+    """vLLM on loopback without the proxy: nobody off the head can reach it, so the API checks run on the head
+    (in the engine container, over SSH) instead of waiting on the deployer for a port it cannot reach."""
+    return not config.api.proxy.enabled and config.serving.host in ("127.0.0.1", "::1")
+
+
+def check_client(config: StackConfig) -> str | None:
+    """Whose proxy key the API checks send: api.proxy.check_client, else the first client."""
+    if not config.api.proxy.enabled or not config.proxy_keys:
+        return None
+    return config.api.proxy.check_client or next(iter(config.proxy_keys))
+
+
+def proxy_plan(config: StackConfig) -> ProxyPlan | None:
+    proxy = config.api.proxy
+    if not proxy.enabled:
+        return None
+    door = front_door(config)
+    return ProxyPlan(
+        node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
+        listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls, server_name=proxy.server_name,
+        upstream=door.upstream,
+        clients=sorted(config.proxy_keys or {}), check_client=check_client(config) or "",
+        allowed_paths=list(door.routes.allowed), open_paths=list(door.routes.open),
+        denied_paths=list(door.routes.denied), denied_from=door.routes.source,
+        limits=proxy.limits.model_dump(), max_body_mb=proxy.max_body_mb, read_timeout_s=proxy.read_timeout_s)
+
+
+def _unverified(config: StackConfig, topo: Topology) -> list[str]:
+    if len(topo.nodes) > 1 and config.fabric.transport != "socket" and config.fabric.nccl_debug != "INFO":
+        return ["fabric.nccl_debug is not INFO: the NCCL transport (RDMA vs socket fallback) will not be verified"]
+    return []
+
+
+def topology_summary(topo: Topology) -> dict[str, Any]:
+    return {
+        "backend": topo.backend,
+        "nodes": len(topo.nodes),
+        "gpus_per_node": {n.name: n.gpus_present for n in topo.nodes},
+        "gpus_used": topo.gpus_used,
+        "tensor": topo.tensor,
+        "pipeline": topo.pipeline,
+        "data": topo.data,
+        "expert": topo.expert_size,
+        "label": topo.label,
+        "replica_nodes": topo.replica_nodes,
+    }
+
+
+def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
+    checks: list[CheckSpec] = []
+    for node_topo in topo.nodes:
+        runs_vllm = node_topo.role is not Role.RAY_WORKER
+        checks.append(CheckSpec(
+            name=f"args-dry-run-{node_topo.name}", node=node_topo.name, runs_on="node", module="checks.vllm_args",
+            sections=[], proves="the new image's own vLLM parses this node's argv (no GPU), before any engine "
+            "is replaced" if runs_vllm else "the new image starts on this node and imports vllm and ray"))
+    checks += node_checks(config)
+    if topo.backend == "ray":
+        checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",
+                                sections=[], proves=f"Ray sees {len(topo.nodes)} nodes and {topo.gpus_used} GPUs"))
+    checks += api_checks(config, topo)
+    if topo.spans_nodes:
+        checks += [
+            CheckSpec(name=f"engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
+                      sections=["workers"], proves=_spanning_proves(topo, n))
+            for n in topo.nodes
+        ]
+    elif topo.backend == "mp" and topo.data > 1:
+        checks += [
+            CheckSpec(name=f"dp-engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
+                      sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
+            for n in topo.nodes
+        ]
+    for name in nccl_evidence_nodes(config, topo):
+        checks.append(CheckSpec(name=f"nccl-transport-{name}", node=name, runs_on="node",
+                                module="checks.nccl_transport", sections=[],
+                                proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
+    return checks
+
+
+def node_checks(config: StackConfig) -> list[CheckSpec]:
+    """Per node, in the order `pulumi up` runs them: the weights (sync or verify), the host preflight before the
+    image pull, the one after it, the fabric preflight; then the cross-node weights comparison and, with more
+    than one node, the collective check."""
+    before, after = node_preflight_sections(config)
+    source = config.model.source
+    checks: list[CheckSpec] = []
+    for node in config.nodes:
+        weights = CheckSpec(
+            name=f"weights-{node.name}", node=node.name, runs_on="node", module="checks.weights",
+            sections=["sync" if source else "verify"],
+            proves=(f"{config.model.host_path} holds {source.url} (fetched in the stack's image, resumable; "
+                    "the manifest hash is the stack output `weights`)" if source else
+                    f"{config.model.host_path} is complete: config.json, tokenizer, every indexed shard at its "
+                    "header's length (its listing hash is the stack output `weights`)"))
+        pre = CheckSpec(name=f"pre-pull-{node.name}", node=node.name, runs_on="node", module="checks.preflight",
+                        sections=before, proves=_preflight_proves(before) + " (before the image pull)")
+        post = CheckSpec(name=f"preflight-{node.name}", node=node.name, runs_on="node", module="checks.preflight",
+                         sections=after, proves=_preflight_proves(after) + " (after the image pull)")
+        checks += [pre, weights, post] if source else [weights, pre, post]
+        if config.fabric.transport != "socket":
+            checks.append(CheckSpec(name=f"fabric-{node.name}", node=node.name, runs_on="node",
+                                    module="checks.preflight", sections=list(FABRIC_PREFLIGHT),
+                                    proves="/dev/infiniband, HCA ports active, RoCE v2 GID, multi-NIC sysctls"))
+    if len(config.nodes) > 1:
+        checks.append(CheckSpec(
+            name="weights-match", node=None, runs_on="deployer", module="checks.weights_match", sections=[],
+            proves="every node's weights-<node> reported the same hash (names the node that differs); no engine "
+                   "moves before"))
+        checks += collective_checks(config)
+    return checks
+
+
+_PREFLIGHT_PROVES = {
+    "ownership": "nothing this stack does not own holds the engine's name, ports or GPUs",
+    "disk": "room on Docker's storage for the pull", "gpu": "GPU count, model and memory",
+    "model": "config.json, shards and per-GPU memory from the real headers",
+    "toolkit": "a container sees every GPU", "memlock": "memlock unlimited in a container",
+}
+
+
+def _preflight_proves(sections: list[str]) -> str:
+    return "; ".join(_PREFLIGHT_PROVES[s] for s in sections)
+
+
+def min_busbw_gbps(config: StackConfig) -> tuple[float, str]:
+    """The collective check's floor and where it comes from."""
+    if config.fabric.min_busbw_gbps is not None:
+        return config.fabric.min_busbw_gbps, "fabric.min_busbw_gbps"
+    return DEFAULT_MIN_BUSBW_GBPS[config.fabric.transport], f"the default for {config.fabric.transport}"
+
+
+def collective_checks(config: StackConfig) -> list[CheckSpec]:
+    """One all-reduce process per node, all at once, before the engines start (README: Collective check)."""
+    floor, origin = min_busbw_gbps(config)
+    transport = config.fabric.transport
+    how = "NCCL over sockets" if transport == "socket" else f"NCCL over {transport} with GPU Direct RDMA"
+    return [CheckSpec(
+        name=f"collective-{node.name}", node=node.name, runs_on="node", module="checks.collective", sections=[],
+        proves=f"an all-reduce over all {len(config.nodes)} nodes reaches {floor:g} Gb/s bus bandwidth ({origin}), "
+               f"sums right and uses {how}; on first deploy and on an image or fabric change, after every dry run "
+               "and before the engines start (it stops this stack's engine on the node first)")
+        for node in config.nodes]
+
+
+def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
+    """The post-deploy API checks, through `endpoint` (the proxy when it is on; on the head itself when vLLM
+    binds loopback without the proxy). The golden set, thinking and streaming run once per DP rank
+    (`X-data-parallel-rank`), so the plan lists them per rank."""
+    on_head = api_on_head(config)
+    node, runs_on = (topo.head.name, "node") if on_head else (None, "deployer")
+    ranked = [c for c in RANKED_API_CHECKS if _api_check_applies(config, c)]
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in topo.nodes])
+    golden = config.api.smoke.golden
+    pairs = f"{len(golden)} golden pair(s) ({_short(golden[0].prompt)} -> /{golden[0].expect}/"
+    pairs += ", …)" if len(golden) > 1 else ")"
+    # the whole set by its hash, so a review sees any pair change, not only the first one's visible part
+    digest = hashlib.sha256(json.dumps([[g.prompt, g.expect] for g in golden], ensure_ascii=False).encode())
+    pairs += f" [golden set {digest.hexdigest()[:12]}]"
+    extra = "".join(f"; {_RANKED_PROVES[c]}" for c in ranked if c != "chat")
+    checks = [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
+                        proves=_API_PROVES[c]) for c in ("health", "models")]
+    if dp_size == 1:
+        checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
+                                sections=ranked, proves=f"the engine answers {pairs} at temperature 0 with "
+                                f"thinking off{extra}; through {endpoint(config)}"))
+    else:
+        checks += [CheckSpec(name=f"api-golden-rank-{r}", node=node, runs_on=runs_on, module="checks.api",
+                             sections=ranked, proves=f"DP rank {r} on {rank_nodes[r]} (X-data-parallel-rank: {r}) "
+                             f"answers {pairs} at temperature 0 with thinking off{extra}; through {endpoint(config)}")
+                   for r in range(dp_size)]
+    checks += [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
+                         proves=_API_PROVES[c]) for c in ("auth", "deny") if _api_check_applies(config, c)]
+    return checks
+
+
+_RANKED_PROVES = {"thinking": "thinking on returns reasoning and the first pair's answer",
+                  "stream": "streaming yields the first pair's answer and [DONE]"}
+
+
+def _short(prompt: str) -> str:
+    return repr(prompt if len(prompt) <= 24 else prompt[:20] + "…")
+
+
+def api_sections(plan: Plan) -> list[str]:
+    """Every `checks.api` section the plan lists, once each, in API_CHECKS order."""
+    listed = {s for c in plan.checks if c.module == "checks.api" for s in c.sections}
+    return [s for s in API_CHECKS if s in listed]
+
+
+def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
+    """How to run the watch unit, and what the weights and collective checks need from the deployer."""
+    notes = [f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
+             f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; README: Watch mode)"]
+    source = config.model.source
+    if source is not None and config.s3_access_key_id is None:
+        notes.append(f"model.source {source.url}: no s3_access_key_id/s3_secret_access_key secrets, so each node's "
+                     "sync uses the credentials boto3 finds itself there (an instance role through the metadata "
+                     "service, reachable from the container on the host network); a node without any fails with "
+                     "exit 2 naming the bucket")
+    if len(config.nodes) > 1:
+        notes.append(f"collective check: the {len(config.nodes)} collective-<node> commands must run at the same "
+                     f"time: pulumi up --parallel must be at least {len(config.nodes)} (Pulumi's default is 4 x the "
+                     "deploying machine's CPUs; PULUMI_PARALLEL sets it too)")
+    return notes
+
+
+def _spanning_proves(topo: Topology, node: NodeTopology) -> str:
+    """Engine evidence per node where a replica spans nodes: every node's own workers, plus the engine core
+    where one runs (the first node of each replica)."""
+    workers = f"its {node.gpus_used} worker(s) of replica {node.replica} loaded their weights"
+    if node.dp_ranks:
+        return f"the engine core of DP rank {node.dp_ranks[0]} reported its KV cache and {workers}"
+    return f"{workers} (workers only: no engine core runs here)"
+
+
+def _api_check_applies(config: StackConfig, check: str) -> bool:
+    smoke = config.api.smoke
+    return {
+        "thinking": smoke.thinking_check,
+        "stream": smoke.stream_check,
+        "auth": config.api_key is not None or config.api.proxy.enabled,
+        "deny": config.api.proxy.enabled,
+    }.get(check, True)
+
+
+def nccl_evidence_nodes(config: StackConfig, topo: Topology) -> list[str]:
+    """Whose container log holds NCCL's network lines: every node with mp; the head with Ray, whose driver
+    receives the Ray workers' output. None where no evidence can exist (one node, sockets, NCCL_DEBUG off)."""
+    if len(topo.nodes) < 2 or config.fabric.transport == "socket" or config.fabric.nccl_debug != "INFO":
+        return []
+    return [topo.head.name] if topo.backend == "ray" else [n.name for n in topo.nodes]
+
+
+_API_PROVES = {
+    "health": "/health answers 200 (the engine finished loading)",
+    "models": "/v1/models lists the served name",
+    "auth": "no key and a wrong key both get 401",
+    "deny": "paths outside the allowlist (the image's other vLLM paths, an unknown one) get 403/404 from the "
+            "proxy, for GET, POST, PUT, PATCH and DELETE",
+}
+
+
+def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
+    """With the firewall off, the internal listeners anyone can reach, in one line (with it on there are none:
+    their allowed sources are the cluster and the private networks by construction)."""
+    exposed = [x for x in table if x.internal and x.public]
+    if not exposed:
+        return []
+    ports = sorted({f"{x.node}:{x.ports}" for x in exposed})
+    kinds = sorted({x.purpose.split(" (")[0] for x in exposed})
+    return [f"firewall.enabled is false: {len(exposed)} internal listener(s) ({', '.join(kinds[:4])}"
+            f"{', ...' if len(kinds) > 4 else ''}; unauthenticated) accept connections from any address that can "
+            f"route to the nodes ({', '.join(ports[:6])}{', ...' if len(ports) > 6 else ''}); keep the firewall on, "
+            "or filter these ports yourself"]
+
+
+def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:
+    """Who the firewall lets reach the API port, because the deployer's own checks must be among them."""
+    if not config.firewall.enabled:
+        return []
+    api = [x for x in table if x.reach == "clients"]
+    if not api or "0.0.0.0/0" in api[0].allowed_sources:
+        return []
+    return [f"firewall: {api[0].node}:{', '.join(sorted({x.ports for x in api}))} accepts only "
+            f"{', '.join(api[0].allowed_sources)}; clients, load balancers and the deployer (api-* checks) "
+            "elsewhere need firewall.api_sources"]
+
+
+def roles(plan: Plan) -> dict[str, str]:
+    return {n.name: n.role for n in plan.nodes}

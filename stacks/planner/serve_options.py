@@ -1,0 +1,235 @@
+"""`vllm serve`'s option tables as data, and argv read the way vLLM's own parser reads it.
+
+Why: `serving.extra_args` must never set, unset or override a flag the config manages. Matching words is not
+enough: vLLM's `FlexibleArgumentParser` (vllm/utils/argparse_utils.py, 0.33.0) turns `--tensor_parallel_size`
+into `--tensor-parallel-size`, splits `--flag=value`, merges dotted JSON arguments
+(`--speculative-config.method x`), reads a whole YAML of arguments from `--config FILE`, and moves `--model` to
+the positional model; argparse (Python 3.12, `allow_abbrev` left on) accepts unique prefixes (`--tensor-par`),
+short options with an attached value (`-n4` is `--nnodes 4`); `EnableDisableAction` registers hidden
+`--no-enable-X`/`--no-disable-X` next to `--enable-X`/`--disable-X`. `read_argv` follows all of that against
+the real option table of the image's vLLM (`stacks/planner/data/vllm-<version>-serve-flags.json`, dumped from the real
+parser) and returns, for every word, the option's `dest` — so the guard compares destinations, not spellings.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    takes_value: bool
+    nargs: str | None
+    choices: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """Every option string of one vLLM version's `vllm serve` parser -> its action."""
+
+    version: str
+    options: dict[str, Option]
+    source: str
+
+    @property
+    def long_options(self) -> list[str]:
+        return [o for o in self.options if o.startswith("--")]
+
+    def dest_options(self, dest: str) -> list[str]:
+        return [o for o, a in self.options.items() if a.dest == dest]
+
+
+RAY_START_FLAGS = "ray-2.60.0-start-flags.json"
+"""`ray start`'s options (bench/extract_ray_start_flags.py), for reading Ray argv in the policy pack."""
+
+
+@cache
+def option_table(version: str) -> OptionTable:
+    """The table for a vLLM version, e.g. "0.33.0"; hidden `--no-enable-X`/`--no-disable-X` added."""
+    return table_file(f"vllm-{version}-serve-flags.json")
+
+
+def ray_start_table() -> OptionTable:
+    return table_file(RAY_START_FLAGS)
+
+
+@cache
+def table_file(name: str) -> OptionTable:
+    raw = json.loads((DATA / name).read_text())
+    options: dict[str, Option] = {}
+    for entry in raw["flags"]:
+        if "options" not in entry:
+            continue
+        choices = tuple(str(c) for c in entry["choices"]) if entry.get("choices") else None
+        action = Option(entry["dest"], bool(entry["takes_value"]), entry.get("nargs"), choices)
+        strings = list(entry["options"])
+        # EnableDisableAction keeps these registered but hidden from help (and from the dump).
+        strings += [f"--no-{s[2:]}" for s in entry["options"]
+                    if s.startswith(("--enable-", "--disable-")) and not entry["takes_value"]]
+        for string in strings:
+            options.setdefault(string, action)
+    return OptionTable(raw["vllm_version"], options, raw.get("origin", ""))
+
+
+@cache
+def speculative_fields(version: str) -> frozenset[str]:
+    """The fields `--speculative-config` accepts in a vLLM version (SpeculativeConfig forbids others)."""
+    raw = json.loads((DATA / f"vllm-{version}-speculative-fields.json").read_text())
+    return frozenset(raw["fields"])
+
+
+@cache
+def engine_values(version: str) -> dict[str, tuple[str, ...]]:
+    """Allowed values of engine settings vLLM checks after parsing (Literal types of its config classes)."""
+    path = DATA / f"vllm-{version}-config-values.json"
+    if not path.is_file():
+        return {}
+    return {k: tuple(v) for k, v in json.loads(path.read_text())["values"].items()}
+
+
+@dataclass
+class ArgvItem:
+    """One option (or stray word) of an argv, as vLLM would read it."""
+
+    index: int
+    word: str
+    dest: str | None
+    option: str | None
+    values: list[str] = field(default_factory=list)
+    problem: str | None = None
+    fix: str | None = None
+
+
+_NAME_PART = re.compile(r"(?<=--)[^.]*")
+
+
+def _normalise(word: str) -> str:
+    """FlexibleArgumentParser: `_` -> `-` in the name between `--` and the first `.` (before any `=`)."""
+    if not word.startswith("--"):
+        return word
+    key, sep, value = word.partition("=")
+    key = _NAME_PART.sub(lambda m: m.group(0).replace("_", "-"), key, count=1)
+    return key + sep + value
+
+
+def _lookup(word: str, table: OptionTable) -> tuple[str | None, str | None, str | None]:
+    """(option string, attached value, problem) as argparse's `_parse_optional` resolves a word."""
+    if word in table.options:
+        return word, None, None
+    head, sep, attached = word.partition("=")
+    if sep and head in table.options:
+        return head, attached, None
+    if word.startswith("--"):
+        prefix = head if sep else word
+        matches = [o for o in table.long_options if o.startswith(prefix)]
+        if len(matches) == 1:
+            return matches[0], attached if sep else None, None
+        if len(matches) > 1:
+            return None, None, f"ambiguous abbreviation: could be {', '.join(sorted(matches)[:5])}"
+        return None, None, None
+    # a single dash: `-n4` is `-n 4` when `-n` exists; otherwise a unique prefix of a short option
+    if len(word) > 2 and word[:2] in table.options:
+        return word[:2], word[2:].removeprefix("="), None
+    matches = [o for o in table.options if o.startswith(word) and not o.startswith("--")]
+    if len(matches) == 1:
+        return matches[0], None, None
+    if len(matches) > 1:
+        return None, None, f"ambiguous abbreviation: could be {', '.join(sorted(matches)[:5])}"
+    return None, None, None
+
+
+def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
+    """Each option of `words` with its destination and values; words vLLM would refuse or misread carry a
+    `problem`. `words` are extra argv words after the planned ones (no model positional)."""
+    items: list[ArgvItem] = []
+    i = 0
+    while i < len(words):
+        raw = words[i]
+        if re.search(r"[\x00-\x1f\x7f]", raw):
+            items.append(ArgvItem(i, raw, None, None, problem="contains a newline or control character",
+                                  fix="one printable argv word per item"))
+            i += 1
+            continue
+        if not raw.startswith("-") or raw == "-" or re.fullmatch(r"-\d+(\.\d+)?", raw):
+            items.append(ArgvItem(i, raw, None, None, problem="a value without a flag: vLLM would read it as a "
+                                  "second model argument and refuse the command line",
+                                  fix="put the flag before it, e.g. ['--max-lora-rank', '64']"))
+            i += 1
+            continue
+        if raw == "--":
+            items.append(ArgvItem(i, raw, None, None, problem="`--` ends option parsing",
+                                  fix="remove it"))
+            i += 1
+            continue
+        word = _normalise(raw)
+        name = word.partition("=")[0]
+        if re.search(r"\s", name):
+            items.append(ArgvItem(i, raw, None, None, problem="a flag and its value in one item: argparse reads "
+                                  "a word with a space as a positional, not as the flag",
+                                  fix=f"two items: {name.split()[0]!r} and its value"))
+            i += 1
+            continue
+        if raw == "-O" and i + 1 < len(words) and words[i + 1] in ("0", "1", "2", "3"):
+            name, word = "--optimization-level", "--optimization-level"  # FlexibleArgumentParser: `-O <n>`
+        elif name.startswith("-O"):
+            name, word = "--optimization-level", "--optimization-level=" + (word[3:] if word[2:3] == "=" else word[2:])
+        dotted = name.startswith("--") and "." in name
+        base = name.split(".", 1)[0] if dotted else word
+        option, attached, problem = _lookup(base, table)
+        if dotted:
+            attached = word.partition("=")[2] if "=" in word else None
+        if problem or option is None:
+            nearest = difflib.get_close_matches(name.split(".", 1)[0], table.options, n=1, cutoff=0.6)
+            items.append(ArgvItem(i, raw, None, None,
+                                  problem=problem or f"vLLM {table.version} has no option {name.split('.', 1)[0]!r}",
+                                  fix=f"did you mean {nearest[0]!r}?" if nearest else "see `vllm serve --help=all` "
+                                  "of this image"))
+            i += 1
+            while i < len(words) and not words[i].startswith("-"):  # its values, whatever they are
+                items[-1].values.append(words[i])
+                i += 1
+            continue
+        action = table.options[option]
+        item = ArgvItem(i, raw, action.dest, option)
+        i += 1
+        if dotted:
+            if attached is not None:
+                item.values.append(attached)
+            elif i < len(words):
+                item.values.append(words[i])
+                i += 1
+        elif attached is not None:
+            if not action.takes_value:
+                item.problem, item.fix = f"{option} takes no value", f"{option} alone"
+            item.values.append(attached)
+        elif action.takes_value:
+            while i < len(words) and (not words[i].startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", words[i])):
+                item.values.append(words[i])
+                i += 1
+                if action.nargs not in ("+", "*"):
+                    break
+            if not item.values and action.nargs != "?":
+                item.problem, item.fix = f"{option} needs a value", f"[{option!r}, '<value>']"
+        if action.choices and item.values and any(v not in action.choices for v in item.values):
+            item.problem = f"{option} takes one of {', '.join(action.choices)}"
+            item.fix = f"one of {', '.join(action.choices)}"
+        items.append(item)
+    return items
+
+
+def read_serve_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
+    """A whole `vllm serve` argv: the model positional first (when there is one), then `read_argv`."""
+    return read_argv(words[1:] if words and not words[0].startswith("-") else words, table)
+
+
+def last_values(items: list[ArgvItem]) -> dict[str, list[str]]:
+    """dest -> the values of its last occurrence (argparse and click keep the last); a flag maps to []."""
+    return {item.dest: item.values for item in items if item.dest is not None}

@@ -1,0 +1,669 @@
+"""Topology rules: refuse at preview, in seconds, what vLLM would refuse after loading 511 GB of weights.
+
+Each rule names the config key and value, quotes the upstream error it prevents and says what works. The
+general rules come from the model profile; the rules that differ per image come from `stacks.planner.images`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+from dataclasses import dataclass, field
+
+from stacks.model.config import NodeConfig, StackConfig
+from stacks.model.errors import Problem
+from stacks.model.field_types import bracket_host, is_ip_literal
+from stacks.planner.exposure import (
+    API_EXPOSURE_FIX,
+    WILDCARDS,
+    api_exposed,
+    api_exposure_message,
+    is_loopback,
+    private_network_findings,
+)
+from stacks.planner.fabric import control_ip, fabric_problems
+from stacks.planner.images import ImageCapabilities, get_capabilities
+from stacks.planner.launch import restart_policy_warnings
+from stacks.planner.listeners import api_sources, cluster_addresses, collapse
+from stacks.planner.load_estimate import engine_memory, estimated_load_s
+from stacks.planner.managed import argv_problems, env_problems, table_for
+from stacks.planner.profiles import PROFILES, ModelProfile, get_profile
+from stacks.planner.proxy import routes_problems
+from stacks.planner.serve_options import engine_values, speculative_fields
+from stacks.planner.topology import Topology, derive_topology, replica_spans_nodes
+
+_PARSER_ERRORS = {
+    # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
+    "tokenizer_mode": "ValueError: No tokenizer registered for tokenizer_mode='{value}'.",
+    "tool_call_parser": "KeyError: 'invalid tool call parser: {value} (chose from {{ … }})'",
+    "reasoning_parser": "KeyError: 'invalid reasoning parser: {value} (chose from {{ … }})'",
+}
+
+DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
+                   "Supported models implement the SupportsPP interface.")
+
+
+@dataclass
+class Validation:
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Validation]:
+    """Run every rule; never stops at the first problem."""
+    result = Validation()
+    topology, topo_problems = derive_topology(config)
+    result.problems += topo_problems
+    profile = get_profile(config.model.profile)
+    if profile is None:
+        result.problems.append(Problem("model.profile", config.model.profile, "unknown model profile",
+                                       fix=f"one of {sorted(PROFILES)}"))
+    image = get_capabilities(config.image.ref)
+    if image is None:
+        result.warnings.append(
+            f"image {config.image.ref} is not in the capability table (stacks/planner/images.py): only the general "
+            "rules were checked; add the image once it is tested")
+    if config.image.digest is None:
+        result.warnings.append(
+            f"image {config.image.ref} is not pinned by digest: the tag can be re-pushed, so two nodes (or a "
+            "rollback) may run different builds; write image as repo:tag@sha256:<digest> (prod policy requires it)")
+    if profile is not None:
+        _model_rules(config, profile, image, result)
+        _memory_rules(config, profile, topology, result)
+    if profile is not None and not topo_problems:
+        load_s = estimated_load_s(config, profile, topology)
+        if config.serving.engine_ready_timeout_s < load_s:
+            result.warnings.append(
+                f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
+                f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
+                "server would give up while the engines still load; the policy pack refuses this")
+    low, high = config.firewall.ephemeral_ports
+    if config.firewall.enabled and (low < 32768 or high > 60999):
+        result.warnings.append(
+            f"firewall.ephemeral_ports [{low}, {high}] reaches outside Linux's default ephemeral range "
+            "[32768, 60999]: every other service on the nodes listening in it is closed to sources outside the "
+            "cluster too; guard the range net.ipv4.ip_local_port_range really has")
+    _parallelism_rules(config, topology, result, profile)
+    _uniqueness_rules(config, result)
+    _address_rules(config, result)
+    _mount_rules(config, result)
+    _container_name_rules(config, result)
+    _engine_config_rules(config, image, result)
+    _port_rules(config, result)
+    _proxy_rules(config, result)
+    _exposure_rules(config, result)
+    _endpoint_rules(config, result)
+    _host_key_rules(config, result)
+    _weights_source_rules(config, result)
+    _free_form_rules(config, image, result)
+    result.problems += fabric_problems(config)
+    result.warnings += restart_policy_warnings(config)
+    _notes(config, topology, result)
+    return topology, profile, result
+
+
+def _tp_fix(config: StackConfig, max_tp: int) -> str:
+    """`tensor <= N`, and the data-parallel shape that uses this stack's GPUs at that TP."""
+    gpus = sum(n.gpus.count for n in config.nodes)
+    tp = max(d for d in (1, 2, 4, 8, 16, 32, 64) if d <= max_tp and (gpus % d == 0 or d == 1))
+    dp = gpus // tp
+    return (f"tensor <= {max_tp}; for {len(config.nodes)} node(s) with {gpus} GPUs: DP{dp} x TP{tp} with expert: "
+            f"true (EP{dp * tp})")
+
+
+def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabilities | None,
+                 result: Validation) -> None:
+    par = config.parallelism
+    tp, pp, dp = par.tensor, par.pipeline, par.data
+    add = result.problems.append
+    if profile.num_attention_heads % tp:
+        good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0]
+        add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
+                    f"TP{tp}", upstream=f"Total number of attention heads ({profile.num_attention_heads}) must be "
+                    f"divisible by tensor parallel size ({tp}).", fix=f"tensor in {good}"))
+    if profile.o_groups is not None and profile.o_groups // tp == 0:
+        add(Problem("parallelism.tensor", tp, f"FlashMLA gets n_local_groups = o_groups // tp = "
+                    f"{profile.o_groups} // {tp} = 0 on {profile.key}",
+                    upstream="ZeroDivisionError: integer division or modulo by zero "
+                    "(heads_per_group = self.n_local_heads // self.n_local_groups, FlashMLA profile_run)",
+                    fix=_tp_fix(config, profile.o_groups)))
+    if profile.engram_hash_heads:
+        heads = profile.engram_hash_heads
+        across_dp = image.engram_shards_across_dp if image else False
+        shards = tp * (dp if across_dp else 1)
+        if shards > 1 and not (shards - 1) * math.ceil(heads / shards) < heads:
+            add(Problem("parallelism.tensor", tp, f"Engram: {heads} hash heads over {shards} shards leaves "
+                        "ranks without a head",
+                        upstream=f"AssertionError: Engram sharding leaves ranks without hash heads: {heads} heads "
+                        f"over TP={tp} x DP={dp if across_dp else 1}",
+                        fix="a TP that gives every shard a head (8 for 24 heads), and DP for the rest"))
+    if pp > 1 and not profile.supports_pp:
+        add(Problem("parallelism.pipeline", pp, f"{profile.key} does not support pipeline parallelism",
+                    upstream=DSPARK_PP_ERROR, fix="pipeline: 1 and data > 1 (mp backend)"))
+    spec = config.speculative
+    if spec is not None:
+        if pp > 1 and profile.draft_supports_pp.get(spec.method) is False:
+            add(Problem("parallelism.pipeline", pp, f"the {spec.method} draft model does not support PP > 1",
+                        upstream=DSPARK_PP_ERROR,
+                        fix="pipeline: 1 with data parallelism (DP2 x TP8, EP16), or remove `speculative`"))
+        if image is not None and spec.method not in image.speculative_methods:
+            add(Problem("speculative.method", spec.method, f"image {config.image.ref} has no such method",
+                        fix=f"one of {sorted(image.speculative_methods) or 'none: remove speculative'}"))
+    if config.vision and not profile.vision:
+        add(Problem("vision", True, f"{profile.key} has no vision tower", fix="vision: false"))
+    if config.vision and profile.vision and pp > 1 and image is not None and not image.vision_with_pp:
+        add(Problem("vision", True, f"vision with PP{pp} is broken on image {config.image.ref}",
+                    upstream="ValueError: DeepSeek V4 vision MoE routing requires input_ids. (profile_run)",
+                    fix="vision: false (adds --language-model-only, drops images), pipeline: 1, or a newer image"))
+    if image is not None:
+        if profile.key not in image.profiles:
+            add(Problem("image.tag", config.image.tag, f"image {config.image.ref} cannot run {profile.key}",
+                        upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
+                        fix=f"an image listed for {profile.key} in stacks/planner/images.py"))
+        serving = config.serving
+        for key, value in (("tokenizer_mode", serving.tokenizer_mode or profile.tokenizer_mode),
+                           ("tool_call_parser", serving.tool_call_parser or profile.tool_call_parser),
+                           ("reasoning_parser", serving.reasoning_parser or profile.reasoning_parser)):
+            if value not in image.parsers and value not in ("auto", "hf", "slow"):
+                add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it",
+                            upstream=_PARSER_ERRORS[key].format(value=value), fix=f"one of {sorted(image.parsers)}"))
+    if config.serving.max_model_len > profile.max_context:
+        add(Problem("serving.max_model_len", config.serving.max_model_len,
+                    f"above the model's context of {profile.max_context}",
+                    upstream="User-specified max_model_len is greater than the derived max_model_len",
+                    fix=f"at most {profile.max_context}"))
+
+
+def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
+    """Per GPU (stacks/planner/memory.py):
+    experts over DP x TP, dense and Engram weights in every DP rank (split over TP),
+    the KV cache of one max_model_len sequence, and a runtime reserve, against GPU memory x utilisation."""
+    serving = config.serving
+    mem = engine_memory(config, profile, topo)
+    gpu, budget, util = mem.gpu, mem.budget_gb, serving.gpu_memory_utilization
+    node = config.nodes[mem.node_index]
+    key = f"nodes.{mem.node_index}.gpus.memory_gb"
+    data = config.parallelism.data if config.parallelism.backend == "mp" else 1
+    layout = (f"experts over DP{data} x TP{config.parallelism.tensor}, dense and Engram weights in every DP rank "
+              f"over TP{config.parallelism.tensor}" + (f", PP{config.parallelism.pipeline} stages"
+                                                       if config.parallelism.pipeline > 1 else ""))
+    engram = f"; Engram tables: {mem.engram_reason}" if mem.gpu.engram or mem.gpu.engram_host_per_node else ""
+    need_gb = math.ceil(gpu.total / util)
+    offload = (f"; Engram in pinned host memory (--engram-config '{{\"cpu_offload\": true}}' in serving.extra_args, "
+               f"~{gpu.engram * mem.engram_shards * mem.engram_copies_per_node:.0f} GB of RAM per node)"
+               if gpu.engram else "")
+    if gpu.weights > budget:
+        result.problems.append(Problem(
+            key, node.gpus.memory_gb,
+            f"weights do not fit per GPU of {node.name}: {gpu.weights_text()} > {mem.gpu_gb:g} GB x {util} = "
+            f"{budget:.1f} GB ({layout}{engram})",
+            upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
+            fix=f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
+    elif gpu.total > budget:
+        fits = gpu.max_len_that_fits(budget)
+        gib = 1e9 / 2**30
+        result.problems.append(Problem(
+            "serving.max_model_len", serving.max_model_len,
+            f"the KV cache of one {serving.max_model_len}-token sequence does not fit per GPU of {node.name}: "
+            f"{gpu.text()} > {mem.gpu_gb:g} GB x {util} = {budget:.1f} GB",
+            upstream=f"ValueError: To serve at least one request with the model's max seq len "
+                     f"({serving.max_model_len}), ({gpu.kv * gib:.2f} GiB KV cache is needed, which is larger than "
+                     f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB).",
+            fix=f"max_model_len <= {fits}" + (", an fp8 kv_cache_dtype" if "fp8" not in (
+                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB"))
+    elif gpu.total > 0.9 * budget:
+        result.warnings.append(
+            f"per GPU of {node.name}: {gpu.text()} of {budget:.1f} GB: room for only "
+            f"{(budget - gpu.total) / max(gpu.kv, 1e-9):.1f} more full-length sequences of KV cache")
+    result.notes.append(
+        f"memory per GPU of {node.name} ({mem.gpu_gb:g} GB x {util} = {budget:.1f} GB): {gpu.text()}; "
+        f"{max(0.0, budget - gpu.total):.1f} GB left for the KV cache of concurrent sequences ({layout}{engram})")
+    if gpu.engram_host_per_node:
+        result.notes.append(
+            f"Engram tables: {gpu.engram_host_per_node:.0f} GB of pinned host memory per node "
+            f"({mem.engram_reason}); the preflight checks MemTotal")
+    if profile.min_vram_gb and topo.gpus_used > 0:
+        # The recipe's minimum VRAM for one copy of the model; it scales with model.weights_gb.
+        weights = config.model.weights_gb or profile.weights_gb
+        need = profile.min_vram_gb * weights / profile.weights_gb
+        total = topo.gpus_used * budget
+        if total < need:
+            result.problems.append(Problem(
+                "nodes", len(config.nodes),
+                f"{topo.gpus_used} GPUs x {budget:.1f} GB = {total:.0f} GB usable, {profile.key} needs "
+                f"~{need:.0f} GB", upstream="ValueError: No available memory for the cache blocks",
+                fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
+
+
+def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
+                       profile: ModelProfile | None = None) -> None:
+    par = config.parallelism
+    add = result.problems.append
+    total = sum(n.gpus.count for n in config.nodes)
+    if par.backend == "ray":
+        if par.data != 1:
+            add(Problem("parallelism.data", par.data, "the ray backend here runs one replica across all nodes",
+                        fix="data: 1 with ray, or backend: mp for vLLM internal DP"))
+        if par.tensor * par.pipeline != total:
+            add(Problem("parallelism.pipeline", par.pipeline,
+                        f"TP{par.tensor} x PP{par.pipeline} = {par.tensor * par.pipeline} GPUs, the nodes have "
+                        f"{total}: Ray's placement group would wait forever or leave GPUs idle",
+                        fix=f"tensor x pipeline = {total}, e.g. tensor: {config.nodes[0].gpus.count}, "
+                        f"pipeline: {max(1, total // config.nodes[0].gpus.count)}"))
+        per_node = {n.gpus.count for n in config.nodes}
+        if len(per_node) == 1 and par.tensor > next(iter(per_node)):
+            result.warnings.append(f"TP{par.tensor} crosses nodes: every layer's all-reduce goes over the fabric; "
+                                   "prefer TP = GPUs per node and PP = nodes")
+    elif topo.spans_nodes:
+        _spanning_rules(config, topo, result, profile)
+    else:
+        for node in config.nodes:
+            if par.tensor * par.pipeline > node.gpus.count:
+                add(Problem("parallelism.tensor", par.tensor,
+                            f"with {len(config.nodes)} node(s) for {par.data} replica(s) each DP rank runs inside "
+                            f"one node: TP{par.tensor} x PP{par.pipeline} > {node.gpus.count} GPUs on {node.name}",
+                            fix=f"tensor x pipeline <= {node.gpus.count} with data parallelism, or more nodes than "
+                            "replicas so that each replica spans nodes (mp --nnodes), or backend: ray"))
+                break
+    idle = topo.gpus_present - topo.gpus_used
+    if idle > 0 and not result.problems:
+        result.warnings.append(f"{idle} of {topo.gpus_present} GPUs stay idle with this topology")
+    models = {n.gpus.model for n in config.nodes}
+    if len(models) > 1:
+        result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
+
+
+
+
+def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, profile: ModelProfile | None) -> None:
+    """Replicas that span nodes (vLLM's `--nnodes`): what vLLM 0.33.0 itself refuses or makes slow.
+
+    The node-count and world-size rules live in `stacks.planner.topology` (they decide the layout); the per-model
+    rules (FlashMLA groups, Engram shards, DSpark without PP, memory per GPU) apply per replica unchanged.
+    """
+    par = config.parallelism
+    share = par.tensor * par.pipeline // topo.replica_nodes
+    if profile is not None and not profile.moe and par.data > 1:
+        # Dense DP ranks are independent: each engine core re-forms a DP1 world of its own replica
+        # (v1/engine/core.py:1545-1555, config/parallel.py:1191-1200), while a workers-only node runs the executor
+        # with the DP config as given (entrypoints/cli/serve.py:218-233): the two disagree on world size and
+        # ranks at --master-port.
+        result.problems.append(Problem(
+            "parallelism.data", par.data,
+            f"{profile.key} is a dense model: vLLM 0.33.0 runs its DP ranks as independent replicas, and with "
+            "replicas spanning nodes its engine cores and its workers-only nodes would join different worlds at "
+            "--master-port, so start-up fails or hangs",
+            fix="data: 1 (one replica over these nodes), and another stack per extra replica behind a load balancer"))
+    # Ranks are laid out TP-fastest, node by node: a TP group stays in one node iff it tiles the node's share.
+    if share and (par.tensor > share or share % par.tensor):
+        result.warnings.append(
+            f"TP{par.tensor} crosses nodes ({share} GPUs of each replica per node): every layer's all-reduce goes "
+            f"over the fabric; prefer tensor = GPUs per node and pipeline = nodes per replica "
+            f"({topo.replica_nodes})")
+
+
+def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
+    """Names unique; every node address (management, data, a literal SSH host) belongs to one node only: the head's
+    DP address or an SSH host that is another node's address sends traffic, or a deploy, to the wrong machine."""
+    names = [n.name for n in config.nodes]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            result.problems.append(Problem(f"nodes.{i}.name", name, "used by more than one node",
+                                           fix="a unique value per node"))
+    owner: dict[str, tuple[int, str]] = {}
+    for i, node in enumerate(config.nodes):
+        addresses = _node_addresses(node)
+        if is_ip_literal(node.ssh.host):
+            addresses.append(("ssh.host", str(ipaddress.ip_address(node.ssh.host))))
+        data: set[str] = set()  # one NIC may carry the management address too; two NICs never share one
+        for key, address in addresses:
+            if address in owner and owner[address][0] != i:
+                other, other_key = owner[address]
+                result.problems.append(Problem(
+                    f"nodes.{i}.{key}", address, f"is node {config.nodes[other].name}'s {other_key} too: one address, "
+                    "one node", fix="this node's own address"))
+            elif key.startswith("data_ips"):
+                if address in data:
+                    result.problems.append(Problem(f"nodes.{i}.{key}", address, "data-plane IP used twice",
+                                                   fix="a unique data-plane IP per NIC"))
+                data.add(address)
+            owner.setdefault(address, (i, key))
+    hosts = [(n.ssh.host, n.ssh.port) for n in config.nodes]
+    for i, host in enumerate(hosts):
+        if host in hosts[:i]:
+            result.problems.append(Problem(f"nodes.{i}.ssh.host", host[0], "another node is reached at the same SSH "
+                                           "host and port: both would be deployed on one machine",
+                                           fix="this node's own SSH address (or its own port for a tunnel)"))
+
+
+def _node_addresses(node: NodeConfig) -> list[tuple[str, str]]:
+    """(config key below the node, address) of the node's management and data-plane IPs."""
+    return [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]
+
+
+def _address_rules(config: StackConfig, result: Validation) -> None:
+    """Addresses the nodes use to reach each other must be able to: no loopback across nodes, one address family
+    for the control plane, and vLLM's bind one of the head's own addresses (or all, or loopback)."""
+    multi = len(config.nodes) > 1
+    for i, node in enumerate(config.nodes):
+        for key, address in _node_addresses(node):
+            if multi and ipaddress.ip_address(address).is_loopback:
+                result.problems.append(Problem(f"nodes.{i}.{key}", address, "is a loopback address: the other nodes "
+                                               "cannot reach this node there", fix="the node's address on the network "
+                                               "between the nodes"))
+    controls = [(i, ip, ipaddress.ip_address(ip).version)
+                for i, ip in ((i, control_ip(config, n)) for i, n in enumerate(config.nodes)) if ip]
+    mixed = [(i, ip) for i, ip, version in controls if version != controls[0][2]]
+    if mixed:
+        i, ip = mixed[0]
+        result.problems.append(Problem(
+            f"nodes.{i}.{'management_ip' if config.fabric.control_plane == 'management' else 'data_ips.0'}", ip,
+            "the control plane mixes IPv4 and IPv6: NCCL, Gloo, the DP handshake and Ray connect within one family",
+            fix="the same address family on every node"))
+    bind, head = config.serving.host, config.head
+    own = {head.management_ip, *head.data_ips}
+    if bind not in WILDCARDS and not is_loopback(bind) and bind not in own:
+        result.problems.append(Problem(
+            "serving.host", bind, f"is not an address of the head {head.name}: vLLM could not bind it",
+            fix=f"0.0.0.0 (all, behind the firewall), 127.0.0.1 (behind the proxy) or one of {', '.join(sorted(own))}"))
+    proxy = config.api.proxy
+    if proxy.enabled and proxy.bind not in WILDCARDS and not is_loopback(proxy.bind) and proxy.bind not in own:
+        result.problems.append(Problem(
+            "api.proxy.bind", proxy.bind, f"is not an address of the head {head.name}: nginx could not bind it",
+            fix=f"0.0.0.0, or one of {', '.join(sorted(own))}"))
+    target = config.api.public_host or (proxy.server_name if proxy.enabled else None) or head.management_ip
+    listen = proxy.bind if proxy.enabled else bind
+    if listen == "0.0.0.0" and is_ip_literal(target) and ipaddress.ip_address(target).version == 6:
+        result.problems.append(Problem(
+            "api.proxy.bind" if proxy.enabled else "serving.host", listen,
+            f"binds IPv4 only, but clients and the API checks call the IPv6 address {target}",
+            fix="'::' (all addresses, IPv6 and IPv4 on Linux)"))
+
+
+def _container_name_rules(config: StackConfig, result: Validation) -> None:
+    proxy = config.api.proxy
+    if proxy.enabled and proxy.container_name == config.container.name:
+        result.problems.append(Problem("api.proxy.container_name", proxy.container_name, "is the engine container's "
+                                       "name too: both run on the head, and Docker names are unique per host",
+                                       fix="another name, e.g. vllm-proxy"))
+
+
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
+                         "/sys", "/usr", "/var", "/tmp", "/root"})
+"""Container directories a bind mount would shadow, breaking the image (or, for /dev and /proc, Docker itself)."""
+
+
+def _mount_rules(config: StackConfig, result: Validation) -> None:
+    """Every container mount point distinct (Docker refuses a duplicate) and none over a system directory."""
+    targets = [("model.container_dir", config.model.container_dir)]
+    if config.container.cache_dir:
+        targets.append(("container.cache_dir", "/root/.cache"))
+    targets += [(f"container.volumes.{i}.container", v.container) for i, v in enumerate(config.container.volumes)]
+    seen: dict[str, str] = {}
+    for key, path in targets:
+        if path in seen:
+            result.problems.append(Problem(key, path, f"is also the mount point of {seen[path]}: Docker refuses "
+                                           "duplicate mount points", fix="a distinct container path"))
+        elif path in SYSTEM_DIRS:
+            result.problems.append(Problem(key, path, "would hide a system directory of the image",
+                                           fix="a directory of its own, e.g. /models or /var/log/vllm"))
+        seen.setdefault(path, key)
+
+
+def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
+    """Checks vLLM makes inside `create_engine_config`, which the argument dry run stops before."""
+    serving = config.serving
+    if serving.max_num_batched_tokens is not None and serving.max_num_batched_tokens < serving.max_num_seqs:
+        result.problems.append(Problem(
+            "serving.max_num_batched_tokens", serving.max_num_batched_tokens, "is below serving.max_num_seqs",
+            upstream=f"ValueError: max_num_batched_tokens ({serving.max_num_batched_tokens}) must be greater than or "
+                     f"equal to max_num_seqs ({serving.max_num_seqs}). (vllm/config/scheduler.py)",
+            fix=f"at least {serving.max_num_seqs}"))
+    spec = config.speculative
+    draft_tp = spec.options.get("draft_tensor_parallel_size") if spec is not None else None
+    if draft_tp is not None and draft_tp not in (1, config.parallelism.tensor):
+        result.problems.append(Problem(
+            "speculative.options.draft_tensor_parallel_size", draft_tp, "must be 1 or the target's TP",
+            upstream=f"ValueError: speculative_draft_tensor_parallel_size={draft_tp} cannot be other value than 1 "
+                     "or target model tensor_parallel_size (vllm/config/speculative.py)",
+            fix=f"1 or {config.parallelism.tensor}"))
+    fabric = config.fabric
+    if (fabric.transport == "socket" and fabric.nccl_net == "IB") or (fabric.transport != "socket" and \
+            fabric.nccl_net == "Socket"):
+        result.problems.append(Problem(
+            "fabric.nccl_net", fabric.nccl_net, f"contradicts fabric.transport {fabric.transport!r} "
+            f"(NCCL_IB_DISABLE={'1' if fabric.transport == 'socket' else '0'})",
+            fix="IB with roce/ib, Socket with socket, or leave it unset"))
+    if image is not None and image.option_table:
+        dtypes = engine_values(image.option_table).get("kv_cache_dtype")
+        profile = get_profile(config.model.profile)
+        dtype = serving.kv_cache_dtype or (profile.default_kv_cache_dtype if profile else None)
+        if dtypes and dtype is not None and dtype not in dtypes:
+            result.problems.append(Problem(
+                "serving.kv_cache_dtype", dtype, f"vLLM {image.option_table} has no such KV cache dtype",
+                upstream="pydantic ValidationError: Input should be 'auto', 'float16', … (CacheConfig.cache_dtype, "
+                         "vllm/config/cache.py CacheDType)", fix=f"one of {', '.join(dtypes)}"))
+
+
+def _port_rules(config: StackConfig, result: Validation) -> None:
+    """Every port bound on the head is distinct, and none is the head's sshd port (host networking)."""
+    ports = {"serving.port": config.serving.port}
+    if config.api.proxy.enabled:
+        ports["api.proxy.port"] = config.api.proxy.port
+    dp = config.parallelism.backend == "mp" and config.parallelism.data > 1
+    if dp:
+        ports["parallelism.data_parallel_rpc_port"] = config.parallelism.data_parallel_rpc_port
+    if config.parallelism.backend == "ray":
+        ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
+                  "ray.client_port": config.ray.client_port}
+    if len(config.nodes) > 1:  # the collective check's rendezvous store (checks/collective.py) on the head
+        ports["fabric.collective_port"] = config.fabric.collective_port
+    seen: dict[int, str] = {config.head.ssh.port: "nodes.0.ssh.port (the head's sshd)"}
+    for key, port in ports.items():
+        if port in seen:
+            result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
+                                           "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+        seen.setdefault(port, key)
+    if replica_spans_nodes(config):
+        _master_port_rules(config, result, seen)
+
+
+def _weights_source_rules(config: StackConfig, result: Validation) -> None:
+    """The S3 credentials come as a pair (a session token only with it), and only with a `model.source`.
+    Neither key is fine: the node's own credentials (an instance role) are used then (plan note)."""
+    key_id, secret, token = config.s3_access_key_id, config.s3_secret_access_key, config.s3_session_token
+    fix = "pulumi config set --secret vllm-cluster:{key} <value>"
+    if (key_id is None) != (secret is None):
+        missing = "s3_secret_access_key" if secret is None else "s3_access_key_id"
+        result.problems.append(Problem(missing, None, "is missing: the S3 access key id and secret access key "
+                                       "are a pair", fix=fix.format(key=missing) + ", or remove the other one to "
+                                       "use the nodes' own credentials (an instance role)"))
+    if token is not None and key_id is None:
+        result.problems.append(Problem("s3_session_token", token, "a session token needs s3_access_key_id and "
+                                       "s3_secret_access_key (temporary credentials come as three values)",
+                                       fix=fix.format(key="s3_access_key_id") + " and s3_secret_access_key"))
+    if config.model.source is not None:
+        from checks.weights import system_dir_reason  # the sync's own rule (it refuses such a --dest with exit 2)
+
+        reason = system_dir_reason(config.model.host_path)
+        if reason:
+            result.problems.append(Problem("model.path", config.model.path, f"model.host_dir/model.path is "
+                                           f"{config.model.host_path}: {reason}, and model.source syncs a checkpoint "
+                                           "into it (delete: true would clear everything else there)",
+                                           fix="a model directory of its own, e.g. host_dir: /data/models, path: "
+                                           "DeepSeek-V4-Flash"))
+    if config.model.source is None and any(v is not None for v in (key_id, secret, token)):
+        result.warnings.append("s3_* secrets are set but model.source is not: nothing uses them (the nodes' model "
+                               "directories are only verified)")
+
+
+EPHEMERAL_PORTS = range(32768, 61000)
+"""Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
+
+
+def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:
+    """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
+    1875-1877): distinct from every other port bound there, and better not an ephemeral port. vLLM's DP
+    process-group port is no clash: with DP > 1, 0.33.0 replaces it with free ports (config/parallel.py:998-1014)."""
+    port = config.parallelism.master_port
+    if port in seen:
+        result.problems.append(Problem("parallelism.master_port", port, f"same port as {seen[port]}: one would fail "
+                                       "to bind (OSError: [Errno 98] Address already in use)", fix="a distinct port"))
+    if port in EPHEMERAL_PORTS:
+        result.warnings.append(
+            f"parallelism.master_port {port} is in Linux's ephemeral range {EPHEMERAL_PORTS.start}-"
+            f"{EPHEMERAL_PORTS.stop - 1}: an outgoing connection on the head may hold it when rank 0 binds; "
+            "prefer a port below 32768 (vLLM's default is 29501)")
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def _proxy_rules(config: StackConfig, result: Validation) -> None:
+    """With the proxy on, vLLM must be reachable only through it, and every secret it needs must exist."""
+    proxy = config.api.proxy
+    if not proxy.enabled:
+        if config.serving.host not in LOOPBACK and config.api_key is None:
+            result.warnings.append(
+                f"serving.host {config.serving.host} exposes vLLM without a key: every path, /v1 included, "
+                "is open to the private networks; set api_key (a secret) or turn on api.proxy")
+        elif config.serving.host in LOOPBACK:
+            result.warnings.append(
+                f"serving.host {config.serving.host} with api.proxy off: vLLM answers only processes on "
+                f"{config.head.name}; the API checks run there (docker exec in the engine container, over SSH), "
+                "and clients need api.proxy (or an SSH tunnel)")
+        return
+    problems, warnings = routes_problems(config)
+    result.problems += problems
+    result.warnings += warnings
+    if config.serving.host not in LOOPBACK:
+        result.problems.append(Problem(
+            "serving.host", config.serving.host, "with api.proxy.enabled vLLM must listen where only the proxy "
+            "reaches it; on this address clients could go around the allowlist and the keys",
+            fix="127.0.0.1 (the proxy shares the head's host network)"))
+    if config.api_key is None:
+        result.problems.append(Problem(
+            "api_key", None, "the proxy forwards with vLLM's own key and vLLM must still refuse anyone else",
+            fix="pulumi config set --secret vllm-cluster:api_key \"$(openssl rand -hex 32)\""))
+    if not config.proxy_keys:
+        result.problems.append(Problem(
+            "proxy_keys", None, "the proxy has no client keys: every request would be refused with 401",
+            fix="pulumi config set --secret --path 'vllm-cluster:proxy_keys.<client>' \"$(openssl rand -hex 32)\""))
+    elif proxy.check_client is not None and proxy.check_client not in config.proxy_keys:
+        result.problems.append(Problem("api.proxy.check_client", proxy.check_client, "no such client in proxy_keys",
+                                       fix=f"one of {sorted(config.proxy_keys)}"))
+    if proxy.tls:
+        for key, pem in (("tls_certificate", "server.crt"), ("tls_private_key", "server.key")):
+            if getattr(config, key) is None:
+                result.problems.append(Problem(
+                    key, None, "api.proxy.tls is on but the secret is not set",
+                    fix=f"pulumi config set --secret vllm-cluster:{key} < {pem} "
+                        "(PEM), or api.proxy.tls: false on a trusted network"))
+    else:
+        result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
+
+
+def _exposure_rules(config: StackConfig, result: Validation) -> None:
+    """`stacks.planner.exposure`, the rule the policy pack applies too: no private network that is everything or
+    unacknowledged public space, and vLLM's own port never reachable from outside them, whatever its key."""
+    fabric = config.fabric
+    findings = private_network_findings(fabric.private_networks, fabric.public_private_networks)
+    result.problems += [Problem(f.key, f.value, f.message, fix=f.fix) for f in findings]
+    if findings or config.api.proxy.enabled:  # with the proxy, _proxy_rules keeps vLLM on loopback
+        return
+    serving = config.serving
+    allowed = api_sources(config)
+    trusted = collapse([*cluster_addresses(config), *fabric.private_networks])
+    if api_exposed(serving.host, allowed, trusted, fabric.private_networks):
+        result.problems.append(Problem("serving.host", serving.host,
+                                       api_exposure_message(serving.host, serving.port, allowed),
+                                       fix=API_EXPOSURE_FIX))
+
+
+def head_addresses(config: StackConfig) -> list[str]:
+    """What names the head in this config: its SSH host, management and data addresses."""
+    head = config.head
+    return list(dict.fromkeys([head.ssh.host, head.management_ip, *head.data_ips]))
+
+
+def _endpoint_rules(config: StackConfig, result: Validation) -> None:
+    """The API checks send a bearer key. With the proxy's TLS they trust only the stack's own certificate, so
+    only the holder of tls_private_key receives it; without TLS nothing proves who answers, so the host they
+    call must be one of the head's own addresses. And they must call where vLLM listens (issue 12 item 5)."""
+    proxy, serving, api = config.api.proxy, config.serving, config.api
+    own = head_addresses(config)
+    if proxy.enabled:
+        host, key = ((api.public_host, "api.public_host") if api.public_host
+                     else (proxy.server_name, "api.proxy.server_name"))
+    else:
+        host, key = api.public_host, "api.public_host"
+    sends_key = proxy.enabled or config.api_key is not None
+    if host is not None and sends_key and not (proxy.enabled and proxy.tls) and host not in own:
+        result.problems.append(Problem(
+            key, host, "without TLS the API checks cannot tell the head from whoever answers at this name or "
+            "address, and they would send it the bearer key",
+            fix=f"one of the head's own addresses ({', '.join(own)}), or api.proxy with tls: true (the checks then "
+                "trust only the stack's certificate)"))
+    bind = serving.host
+    if not proxy.enabled and api.public_host and bind not in WILDCARDS and not is_loopback(bind) \
+            and api.public_host != bind and api.public_host in own:
+        result.problems.append(Problem(
+            "api.public_host", api.public_host, f"vLLM binds only {bind}; the API checks would call "
+            f"{bracket_host(api.public_host)}:{serving.port}, where nothing listens, and wait until their deadline",
+            fix=f"api.public_host: {bind} (or leave it unset), or serving.host: 0.0.0.0 behind the firewall"))
+
+
+def _host_key_rules(config: StackConfig, result: Validation) -> None:
+    missing = [n.name for n in config.nodes if n.ssh.host_key is None]
+    if missing:
+        result.warnings.append(
+            f"nodes[].ssh.host_key is not set for {', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}: "
+            "the check commands and the Docker provider accept any host key there, so whoever sits on the path "
+            "can answer PASS or receive the engines' secrets; set each from `ssh-keyscan -t ed25519 <host>` "
+            "(checked against the console) - the prod policy refuses a stack without them")
+
+
+def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
+    """extra_args and env through the managed-option guard; option values against the image's choices."""
+    for problems, warnings in (argv_problems(config, image), env_problems(config)):
+        result.problems += problems
+        result.warnings += warnings
+    table, own = table_for(image)
+    if own and config.speculative is not None:
+        known = speculative_fields(table.version)
+        for name in config.speculative.options:
+            if name not in known:
+                near = difflib.get_close_matches(name, sorted(known), n=1)
+                result.problems.append(Problem(
+                    f"speculative.options.{name}", config.speculative.options[name],
+                    f"vLLM {table.version}'s SpeculativeConfig has no field {name!r} (it forbids extra fields)",
+                    upstream="pydantic ValidationError: Extra inputs are not permitted (SpeculativeConfig)",
+                    fix=f"did you mean {near[0]!r}?" if near else "a field of vllm/config/speculative.py"))
+    if own and config.serving.dtype is not None:
+        choices = table.options["--dtype"].choices if "--dtype" in table.options else None
+        if choices and config.serving.dtype not in choices:
+            result.problems.append(Problem("serving.dtype", config.serving.dtype,
+                                           f"vLLM {table.version} has no such dtype",
+                                           upstream=f"vllm serve: error: argument --dtype: invalid choice: "
+                                           f"'{config.serving.dtype}'", fix=f"one of {', '.join(choices)}"))
+
+
+def _notes(config: StackConfig, topo: Topology, result: Validation) -> None:
+    serving = config.serving
+    budget = serving.max_num_batched_tokens
+    if budget and serving.max_model_len > budget:
+        chunks = math.ceil(serving.max_model_len / budget)
+        result.notes.append(
+            f"max_num_batched_tokens {budget} is the per-iteration token budget, not the context limit: a "
+            f"{serving.max_model_len}-token prompt is chunk-prefilled in {chunks} iterations")
+    ranks = config.parallelism.data if config.parallelism.backend == "mp" else 1
+    result.notes.append(f"max_num_seqs {serving.max_num_seqs} is per DP rank: up to "
+                        f"{serving.max_num_seqs * ranks} active sequences, the rest queue")
+    if topo.expert_size:
+        result.notes.append(f"experts spread over EP{topo.expert_size} = DP{topo.data} x TP{topo.tensor}")
