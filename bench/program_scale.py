@@ -1,6 +1,7 @@
 """Program evaluation time under Pulumi's mocks for 2, 8, 32 and 128 nodes (no engine, no network).
 
-Run: venv/bin/python bench/program_scale.py   (numbers go into the README's "Speed" section)
+Run: venv/bin/python bench/program_scale.py 2>/dev/null   (numbers go into docs/speed.md; stderr carries the
+stacks' warnings, once per run)
 """
 
 from __future__ import annotations
@@ -16,22 +17,22 @@ sys.path.insert(0, str(ROOT))
 warnings.simplefilter("ignore", DeprecationWarning)
 
 from bench.plan_scale import scaled  # noqa: E402
-from tests.pulumi_harness import run_program  # noqa: E402
+from tests.pulumi_harness import dependency_edges, run_program  # noqa: E402
 
 
 def main() -> None:
-    print(f"{'nodes':>6} {'resources':>10} {'eval (s, median)':>17} {'per node (ms)':>14}")
+    print(f"{'nodes':>6} {'resources':>10} {'edges':>6} {'eval (s, median)':>17} {'per node (ms)':>14}")
     for nodes in (2, 8, 32, 128):
         values = scaled(nodes)
-        samples, count = [], 0
+        samples, count, edges = [], 0, 0
         for _ in range(3 if nodes < 128 else 1):
             start = time.perf_counter()
             run = run_program("prod", values)
             samples.append(time.perf_counter() - start)
             assert run.error is None, run.error
-            count = len(run.mocks.resources)
+            count, edges = len(run.mocks.resources), dependency_edges(run)
         seconds = statistics.median(samples)
-        print(f"{nodes:>6} {count:>10} {seconds:>17.2f} {seconds * 1000 / nodes:>14.1f}")
+        print(f"{nodes:>6} {count:>10} {edges:>6} {seconds:>17.2f} {seconds * 1000 / nodes:>14.1f}")
 
 
 if __name__ == "__main__":

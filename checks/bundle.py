@@ -6,6 +6,7 @@ The remote command is `python3 - ARGS <<'EOF' … EOF`, so nothing is installed 
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -33,6 +34,7 @@ def _sibling(module: str) -> str:
     return _MAIN_BLOCK.sub("", _IMPORT.sub("", source))
 
 
+@functools.cache  # the same files for every node: read and pasted once per process
 def remote_script(module: str) -> str:
     """The module's source with the verdict helpers pasted in place of their import, and any other host-side
     check it imports pasted in place of that import."""

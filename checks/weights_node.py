@@ -15,6 +15,7 @@ and `docker run -e NAME` (no value) copies them into the container. The remote `
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -47,6 +48,7 @@ _FUTURE = "from __future__ import annotations\n"
 _HASH = re.compile(r"\b(?:manifest|listing)-sha256=([0-9a-f]{64})\b")
 
 
+@functools.cache  # the same files for every node: read and pasted once per process
 def remote_script() -> str:
     """verdict + weights_verify + weights as one script: local imports removed, one `__main__` guard (the last)."""
     parts = []

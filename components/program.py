@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +228,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         for name, node in nodes.items()}
     collectives: dict[str, command.remote.Command] = {}
 
-    def collective_gate(dry_runs: Mapping[str, pulumi.Resource]) -> list[pulumi.Resource]:
+    def collective_gate(dry_runs: pulumi.Resource) -> list[pulumi.Resource]:
         collectives.update(collective_commands(config, plan, nodes, dry_runs))
         return list(collectives.values())
 
@@ -320,12 +320,13 @@ def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
 
 
 def collective_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode],
-                        dry_runs: Mapping[str, pulumi.Resource]) -> dict[str, command.remote.Command]:
-    """One `collective-<node>` per node. Each depends on every node's dry run (an image that cannot even parse its
-    argv never gets to stop an engine) and re-runs when the image, any node's fabric env or arguments, or the floor
-    changes: a node alone cannot all-reduce, so the triggers are the whole group's. The commands have no dependency
-    on each other, so Pulumi starts them together (within --parallel). Their text carries no generation: a launch
-    change that replaces the group without touching the image or the fabric does not re-run them."""
+                        dry_runs: pulumi.Resource) -> dict[str, command.remote.Command]:
+    """One `collective-<node>` per node. Each waits for every node's dry run through their barrier (an image
+    that cannot even parse its argv never gets to stop an engine) and re-runs when the image, any node's fabric
+    env or arguments, or the floor changes: a node alone cannot all-reduce, so the triggers are the whole
+    group's. The commands have no dependency on each other, so Pulumi starts them together (within --parallel).
+    Their text carries no generation: a launch change that replaces the group without touching the image or the
+    fabric does not re-run them."""
     checks = [c for c in plan.checks if c.module == "checks.collective"]
     if not checks:
         return {}
@@ -336,6 +337,6 @@ def collective_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNod
     return {
         str(c.node): command.remote.Command(
             c.name, connection=nodes[str(c.node)].connection, create=collective_command(config, plan, c),
-            triggers=triggers, opts=pulumi.ResourceOptions(depends_on=list(dry_runs.values())))
+            triggers=triggers, opts=pulumi.ResourceOptions(depends_on=[dry_runs]))
         for c in checks
     }

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
+from components.barrier import barrier
 from components.gpu_node import GpuNode
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_LABEL, ContainerSpec
 from stacks.planner.plan import Plan
@@ -52,9 +53,9 @@ class VllmEngineArgs:
     dry_run_commands: Mapping[str, str]
     """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
-    before_containers: Callable[[Mapping[str, command.remote.Command]], Sequence[pulumi.Resource]] | None = None
-    """Given the dry runs, what must pass after all of them and before any container moves (the collective check);
-    the containers then depend on these instead (each depends on every dry run)."""
+    before_containers: Callable[[pulumi.Resource], Sequence[pulumi.Resource]] | None = None
+    """Given the barrier that stands for every dry run, what must pass after all of them and before any container
+    moves (the collective check); the containers then wait for a barrier over these instead."""
 
 
 def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -113,19 +114,24 @@ class VllmEngine(pulumi.ComponentResource):
         # Rollout order: every node's image is pulled (GpuNode) and preflighted (gates), then the new image's
         # vLLM parses each node's argv; only then is any container touched. A failure here leaves the old
         # group serving.
-        pulled = [node.image for node in args.nodes.values()]
+        # Every step that must finish on all nodes fans in through one barrier (components/barrier.py), so the
+        # graph grows with N, not N^2; dependencies are transitive.
+        self.images = barrier(f"{name}-gate-images", [node.image for node in args.nodes.values()], parent=self)
         self.dry_runs: dict[str, command.remote.Command] = {
             node_name: command.remote.Command(
                 f"{name}-{node_name}-args-dry-run", connection=args.nodes[node_name].connection, create=check,
                 triggers=list(self.check_triggers),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*pulled, *args.gates.get(node_name, [])]))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.images, *args.gates.get(node_name, [])]))
             for node_name, check in args.dry_run_commands.items()
         }
-        # Dependencies are transitive: the dry runs stand for every pull and preflight (N edges, not N^2).
-        gates: list[pulumi.Resource] = [*self.dry_runs.values()] or [
-            *pulled, *(g for node_gates in args.gates.values() for g in node_gates)]
-        if args.before_containers is not None:
-            gates = [*args.before_containers(self.dry_runs)] or gates
+        self.gates: list[command.local.Command] = [barrier(
+            f"{name}-gate-dry-runs", [*self.dry_runs.values()] or [
+                self.images, *(g for node_gates in args.gates.values() for g in node_gates)], parent=self)]
+        """The barriers in rollout order; the containers wait for the last one."""
+        checks = args.before_containers(self.gates[-1]) if args.before_containers is not None else []
+        if checks:
+            self.gates.append(barrier(f"{name}-gate-collectives", checks, parent=self))
+        gates: list[pulumi.Resource] = [self.gates[-1]]
         self.containers = {}
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:

@@ -99,3 +99,33 @@ def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool 
         docker.Container.__init__ = original  # type: ignore[method-assign]
         pulumi.CustomResource.__init__ = custom_init  # type: ignore[method-assign]
     return run
+
+
+def _expanded(resource: pulumi.Resource) -> list[pulumi.Resource]:
+    """A local component stands for its children, as Pulumi expands it (`rpc._add_dependency`)."""
+    if isinstance(resource, pulumi.ComponentResource):
+        return [x for child in resource._childResources for x in _expanded(child)]
+    return [resource]
+
+
+def waits_for(run: Run, resource: pulumi.Resource, target: pulumi.Resource) -> bool:
+    """Whether Pulumi starts `resource` only after `target` finished: a path of `depends_on` edges from one to the
+    other (Pulumi registers a resource only after all it depends on have finished their steps)."""
+    seen: set[int] = set()
+    todo = [resource]
+    while todo:
+        opts = run.all_options.get(todo.pop()._name)
+        for dep in (opts.depends_on if opts and isinstance(opts.depends_on, list) else []) or []:
+            for x in _expanded(dep):
+                if x is target:
+                    return True
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    todo.append(x)
+    return False
+
+
+def dependency_edges(run: Run) -> int:
+    """Explicit `depends_on` edges of the custom resources, components expanded (what the engine receives)."""
+    return sum(len(_expanded(d)) for opts in run.all_options.values()
+               for d in (opts.depends_on if isinstance(opts.depends_on, list) else []) or [])

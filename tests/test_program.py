@@ -12,7 +12,7 @@ from checks.preflight import AFTER_PULL, BEFORE_PULL, outer_timeout_s
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.plan import build_plan
-from tests.pulumi_harness import SECRET_VALUES, Run, run_program
+from tests.pulumi_harness import SECRET_VALUES, Run, dependency_edges, run_program, waits_for
 
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's wire marker for a secret value
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
@@ -38,12 +38,12 @@ def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     counts = Counter(r.typ for r in prod.mocks.resources)
     # per node: provider, image, container; weights, pre-pull and post-pull preflight, fabric preflight, firewall
     # preflight, firewall, args dry run, collective, dp-engines, nccl-transport; on the deployer: weights-match,
-    # api-health, api-smoke
+    # api-health, api-smoke; and the three rollout barriers (images pulled, dry runs, collectives)
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3
+    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3 + 3
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3 + 3
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
@@ -126,11 +126,13 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
     for name, node in prod.result["nodes"].items():
         assert node.preflight in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
         assert prod.result["fabric"].preflights[name] in prod.all_options[f"engine-{name}-args-dry-run"].depends_on
-    # ... and the collective checks, which come after every dry run, gate every container.
+    # ... and the collective checks, which come after every dry run, gate every container (through barriers).
     collectives = prod.result["collectives"]
-    assert set(collectives) == {"node1", "node2"} and all(c in head_deps for c in collectives.values())
+    assert set(collectives) == {"node1", "node2"}
+    for container in engine.containers.values():
+        assert all(waits_for(prod, container, c) for c in collectives.values())
     for name in collectives:
-        assert all(d in prod.all_options[f"collective-{name}"].depends_on for d in engine.dry_runs.values())
+        assert all(waits_for(prod, collectives[name], d) for d in engine.dry_runs.values())
     ray = h20.result["engine"]
     assert ray.containers["h20-1"] in h20.options["engine-h20-2-vllm-ray"].depends_on  # ray: head first
     ready = h20.mocks.named("engine-ray-cluster-ready")
@@ -254,16 +256,29 @@ def test_rollout_pulls_everywhere_then_dry_runs_then_replaces(stack: str) -> Non
     images = [n.image for n in run.result["nodes"].values()]
     dry_runs = list(engine.dry_runs.values())
     assert len(dry_runs) == len(images) == len(run.result["nodes"])
-    for name, dry in engine.dry_runs.items():
-        deps = run.all_options[f"engine-{name}-args-dry-run"].depends_on
-        assert all(image in deps for image in images)  # every node's image, not only its own
+    for dry in engine.dry_runs.values():
+        assert all(waits_for(run, dry, image) for image in images)  # every node's image, not only its own
         assert dry.triggers is not None
     collectives = list(run.result["collectives"].values())
     assert len(collectives) == len(images)  # multi-node: every container waits for every collective check ...
     for name, container in engine.containers.items():
-        deps = run.options[container._name].depends_on
-        assert all(c in deps for c in collectives), name
+        assert all(waits_for(run, container, c) for c in collectives), name
+        assert all(waits_for(run, container, image) for image in images), name
     for c in collectives:  # ... which waits for every dry run, and through them every image and preflight
-        assert all(d in run.all_options[c._name].depends_on for d in dry_runs)
+        assert all(waits_for(run, c, d) for d in dry_runs)
+        assert not any(waits_for(run, d, c) for d in dry_runs)  # and not the other way round
     command = run.mocks.named(f"engine-{next(iter(run.result['nodes']))}-args-dry-run").inputs["create"]
     assert "docker run --rm -i --network none --pull never --entrypoint python3" in command
+
+
+def test_dependency_edges_grow_linearly_with_nodes() -> None:
+    """Every-node steps fan in through one barrier each (components/barrier.py): no N x N `depends_on` edges. The
+    edges per node stay the same from 8 to 32 nodes (within a handful per stack for the shared resources)."""
+    from bench.plan_scale import scaled
+
+    per_node = {}
+    for nodes in (8, 32):
+        run = run_program("prod", scaled(nodes))
+        assert run.error is None, run.error
+        per_node[nodes] = dependency_edges(run) / nodes
+    assert per_node[32] <= per_node[8] * 1.1, per_node

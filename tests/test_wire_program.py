@@ -14,7 +14,7 @@ import pytest
 
 from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
-from tests.pulumi_harness import SECRET_VALUES, Run, run_program
+from tests.pulumi_harness import SECRET_VALUES, Run, run_program, waits_for
 from tests.test_program import CONTAINER, SECRET_SIG, SECRET_VALUE
 
 SOURCE = {"url": "s3://team-weights/deepseek/DeepSeek-V4.1-Flash", "endpoint_url": "https://minio.internal:9000"}
@@ -94,9 +94,11 @@ def test_no_engine_moves_before_weights_match_dry_runs_and_collectives(synced: R
     assert set(deps(synced, "weights-match")) == {n.weights for n in nodes.values()}
     for name in nodes:
         assert match in deps(synced, f"engine-{name}-args-dry-run")
-        assert all(d in deps(synced, f"collective-{name}") for d in engine.dry_runs.values())
+        collective = synced.result["collectives"][name]
+        assert all(waits_for(synced, collective, d) for d in engine.dry_runs.values())
     for container in engine.containers.values():
-        assert set(synced.result["collectives"].values()) <= set(synced.options[container._name].depends_on)
+        assert all(waits_for(synced, container, c) for c in synced.result["collectives"].values())
+        assert waits_for(synced, container, match)
 
 
 # --- weights: triggers, stdin, hashes, the comparison ---------------------------------------------------------------
@@ -220,7 +222,7 @@ def test_ray_stack_gets_collectives_before_its_containers_too() -> None:
     collectives = run.result["collectives"]
     assert set(collectives) == {"h20-1", "h20-2"}
     for container in run.result["engine"].containers.values():
-        assert set(collectives.values()) <= set(run.options[container._name].depends_on)
+        assert all(waits_for(run, container, c) for c in collectives.values())
     assert "--backend nccl --transport roce" in run.mocks.named("collective-h20-2").inputs["create"]
 
 
