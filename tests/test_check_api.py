@@ -28,7 +28,7 @@ def free_port() -> int:
 @contextmanager
 def standin(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "standin.py"), "--port", str(port), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "checks.standin", "--port", str(port), *args], cwd=ROOT,
                             env={**os.environ, **(env or {})})
     try:
         yield f"http://127.0.0.1:{port}"
