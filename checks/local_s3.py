@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import re
+import shlex
 import signal
 import struct
 import sys
@@ -73,11 +74,13 @@ def tiny_model() -> dict[str, bytes]:
 
 
 def instructions(endpoint: str, bucket: str, prefix: str, dest: str) -> list[str]:
-    """The lines a user copies: the dummy credentials, then sync and verify into `dest`."""
+    """The lines a user copies (from this checkout): the dummy credentials, then sync and verify into `dest` with
+    the interpreter this runs on."""
+    python = shlex.quote(sys.executable)
     return [
         f"export AWS_ACCESS_KEY_ID={ACCESS_KEY_ID} AWS_SECRET_ACCESS_KEY={SECRET_ACCESS_KEY}",
-        f"python -m checks.weights sync --source s3://{bucket}/{prefix} --dest {dest} --endpoint-url {endpoint}",
-        f"python -m checks.weights verify --dest {dest}",
+        f"{python} -m checks.weights sync --source s3://{bucket}/{prefix} --dest {dest} --endpoint-url {endpoint}",
+        f"{python} -m checks.weights verify --dest {dest}",
     ]
 
 
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     stopped = threading.Event()
     try:
         signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even started from a script
         endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
         client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=REGION,
                                                 aws_access_key_id=ACCESS_KEY_ID,

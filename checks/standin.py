@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -247,6 +248,10 @@ def _problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     global ARGS, STARTED
     parser = _parser()
@@ -256,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {problem}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even started from a script
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         time.sleep(ARGS.start_delay_s)
         server_class = ThreadingHTTPServer

@@ -10,14 +10,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from review.git_base import secure_values
-from tests.test_review_tools import GIT, diff, edit, repo  # noqa: F401  (repo is a fixture)
+from tests.test_review_tools import GIT, diff, edit, make_repo
 
 IMAGE_TAG = "tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657"
 OFFLOADING = "tag: v0.33.0\n    digest: sha256:" + "ab" * 32
 """An image whose vLLM keeps Engram tables in pinned host memory by default (stacks/planner/images.py)."""
 KEY_A = "  vllm-cluster:api_key:\n    secure: v1:AAAAAAAAAAAAAAAA:cmVkYWN0ZWQtb25l\n"
 KEY_B = "  vllm-cluster:api_key:\n    secure: v1:BBBBBBBBBBBBBBBB:cmVkYWN0ZWQtdHdv\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path)
 
 
 def memory(repo: Path) -> dict[str, Any]:
