@@ -55,7 +55,7 @@ def _node_lines(nodes: list[NodePlan]) -> list[str]:
     return lines
 
 
-def render_summary(plan: Plan) -> list[str]:
+def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
     """At most SUMMARY_MAX_LINES lines: what runs where, memory per GPU, warnings and checks at a glance."""
     t, mem = plan.topology, plan.summary.memory
     digest = "pinned by digest" if plan.image["digest"] else "NOT pinned by digest"
@@ -82,8 +82,8 @@ def render_summary(plan: Plan) -> list[str]:
     lines.append(f"warnings ({len(plan.warnings)})" + (":" if plan.warnings else ": none"))
     lines += [f"   - {_cut(w, WIDTH - 5)}" for w in plan.warnings[:SHOWN_WARNINGS]]
     if len(plan.warnings) > SHOWN_WARNINGS:
-        lines.append(f"   (+{len(plan.warnings) - SHOWN_WARNINGS} more; every warning in full under 'warnings:' "
-                     "below)")
+        where = "under 'warnings:' below" if full_below else "in the full plan (without --summary)"
+        lines.append(f"   (+{len(plan.warnings) - SHOWN_WARNINGS} more; every warning in full {where})")
     kinds = ", ".join(f"{kind} x{count}" if count > 1 else kind
                       for kind, count in plan.summary.checks_by_kind.items())
     wrapped = textwrap.wrap(f"checks ({len(plan.checks)}): {kinds}", WIDTH, subsequent_indent="   ",
@@ -94,7 +94,7 @@ def render_summary(plan: Plan) -> list[str]:
 
 def render_plan(plan: Plan, full: bool = True) -> str:
     """The summary, then (unless `full` is false) the whole plan after a separator line."""
-    summary = render_summary(plan)
+    summary = render_summary(plan, full_below=full)
     if not full:
         return "\n".join(summary)
     return "\n".join([*summary, "", SEPARATOR, "", render_detail(plan)])
