@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=30)
     args = parser.parse_args()
     port = free_port()
-    standin = subprocess.Popen([sys.executable, str(ROOT / "tests" / "standin.py"), "--port", str(port),
+    standin = subprocess.Popen([sys.executable, str(ROOT / "checks" / "standin.py"), "--port", str(port),
                                 "--api-key-env", "STANDIN_KEY", "--first-token-delay-s", "0.2",
                                 "--token-delay-s", "0.01"], env={**os.environ, "STANDIN_KEY": UPSTREAM_KEY})
     try:

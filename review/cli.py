@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from review.downtime import downtime_of
-from review.git_base import BaseError, base_plan
+from review.git_base import BaseError, base_plan, secret_changes
 from review.plan_diff import diff_plans
 from review.plan_diff import to_markdown as diff_markdown
 from review.preview_summary import PreviewInputError, parse_events, summarize
@@ -52,7 +52,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_json_dict(), indent=2, ensure_ascii=False))
     else:
-        print(render_plan(plan))
+        print(render_plan(plan, full=not args.summary))
     return 0
 
 
@@ -159,6 +159,7 @@ def _rollback(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     try:
         base, base_errors, how = base_plan(args.stack, args.base, PROJECT_ROOT)
+        secrets = secret_changes(args.stack, args.base, PROJECT_ROOT)
     except BaseError as exc:
         print(f"diff {args.stack}: {exc}", file=sys.stderr)
         return 2
@@ -167,7 +168,7 @@ def _diff(args: argparse.Namespace) -> int:
         head_errors: list[dict[str, Any]] = []
     except ConfigError as exc:
         head, head_errors = None, [p.as_dict() for p in exc.problems]
-    result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors) | {"base_plan": how}
+    result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors, secrets) | {"base_plan": how}
     result["downtime"] = downtime_of(result)
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
@@ -265,7 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     ref.set_defaults(func=_reference)
     plan = sub.add_parser("plan", help="validate a stack and print what would be launched")
     plan.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    plan.add_argument("--json", action="store_true", help="machine-readable plan")
+    plan.add_argument("--json", action="store_true", help="machine-readable plan (its `summary` key: memory per "
+                      "GPU, roles, checks by kind)")
+    plan.add_argument("--summary", action="store_true", help="print only the summary (at most 25 lines), not the "
+                      "full plan after it")
     _add_overrides(plan)
     plan.set_defaults(func=_plan)
     conf = sub.add_parser("nginx-conf", help="print the proxy's nginx.conf with placeholder keys (review it)")

@@ -8,7 +8,10 @@ it is built from changes. Then `review.replacement.downtime`: the whole engine g
 plan's estimated load time (`model.estimated_load_s`; the `vllm-cluster.estimated-load-s` label of a base planned
 by older code), the proxy alone seconds, the rest nothing.
 
-What a plan cannot show: secret values (a rotated `api_key` replaces the whole group, matrix row `api_key`).
+What a plan cannot show: secret values. `stacks diff` compares the encrypted values of the two stack files
+instead (`diff["secrets"]`): a changed secret the engines read counts as the whole group replaced (matrix row
+`api_key`), a changed proxy secret as the proxy replaced, assuming the value changed (re-encrypting the same value
+changes the ciphertext and replaces nothing; the review says so).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ def assess(diff: dict[str, Any]) -> Downtime:
     group = set(diff.get("engine_group") or []) or moved
     engines = ("replaced" if moved and moved >= group else "partial") if moved else (
         "updated" if diff.get("updated_in_place") else "")
-    proxy = "replaced" if diff.get("proxy_replaced", bool(diff.get("proxy"))) else ""
+    secrets = {s.get("replaces") for s in diff.get("secrets") or []}
+    if "engine-group" in secrets and engines != "partial":
+        engines = "replaced"
+    proxy = "replaced" if diff.get("proxy_replaced", bool(diff.get("proxy"))) or "proxy" in secrets else ""
     return downtime(engines, proxy, (diff.get("estimated_load_s") or {}).get("head"))
 
 
@@ -37,7 +43,7 @@ def downtime_of(diff: dict[str, Any]) -> str:
         containers = diff.get("containers") or {}
         # a renamed container is one deleted and one created: count what runs after the change
         count = len(set(diff.get("replaced") or []) | {n for n, c in containers.items() if c.get("created")}) or \
-            len({n for n, c in containers.items() if c.get("deleted")})
+            len({n for n, c in containers.items() if c.get("deleted")}) or len(diff.get("engine_group") or [])
         return found.text.replace("the whole engine group is", f"the whole engine group ({count} container(s)) is",
                                   1)
     return found.text

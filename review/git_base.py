@@ -17,9 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
 from stacks.model.errors import ConfigError
 from stacks.model.loader import load_stack
 from stacks.planner.plan import build_plan
+
+PREFIX = "vllm-cluster:"
 
 
 class BaseError(Exception):
@@ -73,4 +78,48 @@ def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, 
         data = json.loads(done.stdout)
         if done.returncode == 2 or data.get("valid") is False:
             return None, list(data.get("errors", [])), how
+        if "summary" not in data:  # code older than the memory summary: this code's memory model, said so
+            try:
+                data["summary"] = build_plan(stack, load_stack(stack, root=checkout)).summary.model_dump(mode="json")
+                how += "; its memory figures by the working tree's memory model"
+            except ConfigError:
+                pass
         return data, [], how
+
+
+def secure_values(text: str) -> dict[str, str]:
+    """Config key (`api_key`, `proxy_keys.team-a`) -> its encrypted value, for every `secure:` value of a stack
+    file's `vllm-cluster:` config. The ciphertexts only: nothing here can decrypt them."""
+    yaml = YAML(typ="safe")
+    try:
+        document = yaml.load(text) or {}
+    except YAMLError:
+        return {}
+    found: dict[str, str] = {}
+
+    def walk(path: str, value: Any) -> None:
+        if isinstance(value, dict):
+            if set(value) == {"secure"} and isinstance(value["secure"], str):
+                found[path] = value["secure"]
+                return
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+
+    config = document.get("config") if isinstance(document, dict) else None
+    for key, value in (config or {}).items():
+        if isinstance(key, str) and key.startswith(PREFIX):
+            walk(key[len(PREFIX):], value)
+    return found
+
+
+def secret_changes(stack: str, ref: str, root: Path) -> dict[str, str]:
+    """Secret key -> changed / set / removed between the stack file at `ref` and the working tree's, by their
+    ciphertexts (a changed ciphertext is a new value, or the same value encrypted again)."""
+    done = subprocess.run(["git", "-C", str(root), "show", f"{_commit(root, ref)}:Pulumi.{stack}.yaml"],
+                          capture_output=True, text=True)
+    base = secure_values(done.stdout) if done.returncode == 0 else {}
+    path = root / f"Pulumi.{stack}.yaml"
+    head = secure_values(path.read_text()) if path.exists() else {}
+    out = {k: "changed" for k in base if k in head and base[k] != head[k]}
+    out |= {k: "set" for k in head if k not in base} | {k: "removed" for k in base if k not in head}
+    return out

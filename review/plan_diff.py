@@ -21,6 +21,18 @@ LOAD_ESTIMATE = "vllm-cluster.estimated-load-s"
 SETTINGS = ("volumes", "devices", "ulimits", "shm_size_mb", "privileged", "ipc_mode", "restart", "healthcheck",
             "capabilities")
 TOPOLOGY_KEYS = ("backend", "nodes", "tensor", "pipeline", "data", "expert", "gpus_used", "label")
+MEMORY_KEYS = {
+    "per_gpu_gb": "memory per GPU (GB: weights + KV of one full-length sequence + reserve)",
+    "budget_gb": "usable per GPU (GB: memory x gpu_memory_utilization)",
+    "left_gb": "left per GPU for the KV cache of more sequences (GB)",
+    "weights_gb": "weights per GPU (GB)",
+    "kv_one_sequence_gb": "KV of one full-length sequence per GPU (GB)",
+    "engram": "Engram tables in",
+    "host_pinned_gb_per_node": "pinned host RAM per node (GB, Engram tables)",
+}
+"""`summary.memory` fields a reviewer sees change (the figures hold for every node: one shard layout, sized for
+the node with the smallest GPUs)."""
+PROXY_SECRETS = ("tls_certificate", "tls_private_key", "proxy_keys.")
 
 
 SWITCH = "(on)"
@@ -55,8 +67,11 @@ def _containers(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dict[str, Any] | None,
                base_errors: list[dict[str, Any]] | None = None,
-               head_errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """`base`/`head` are plan JSON dicts, or None with their errors when that side's config is invalid."""
+               head_errors: list[dict[str, Any]] | None = None,
+               secret_changes: dict[str, str] | None = None) -> dict[str, Any]:
+    """`base`/`head` are plan JSON dicts, or None with their errors when that side's config is invalid.
+    `secret_changes`: secret config key -> changed / set / removed, from the encrypted values in the two stack
+    files (review/git_base.py `secret_changes`; no plan holds a secret)."""
     result: dict[str, Any] = {
         "stack": stack, "base": base_ref,
         "validation": {
@@ -69,9 +84,12 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
         "proxy": {}, "listeners": {"added": [], "removed": []},
         "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
         "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
+        "memory": {}, "secrets": [],
     }
     if base is None or head is None:
         return result
+    result["memory"] = _memory(base, head)
+    result["secrets"] = _secrets(secret_changes or {}, base, head)
     result["warnings"] = _added_removed(base.get("warnings", []), head.get("warnings", []))
     result["checks"] = _added_removed([c["name"] for c in base.get("checks", [])],
                                       [c["name"] for c in head.get("checks", [])])
@@ -127,6 +145,38 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     result["listeners"] = {"added": [new_l[k] for k in new_l if k not in old_l],
                            "removed": [old_l[k] for k in old_l if k not in new_l]}
     return result
+
+
+def _memory(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
+    """Changed memory figures ([base, head] each), with the node they were sized for; {} when none changed or a
+    side has no memory summary (a base planned by code older than it)."""
+    old = ((base.get("summary") or {}).get("memory")) or {}
+    new = ((head.get("summary") or {}).get("memory")) or {}
+    if not old or not new:
+        return {"unknown": "the base plan has no memory summary"} if new else {}
+    changes = {k: [old.get(k), new.get(k)] for k in MEMORY_KEYS if old.get(k) != new.get(k)}
+    if changes:
+        changes["node"] = [old.get("node"), new.get("node")]
+    return changes
+
+
+def _secrets(changes: dict[str, str], base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, str]]:
+    """Per changed secret, what `pulumi up` replaces when its value changed: a secret the engines read (their
+    `secret_env`) moves the group's `replacement_trigger`, so every engine container is replaced; a proxy secret
+    rewrites the proxy's files. Re-encrypting the same value changes the stack file but not the trigger."""
+    engine_refs = {ref for plan in (base, head) for n in plan["nodes"] for c in n["containers"]
+                   for ref in (c.get("secret_env") or {}).values()}
+    proxied = head.get("proxy") is not None or base.get("proxy") is not None
+    out = []
+    for key, change in sorted(changes.items()):
+        if key in engine_refs:
+            replaces = "engine-group"
+        elif proxied and (key in PROXY_SECRETS or key.startswith(PROXY_SECRETS[-1])):
+            replaces = "proxy"
+        else:
+            replaces = "none"
+        out.append({"key": key, "change": change, "replaces": replaces})
+    return out
 
 
 def _container_action(old: dict[str, Any], new: dict[str, Any], image_changed: bool) -> str | None:
@@ -239,9 +289,10 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
             if change.get("proves"):
                 parts.append(f"proves {_text(str(change['proves'][1]))} (was: {_text(str(change['proves'][0]))})")
             lines.append(f"- changed {_code(change.get('name'))}: {'; '.join(parts)}")
+    lines += _memory_lines(diff.get("memory") or {}) + _secret_lines(diff.get("secrets") or [])
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
                 diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"],
-                diff.get("replaced"), diff.get("updated_in_place")]):
+                diff.get("replaced"), diff.get("updated_in_place"), diff.get("memory"), diff.get("secrets")]):
         only_checks = any(checks.get(k) for k in ("added", "removed", "changed"))
         lines += ["", "No change to the engines, the proxy or the listeners; only the checks above change."
                   if only_checks else "No change to what gets deployed."]
@@ -293,3 +344,32 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
                   "Only the restart policy changes: `docker update`, no process restarts:"]
         lines += [f"- {_code(n)}" for n in diff["updated_in_place"]]
     return "\n".join(lines) + "\n"
+
+
+def _memory_lines(memory: dict[str, Any]) -> list[str]:
+    if not memory:
+        return []
+    if "unknown" in memory:
+        return ["", "### Memory", "", f"- not compared: {_text(str(memory['unknown']))}"]
+    node = memory.get("node", [None, None])[1]
+    lines = ["", "### Memory", "", f"Every node runs one shard layout; per-GPU figures are for {_code(node)} (the "
+             "smallest GPUs), host RAM is per node:", ""]
+    for key, label in MEMORY_KEYS.items():
+        if key in memory:
+            a, b = memory[key]
+            lines.append(f"- {label}: {_v(a)} → {_v(b)}")
+    return lines
+
+
+def _secret_lines(secrets: list[dict[str, str]]) -> list[str]:
+    if not secrets:
+        return []
+    what = {"engine-group": "**replaces the whole engine group** (it moves the group's replacement trigger; the "
+                            "downtime above counts it)",
+            "proxy": "replaces the proxy container (seconds)",
+            "none": "replaces no engine or proxy container (the checks that use it re-run)"}
+    lines = ["", "### Secrets", "", "Only the encrypted values in the stack file are compared, never the secrets:"]
+    for s in secrets:
+        lines.append(f"- {_code(s['key'])} {s['change']}: if its value changed, `pulumi up` {what[s['replaces']]}; "
+                     "re-encrypting the same value replaces nothing")
+    return lines

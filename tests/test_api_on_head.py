@@ -41,7 +41,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if problem:
         pytest.fail(f"a Docker engine is needed ({problem}); .ci/run starts dockerd")
     tag = build_image(f"fdtest-api-head:{os.getpid()}", tmp_path_factory.mktemp("fdimg"), with_vllm=False,
-                       modules=MODULES, files={ROOT / "tests" / "standin.py": "/standin.py"},
+                       modules=MODULES, files={ROOT / "checks" / "standin.py": "/standin.py"},
                        libraries_of=(*Path("/usr/lib/python3.11/lib-dynload").glob("_ssl.*.so"),
                                      *Path(pydantic_core.__file__).parent.glob("_pydantic_core*.so")))
     yield tag

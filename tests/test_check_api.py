@@ -27,10 +27,16 @@ def free_port() -> int:
 
 @contextmanager
 def standin(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The server on a free port; yields once it listens (its ready line), except with --start-delay-s, whose
+    tests wait through the closed port themselves."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "standin.py"), "--port", str(port), *args],
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen([sys.executable, "-m", "checks.standin", "--port", str(port), *args], cwd=ROOT,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True)
     try:
+        if "--start-delay-s" not in args:
+            assert proc.stdout is not None
+            ready = proc.stdout.readline()  # one line, printed once it listens; '' if it exited
+            assert ready.startswith("serving "), f"the test server did not start: {ready!r}"
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.kill()

@@ -27,6 +27,10 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "comm
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path)
+
+
+def make_repo(tmp_path: Path) -> Path:
     """This project's planner and stack files, committed once as the base."""
     for package in ("stacks", "review", "checks"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))

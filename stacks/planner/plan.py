@@ -19,7 +19,7 @@ from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.planner.listeners import Listener, listener_problems, listener_table
-from stacks.planner.load_estimate import estimated_load_s
+from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
 from stacks.planner.validation import validate
@@ -101,6 +101,56 @@ class NodePlan(_Frozen):
     """The DP rank whose replica this node serves, where a replica spans nodes."""
 
 
+class MemorySummary(_Frozen):
+    """The memory model's figures for one GPU of the node with the smallest GPUs (every node runs the same shard
+    layout), and the pinned host memory each node needs for Engram tables kept off the GPU."""
+
+    node: str
+    gpu_gb: float
+    utilization: float
+    budget_gb: float
+    """gpu_gb x utilization: what vLLM may use."""
+    weights_gb: float
+    kv_one_sequence_gb: float
+    reserve_gb: float
+    per_gpu_gb: float
+    """weights + KV of one max_model_len sequence + runtime reserve."""
+    left_gb: float
+    """budget - per_gpu: room for the KV cache of concurrent sequences."""
+    engram: str
+    """Where the Engram tables live: gpu, host (pinned memory) or none (the model has none)."""
+    host_pinned_gb_per_node: float
+
+
+class PlanSummary(_Frozen):
+    """What `python -m stacks plan` prints first, as data (`plan --json` key `summary`)."""
+
+    memory: MemorySummary
+    roles: dict[str, list[str]]
+    """role -> its nodes, in node order."""
+    checks_by_kind: dict[str, int]
+    """check kind (the name without its node or rank) -> how many the plan runs."""
+
+
+def check_kind(check: CheckSpec) -> str:
+    """`weights-node1` -> `weights`, `api-golden-rank-1` -> `api-golden`: the check, wherever it runs."""
+    name = check.name
+    if check.node and name.endswith(f"-{check.node}"):
+        name = name[:-len(check.node) - 1]
+    head, _, tail = name.rpartition("-rank-")
+    return head if head and tail.isdigit() else name
+
+
+def memory_summary(mem: EngineMemory, node: str, utilization: float) -> MemorySummary:
+    gpu = mem.gpu
+    engram = "gpu" if gpu.engram else ("host" if gpu.engram_host_per_node else "none")
+    return MemorySummary(node=node, gpu_gb=mem.gpu_gb, utilization=utilization, budget_gb=round(mem.budget_gb, 1),
+                         weights_gb=round(gpu.weights, 1), kv_one_sequence_gb=round(gpu.kv, 1),
+                         reserve_gb=gpu.reserve, per_gpu_gb=round(gpu.total, 1),
+                         left_gb=round(max(0.0, mem.budget_gb - gpu.total), 1), engram=engram,
+                         host_pinned_gb_per_node=round(gpu.engram_host_per_node, 1))
+
+
 class Plan(_Frozen):
     stack: str
     image: dict[str, Any]
@@ -115,6 +165,7 @@ class Plan(_Frozen):
     endpoint: str
     warnings: list[str]
     notes: list[str]
+    summary: PlanSummary
 
     def node(self, name: str) -> NodePlan:
         return next(n for n in self.nodes if n.name == name)
@@ -146,6 +197,17 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
                  containers=containers[n.name], node_rank=n.node_rank, replica=n.replica)
         for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
+    checks = planned_checks(config, topo)
+    roles: dict[str, list[str]] = {}
+    for n in nodes:
+        roles.setdefault(n.role, []).append(n.name)
+    kinds: dict[str, int] = {}
+    for check in checks:
+        kinds[check_kind(check)] = kinds.get(check_kind(check), 0) + 1
+    mem = engine_memory(config, profile, topo)
+    summary = PlanSummary(memory=memory_summary(mem, config.nodes[mem.node_index].name,
+                                                config.serving.gpu_memory_utilization),
+                          roles=roles, checks_by_kind=kinds)
     return Plan(
         stack=stack,
         image={
@@ -159,13 +221,14 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
         nodes=nodes,
-        checks=planned_checks(config, topo),
+        checks=checks,
         listeners=table,
         firewall=firewall_plan(config, table),
         proxy=proxy_plan(config),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
+        summary=summary,
     )
 
 

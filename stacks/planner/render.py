@@ -1,13 +1,106 @@
-"""Human-readable plan: the topology table first, then each node in start order."""
+"""Human-readable plan: a summary of at most SUMMARY_MAX_LINES lines first, then the full detail (the topology
+table, each node in start order, listeners, firewall, checks, warnings, notes)."""
 
 from __future__ import annotations
 
 import shlex
+import textwrap
 
-from stacks.planner.plan import Plan
+from stacks.planner.plan import NodePlan, Plan
+
+SUMMARY_MAX_LINES = 25
+"""The summary fits one screen whatever the node count: runs of nodes with one role collapse to one line."""
+NODE_LINES = 6
+"""At most this many node lines; beyond, one line per role."""
+SHOWN_WARNINGS = 3
+WIDTH = 118
+SEPARATOR = "=" * 30 + " full plan " + "=" * 30
 
 
-def render_plan(plan: Plan) -> str:
+def _cut(text: str, width: int = WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _ranks(ranks: list[int]) -> str:
+    if not ranks:
+        return ""
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"DP ranks {ranks[0]}-{ranks[-1]}"
+    return ("DP rank " if len(ranks) == 1 else "DP ranks ") + ",".join(map(str, ranks))
+
+
+def _node_lines(nodes: list[NodePlan]) -> list[str]:
+    """One line per run of consecutive nodes with one role (`node3..node128 (126 nodes)`), or one per role when
+    the runs would not fit NODE_LINES lines."""
+    runs: list[list[NodePlan]] = []
+    for node in nodes:
+        if runs and runs[-1][0].role == node.role:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    if len(runs) > NODE_LINES:
+        by_role: dict[str, list[NodePlan]] = {}
+        for node in nodes:
+            by_role.setdefault(node.role, []).append(node)
+        return [f"   {len(group)} x {role}: {_cut(', '.join(n.name for n in group), 80)}"
+                for role, group in by_role.items()]
+    lines = []
+    for run in runs:
+        first, last = run[0], run[-1]
+        ranks = _ranks([r for n in run for r in n.dp_ranks])
+        gpus = sum(n.gpus_used for n in run)
+        where = f"{first.name} ({first.host})" if len(run) == 1 else f"{first.name}..{last.name} ({len(run)} nodes)"
+        lines.append(f"   {where:<34} {first.role:<16} {gpus:>4} GPUs  {ranks}".rstrip())
+    return lines
+
+
+def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
+    """At most SUMMARY_MAX_LINES lines: what runs where, memory per GPU, warnings and checks at a glance."""
+    t, mem = plan.topology, plan.summary.memory
+    digest = "pinned by digest" if plan.image["digest"] else "NOT pinned by digest"
+    known = "" if plan.image["known"] else ", not in the capability table"
+    lines = [
+        f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']}) on {t['nodes']} node(s), "
+        f"{t['gpus_used']} GPUs; endpoint {plan.endpoint}",
+        _cut(f"image {plan.image['ref']} ({digest}{known})"),
+        f"topology {t['label']}: backend {t['backend']}, TP{t['tensor']} PP{t['pipeline']} DP{t['data']} "
+        f"EP{t['expert'] or '-'}",
+        "nodes:",
+        *_node_lines(plan.nodes),
+        f"memory per GPU: {mem.per_gpu_gb:.1f} of {mem.budget_gb:.1f} GB ({mem.node}: {mem.gpu_gb:g} GB x "
+        f"{mem.utilization}), {mem.left_gb:.1f} GB left for the KV cache of more sequences",
+        f"   weights {mem.weights_gb:.1f} + KV of one full-length sequence {mem.kv_one_sequence_gb:.1f} + runtime "
+        f"reserve {mem.reserve_gb:g} GB",
+    ]
+    if mem.engram == "host":
+        lines.append(f"host RAM: {mem.host_pinned_gb_per_node:.0f} GB pinned per node for Engram tables "
+                     "(the preflight checks MemTotal)")
+    else:
+        lines.append("host RAM: no pinned tables (" + ("Engram tables in GPU memory" if mem.engram == "gpu"
+                                                       else "the model has no Engram tables") + ")")
+    lines.append(f"warnings ({len(plan.warnings)})" + (":" if plan.warnings else ": none"))
+    lines += [f"   - {_cut(w, WIDTH - 5)}" for w in plan.warnings[:SHOWN_WARNINGS]]
+    if len(plan.warnings) > SHOWN_WARNINGS:
+        where = "under 'warnings:' below" if full_below else "in the full plan (without --summary)"
+        lines.append(f"   (+{len(plan.warnings) - SHOWN_WARNINGS} more; every warning in full {where})")
+    kinds = ", ".join(f"{kind} x{count}" if count > 1 else kind
+                      for kind, count in plan.summary.checks_by_kind.items())
+    wrapped = textwrap.wrap(f"checks ({len(plan.checks)}): {kinds}", WIDTH, subsequent_indent="   ",
+                            break_on_hyphens=False)
+    lines += wrapped[:3] if len(wrapped) <= 3 else [*wrapped[:2], _cut(" ".join(wrapped[2:]))]
+    return lines
+
+
+def render_plan(plan: Plan, full: bool = True) -> str:
+    """The summary, then (unless `full` is false) the whole plan after a separator line."""
+    summary = render_summary(plan, full_below=full)
+    if not full:
+        return "\n".join(summary)
+    return "\n".join([*summary, "", SEPARATOR, "", render_detail(plan)])
+
+
+def render_detail(plan: Plan) -> str:
     t = plan.topology
     lines = [
         f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']})",

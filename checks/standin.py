@@ -1,18 +1,25 @@
-"""OpenAI-compatible stand-in for the GPU engine, for tests: a real HTTP server in its own process.
+"""A local server that answers like vLLM 0.33.0's OpenAI API, for trying the checks without GPUs.
 
-Behaviours: a slow start (the port opens late, as while weights load), /health 503 before 200, wrong
-answers, no reasoning, SSE streaming with [DONE] (chat and completions), bearer auth on /v1 paths like vLLM's
---api-key, and like vLLM some keyless paths left open (/metrics, /tokenize).
+    python -m checks.standin --port 8000 --dp-size 2 --wrong-rank 1
 
-Data parallelism as vLLM 0.33.0 does it: `X-data-parallel-rank: r` pins a chat/completion request to DP rank
-r (`vllm/entrypoints/generate/base/serving.py`, `_get_data_parallel_rank`: a value that is not an integer is
+Then `python -m checks.api --url http://127.0.0.1:8000 --served-name DeepSeek-V4.1-Flash --dp-size 2` passes
+for rank 0 and fails naming rank 1 (docs/checks-by-hand.md). Standard library only: it also runs as a bare
+script inside a container (`python3 standin.py ...`).
+
+What it does as vLLM 0.33.0 does: `X-data-parallel-rank: r` pins a chat/completion request to DP rank r
+(`vllm/entrypoints/generate/base/serving.py`, `_get_data_parallel_rank`: a value that is not an integer is
 ignored and the request is load balanced); a rank outside [0, dp size) is refused by
 `vllm/v1/engine/input_processor.py` with `data_parallel_rank R is out of range [0, N).`, a 400 without
 streaming and, with streaming, a 200 whose stream carries the error and then [DONE]
-(`chat_completion/serving.py`). Without the header requests go round robin over the ranks. One rank can be
-made to answer wrong (`--wrong-rank`) or fail like a dead engine (500); `--control-file` (JSON, read on every
-request: `wrong_rank`, `down_rank`) changes that while the server runs. Answers carry `usage` (one token per
-character), and streams a usage chunk when `stream_options.include_usage` is set.
+(`chat_completion/serving.py`). Without the header requests go round robin over the ranks. Bearer auth on /v1
+paths like `--api-key` (the key read from the environment variable `--api-key-env` names), with some keyless
+paths left open as in vLLM (/metrics, /tokenize). SSE streaming with [DONE]; answers carry `usage` (one token
+per character), and streams a usage chunk when `stream_options.include_usage` is set.
+
+Faults to try the checks against: a slow start (`--start-delay-s`: the port opens late, as while weights load),
+/health 503 before 200 (`--unhealthy-s`), wrong answers (`--answer`, `--wrong-rank`), a rank that fails like a
+dead engine (`--down-rank`: HTTP 500), no reasoning, no [DONE], a proxy that drops the rank header;
+`--control-file` (JSON, read on every request: `wrong_rank`, `down_rank`) changes the faults while it runs.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -193,37 +202,92 @@ def _usage(text: str) -> dict[str, int]:
     return {"prompt_tokens": 12, "completion_tokens": len(text), "total_tokens": 12 + len(text)}
 
 
-def main() -> None:
-    global ARGS, STARTED
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (::1 for IPv6 loopback)")
-    p.add_argument("--served-name", default="DeepSeek-V4.1-Flash")
-    p.add_argument("--answer", default="323")
-    p.add_argument("--start-delay-s", type=float, default=0)
-    p.add_argument("--unhealthy-s", type=float, default=0)
-    p.add_argument("--api-key-env", default="")
-    p.add_argument("--no-reasoning", action="store_true")
-    p.add_argument("--no-done", action="store_true")
-    p.add_argument("--token-delay-s", type=float, default=0.01)
-    p.add_argument("--first-token-delay-s", type=float, default=0)
-    p.add_argument("--dp-size", type=int, default=1)
-    p.add_argument("--wrong-rank", type=int, default=None)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m checks.standin", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any free one [8000]")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1] (::1 for IPv6 loopback)")
+    p.add_argument("--served-model-name", "--served-name", dest="served_name", default="DeepSeek-V4.1-Flash",
+                   help="the model name /v1/models lists [DeepSeek-V4.1-Flash]")
+    p.add_argument("--answer", default="323", help="what every rank answers [323, the default golden answer]")
+    p.add_argument("--start-delay-s", type=float, default=0, help="open the port this late (weights loading)")
+    p.add_argument("--unhealthy-s", type=float, default=0, help="/health answers 503 this long after start")
+    p.add_argument("--api-key-env", default="",
+                   help="environment variable holding the bearer key /v1 paths require (like vllm --api-key)")
+    p.add_argument("--no-reasoning", action="store_true", help="thinking on returns no reasoning_content")
+    p.add_argument("--no-done", action="store_true", help="streams end without [DONE]")
+    p.add_argument("--token-delay-s", type=float, default=0.01, help="seconds between streamed tokens")
+    p.add_argument("--first-token-delay-s", type=float, default=0, help="seconds before the first token")
+    p.add_argument("--dp-size", type=int, default=1, help="data-parallel ranks [1]")
+    p.add_argument("--wrong-rank", type=int, default=None, help="this DP rank answers --wrong-answer")
     p.add_argument("--wrong-answer", default="324")
-    p.add_argument("--down-rank", type=int, default=None)
-    p.add_argument("--control-file", default="")
+    p.add_argument("--down-rank", type=int, default=None, help="this DP rank fails like a dead engine (500)")
+    p.add_argument("--control-file", default="", help="JSON {wrong_rank, down_rank} read on every request")
     p.add_argument("--drop-rank-header", action="store_true", help="ignore X-data-parallel-rank (balance instead)")
-    ARGS = p.parse_args()
-    time.sleep(ARGS.start_delay_s)
-    server_class = ThreadingHTTPServer
-    if ":" in ARGS.host:
-        class Server6(ThreadingHTTPServer):
-            address_family = socket.AF_INET6
-        server_class = Server6
-    server = server_class((ARGS.host, ARGS.port), Handler)
-    STARTED = time.monotonic()
-    server.serve_forever()
+    return p
+
+
+def _problem(args: argparse.Namespace) -> str | None:
+    """The first bad argument: flag, value and what works."""
+    if not 0 <= args.port <= 65535:
+        return f"--port {args.port}: must be 0-65535 (0 picks a free port)"
+    if not 1 <= args.dp_size <= 1024:
+        return f"--dp-size {args.dp_size}: must be 1-1024"
+    for flag, rank in (("--wrong-rank", args.wrong_rank), ("--down-rank", args.down_rank)):
+        if rank is not None and not 0 <= rank < args.dp_size:
+            return f"{flag} {rank}: must be a DP rank of this server, 0-{args.dp_size - 1} (--dp-size {args.dp_size})"
+    for flag, value in (("--start-delay-s", args.start_delay_s), ("--unhealthy-s", args.unhealthy_s),
+                        ("--token-delay-s", args.token_delay_s), ("--first-token-delay-s", args.first_token_delay_s)):
+        if not 0 <= value <= 86_400:
+            return f"{flag} {value}: must be 0-86400 seconds"
+    if not args.served_name.strip():
+        return "--served-model-name '': give the name clients ask for, e.g. DeepSeek-V4.1-Flash"
+    if args.api_key_env and not os.environ.get(args.api_key_env):
+        return (f"--api-key-env {args.api_key_env}: that environment variable is not set or empty; export it with "
+                "the key, or leave --api-key-env out for a server without a key")
+    return None
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    global ARGS, STARTED
+    parser = _parser()
+    ARGS = parser.parse_args(argv)
+    problem = _problem(ARGS)
+    if problem:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even started from a script
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        time.sleep(ARGS.start_delay_s)
+        server_class = ThreadingHTTPServer
+        if ":" in ARGS.host:
+            class Server6(ThreadingHTTPServer):
+                address_family = socket.AF_INET6
+            server_class = Server6
+        try:
+            server = server_class((ARGS.host, ARGS.port), Handler)
+        except (OSError, ValueError) as exc:
+            print(f"{parser.prog}: error: --host {ARGS.host} --port {ARGS.port}: cannot listen there ({exc}); "
+                  "pick another port (0 for any free one) or a local address", file=sys.stderr)
+            return 2
+        STARTED = time.monotonic()
+        host = f"[{ARGS.host}]" if ":" in ARGS.host else ARGS.host
+        faults = "".join([f", rank {ARGS.wrong_rank} answers {ARGS.wrong_answer!r}" if ARGS.wrong_rank is not None
+                          else "", f", rank {ARGS.down_rank} fails (500)" if ARGS.down_rank is not None else "",
+                          f", key from ${ARGS.api_key_env}" if ARGS.api_key_env else ""])
+        print(f"serving {ARGS.served_name!r} (DP{ARGS.dp_size}{faults}) on http://{host}:{server.server_port} "
+              "- Ctrl-C stops", flush=True)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""`python -m stacks plan` starts with a summary of at most 25 lines, whatever the node count; the full plan
+follows after a separator; `--summary` prints the summary alone; `--json` carries the same figures."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from bench.plan_scale import scaled
+from stacks.model.loader import load_stack, parse_config, read_stack_values
+from stacks.planner.plan import Plan, build_plan
+from stacks.planner.render import SEPARATOR, SUMMARY_MAX_LINES, render_plan, render_summary
+from tests.conftest import ROOT
+
+OFFLOAD = ["--engram-config", '{"cpu_offload": true}']
+
+
+def _plan(stack: str, values: dict[str, Any] | None = None) -> Plan:
+    return build_plan(stack, load_stack(stack) if values is None else parse_config(stack, values))
+
+
+def _offloaded() -> dict[str, Any]:
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["extra_args"] = [*values["serving"].get("extra_args", []), *OFFLOAD]
+    return values
+
+
+def _memory_note(plan: Plan) -> re.Match[str]:
+    """The validation's own memory note (written independently of the summary)."""
+    note = next(n for n in plan.notes if n.startswith("memory per GPU of "))
+    found = re.search(r"= (?P<budget>[\d.]+) GB\): weights .*= (?P<weights>[\d.]+) GB; .*total (?P<total>[\d.]+) GB; "
+                      r"(?P<left>[\d.]+) GB left", note)
+    assert found, note
+    return found
+
+
+@pytest.mark.parametrize("stack,values", [("prod", None), ("h20", None), ("prod", "offload"), ("prod", 128)],
+                         ids=["prod", "h20", "prod-engram-offload", "prod-128-nodes"])
+def test_summary_fits_and_states_the_memory_model(stack: str, values: Any) -> None:
+    given = scaled(128) if values == 128 else _offloaded() if values == "offload" else None
+    plan = _plan(stack, given)
+    summary = render_summary(plan)
+    assert len(summary) <= SUMMARY_MAX_LINES, "\n".join(summary)
+    text = "\n".join(summary)
+    note = _memory_note(plan)
+    assert f"memory per GPU: {note['total']} of {note['budget']} GB" in text
+    assert f"{note['left']} GB left" in text and f"weights {note['weights']} " in text
+    assert f"warnings ({len(plan.warnings)})" in text and f"checks ({len(plan.checks)})" in text
+    kinds = sum(int(m.group(1) or 1) for m in re.finditer(r"[a-z-]+(?: x(\d+))?(?:,|$)", text.split("checks (")[1]
+                                                         .split("): ", 1)[1].replace("\n   ", " ")))
+    assert kinds == len(plan.checks), "every check counted once under its kind"
+    full = render_plan(plan)
+    assert full.startswith(text + "\n\n" + SEPARATOR)
+
+
+def test_128_nodes_collapse_to_runs_of_one_role() -> None:
+    plan = _plan("prod", scaled(128))
+    text = "\n".join(render_summary(plan))
+    assert re.search(r"node1 \(10\.30\.0\.1\)\s+dp-head\s+8 GPUs  DP rank 0$", text, re.M), text
+    assert re.search(r"node2\.\.node128 \(127 nodes\)\s+headless-engine\s+1016 GPUs  DP ranks 1-127$", text, re.M), text
+    assert "on 128 node(s), 1024 GPUs" in text
+
+
+def test_engram_offload_shows_pinned_host_ram_per_node() -> None:
+    plan = _plan("prod", _offloaded())
+    note = next(n for n in plan.notes if n.startswith("Engram tables: "))
+    gb = re.match(r"Engram tables: (\d+) GB of pinned host memory per node", note)
+    assert gb, note
+    text = "\n".join(render_summary(plan))
+    assert f"host RAM: {gb[1]} GB pinned per node for Engram tables" in text
+    assert "host RAM: no pinned tables (Engram tables in GPU memory)" in "\n".join(render_summary(_plan("prod")))
+
+
+def test_cli_prints_summary_first_and_json_carries_it() -> None:
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", *args], cwd=ROOT, text=True,
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    whole, alone = run(), run("--summary")
+    assert whole.startswith(alone.split("   (+")[0])
+    assert "without --summary" in alone and SEPARATOR in whole
+    assert len(alone.splitlines()) <= SUMMARY_MAX_LINES
+    assert "listening ports" in whole and "listening ports" not in alone
+    data = json.loads(run("--json"))
+    assert data["summary"]["memory"] == _plan("prod").summary.memory.model_dump()
+    assert data["summary"]["roles"] == {"dp-head": ["node1"], "headless-engine": ["node2"]}
+    assert sum(data["summary"]["checks_by_kind"].values()) == len(data["checks"])
