@@ -156,7 +156,8 @@ class Facts:
                 value = self.cfg[key]
                 if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)
                                              or (kind is int and not float(value).is_integer())):
-                    raise CardError(f"{self.file}: {key} = {value!r} is not a{'n integer' if kind is int else ' number'}")
+                    what = "an integer" if kind is int else "a number"
+                    raise CardError(f"{self.file}: {key} = {value!r} is not {what}")
                 if kind in (int, float) and not lo <= value <= hi:
                     raise CardError(f"{self.file}: {key} = {value!r} is not plausible (expected {lo:g}..{hi:g})")
                 if kind is str and not isinstance(value, str):
@@ -498,7 +499,7 @@ def read_index(source: Source) -> dict[str, Any] | None:
     for shard in set(wmap.values()):
         if "/" in shard or not shard.endswith(".safetensors"):
             raise CardError(f"{name}: weight_map names {shard!r}, not a .safetensors file beside the index")
-    return index
+    return dict(index)
 
 
 # ------------------------------------------------------------------------------------------------ the card
@@ -626,7 +627,7 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
     weights["dtypes"] = dict(sorted({d: sum(1 for x in dtypes.values() if x == d) for d in set(dtypes.values())}
                                     .items()))
     weights["shards"] = shards
-    serving = {"tokenizer_mode": "auto", "tool_call_parser": None, "reasoning_parser": None,
+    serving: dict[str, Any] = {"tokenizer_mode": "auto", "tool_call_parser": None, "reasoning_parser": None,
                "default_kv_cache_dtype": "auto", "supports_pp": True, "draft_supports_pp": {}, "min_vram_gb": None}
     for key in serving:
         if key in facts_given:
@@ -675,3 +676,21 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     echo(f"wrote {path}: {card['architecture']} ({card['family']}), {card['layers']} layers, "
          f"{w['total_bytes'] / 1e9:.2f} GB of weights ({w['source'].split(' (')[0].split(';')[0]})")
     return 0
+
+
+def support_matrix(models_dir: Path) -> str:
+    """The Markdown table of docs/your-model.md: one row per committed card."""
+    rows = ["| card | architecture | family | layers | heads / KV heads | experts (active) | max_model_len | "
+            "weights GB | weights from |", "|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(models_dir.glob("*.json")):
+        c = json.loads(path.read_text())
+        moe = c.get("moe") or {}
+        experts = f"{moe['routed_experts']} ({moe.get('active_experts') or '?'})" if moe else "dense"
+        kv = "MLA" if c.get("mla") else "compressed MLA" if c["family"] == "deepseek-v4" else str(c["kv_heads"])
+        src = c["weights"]["source"]
+        where = ("synthesized from config.json" if src.startswith("synthesized") else
+                 "assumed (--fact)" if src.startswith("assumed") else "safetensors headers")
+        rows.append(f"| {c['name']} | {c['architecture']} | {c['family']} | {c['layers']} | "
+                    f"{c['attention_heads']} / {kv} | {experts} | {c['max_model_len']} | "
+                    f"{c['weights']['total_bytes'] / 1e9:.1f} | {where} |")
+    return "\n".join(rows) + "\n"

@@ -43,7 +43,8 @@ INDEXER_STATE_BYTES = 132
 KV_ELEMENT_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2, "bfloat16": 2, "float16": 2, "half": 2}
 
 _EXPERT = re.compile(r"(^|\.)experts\.(\d+\.|gate_up_proj|down_proj)")
-"""Routed experts: one tensor per expert (`experts.7.w1`), or all experts fused (gpt-oss `experts.gate_up_proj_blocks`)."""
+"""Routed experts: one tensor per expert (`experts.7.w1`), or all experts fused (gpt-oss
+`experts.gate_up_proj_blocks`)."""
 _ENGRAM_TABLE = re.compile(r"(^|\.)engram\.embed(_tokens)?\.")
 _REPLICATED = re.compile(
     r"(^|\.)attn\.(wq_a|wkv|fused_wqa_wkv)\.|(^|\.)compressor\.(wkv|wgate|fused_wkv_wgate)\.|"

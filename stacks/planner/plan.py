@@ -19,7 +19,7 @@ from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.planner.listeners import Listener, listener_problems, listener_table
-from stacks.planner.load_estimate import memory_table, estimated_load_s
+from stacks.planner.load_estimate import estimated_load_s, memory_table
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
 from stacks.planner.validation import validate

@@ -229,14 +229,13 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                     upstream="no error at start: get_pp_indices gives empty stages that hold GPUs and do nothing",
                     fix=f"pipeline <= {layers}"))
     if par.expert and not profile.moe:
-        add(Problem("parallelism.expert", True, f"{profile.key} is a dense model (no routed experts in "
-                    "config.json): expert parallelism has nothing to place",
-                    fix="expert: false"))
+        result.warnings.append(f"parallelism.expert is on but {profile.key} is a dense model (no routed experts in "
+                               "its config.json): vLLM ignores expert parallelism there")
     ep = tp * (par.data if par.backend == "mp" else 1)
     if par.expert and profile.routed_experts and ep > profile.routed_experts:
-        add(Problem("parallelism.expert", True, f"EP{ep} = TP{tp} x DP{par.data} is more ranks than "
-                    f"{profile.key}'s {profile.routed_experts} routed experts: ranks would hold none",
-                    fix=f"TP x DP <= {profile.routed_experts} with expert: true"))
+        # fused_moe/expert_map_manager.py:67-69: experts // ep_size per rank, the rest one each from rank 0
+        result.warnings.append(f"EP{ep} spreads {profile.routed_experts} routed experts of {profile.key}: "
+                               f"{ep - profile.routed_experts} ranks hold none")
 
 
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
