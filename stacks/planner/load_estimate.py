@@ -129,6 +129,24 @@ def stage_weights(profile: ModelProfile, pipeline: int, total_gb: float | None) 
     return stages
 
 
+def _round_up(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def mxfp4_padding(profile: ModelProfile, config: StackConfig) -> float:
+    """How much larger vLLM allocates MXFP4 experts than the checkpoint holds them: the kernels want the hidden size
+    a multiple of 256 and each rank's FFN slice a multiple of 128 (Marlin and TRT-LLM backends, the largest
+    alignments in fused_moe/oracle/mxfp4.py:837-917, `mxfp4_round_up_hidden_size_and_intermediate_size`; which
+    backend runs depends on the GPU, so the largest is counted)."""
+    if profile.mxfp4_experts is None:
+        return 1.0
+    hidden, ffn = profile.mxfp4_experts
+    par = config.parallelism
+    shards = 1 if par.expert else par.tensor * (par.data if par.backend == "mp" else 1)
+    part = max(1, ffn // shards)
+    return _round_up(hidden, 256) / hidden * _round_up(part, 128) / part
+
+
 def stage_kv_per_token(profile: ModelProfile, config: StackConfig) -> list[float]:
     """KV bytes one token costs on one GPU of each PP stage, by attention type. Sliding-window layers hold at most
     window + one step's tokens of a sequence, so they count that share of a max_model_len sequence."""
@@ -160,7 +178,9 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology, st
     local = [n for n in local_dp_ranks(config, topo) if n > 0] or [1]
     data = par.data if par.backend == "mp" else 1
     edp = data if caps is not None and caps.engram_shards_across_dp else engram_dp_shards(data, local)
-    stages = stage_weights(profile, par.pipeline, config.model.weights_gb)
+    pad = mxfp4_padding(profile, config)
+    stages = [WeightSplit(s.experts_gb * pad, s.dense_gb, s.replicated_gb, s.engram_gb)
+              for s in stage_weights(profile, par.pipeline, config.model.weights_gb)]
     kv = stage_kv_per_token(profile, config)
     # mp keeps a DP rank's PP stages on one node; with ray each node is (about) one stage.
     copies = max(local) / edp * (par.pipeline if par.backend == "mp" else 1)

@@ -73,6 +73,8 @@ class ModelProfile:
     first_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     last_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     weights_source: str = ""
+    mxfp4_experts: tuple[int, int] | None = None
+    """(hidden_size, expert FFN size) of an MXFP4 MoE: vLLM pads both for its kernels (load_estimate.py)."""
 
 
 class CardProblem(Exception):
@@ -118,7 +120,9 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             sliding_window=window if any(sliding) else None, sliding_layers=sliding,
             layer_split=tuple(_gb(x) for x in w["layer_bytes"]) if w.get("layer_bytes") else None,
             first_stage=_gb(w.get("first_stage_bytes") or [0, 0, 0, 0]),
-            last_stage=_gb(w.get("last_stage_bytes") or [0, 0, 0, 0]), weights_source=w["source"])
+            last_stage=_gb(w.get("last_stage_bytes") or [0, 0, 0, 0]), weights_source=w["source"],
+            mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
+            if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None)
     except (KeyError, TypeError, ValueError) as exc:
         raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc}); regenerate it with "
                           "python -m stacks model-card") from exc
