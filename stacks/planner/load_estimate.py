@@ -64,6 +64,8 @@ class EngineMemory:
     engram_reason: str
     engram_shards: int
     engram_copies_per_node: float
+    stages: tuple[GpuMemory, ...] = ()
+    """One GPU of every PP stage; `gpu` is the heaviest."""
 
 
 def engram_on_gpu(config: StackConfig) -> tuple[bool, str]:
@@ -170,8 +172,8 @@ def stage_kv_per_token(profile: ModelProfile, config: StackConfig) -> list[float
     return out
 
 
-def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology, stage: int | None = None) -> EngineMemory:
-    """Per GPU of the node with the smallest GPUs, on the heaviest PP stage (or on `stage`)."""
+def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) -> EngineMemory:
+    """Per GPU of the node with the smallest GPUs, on the heaviest PP stage."""
     par, serving = config.parallelism, config.serving
     on_gpu, reason = engram_on_gpu(config)
     caps = get_capabilities(config.image.ref)
@@ -190,22 +192,20 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology, st
                           engram_shards=par.tensor * edp, engram_copies_per_node=copies, kv_per_token=kv_per_token,
                           max_model_len=serving.max_model_len)
 
-    if profile.layer_split is None:  # equal weight shares: the stage with the most KV decides
-        gpu = at(0, max(kv) if stage is None else kv[stage])
-    else:
-        gpus = [at(i, kv[i]) for i in range(par.pipeline)]
-        gpu = gpus[stage] if stage is not None else max(gpus, key=lambda g: g.total)
+    gpus = [at(i, kv[i]) for i in range(par.pipeline)]
+    # equal weight shares (an assumed split): the stage with the most KV decides
+    gpu = at(0, max(kv)) if profile.layer_split is None else max(gpus, key=lambda g: g.total)
     index = min(range(len(config.nodes)), key=lambda i: config.nodes[i].gpus.memory_gb)
     gpu_gb = config.nodes[index].gpus.memory_gb
     return EngineMemory(gpu=gpu, gpu_gb=gpu_gb, budget_gb=gpu_gb * serving.gpu_memory_utilization, node_index=index,
                         engram_on_gpu=on_gpu, engram_reason=reason, engram_shards=par.tensor * edp,
-                        engram_copies_per_node=copies)
+                        engram_copies_per_node=copies, stages=tuple(gpus))
 
 
 def memory_table(config: StackConfig, profile: ModelProfile, topo: Topology) -> list[dict[str, Any]]:
     """`plan --json`'s `memory`: one entry per node, for one of its GPUs on the heaviest PP stage it holds."""
     par = config.parallelism
-    per_stage = [engine_memory(config, profile, topo, stage=i).gpu for i in range(par.pipeline)]
+    per_stage = engine_memory(config, profile, topo).stages
     rows = []
     for i, node in enumerate(config.nodes):
         if par.backend == "ray" and par.pipeline > 1:
