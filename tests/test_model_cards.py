@@ -349,6 +349,18 @@ def test_derived_facts_match_vllm(case: str, tiny_llama_card: None) -> None:
         assert ok["max_model_len"] == profile.max_context
 
 
+def test_fp8_block_experts_need_whole_blocks_per_rank(h20_values: dict[str, Any]) -> None:
+    """DeepSeek-V3's 2048-column experts in 128-wide FP8 blocks: 32 ranks without expert parallelism leave 64
+    columns each; vLLM refuses in the FP8 MoE method's create_weights (quantization/fp8.py:555,
+    utils/fp8_utils.py:1361-1366; model init, after create_engine_config passed). With EP each rank holds whole
+    experts."""
+    problems = _outcome(_stack(h20_values, "deepseek-v3", ["-tp", "32"], {}))
+    assert [p.key for p in problems] == ["parallelism.tensor"], [p.render() for p in problems]
+    assert "The output_size of gate's and up's weight = 64 is not divisible by weight quantization block_n = 128." \
+        in (problems[0].upstream or "")
+    assert _outcome(_stack(h20_values, "deepseek-v3", ["-tp", "32", "--enable-expert-parallel"], {})) == []
+
+
 def test_fp8_ds_mla_kv_is_a_fixed_row() -> None:
     assert mla_kv_bytes_per_layer(576, "fp8_ds_mla") == 656
     assert mla_kv_bytes_per_layer(576, "fp8") == 576

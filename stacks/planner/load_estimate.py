@@ -137,9 +137,9 @@ def _round_up(value: int, to: int) -> int:
 
 def mxfp4_padding(profile: ModelProfile, config: StackConfig) -> float:
     """How much larger vLLM allocates MXFP4 experts than the checkpoint holds them: the kernels want the hidden size
-    a multiple of 256 and each rank's FFN slice a multiple of 128 (Marlin and TRT-LLM backends, the largest
-    alignments in fused_moe/oracle/mxfp4.py:837-917, `mxfp4_round_up_hidden_size_and_intermediate_size`; which
-    backend runs depends on the GPU, so the largest is counted)."""
+    a multiple of 256 and each rank's FFN slice a multiple of 128 (the Marlin and TRT-LLM backends, the largest
+    NVIDIA alignments in fused_moe/oracle/mxfp4.py:837-917, `mxfp4_round_up_hidden_size_and_intermediate_size`;
+    which backend runs depends on the GPU, so the largest is counted)."""
     if profile.mxfp4_experts is None:
         return 1.0
     hidden, ffn = profile.mxfp4_experts

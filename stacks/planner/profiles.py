@@ -73,6 +73,8 @@ class ModelProfile:
     first_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     last_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     weights_source: str = ""
+    fp8_block_experts: tuple[int, int] | None = None
+    """(block_n, expert FFN size) of an FP8 block-quantized MoE: each rank's FFN slice must fill whole blocks."""
     mxfp4_experts: tuple[int, int] | None = None
     """(hidden_size, expert FFN size) of an MXFP4 MoE: vLLM pads both for its kernels (load_estimate.py)."""
 
@@ -121,6 +123,9 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             layer_split=tuple(_gb(x) for x in w["layer_bytes"]) if w.get("layer_bytes") else None,
             first_stage=_gb(w.get("first_stage_bytes") or [0, 0, 0, 0]),
             last_stage=_gb(w.get("last_stage_bytes") or [0, 0, 0, 0]), weights_source=w["source"],
+            fp8_block_experts=(int(card["quantization"]["block_size"][0]), int(moe["expert_ffn_size"]))
+            if moe and moe.get("expert_ffn_size") and (card.get("quantization") or {}).get("method") == "fp8"
+            and card["quantization"].get("block_size") else None,
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None)
     except (KeyError, TypeError, ValueError) as exc:

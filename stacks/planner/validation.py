@@ -212,7 +212,7 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                         upstream="gpt_oss.py: num_local_key_value_heads = config.num_key_value_heads // tp_size == 0",
                         fix=f"tensor <= {kv}, and data parallelism for more GPUs"))
         elif (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            # models/llama.py:148-156, qwen3.py:91-99, qwen3_moe.py:268-276, layers/linear.py:1066-1071
+            # vLLM 0.33.0 models/llama.py:148-156, qwen3.py:91-99, qwen3_moe.py:268-276, layers/linear.py:1066-1071
             good = [d for d in range(1, 65) if profile.num_attention_heads % d == 0 and (
                 (kv >= d and kv % d == 0) or (kv < d and d % kv == 0))]
             add(Problem("parallelism.tensor", tp, f"{profile.key} has {kv} KV heads: TP{tp} neither divides them nor "
@@ -228,6 +228,17 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                     f"{pp - layers} stage(s) without a layer",
                     upstream="no error at start: get_pp_indices gives empty stages that hold GPUs and do nothing",
                     fix=f"pipeline <= {layers}"))
+    if profile.fp8_block_experts is not None:
+        block, ffn = profile.fp8_block_experts
+        shards = 1 if par.expert else tp * (par.data if par.backend == "mp" else 1)
+        part = ffn // shards
+        if ffn % shards or part % block:
+            # quantization/fp8.py:555 -> utils/fp8_utils.py:1361-1366 (validate_fp8_block_shape_moe), at model init
+            add(Problem("parallelism.tensor", tp, f"{profile.key}'s FP8 experts ({ffn} FFN columns, {block}-wide "
+                        f"blocks) split over {shards} ranks leave {ffn / shards:g} columns per rank, not whole blocks",
+                        upstream=f"ValueError: The output_size of gate's and up's weight = {part} is not divisible "
+                        f"by weight quantization block_n = {block}.",
+                        fix=f"expert: true (whole experts per rank), or TP x DP <= {ffn // block}"))
     if par.expert and not profile.moe:
         result.warnings.append(f"parallelism.expert is on but {profile.key} is a dense model (no routed experts in "
                                "its config.json): vLLM ignores expert parallelism there")
