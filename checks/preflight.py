@@ -379,10 +379,10 @@ def check_model(ctx: Context) -> Section:
         if actual is None:
             evidence.append(f"config.json has no {key}; profile value {expected} unverified")
         elif actual != expected:
-            problems.append(f"config.json {key}={actual}, the stack's profile assumes {expected}")
+            problems.append(f"config.json {key}={actual}, the stack's model card says {expected}")
     evidence.insert(0, f"{len(shards)} shard(s), tokenizer: {', '.join(tokenizers) or 'none'}")
-    step = ("re-copy the model directory (compare `sha256sum` with a good node), or fix the profile in "
-            "stacks/planner/profiles.py when config.json is right")
+    step = ("re-copy the model directory (compare `sha256sum` with a good node), or regenerate the model card "
+            "(python -m stacks model-card <model dir> --name <model.profile>) when config.json is right")
     if a.tp and not problems:
         try:
             more, memory_problems, memory_step = model_memory(root, cfg, shards, a, ctx.budget)

@@ -259,6 +259,16 @@ def _reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_card(args: argparse.Namespace) -> int:
+    from review.model_card import main as model_card
+    from stacks.model.loader import PROJECT_ROOT
+
+    return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
+                      why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
+                      command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
+                      echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -320,11 +330,27 @@ def build_parser() -> argparse.ArgumentParser:
                          "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
+    card = sub.add_parser("model-card", help="write models/NAME.json from a model's config.json and safetensors "
+                          "headers (local directory or s3://bucket/prefix)")
+    card.add_argument("src", help="model directory, or s3://bucket/prefix (AWS_* credentials as for model.source)")
+    card.add_argument("--name", required=True, help="the card's name: model.profile in a stack")
+    card.add_argument("--synthesize-weights", action="store_true",
+                      help="no shard headers at hand: build the tensor list from config.json (recorded as "
+                      "synthesized; an index beside it must name the same tensors)")
+    card.add_argument("--fact", action="append", metavar="KEY=VALUE",
+                      help="a fact the model's files do not hold (parsers, defaults, an assumed split); recorded as "
+                      "given on the command line")
+    card.add_argument("--why", help="where the --fact values come from (recorded in the card)")
+    card.add_argument("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph RGW)")
+    card.add_argument("--region", help="S3 region [AWS_REGION or us-east-1]")
+    card.set_defaults(func=_model_card, argv=None)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "model-card":
+        args.argv = list(argv) if argv is not None else None
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -31,6 +31,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.model.loader import parse_config
 from stacks.planner.plan import Plan, build_plan
+from stacks.planner.profiles import card_names, get_profile
 
 LIST = "[]"
 
@@ -190,6 +191,7 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
         "container name": lambda: suffix or ["vllm-x"],
         "client name [a-z0-9_-]": lambda: suffix or ["client-x"],
         "model name": lambda: suffix or ["model-x"],
+        "model card name [a-z0-9._-]": lambda: sorted(card_names(), key=lambda n: _family(n) != _family(cur)),
         "POSIX user": lambda: ["deploy", "ops"],
         "vLLM name [A-Za-z0-9_.-]": lambda: ["auto", "fp8", "bfloat16", "deepseek_v4", "deepseek_v41", "deepseek_v3",
                                              "hermes", "slow", "fp8_e4m3"],
@@ -209,6 +211,12 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
     if kind not in table:
         return suffix or ["x"]
     return [c for c in table[kind]() if c != cur]
+
+
+def _family(card: str | None) -> str | None:
+    """A card's architecture family: the matrix tries another card of the same family first."""
+    profile = get_profile(card) if card else None
+    return profile.family if profile else None
 
 
 def _number_candidates(desc: Desc, current: Any) -> list[Any]:

@@ -116,7 +116,7 @@ def test_model_dir_good_and_broken(tmp_path: Path) -> None:
 def test_model_config_disagrees_with_profile(tmp_path: Path) -> None:
     model = make_model(tmp_path, heads=128)
     code, v = run(tmp_path, "--sections", "model", "--model-dir", str(model), "--heads", "64")
-    assert code == 1 and "num_attention_heads=128, the stack's profile assumes 64" in " ".join(v["evidence"])
+    assert code == 1 and "num_attention_heads=128, the stack's model card says 64" in " ".join(v["evidence"])
 
 
 def make_sysfs(root: Path, hcas: dict[str, tuple[str, str, str]]) -> None:

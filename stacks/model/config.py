@@ -34,6 +34,7 @@ from stacks.model.field_types import (
     Identifier,
     IfName,
     IpAddress,
+    ModelCardName,
     NodeName,
     ParserName,
     Port,
@@ -100,8 +101,8 @@ class ImageConfig(_Model):
 class ModelConfig(_Model):
     """Where the weights live. The same host dir must hold them on every node."""
 
-    profile: Literal["deepseek-v4.1-flash", "deepseek-v4-flash"] = Field(
-        description="model profile (stacks/planner/profiles.py)")
+    profile: ModelCardName = Field(
+        description="model card: models/<profile>.json, written by `python -m stacks model-card` (docs/your-model.md)")
     served_name: ServedModelName = Field(description="the model name clients send")
     host_dir: AbsPath = Field(description="host directory mounted read-only into the engines")
     container_dir: AbsPath = Field(default="/models", description="where host_dir appears in the container")

@@ -111,6 +111,8 @@ ClientName = Annotated[str, Kind("client name [a-z0-9_-]"), _pattern(
 ServedModelName = Annotated[str, Kind("model name"), _pattern(
     r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}", "a served model name: 1-128 of A-Z a-z 0-9 . _ : / @ + -, no spaces",
     "DeepSeek-V4.1-Flash")]
+ModelCardName = Annotated[str, Kind("model card name [a-z0-9._-]"), _pattern(
+    r"[a-z0-9][a-z0-9._-]{0,62}", "a model card name (models/<name>.json): 1-63 of a-z 0-9 . _ -", "qwen3-8b")]
 SshUser = Annotated[str, Kind("POSIX user"), _pattern(
     r"[a-z_][a-z0-9_.-]{0,31}", "a POSIX user name: 1-32 of a-z 0-9 _ . -, starting with a letter or _", "root")]
 ParserName = Annotated[str, Kind("vLLM name [A-Za-z0-9_.-]"), _pattern(

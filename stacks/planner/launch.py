@@ -122,10 +122,14 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
     if serving.prefix_caching:
         args.append("--enable-prefix-caching")
     args += ["--tokenizer-mode", serving.tokenizer_mode or profile.tokenizer_mode]
-    args += ["--tool-call-parser", serving.tool_call_parser or profile.tool_call_parser]
-    if serving.auto_tool_choice:
-        args.append("--enable-auto-tool-choice")
-    args += ["--reasoning-parser", serving.reasoning_parser or profile.reasoning_parser]
+    tool_parser = serving.tool_call_parser or profile.tool_call_parser
+    if tool_parser:  # a model card without one: vLLM's default (no tool calls parsed)
+        args += ["--tool-call-parser", tool_parser]
+        if serving.auto_tool_choice:
+            args.append("--enable-auto-tool-choice")
+    reasoning = serving.reasoning_parser or profile.reasoning_parser
+    if reasoning:
+        args += ["--reasoning-parser", reasoning]
     if profile.vision and not config.vision:
         args.append("--language-model-only")
     if config.speculative is not None:

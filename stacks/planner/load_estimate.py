@@ -12,14 +12,26 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from stacks.model.config import StackConfig
 from stacks.planner.images import get_capabilities
-from stacks.planner.memory import GpuMemory, engram_dp_shards, gpu_memory, kv_bytes_per_token, pp_partition
+from stacks.planner.memory import (
+    GpuMemory,
+    WeightSplit,
+    engram_dp_shards,
+    gpu_memory,
+    gqa_kv_bytes_per_layer,
+    kv_bytes_per_token,
+    mla_kv_bytes_per_layer,
+    pp_partition,
+)
 from stacks.planner.profiles import ModelProfile
 from stacks.planner.serve_options import option_table, read_argv
 from stacks.planner.topology import Topology
 
+DEFAULT_BATCHED_TOKENS = 2048
+"""vLLM 0.33.0's max_num_batched_tokens when the stack leaves it unset (create_engine_config on a GPU-less host)."""
 STARTUP_S = 300
 """Process start, NCCL init, CUDA graph capture and warm-up on top of reading the weights."""
 
@@ -52,6 +64,8 @@ class EngineMemory:
     engram_reason: str
     engram_shards: int
     engram_copies_per_node: float
+    stages: tuple[GpuMemory, ...] = ()
+    """One GPU of every PP stage; `gpu` is the heaviest."""
 
 
 def engram_on_gpu(config: StackConfig) -> tuple[bool, str]:
@@ -98,27 +112,114 @@ def local_dp_ranks(config: StackConfig, topo: Topology) -> list[int]:
     return [n.dp_local or 0 for n in topo.nodes] or [1]
 
 
-def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) -> EngineMemory:
-    """Per GPU of the node with the smallest GPUs; PP stages get an equal share of the weights and layers."""
-    par, serving = config.parallelism, config.serving
+def stage_weights(profile: ModelProfile, pipeline: int, total_gb: float | None) -> list[WeightSplit]:
+    """The whole weights of every PP stage: from the card's per-layer bytes (decoder layers as vLLM's
+    get_pp_indices splits them, the embedding on the first stage, head and final norm on the last), or equal
+    shares where the card's split is assumed. `model.weights_gb` rescales them."""
     split = profile.weight_split
-    if config.model.weights_gb:
-        split = split.scaled(config.model.weights_gb)
+    scale = total_gb / split.total_gb if total_gb and split.total_gb else 1.0
+    if profile.layer_split is None or len(profile.layer_split) < pipeline:
+        share = (split.scaled(total_gb) if total_gb else split).divided(pipeline)
+        return [share] * pipeline
+    stages = []
+    for i, (lo, hi) in enumerate(pp_partition(len(profile.layer_split), pipeline)):
+        cols = [sum(layer[c] for layer in profile.layer_split[lo:hi]) for c in range(4)]
+        for extra, on in ((profile.first_stage, i == 0), (profile.last_stage, i == pipeline - 1)):
+            if on:
+                cols = [a + b for a, b in zip(cols, extra, strict=True)]
+        stages.append(WeightSplit(*(c * scale for c in cols)))
+    return stages
+
+
+def _round_up(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def mxfp4_padding(profile: ModelProfile, config: StackConfig) -> float:
+    """How much larger vLLM allocates MXFP4 experts than the checkpoint holds them: the kernels want the hidden size
+    a multiple of 256 and each rank's FFN slice a multiple of 128 (the Marlin and TRT-LLM backends, the largest
+    NVIDIA alignments in fused_moe/oracle/mxfp4.py:837-917, `mxfp4_round_up_hidden_size_and_intermediate_size`;
+    which backend runs depends on the GPU, so the largest is counted)."""
+    if profile.mxfp4_experts is None:
+        return 1.0
+    hidden, ffn = profile.mxfp4_experts
+    par = config.parallelism
+    shards = 1 if par.expert else par.tensor * (par.data if par.backend == "mp" else 1)
+    part = max(1, ffn // shards)
+    return _round_up(hidden, 256) / hidden * _round_up(part, 128) / part
+
+
+def stage_kv_per_token(profile: ModelProfile, config: StackConfig) -> list[float]:
+    """KV bytes one token costs on one GPU of each PP stage, by attention type. Sliding-window layers hold at most
+    window + one step's tokens of a sequence, so they count that share of a max_model_len sequence."""
+    par, serving = config.parallelism, config.serving
+    dtype = serving.kv_cache_dtype or profile.default_kv_cache_dtype
+    if profile.family == "deepseek-v4":
+        return [kv_bytes_per_token(profile.kv_ratios[lo:hi], dtype)
+                for lo, hi in pp_partition(len(profile.kv_ratios), par.pipeline)]
+    if profile.mla_head is not None:
+        per_layer = float(mla_kv_bytes_per_layer(profile.mla_head, dtype))
+    else:
+        per_layer = float(gqa_kv_bytes_per_layer(profile.kv_heads, par.tensor, profile.head_dim, dtype))
+    length = serving.max_model_len
+    window = profile.sliding_window or 0
+    held = min(length, window + (serving.max_num_batched_tokens or DEFAULT_BATCHED_TOKENS)) / length
+    out = []
+    for lo, hi in pp_partition(profile.layers, par.pipeline):
+        slides = profile.sliding_layers[lo:hi] if profile.sliding_layers else ()
+        n_slide = sum(1 for x in slides if x)
+        out.append(per_layer * ((hi - lo - n_slide) + n_slide * held))
+    return out
+
+
+def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) -> EngineMemory:
+    """Per GPU of the node with the smallest GPUs, on the heaviest PP stage."""
+    par, serving = config.parallelism, config.serving
     on_gpu, reason = engram_on_gpu(config)
     caps = get_capabilities(config.image.ref)
     local = [n for n in local_dp_ranks(config, topo) if n > 0] or [1]
     data = par.data if par.backend == "mp" else 1
     edp = data if caps is not None and caps.engram_shards_across_dp else engram_dp_shards(data, local)
-    stages = pp_partition(len(profile.kv_ratios), par.pipeline)
-    kv_per_token = max(kv_bytes_per_token(profile.kv_ratios[lo:hi], serving.kv_cache_dtype
-                                          or profile.default_kv_cache_dtype) for lo, hi in stages)
+    pad = mxfp4_padding(profile, config)
+    stages = [WeightSplit(s.experts_gb * pad, s.dense_gb, s.replicated_gb, s.engram_gb)
+              for s in stage_weights(profile, par.pipeline, config.model.weights_gb)]
+    kv = stage_kv_per_token(profile, config)
     # mp keeps a DP rank's PP stages on one node; with ray each node is (about) one stage.
     copies = max(local) / edp * (par.pipeline if par.backend == "mp" else 1)
-    gpu = gpu_memory(split.divided(par.pipeline), tensor=par.tensor, data=data, engram_on_gpu=on_gpu,
-                     engram_shards=par.tensor * edp, engram_copies_per_node=copies, kv_per_token=kv_per_token,
-                     max_model_len=serving.max_model_len)
+
+    def at(i: int, kv_per_token: float) -> GpuMemory:
+        return gpu_memory(stages[i], tensor=par.tensor, data=data, engram_on_gpu=on_gpu,
+                          engram_shards=par.tensor * edp, engram_copies_per_node=copies, kv_per_token=kv_per_token,
+                          max_model_len=serving.max_model_len)
+
+    gpus = [at(i, kv[i]) for i in range(par.pipeline)]
+    # equal weight shares (an assumed split): the stage with the most KV decides
+    gpu = at(0, max(kv)) if profile.layer_split is None else max(gpus, key=lambda g: g.total)
     index = min(range(len(config.nodes)), key=lambda i: config.nodes[i].gpus.memory_gb)
     gpu_gb = config.nodes[index].gpus.memory_gb
     return EngineMemory(gpu=gpu, gpu_gb=gpu_gb, budget_gb=gpu_gb * serving.gpu_memory_utilization, node_index=index,
                         engram_on_gpu=on_gpu, engram_reason=reason, engram_shards=par.tensor * edp,
-                        engram_copies_per_node=copies)
+                        engram_copies_per_node=copies, stages=tuple(gpus))
+
+
+def memory_table(config: StackConfig, profile: ModelProfile, topo: Topology) -> list[dict[str, Any]]:
+    """`plan --json`'s `memory`: one entry per node, for one of its GPUs on the heaviest PP stage it holds."""
+    par = config.parallelism
+    per_stage = engine_memory(config, profile, topo).stages
+    rows = []
+    for i, node in enumerate(config.nodes):
+        if par.backend == "ray" and par.pipeline > 1:
+            held = sorted({min(par.pipeline - 1, i * par.pipeline // len(config.nodes))})
+        else:
+            held = list(range(par.pipeline))
+        gpu = max((per_stage[s] for s in held), key=lambda g: g.total)
+        usable = node.gpus.memory_gb * config.serving.gpu_memory_utilization
+        rows.append({
+            "node": node.name, "gpu_memory_gb": node.gpus.memory_gb, "usable_gb": round(usable, 2),
+            "weights_gb": round(gpu.weights, 2),
+            "weights_split_gb": {"experts": round(gpu.experts, 2), "dense": round(gpu.dense, 2),
+                                 "replicated": round(gpu.replicated, 2), "engram": round(gpu.engram, 2)},
+            "pp_stages": held, "kv_bytes_per_token": round(gpu.kv_bytes_per_token, 1),
+            "kv_one_sequence_gb": round(gpu.kv, 2), "reserve_gb": gpu.reserve, "total_gb": round(gpu.total, 2),
+            "free_for_kv_gb": round(usable - gpu.total, 2)})
+    return rows

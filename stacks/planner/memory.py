@@ -42,11 +42,19 @@ FP8_DS_MLA_STATE_BYTES = 584
 INDEXER_STATE_BYTES = 132
 KV_ELEMENT_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2, "bfloat16": 2, "float16": 2, "half": 2}
 
-_EXPERT = re.compile(r"(^|\.)experts\.\d+\.")
+_EXPERT = re.compile(r"(^|\.)experts\.(\d+\.|gate_up_proj|down_proj)")
+"""Routed experts: one tensor per expert (`experts.7.w1`), or all experts fused (gpt-oss
+`experts.gate_up_proj_blocks`)."""
 _ENGRAM_TABLE = re.compile(r"(^|\.)engram\.embed(_tokens)?\.")
 _REPLICATED = re.compile(
     r"(^|\.)attn\.(wq_a|wkv|fused_wqa_wkv)\.|(^|\.)compressor\.(wkv|wgate|fused_wkv_wgate)\.|"
-    r"(^|\.)indexer\.(wq_b|weights_proj|wk)\.|(^|\.)ffn\.gate\.|norm\.|(^|\.)hc_|(^|\.)engram\.[qk]_weight$")
+    r"(^|\.)indexer\.(wq_b|weights_proj|wk)\.|(^|\.)ffn\.gate\.|norm\.|(^|\.)hc_|(^|\.)engram\.[qk]_weight$|"
+    r"(^|\.)mlp\.(gate|router)\.|(^|\.)self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.")
+"""Whole on every GPU. Hugging Face names too: the MoE router (`mlp.gate`, gpt-oss `mlp.router`: ReplicatedLinear /
+GateLinear) and MLA's down-projections (`q_a_proj` + `kv_a_proj_with_mqa`, vLLM's fused_qkv_a_proj with
+disable_tp=True in models/deepseek_v2.py)."""
+EMBEDDING = re.compile(r"(^|\.)(embed_tokens|lm_head|embed|head)\.weight$")
+"""Vocabulary-parallel embedding and LM head: split over TP like dense weights, reported apart on a model card."""
 _LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
 _FIRST_STAGE = re.compile(r"(^|\.)(embed|embed_tokens|vision\w*|visual)\.")
 
@@ -185,6 +193,23 @@ def kv_bytes_per_token(ratios: tuple[int, ...], dtype: str, head_dim: int = 512)
         if ratio == 4:
             total += INDEXER_STATE_BYTES / ratio
     return total
+
+
+MLA_FP8_DS_BYTES = 656
+"""`fp8_ds_mla` packs NoPE + RoPE + scales into 656 bytes per token and layer (vLLM 0.33.0
+model_executor/layers/attention/mla_attention.py:1386)."""
+
+
+def gqa_kv_bytes_per_layer(kv_heads: int, tensor: int, head_dim: int, dtype: str) -> int:
+    """K and V of one token in one layer on one GPU: 2 x KV heads per rank x head_dim x element bytes
+    (v1/kv_cache_interface.py:586-594), KV heads per rank = max(1, total // TP) (config/model.py:1683)."""
+    return 2 * max(1, kv_heads // tensor) * head_dim * KV_ELEMENT_BYTES.get(dtype, 2)
+
+
+def mla_kv_bytes_per_layer(head: int, dtype: str) -> int:
+    """MLA's latent (kv_lora_rank + qk_rope_head_dim) of one token in one layer, one KV head, not split over TP
+    (config/model.py:1673-1675, `max_tp_shards=1` in mla_attention.py)."""
+    return MLA_FP8_DS_BYTES if dtype == "fp8_ds_mla" else head * KV_ELEMENT_BYTES.get(dtype, 2)
 
 
 def engram_dp_shards(data: int, local_ranks: list[int]) -> int:

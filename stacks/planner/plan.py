@@ -19,7 +19,7 @@ from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.planner.listeners import Listener, listener_problems, listener_table
-from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s
+from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
 from stacks.planner.validation import validate
@@ -166,6 +166,8 @@ class Plan(_Frozen):
     warnings: list[str]
     notes: list[str]
     summary: PlanSummary
+    memory: list[dict[str, Any]] = []
+    """One entry per node: what one of its GPUs holds (stacks/planner/load_estimate.py `memory_table`)."""
 
     def node(self, name: str) -> NodePlan:
         return next(n for n in self.nodes if n.name == name)
@@ -229,6 +231,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
+        memory=memory_table(config, profile, topo),
     )
 
 

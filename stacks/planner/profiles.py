@@ -1,16 +1,36 @@
-"""Model profiles: the facts about a model that the topology and memory rules need.
+"""Model profiles: the facts about a model that the topology and memory rules need, read from its card.
 
-Numbers marked `assumed` are not published in the seeds; preflight reads the real `config.json` on every
-node and fails when it disagrees with the profile (see checks/preflight.py), so a wrong guess here is caught
-before weights load, not forty minutes after. The memory figures (`weight_split`, `kv_ratios`) are assumptions
-too: the node preflight recomputes them from the real config.json and safetensors headers (stacks/planner/memory.py).
+A card is `models/<name>.json`, written by `python -m stacks model-card SRC --name NAME` from the model's own
+`config.json` and safetensors headers (review/model_card.py) and committed for review; `model.profile: NAME`
+names it. Cards are looked up under the project root (`VLLM_CLUSTER_ROOT`) first, then among the cards shipped
+with this checkout. Every fact in a card says where it came from (`sources`); the node preflight reads the real
+config.json again on every node (checks/preflight.py), so a card that disagrees with the files is caught before
+weights load.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 from stacks.planner.memory import WeightSplit
+
+CARD_VERSION = 1
+FAMILIES = ("dense-gqa", "moe-gqa", "moe-mla", "dense-mla", "deepseek-v4")
+"""The architecture families the rules know (stacks/planner/validation.py `_model_rules`)."""
+SHIPPED = Path(__file__).resolve().parents[2] / "models"
+
+
+def card_root() -> Path:
+    return Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parents[2])
+
+
+def card_path(name: str, root: Path | None = None) -> Path:
+    return (root or card_root()) / "models" / f"{name}.json"
 
 
 @dataclass(frozen=True)
@@ -24,8 +44,8 @@ class ModelProfile:
     draft_supports_pp: dict[str, bool]
     vision: bool
     tokenizer_mode: str
-    tool_call_parser: str
-    reasoning_parser: str
+    tool_call_parser: str | None
+    reasoning_parser: str | None
     default_kv_cache_dtype: str
     weights_gb: float
     min_vram_gb: float | None
@@ -33,85 +53,108 @@ class ModelProfile:
     weight_split: WeightSplit
     """How vLLM places the weights (stacks/planner/memory.py); sums to `weights_gb`."""
     kv_ratios: tuple[int, ...]
-    """Compress ratio of every decoder layer (1 = sliding window only), for the KV bytes per token."""
+    """Compress ratio of every decoder layer (DeepSeek V4; 1 = sliding window only); empty for other families."""
     sources: dict[str, str] = field(default_factory=dict)
     moe: bool = True
-    """Mixture of experts (DeepSeek V4/V4.1 are: `n_routed_experts` in config.json). vLLM 0.33.0 runs the DP
-    ranks of a dense model as independent replicas, which breaks DP over replicas that span nodes."""
+    """Mixture of experts. vLLM 0.33.0 runs the DP ranks of a dense model as independent replicas, which breaks DP
+    over replicas that span nodes."""
+    family: str = "deepseek-v4"
+    layers: int = 0
+    kv_heads: int = 1
+    head_dim: int = 0
+    routed_experts: int | None = None
+    mla_head: int | None = None
+    """kv_lora_rank + qk_rope_head_dim of an MLA model (its KV cache entry per layer and token)."""
+    sliding_window: int | None = None
+    sliding_layers: tuple[bool, ...] = ()
+    layer_split: tuple[tuple[float, float, float, float], ...] | None = None
+    """GB per decoder layer (experts, dense, replicated, Engram), for PP stages; None where the card's split is
+    assumed (the stages then get equal shares)."""
+    first_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    last_stage: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    weights_source: str = ""
+    fp8_block_experts: tuple[int, int] | None = None
+    """(block_n, expert FFN size) of an FP8 block-quantized MoE: each rank's FFN slice must fill whole blocks."""
+    mxfp4_experts: tuple[int, int] | None = None
+    """(hidden_size, expert FFN size) of an MXFP4 MoE: vLLM pads both for its kernels (load_estimate.py)."""
 
 
-def _alternating(layers: int) -> tuple[int, ...]:
-    return tuple(4 if i % 2 == 0 else 128 for i in range(layers))
+class CardProblem(Exception):
+    """A card that cannot be read: the file and what is wrong."""
 
 
-PROFILES: dict[str, ModelProfile] = {
-    "deepseek-v4.1-flash": ModelProfile(
-        key="deepseek-v4.1-flash",
-        architecture="DeepseekV41ForCausalLM",
-        num_attention_heads=64,
-        o_groups=8,
-        engram_hash_heads=24,
-        supports_pp=True,
-        draft_supports_pp={"dspark": False},
-        vision=True,
-        tokenizer_mode="deepseek_v41",
-        tool_call_parser="deepseek_v41",
-        reasoning_parser="deepseek_v41",
-        default_kv_cache_dtype="fp8_ds_mla",
-        weights_gb=511,
-        min_vram_gb=614,
-        max_context=1_048_576,
-        weight_split=WeightSplit(experts_gb=275.5, dense_gb=28.3, replicated_gb=5.0, engram_gb=202.2),
-        kv_ratios=_alternating(61),
-        sources={
-            "weight_split": "assumed, derived from seed 000 (552B backbone + 196B Engram, ~511 GB of files): Engram "
-                            "tables are FP8 rows + one UE8M0 scale byte per 32 values (ParallelEngramEmbedding), "
-                            "196 x 1.03125 = 202.2 GB; the 308.8 GB backbone solved for 552B parameters with MXFP4 "
-                            "routed experts (0.53125 B/param, vLLM's default expert_dtype fp4) and FP8 dense "
-                            "(1 B/param): 518.7B experts = 275.5 GB, 33.3B dense of which ~15% replicated "
-                            "(wq_a/wkv, compressor, indexer, router, norms: per-layer shapes of V4); the preflight "
-                            "reads the real split from the safetensors headers",
-            "kv_ratios": "assumed: 61 layers alternating compress ratio 4 (with indexer) and 128, like V4's "
-                         "interleaved compressed attention; the preflight reads layer_types/compress_rates",
-            "o_groups": "seed 000: TP8 works, TP16 gives n_local_groups == 0, so 8 <= o_groups < 16",
-            "engram_hash_heads": "seed 000: '24 heads over TP=16 x DP=1'",
-            "num_attention_heads": "assumed; preflight compares with config.json",
-            "weights_gb": "seed 000: ~511 GB of files, ~614 GB minimum VRAM",
-            "draft_supports_pp": "seed 000: DSpark draft does not implement SupportsPP",
-        },
-    ),
-    "deepseek-v4-flash": ModelProfile(
-        key="deepseek-v4-flash",
-        architecture="DeepseekV4ForCausalLM",
-        num_attention_heads=64,
-        o_groups=8,
-        engram_hash_heads=None,
-        supports_pp=True,
-        draft_supports_pp={},
-        vision=False,
-        tokenizer_mode="deepseek_v4",
-        tool_call_parser="deepseek_v4",
-        reasoning_parser="deepseek_v4",
-        default_kv_cache_dtype="fp8",
-        weights_gb=290,
-        min_vram_gb=None,
-        max_context=1_048_576,
-        weight_split=WeightSplit(experts_gb=282.0, dense_gb=6.8, replicated_gb=1.2, engram_gb=0.0),
-        kv_ratios=_alternating(43),
-        sources={
-            "weight_split": "assumed: the 290 GB above split like a 284B-parameter MoE with ~7B dense parameters "
-                            "(~97% routed experts), 15% of dense replicated; no Engram in V4; the preflight reads "
-                            "the real split from the safetensors headers",
-            "kv_ratios": "assumed: 43 layers alternating compress ratio 4 (with indexer) and 128; the preflight "
-                         "reads layer_types/compress_rates from config.json",
-            "supports_pp": "seed 001: TP8 x PP2 baseline runs",
-            "o_groups": "assumed equal to V4.1 (same FlashMLA path); preflight compares with config.json",
-            "num_attention_heads": "assumed; preflight compares with config.json",
-            "weights_gb": "assumed FP8 size; set model.weights_gb to the real size",
-        },
-    ),
-}
+def _gb(values: list[Any]) -> tuple[float, float, float, float]:
+    a, b, c, d = (float(x) / 1e9 for x in values)
+    return a, b, c, d
+
+
+def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
+    """The planner's view of a card."""
+    try:
+        if card.get("card") != CARD_VERSION:
+            raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}: "
+                              "regenerate it with python -m stacks model-card")
+        w, s = card["weights"], card["serving"]
+        split = WeightSplit(experts_gb=w["experts_bytes"] / 1e9,
+                            dense_gb=(w["dense_bytes"] + (w.get("embeddings_bytes") or 0)) / 1e9,
+                            replicated_gb=w["replicated_bytes"] / 1e9, engram_gb=w["engram_bytes"] / 1e9)
+        layers = int(card["layers"])
+        types = card.get("layer_types") or []
+        window = card.get("sliding_window")
+        sliding = tuple(bool(window) and (not types or types[i] == "sliding_attention") for i in range(layers))
+        if types and "full_attention" not in types and "sliding_attention" not in types:
+            sliding = tuple(False for _ in range(layers))
+        if not types and window and card.get("model_type") == "gpt_oss":  # gpt_oss.py:175: even layers slide
+            sliding = tuple(i % 2 == 0 for i in range(layers))
+        mla = card.get("mla")
+        moe = card.get("moe")
+        return ModelProfile(
+            key=card["name"], architecture=card["architecture"], num_attention_heads=int(card["attention_heads"]),
+            o_groups=card.get("o_groups"), engram_hash_heads=card.get("engram_hash_heads"),
+            supports_pp=bool(s["supports_pp"]), draft_supports_pp=dict(s["draft_supports_pp"]),
+            vision=bool(card["vision"]), tokenizer_mode=s["tokenizer_mode"], tool_call_parser=s["tool_call_parser"],
+            reasoning_parser=s["reasoning_parser"], default_kv_cache_dtype=s["default_kv_cache_dtype"],
+            weights_gb=round(split.total_gb, 1), min_vram_gb=s["min_vram_gb"], max_context=int(card["max_model_len"]),
+            weight_split=split, kv_ratios=tuple(card.get("kv_ratios") or ()), sources=dict(card["sources"]),
+            moe=moe is not None, family=card["family"], layers=layers, kv_heads=int(card["kv_heads"]),
+            head_dim=int(card["head_dim"]), routed_experts=moe["routed_experts"] if moe else None,
+            mla_head=(mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) if mla else None,
+            sliding_window=window if any(sliding) else None, sliding_layers=sliding,
+            layer_split=tuple(_gb(x) for x in w["layer_bytes"]) if w.get("layer_bytes") else None,
+            first_stage=_gb(w.get("first_stage_bytes") or [0, 0, 0, 0]),
+            last_stage=_gb(w.get("last_stage_bytes") or [0, 0, 0, 0]), weights_source=w["source"],
+            fp8_block_experts=(int(card["quantization"]["block_size"][0]), int(moe["expert_ffn_size"]))
+            if moe and moe.get("expert_ffn_size") and (card.get("quantization") or {}).get("method") == "fp8"
+            and card["quantization"].get("block_size") else None,
+            mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
+            if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc}); regenerate it with "
+                          "python -m stacks model-card") from exc
+
+
+@lru_cache(maxsize=64)
+def _load(path: str, mtime: float) -> ModelProfile:
+    try:
+        card = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CardProblem(f"{path}: {exc}") from exc
+    if not isinstance(card, dict):
+        raise CardProblem(f"{path}: not a JSON object")
+    return profile_from_card(card, path)
+
+
+def card_names() -> list[str]:
+    names = {p.stem for root in (card_root() / "models", SHIPPED) if root.is_dir() for p in root.glob("*.json")}
+    return sorted(names)
 
 
 def get_profile(key: str) -> ModelProfile | None:
-    return PROFILES.get(key)
+    """The card `models/<key>.json`; None when there is none. A broken card raises CardProblem."""
+    if not key or "/" in key or key.startswith("."):
+        return None
+    for root in (card_root() / "models", SHIPPED):
+        path = root / f"{key}.json"
+        if path.is_file():
+            return _load(str(path), path.stat().st_mtime)
+    return None

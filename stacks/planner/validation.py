@@ -28,7 +28,7 @@ from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, table_for
-from stacks.planner.profiles import PROFILES, ModelProfile, get_profile
+from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, speculative_fields
 from stacks.planner.topology import Topology, derive_topology, replica_spans_nodes
@@ -60,10 +60,17 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     result = Validation()
     topology, topo_problems = derive_topology(config)
     result.problems += topo_problems
-    profile = get_profile(config.model.profile)
-    if profile is None:
-        result.problems.append(Problem("model.profile", config.model.profile, "unknown model profile",
-                                       fix=f"one of {sorted(PROFILES)}"))
+    profile = None
+    try:
+        profile = get_profile(config.model.profile)
+        if profile is None:
+            result.problems.append(Problem(
+                "model.profile", config.model.profile, "no model card models/<name>.json by this name",
+                fix=f"one of {card_names()}, or write one from the model's files: python -m stacks model-card "
+                    f"SRC --name {config.model.profile}"))
+    except CardProblem as exc:
+        result.problems.append(Problem("model.profile", config.model.profile, str(exc),
+                                       fix="regenerate the card: python -m stacks model-card SRC --name NAME"))
     image = get_capabilities(config.image.ref)
     if image is None:
         result.warnings.append(
@@ -162,7 +169,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                     upstream="ValueError: DeepSeek V4 vision MoE routing requires input_ids. (profile_run)",
                     fix="vision: false (adds --language-model-only, drops images), pipeline: 1, or a newer image"))
     if image is not None:
-        if profile.key not in image.profiles:
+        if profile.family == "deepseek-v4" and profile.key not in image.profiles:
             add(Problem("image.tag", config.image.tag, f"image {config.image.ref} cannot run {profile.key}",
                         upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
                         fix=f"an image listed for {profile.key} in stacks/planner/images.py"))
@@ -170,14 +177,76 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
         for key, value in (("tokenizer_mode", serving.tokenizer_mode or profile.tokenizer_mode),
                            ("tool_call_parser", serving.tool_call_parser or profile.tool_call_parser),
                            ("reasoning_parser", serving.reasoning_parser or profile.reasoning_parser)):
-            if value not in image.parsers and value not in ("auto", "hf", "slow"):
+            if value is not None and value not in image.parsers and value not in ("auto", "hf", "slow"):
                 add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it",
                             upstream=_PARSER_ERRORS[key].format(value=value), fix=f"one of {sorted(image.parsers)}"))
-    if config.serving.max_model_len > profile.max_context:
+    if config.serving.max_model_len > profile.max_context and not _long_len_allowed(config):
         add(Problem("serving.max_model_len", config.serving.max_model_len,
-                    f"above the model's context of {profile.max_context}",
-                    upstream="User-specified max_model_len is greater than the derived max_model_len",
-                    fix=f"at most {profile.max_context}"))
+                    f"above the model's context of {profile.max_context} ({profile.sources.get('max_model_len', '')})",
+                    upstream=f"ValueError: User-specified max_model_len ({config.serving.max_model_len}) is greater "
+                    f"than the derived max_model_len (max_position_embeddings={profile.max_context} or "
+                    "model_max_length=None in model's config.json).",
+                    fix=f"at most {profile.max_context}, or VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1' in container.env (RoPE "
+                        "past the trained positions gives NaNs)"))
+    _family_rules(config, profile, result)
+
+
+def _long_len_allowed(config: StackConfig) -> bool:
+    """vLLM's override of the derived max_model_len (envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or "true")."""
+    value = config.container.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")
+    return value.strip().lower() in ("1", "true")
+
+
+def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
+    """What vLLM 0.33.0 asserts at model init (after the engine config passed): KV heads against TP, PP against
+    the layers, EP against the experts."""
+    par = config.parallelism
+    tp, pp = par.tensor, par.pipeline
+    add = result.problems.append
+    kv = profile.kv_heads
+    if profile.mla_head is None and profile.family != "deepseek-v4":
+        if profile.architecture == "GptOssForCausalLM" and tp > kv:
+            # models/gpt_oss.py:156: num_local_key_value_heads = num_key_value_heads // tp_size, no replication
+            add(Problem("parallelism.tensor", tp, f"{profile.key} has {kv} KV heads; gpt-oss gives each rank "
+                        f"{kv} // {tp} = 0 of them (it does not replicate KV heads)",
+                        upstream="gpt_oss.py: num_local_key_value_heads = config.num_key_value_heads // tp_size == 0",
+                        fix=f"tensor <= {kv}, and data parallelism for more GPUs"))
+        elif (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            # vLLM 0.33.0 models/llama.py:148-156, qwen3.py:91-99, qwen3_moe.py:268-276, layers/linear.py:1066-1071
+            good = [d for d in range(1, 65) if profile.num_attention_heads % d == 0 and (
+                (kv >= d and kv % d == 0) or (kv < d and d % kv == 0))]
+            add(Problem("parallelism.tensor", tp, f"{profile.key} has {kv} KV heads: TP{tp} neither divides them nor "
+                        "is a multiple of them (vLLM splits KV heads over TP, or replicates whole ones when TP "
+                        "exceeds them)",
+                        upstream=f"AssertionError (model init): assert self.total_num_kv_heads % tp_size == 0 "
+                        f"({kv} % {tp})" if kv >= tp else f"AssertionError (model init): assert tp_size % "
+                        f"self.total_num_kv_heads == 0 ({tp} % {kv})", fix=f"tensor in {good}"))
+    layers = profile.layers or len(profile.kv_ratios)
+    if layers and pp > layers:
+        # distributed/utils.py:198-241 get_pp_indices: no check, stages past the layers get none
+        add(Problem("parallelism.pipeline", pp, f"{profile.key} has {layers} decoder layers: PP{pp} leaves "
+                    f"{pp - layers} stage(s) without a layer",
+                    upstream="no error at start: get_pp_indices gives empty stages that hold GPUs and do nothing",
+                    fix=f"pipeline <= {layers}"))
+    if profile.fp8_block_experts is not None:
+        block, ffn = profile.fp8_block_experts
+        shards = 1 if par.expert else tp * (par.data if par.backend == "mp" else 1)
+        part = ffn // shards
+        if ffn % shards or part % block:
+            # quantization/fp8.py:555 -> utils/fp8_utils.py:1361-1366 (validate_fp8_block_shape_moe), at model init
+            add(Problem("parallelism.tensor", tp, f"{profile.key}'s FP8 experts ({ffn} FFN columns, {block}-wide "
+                        f"blocks) split over {shards} ranks leave {ffn / shards:g} columns per rank, not whole blocks",
+                        upstream=f"ValueError: The output_size of gate's and up's weight = {part} is not divisible "
+                        f"by weight quantization block_n = {block}.",
+                        fix=f"expert: true (whole experts per rank), or TP x DP <= {ffn // block}"))
+    if par.expert and not profile.moe:
+        result.warnings.append(f"parallelism.expert is on but {profile.key} is a dense model (no routed experts in "
+                               "its config.json): vLLM ignores expert parallelism there")
+    ep = tp * (par.data if par.backend == "mp" else 1)
+    if par.expert and profile.routed_experts and ep > profile.routed_experts:
+        # fused_moe/expert_map_manager.py:67-69: experts // ep_size per rank, the rest one each from rank 0
+        result.warnings.append(f"EP{ep} spreads {profile.routed_experts} routed experts of {profile.key}: "
+                               f"{ep - profile.routed_experts} ranks hold none")
 
 
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:

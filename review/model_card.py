@@ -1,0 +1,696 @@
+"""`python -m stacks model-card SRC --name NAME`: a model card from the model's own files.
+
+Reads `config.json` (the language model under `text_config` when nested) and the weights' tensor list: the
+`model.safetensors.index.json` plus every shard's safetensors header, or the header of a single
+`model.safetensors`. SRC is a local model directory or `s3://bucket/prefix` (the sync's own source rule and client,
+checks/weights.py; a shard's header is two ranged GETs). `--synthesize-weights` builds the tensor list from
+config.json instead, with the names and dtypes the architecture's checkpoints use, for a directory that holds only
+the config (and maybe the index, whose names must then match); the card says "synthesized" for those bytes.
+Facts that are not in the model's files (parsers, a vision tower's default, an assumed weight split) come from
+`--fact KEY=VALUE` and are recorded as given on the command line.
+
+Writes `models/NAME.json` under the project root (`VLLM_CLUSTER_ROOT` when set). Every fact carries where it came
+from (file and key). Missing or contradictory facts exit 2 naming the file and key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stacks.planner.memory import EMBEDDING, classify
+from stacks.planner.profiles import CARD_VERSION, FAMILIES, card_path
+
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
+               "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
+TORCH_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32"}
+MAX_HEADER = 100_000_000
+_MTP_SOURCE = "layers past num_hidden_layers (multi-token prediction) are loaded only with MTP speculative decoding"
+FACT_KEYS = {
+    "tokenizer_mode": str, "tool_call_parser": str, "reasoning_parser": str, "default_kv_cache_dtype": str,
+    "vision": bool, "supports_pp": bool, "draft_supports_pp": dict, "min_vram_gb": float,
+    "engram_hash_heads": int, "weights_split_gb": dict, "routed_experts": int,
+}
+"""What `--fact` may set: serving defaults the model files do not hold, and (for checkpoints whose files are
+not available) facts the card must otherwise assume."""
+
+
+class CardError(Exception):
+    """Bad input: the file, the key and what was wrong (exit 2)."""
+
+
+# ------------------------------------------------------------------------------------------------ sources
+
+
+class Source:
+    """A local directory or an S3 prefix, read file by file."""
+
+    label: str
+
+    def exists(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def read(self, name: str) -> bytes:
+        raise NotImplementedError
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        raise NotImplementedError
+
+
+class LocalSource(Source):
+    def __init__(self, root: Path) -> None:
+        if not root.is_dir():
+            raise CardError(f"{root}: not a directory (SRC is a local model directory or s3://bucket/prefix)")
+        self.root = root
+        self.label = str(root)
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name).is_file()
+
+    def read(self, name: str) -> bytes:
+        try:
+            return (self.root / name).read_bytes()
+        except OSError as exc:
+            raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        try:
+            with (self.root / name).open("rb") as handle:
+                handle.seek(start)
+                return handle.read(length)
+        except OSError as exc:
+            raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
+
+
+class S3Source(Source):
+    """The weights sync's source rule, client and error texts (checks/weights.py)."""
+
+    def __init__(self, url: str, endpoint_url: str | None, region: str | None) -> None:
+        from checks import weights
+
+        try:
+            bucket, prefix = weights.parse_source(url)
+            endpoint = weights.check_endpoint(endpoint_url) if endpoint_url else None
+        except weights.CannotRun as exc:
+            raise CardError(str(exc)) from exc
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.opts = weights.Options(url, bucket, prefix, "/nonexistent", endpoint, region,
+                                    "path" if endpoint else "virtual", 2, 8 * 1024 * 1024, False, False, True,
+                                    None, 0, "model-card")
+        self._weights = weights
+        try:
+            self.client = weights.make_client(self.opts)
+            self.keys = {e.key: e.size for e in weights.list_prefix(self.client, self.opts)}
+        except weights.CannotRun as exc:
+            raise CardError(str(exc)) from exc
+        self.label = weights.mask_source(url)
+
+    def exists(self, name: str) -> bool:
+        return name in self.keys
+
+    def _get(self, name: str, extra: dict[str, str]) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+        try:
+            reply = self.client.get_object(Bucket=self.opts.bucket, Key=self.opts.prefix + name, **extra)
+            return bytes(reply["Body"].read())
+        except (ClientError, BotoCoreError) as exc:
+            raise CardError(self._weights.explain(exc, self.opts, self.client, name)) from exc
+
+    def read(self, name: str) -> bytes:
+        return self._get(name, {})
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        return self._get(name, {"Range": f"bytes={start}-{start + length - 1}"})
+
+
+def open_source(src: str, endpoint_url: str | None = None, region: str | None = None) -> Source:
+    if src.startswith("s3://"):
+        return S3Source(src, endpoint_url, region)
+    return LocalSource(Path(src))
+
+
+# ------------------------------------------------------------------------------------------------ config
+
+
+@dataclass
+class Facts:
+    """Values read from config.json with their origin, or refused with the file and key."""
+
+    cfg: dict[str, Any]
+    sources: dict[str, str]
+    file: str = "config.json"
+
+    def get(self, fact: str, *keys: str, kind: type = int, required: bool = True, lo: float = 1,
+            hi: float = 1e9, default: Any = None) -> Any:
+        for key in keys:
+            if key in self.cfg and self.cfg[key] is not None:
+                value = self.cfg[key]
+                if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)
+                                             or (kind is int and not float(value).is_integer())):
+                    what = "an integer" if kind is int else "a number"
+                    raise CardError(f"{self.file}: {key} = {value!r} is not {what}")
+                if kind in (int, float) and not lo <= value <= hi:
+                    raise CardError(f"{self.file}: {key} = {value!r} is not plausible (expected {lo:g}..{hi:g})")
+                if kind is str and not isinstance(value, str):
+                    raise CardError(f"{self.file}: {key} = {value!r} is not a string")
+                self.sources[fact] = f"{self.file}: {key}"
+                return kind(value) if kind in (int, float) else value
+        if required and default is None:
+            raise CardError(f"{self.file}: none of {', '.join(keys)} is set; the card needs {fact}")
+        if default is not None:
+            self.sources[fact] = f"default ({default!r}; {self.file} has no {' / '.join(keys)})"
+        return default
+
+
+def read_config(source: Source) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(raw config.json, the language model's config: `text_config` merged over the top level)."""
+    if not source.exists("config.json"):
+        raise CardError(f"{source.label}: no config.json (a Hugging Face model directory holds config.json next "
+                        "to its *.safetensors)")
+    try:
+        raw = json.loads(source.read("config.json"))
+    except ValueError as exc:
+        raise CardError(f"{source.label}/config.json: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise CardError(f"{source.label}/config.json: not a JSON object")
+    nested = raw.get("text_config")
+    return raw, ({**raw, **nested} if isinstance(nested, dict) else dict(raw))
+
+
+def family_of(cfg: dict[str, Any], mla: bool, moe: bool) -> str:
+    if "compress_rates" in cfg or "o_groups" in cfg:
+        return "deepseek-v4"
+    if mla:
+        return "moe-mla" if moe else "dense-mla"
+    if cfg.get("model_type") == "gpt_oss":
+        return "moe-gqa"
+    return "moe-gqa" if moe else "dense-gqa"
+
+
+def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every architecture fact the rules need, and its origin."""
+    sources: dict[str, str] = {}
+    f = Facts(cfg, sources)
+    arches = raw.get("architectures")
+    if not isinstance(arches, list) or not arches or not all(isinstance(a, str) for a in arches):
+        raise CardError("config.json: architectures must be a list of class names (e.g. [\"Qwen3ForCausalLM\"])")
+    sources["architecture"] = "config.json: architectures[0]"
+    facts: dict[str, Any] = {"architecture": arches[0], "model_type": raw.get("model_type")}
+    facts["layers"] = f.get("layers", "num_hidden_layers", hi=10_000)
+    facts["attention_heads"] = heads = f.get("attention_heads", "num_attention_heads", hi=100_000)
+    facts["hidden_size"] = hidden = f.get("hidden_size", "hidden_size", hi=1_000_000, required=False)
+    facts["vocab_size"] = f.get("vocab_size", "vocab_size", hi=100_000_000, required=False)
+    kv_lora = f.get("kv_lora_rank", "kv_lora_rank", required=False)
+    mla = kv_lora is not None
+    if mla:
+        facts["mla"] = {
+            "kv_lora_rank": kv_lora,
+            "qk_rope_head_dim": f.get("qk_rope_head_dim", "qk_rope_head_dim", hi=100_000),
+            "qk_nope_head_dim": f.get("qk_nope_head_dim", "qk_nope_head_dim", hi=100_000),
+            "v_head_dim": f.get("v_head_dim", "v_head_dim", hi=100_000),
+            "q_lora_rank": f.get("q_lora_rank", "q_lora_rank", required=False),
+        }
+        facts["kv_heads"] = 1
+        sources["kv_heads"] = "MLA: one latent KV head per layer (vLLM config/model.py:1673-1675)"
+        facts["head_dim"] = kv_lora + facts["mla"]["qk_rope_head_dim"]
+        sources["head_dim"] = "kv_lora_rank + qk_rope_head_dim (vLLM's MLA head size)"
+    else:
+        facts["mla"] = None
+        kv = f.get("kv_heads", "num_key_value_heads", required=False, hi=100_000)
+        if kv is None:
+            kv = heads
+            sources["kv_heads"] = "num_attention_heads (config.json has no num_key_value_heads: multi-head)"
+        if kv > heads or heads % kv:
+            raise CardError(f"config.json: num_key_value_heads = {kv} contradicts num_attention_heads = {heads} "
+                            "(the attention heads must be a whole multiple of the KV heads)")
+        facts["kv_heads"] = kv
+        head_dim = f.get("head_dim", "head_dim", required=False, hi=100_000)
+        if head_dim is None:
+            if hidden is None:
+                raise CardError("config.json: neither head_dim nor hidden_size is set; the card needs head_dim")
+            if hidden % heads:
+                raise CardError(f"config.json: head_dim is not set and hidden_size {hidden} is not a multiple of "
+                                f"num_attention_heads {heads}")
+            head_dim = hidden // heads
+            sources["head_dim"] = "config.json: hidden_size / num_attention_heads"
+        facts["head_dim"] = head_dim
+    routed = f.get("routed_experts", "n_routed_experts", "num_experts", "num_local_experts", required=False,
+                   hi=1_000_000)
+    if routed:
+        active = f.get("active_experts", "num_experts_per_tok", "experts_per_token", hi=1_000_000)
+        if active > routed:
+            raise CardError(f"config.json: num_experts_per_tok = {active} contradicts {routed} routed experts")
+        facts["moe"] = {
+            "routed_experts": routed, "active_experts": active,
+            "shared_experts": f.get("shared_experts", "n_shared_experts", "num_shared_experts", required=False,
+                                    lo=0) or 0,
+            "expert_ffn_size": f.get("expert_ffn_size", "moe_intermediate_size", "intermediate_size",
+                                     hi=10_000_000),
+            "first_dense_layers": f.get("first_dense_layers", "first_k_dense_replace", required=False, lo=0) or 0,
+        }
+    else:
+        facts["moe"] = None
+    facts["ffn_size"] = f.get("ffn_size", "intermediate_size", required=False, hi=10_000_000)
+    facts["max_position_embeddings"] = f.get("max_position_embeddings", "max_position_embeddings",
+                                             hi=1e9)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    facts["rope_scaling"] = rope if isinstance(rope, dict) else None
+    if facts["rope_scaling"]:
+        sources["rope_scaling"] = "config.json: rope_scaling" if cfg.get("rope_scaling") else \
+            "config.json: rope_parameters"
+    facts["max_model_len"] = derived_max_len(facts["max_position_embeddings"], facts["rope_scaling"])
+    sources["max_model_len"] = ("max_position_embeddings x the rope factor unless the rope type already scales it "
+                                "(vLLM config/model.py:2545-2685, _get_and_verify_max_len)")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    sources["dtype"] = "config.json: torch_dtype" if cfg.get("torch_dtype") else (
+        "config.json: dtype" if cfg.get("dtype") else "default bfloat16 (config.json names no dtype)")
+    if dtype not in TORCH_DTYPE:
+        raise CardError(f"config.json: torch_dtype = {dtype!r} is not one of {sorted(TORCH_DTYPE)}")
+    facts["dtype"] = dtype
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict):
+        method = quant.get("quant_method")
+        if not isinstance(method, str):
+            raise CardError("config.json: quantization_config.quant_method is missing")
+        block = quant.get("weight_block_size")
+        facts["quantization"] = {"method": method, "format": quant.get("fmt"), "block_size": block,
+                                 "modules_not_converted": quant.get("modules_to_not_convert")}
+        sources["quantization"] = "config.json: quantization_config"
+    else:
+        facts["quantization"] = None
+    facts["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    facts["attention_bias"] = bool(cfg.get("attention_bias", False))
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    use_window = cfg.get("use_sliding_window", True) is not False and isinstance(window, int)
+    facts["sliding_window"] = window if use_window else None
+    facts["layer_types"] = types if isinstance(types, list) else None
+    if isinstance(types, list) and len(types) < facts["layers"]:
+        raise CardError(f"config.json: layer_types lists {len(types)} layers, num_hidden_layers is {facts['layers']}")
+    facts["mtp_layers"] = f.get("mtp_layers", "num_nextn_predict_layers", required=False, lo=0) or 0
+    facts["family"] = family_of(cfg, mla, bool(routed))
+    if facts["family"] == "deepseek-v4":
+        rates = cfg.get("compress_rates")
+        if not isinstance(types, list) or not isinstance(rates, dict):
+            raise CardError("config.json: layer_types and compress_rates are needed for compressed attention")
+        facts["kv_ratios"] = [max(1, int(rates.get(t, 0) or 0)) for t in types[:facts["layers"]]]
+        sources["kv_ratios"] = "config.json: layer_types x compress_rates"
+        facts["o_groups"] = f.get("o_groups", "o_groups", required=False)
+    facts["vision"] = isinstance(raw.get("vision_config"), dict)
+    sources["vision"] = "config.json: vision_config" if facts["vision"] else "config.json has no vision_config"
+    return facts, sources
+
+
+def derived_max_len(max_pos: int, rope: dict[str, Any] | None) -> int:
+    """vLLM 0.33.0's derived max_model_len: the rope factor multiplies max_position_embeddings except for
+    the types that leave it already scaled (config/model.py:2545-2685)."""
+    if not rope:
+        return max_pos
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    factor = rope.get("factor")
+    if kind in ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default") \
+            or not isinstance(factor, int | float):
+        return max_pos
+    return int(max_pos * factor)
+
+
+# ------------------------------------------------------------------------------------------------ tensors
+
+
+Tensors = dict[str, tuple[str, list[int]]]
+
+
+def _bytes(dtype: str, shape: list[int]) -> int:
+    return math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
+
+
+def synthesize(facts: dict[str, Any]) -> Tensors:
+    """The checkpoint's tensors as Hugging Face writes them for this architecture (names, dtypes, shapes)."""
+    t: Tensors = {}
+    for key in ("hidden_size", "vocab_size"):
+        if not facts[key]:
+            raise CardError(f"config.json: {key} is needed to build the tensor list (--synthesize-weights)")
+    base = TORCH_DTYPE[facts["dtype"]]
+    quant = facts["quantization"] or {}
+    fp8 = quant.get("method") == "fp8"
+    block = quant.get("block_size") or [128, 128]
+    h, v, heads, kv, hd = (facts["hidden_size"], facts["vocab_size"], facts["attention_heads"], facts["kv_heads"],
+                           facts["head_dim"])
+
+    def linear(name: str, out: int, inp: int, bias: bool = False) -> None:
+        if fp8:
+            t[f"{name}.weight"] = ("F8_E4M3", [out, inp])
+            t[f"{name}.weight_scale_inv"] = ("F32", [math.ceil(out / block[0]), math.ceil(inp / block[1])])
+        else:
+            t[f"{name}.weight"] = (base, [out, inp])
+        if bias:
+            t[f"{name}.bias"] = (base, [out])
+
+    t["model.embed_tokens.weight"] = (base, [v, h])
+    t["model.norm.weight"] = (base, [h])
+    if not facts["tie_word_embeddings"]:
+        t["lm_head.weight"] = (base, [v, h])
+    moe, mla = facts["moe"], facts["mla"]
+    gpt_oss = facts["model_type"] == "gpt_oss"
+    for i in range(facts["layers"] + facts["mtp_layers"]):
+        p = f"model.layers.{i}"
+        t[f"{p}.input_layernorm.weight"] = (base, [h])
+        t[f"{p}.post_attention_layernorm.weight"] = (base, [h])
+        a = f"{p}.self_attn"
+        if mla:
+            rope, nope, vdim, ql = mla["qk_rope_head_dim"], mla["qk_nope_head_dim"], mla["v_head_dim"], \
+                mla["q_lora_rank"]
+            if ql:
+                linear(f"{a}.q_a_proj", ql, h)
+                t[f"{a}.q_a_layernorm.weight"] = (base, [ql])
+                linear(f"{a}.q_b_proj", heads * (nope + rope), ql)
+            else:
+                linear(f"{a}.q_proj", heads * (nope + rope), h)
+            linear(f"{a}.kv_a_proj_with_mqa", mla["kv_lora_rank"] + rope, h)
+            t[f"{a}.kv_a_layernorm.weight"] = (base, [mla["kv_lora_rank"]])
+            linear(f"{a}.kv_b_proj", heads * (nope + vdim), mla["kv_lora_rank"])
+            linear(f"{a}.o_proj", h, heads * vdim)
+        else:
+            bias = facts["attention_bias"]
+            linear(f"{a}.q_proj", heads * hd, h, bias)
+            linear(f"{a}.k_proj", kv * hd, h, bias)
+            linear(f"{a}.v_proj", kv * hd, h, bias)
+            linear(f"{a}.o_proj", h, heads * hd, bias)
+            if facts["model_type"] in ("qwen3", "qwen3_moe"):
+                t[f"{a}.q_norm.weight"] = (base, [hd])
+                t[f"{a}.k_norm.weight"] = (base, [hd])
+            if gpt_oss:
+                t[f"{a}.sinks"] = (base, [heads])
+        m = f"{p}.mlp"
+        if moe and i >= moe["first_dense_layers"]:
+            e, ie = moe["routed_experts"], moe["expert_ffn_size"]
+            if gpt_oss:  # MXFP4: 32 values per scale byte, two values per byte (mxfp4.py:200-290)
+                t[f"{m}.router.weight"] = (base, [e, h])
+                t[f"{m}.router.bias"] = (base, [e])
+                t[f"{m}.experts.gate_up_proj_blocks"] = ("U8", [e, 2 * ie, h // 32, 16])
+                t[f"{m}.experts.gate_up_proj_scales"] = ("U8", [e, 2 * ie, h // 32])
+                t[f"{m}.experts.gate_up_proj_bias"] = (base, [e, 2 * ie])
+                t[f"{m}.experts.down_proj_blocks"] = ("U8", [e, h, ie // 32, 16])
+                t[f"{m}.experts.down_proj_scales"] = ("U8", [e, h, ie // 32])
+                t[f"{m}.experts.down_proj_bias"] = (base, [e, h])
+                continue
+            t[f"{m}.gate.weight"] = (base, [e, h])
+            if mla:
+                t[f"{m}.gate.e_score_correction_bias"] = ("F32", [e])
+            for x in range(e):
+                linear(f"{m}.experts.{x}.gate_proj", ie, h)
+                linear(f"{m}.experts.{x}.up_proj", ie, h)
+                linear(f"{m}.experts.{x}.down_proj", h, ie)
+            if moe["shared_experts"]:
+                s = moe["shared_experts"] * ie
+                linear(f"{m}.shared_experts.gate_proj", s, h)
+                linear(f"{m}.shared_experts.up_proj", s, h)
+                linear(f"{m}.shared_experts.down_proj", h, s)
+        else:
+            ffn = facts["ffn_size"]
+            if not ffn:
+                raise CardError("config.json: intermediate_size is needed for the dense MLP layers")
+            linear(f"{m}.gate_proj", ffn, h)
+            linear(f"{m}.up_proj", ffn, h)
+            linear(f"{m}.down_proj", h, ffn)
+        if i >= facts["layers"]:  # DeepSeek's multi-token-prediction layer
+            t[f"{p}.enorm.weight"] = (base, [h])
+            t[f"{p}.hnorm.weight"] = (base, [h])
+            t[f"{p}.eh_proj.weight"] = (base, [h, 2 * h])
+            t[f"{p}.shared_head.norm.weight"] = (base, [h])
+            t[f"{p}.shared_head.head.weight"] = (base, [v, h])
+            t[f"{p}.embed_tokens.weight"] = (base, [v, h])
+    return t
+
+
+def parse_header(data: bytes, where: str, file_size: int | None) -> tuple[dict[str, int], dict[str, str]]:
+    """Bytes and dtype of every tensor in one safetensors header."""
+    try:
+        header = json.loads(data)
+    except ValueError as exc:
+        raise CardError(f"{where}: the safetensors header is not JSON ({exc}): truncated or not a safetensors file") \
+            from exc
+    if not isinstance(header, dict):
+        raise CardError(f"{where}: the safetensors header is not a JSON object")
+    sizes: dict[str, int] = {}
+    dtypes: dict[str, str] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in info["data_offsets"])
+            dtype, shape = str(info["dtype"]), [int(x) for x in info["shape"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CardError(f"{where}: tensor {name}: no dtype/shape/data_offsets ({exc})") from exc
+        if dtype in DTYPE_BYTES and end - start != _bytes(dtype, shape):
+            raise CardError(f"{where}: tensor {name}: data_offsets span {end - start} bytes, {dtype} {shape} is "
+                            f"{_bytes(dtype, shape)}")
+        sizes[name], dtypes[name] = end - start, dtype
+    if file_size is not None and sizes:
+        need = 8 + len(data) + max(int(header[n]["data_offsets"][1]) for n in sizes)
+        if file_size < need:
+            raise CardError(f"{where}: {file_size} bytes, the header places data up to byte {need}: truncated")
+    return sizes, dtypes
+
+
+def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, str], int]:
+    """One shard's header (two reads: its length, then the JSON) and its file size when known."""
+    if not source.exists(shard):
+        raise CardError(f"model.safetensors.index.json: weight_map names {shard}, which {source.label} does not "
+                        "hold (an incomplete upload or copy)")
+    head = source.read_range(shard, 0, 8)
+    if len(head) != 8:
+        raise CardError(f"{shard}: shorter than the 8-byte safetensors header length")
+    (length,) = struct.unpack("<Q", head)
+    if not 2 <= length <= MAX_HEADER:
+        raise CardError(f"{shard}: header length {length} is not plausible")
+    data = source.read_range(shard, 8, length)
+    if len(data) != length:
+        raise CardError(f"{shard}: the header is cut short ({len(data)} of {length} bytes)")
+    size = source.keys.get(shard) if isinstance(source, S3Source) else (
+        (source.root / shard).stat().st_size if isinstance(source, LocalSource) else None)
+    sizes, dtypes = parse_header(data, shard, size)
+    return sizes, dtypes, size if size is not None else 8 + length + sum(sizes.values())
+
+
+def read_index(source: Source) -> dict[str, Any] | None:
+    name = "model.safetensors.index.json"
+    if not source.exists(name):
+        return None
+    try:
+        index = json.loads(source.read(name))
+    except ValueError as exc:
+        raise CardError(f"{name}: not JSON ({exc}): truncated?") from exc
+    wmap = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wmap, dict) or not wmap or not all(isinstance(v, str) for v in wmap.values()):
+        raise CardError(f"{name}: weight_map is missing or empty")
+    total = (index.get("metadata") or {}).get("total_size")
+    if total is not None and (not isinstance(total, int) or total < 0):
+        raise CardError(f"{name}: metadata.total_size = {total!r} is not a byte count")
+    for shard in set(wmap.values()):
+        if "/" in shard or not shard.endswith(".safetensors"):
+            raise CardError(f"{name}: weight_map names {shard!r}, not a .safetensors file beside the index")
+    return dict(index)
+
+
+# ------------------------------------------------------------------------------------------------ the card
+
+
+def _category(name: str, layers: int) -> str:
+    match = re.search(r"(^|\.)layers\.(\d+)\.", name)
+    if match and int(match.group(2)) >= layers:
+        return "unused"
+    if EMBEDDING.search(name):
+        return "embeddings"
+    return classify(name)
+
+
+def weight_split(sizes: dict[str, int], facts: dict[str, Any]) -> dict[str, Any]:
+    """Bytes by how vLLM places them: experts (over EP or DP x TP), dense (over TP), replicated (whole on every
+    GPU), embeddings (vocabulary-parallel, over TP), Engram, unused (MTP layers); per decoder layer for PP."""
+    layers = facts["layers"]
+    cats = ("experts", "dense", "replicated", "engram")
+    per_layer = [[0, 0, 0, 0] for _ in range(layers)]
+    first = [0, 0, 0, 0]
+    last = [0, 0, 0, 0]
+    totals = dict.fromkeys((*cats, "embeddings", "unused"), 0)
+    for name, size in sizes.items():
+        cat = _category(name, layers)
+        totals[cat] += size
+        if cat == "unused":
+            continue
+        slot = cats.index("dense" if cat == "embeddings" else cat)
+        match = re.search(r"(^|\.)layers\.(\d+)\.", name)
+        if match:
+            per_layer[int(match.group(2))][slot] += size
+        elif re.search(r"(^|\.)(embed|embed_tokens|vision\w*|visual)\.", name):
+            first[slot] += size
+        else:
+            last[slot] += size
+    return {"total_bytes": sum(sizes.values()), **{f"{k}_bytes": v for k, v in totals.items()},
+            "first_stage_bytes": first, "last_stage_bytes": last, "layer_bytes": per_layer,
+            "columns": list(cats)}
+
+
+def parse_facts(items: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in FACT_KEYS:
+            raise CardError(f"--fact {item!r}: write KEY=VALUE with KEY one of {', '.join(sorted(FACT_KEYS))}")
+        kind = FACT_KEYS[key]
+        try:
+            value: Any = json.loads(text) if kind in (bool, dict, int, float) else text
+        except ValueError as exc:
+            raise CardError(f"--fact {item!r}: {key} takes a JSON {kind.__name__}") from exc
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CardError(f"--fact {item!r}: {key} takes a JSON {kind.__name__}")
+        out[key] = value
+    return out
+
+
+def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_given: dict[str, Any],
+               why: str | None, command: list[str]) -> dict[str, Any]:
+    raw, cfg = read_config(source)
+    facts, sources = model_facts(raw, cfg)
+    if "routed_experts" in facts_given:
+        if facts["moe"] is not None:
+            raise CardError("--fact routed_experts: config.json already names the experts")
+        facts["moe"] = {"routed_experts": facts_given["routed_experts"], "active_experts": None,
+                        "shared_experts": None, "expert_ffn_size": None, "first_dense_layers": 0}
+        sources["routed_experts"] = f"--fact routed_experts (given on the command line: {why or 'no reason'})"
+    index = read_index(source)
+    weights_source: str
+    shards: list[dict[str, Any]] = []
+    sizes: dict[str, int] = {}
+    dtypes: dict[str, str] = {}
+    index_total = index.get("metadata", {}).get("total_size") if index else None
+    if "weights_split_gb" in facts_given:
+        split = facts_given["weights_split_gb"]
+        need = {"experts", "dense", "replicated", "engram"}
+        if set(split) != need or not all(isinstance(x, int | float) and x >= 0 for x in split.values()):
+            raise CardError(f"--fact weights_split_gb: a JSON object with exactly {sorted(need)} in GB")
+        weights: dict[str, Any] = {"total_bytes": round(sum(split.values()) * 1e9),
+                                   **{f"{k}_bytes": round(v * 1e9) for k, v in split.items()},
+                                   "embeddings_bytes": None, "unused_bytes": 0, "layer_bytes": None}
+        weights_source = f"assumed (--fact weights_split_gb, given on the command line: {why or 'no reason'})"
+    else:
+        if synthesize_weights:
+            shapes = synthesize(facts)
+            sizes = {n: _bytes(d, s) for n, (d, s) in shapes.items()}
+            dtypes = {n: d for n, (d, _) in shapes.items()}
+            weights_source = ("synthesized from config.json with the architecture's checkpoint names and dtypes "
+                              "(no shard headers were read)")
+            if index:
+                names, indexed = set(sizes), set(index["weight_map"])
+                if names != indexed:
+                    extra, missing = sorted(names - indexed)[:3], sorted(indexed - names)[:3]
+                    raise CardError(f"model.safetensors.index.json: its weight_map and the tensors synthesized from "
+                                    f"config.json differ (index lacks {extra}, has unknown {missing})")
+                weights_source += "; every name matches model.safetensors.index.json's weight_map"
+        elif index:
+            for shard in sorted(set(index["weight_map"].values())):
+                s_sizes, s_dtypes, size = read_shard(source, shard)
+                sizes |= s_sizes
+                dtypes |= s_dtypes
+                shards.append({"name": shard, "bytes": size})
+            missing = sorted(set(index["weight_map"]) - set(sizes))
+            if missing:
+                raise CardError(f"model.safetensors.index.json: weight_map names {missing[:3]} "
+                                f"({len(missing)} in all) that no shard header holds: truncated or stale index")
+            weights_source = "model.safetensors.index.json and every shard's safetensors header"
+        elif source.exists("model.safetensors"):
+            s_sizes, dtypes, size = read_shard(source, "model.safetensors")
+            sizes = s_sizes
+            shards.append({"name": "model.safetensors", "bytes": size})
+            weights_source = "model.safetensors header"
+        else:
+            raise CardError(f"{source.label}: neither model.safetensors.index.json nor model.safetensors (pass "
+                            "--synthesize-weights to build the tensor list from config.json)")
+        if index_total is not None and not synthesize_weights and index_total != sum(sizes.values()):
+            raise CardError(f"model.safetensors.index.json: metadata.total_size = {index_total}, the shard headers "
+                            f"hold {sum(sizes.values())} bytes of tensors")
+        weights = weight_split(sizes, facts)
+    weights["source"] = weights_source
+    weights["index_total_size"] = index_total
+    weights["dtypes"] = dict(sorted({d: sum(1 for x in dtypes.values() if x == d) for d in set(dtypes.values())}
+                                    .items()))
+    weights["shards"] = shards
+    serving: dict[str, Any] = {"tokenizer_mode": "auto", "tool_call_parser": None, "reasoning_parser": None,
+               "default_kv_cache_dtype": "auto", "supports_pp": True, "draft_supports_pp": {}, "min_vram_gb": None}
+    for key in serving:
+        if key in facts_given:
+            serving[key] = facts_given[key]
+            sources[key] = f"--fact {key} (given on the command line)"
+    if "vision" in facts_given:
+        facts["vision"] = facts_given["vision"]
+        sources["vision"] = "--fact vision (given on the command line)"
+    facts["engram_hash_heads"] = facts_given.get("engram_hash_heads")
+    if facts["engram_hash_heads"] is not None:
+        sources["engram_hash_heads"] = f"--fact engram_hash_heads (given on the command line: {why or 'no reason'})"
+    if facts["mtp_layers"]:
+        sources["unused_bytes"] = _MTP_SOURCE
+    return {"card": CARD_VERSION, "name": name, "generated_by": shlex.join(command), "source": source.label,
+            **facts, "weights": weights, "serving": serving, "sources": dict(sorted(sources.items()))}
+
+
+def write_card(card: dict[str, Any], root: Path) -> Path:
+    path = card_path(card["name"], root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(card, indent=1) + "\n")
+    return path
+
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why: str | None,
+         endpoint_url: str | None, region: str | None, root: Path, command: list[str],
+         echo: Callable[[str], None]) -> int:
+    if not NAME_RE.match(name):
+        echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
+        return 2
+    try:
+        card = build_card(open_source(src, endpoint_url, region), name, synthesize_weights=synthesize_weights,
+                          facts_given=parse_facts(facts), why=why, command=command)
+    except CardError as exc:
+        echo(f"model-card: {exc}")
+        return 2
+    if card["family"] not in FAMILIES:
+        echo(f"model-card: config.json: architectures[0] {card['architecture']} is family {card['family']}, which "
+             f"the planner has no rules for (known: {', '.join(FAMILIES)})")
+        return 2
+    path = write_card(card, root)
+    w = card["weights"]
+    echo(f"wrote {path}: {card['architecture']} ({card['family']}), {card['layers']} layers, "
+         f"{w['total_bytes'] / 1e9:.2f} GB of weights ({w['source'].split(' (')[0].split(';')[0]})")
+    return 0
+
+
+def support_matrix(models_dir: Path) -> str:
+    """The Markdown table of docs/your-model.md: one row per committed card."""
+    rows = ["| card | architecture | family | layers | heads / KV heads | experts (active) | max_model_len | "
+            "weights GB | weights from |", "|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(models_dir.glob("*.json")):
+        c = json.loads(path.read_text())
+        moe = c.get("moe") or {}
+        experts = f"{moe['routed_experts']} ({moe.get('active_experts') or '?'})" if moe else "dense"
+        kv = "MLA" if c.get("mla") else "compressed MLA" if c["family"] == "deepseek-v4" else str(c["kv_heads"])
+        src = c["weights"]["source"]
+        where = ("synthesized from config.json" if src.startswith("synthesized") else
+                 "assumed (--fact)" if src.startswith("assumed") else "safetensors headers")
+        rows.append(f"| {c['name']} | {c['architecture']} | {c['family']} | {c['layers']} | "
+                    f"{c['attention_heads']} / {kv} | {experts} | {c['max_model_len']} | "
+                    f"{c['weights']['total_bytes'] / 1e9:.1f} | {where} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,404 @@
+"""Model cards (review/model_card.py, `python -m stacks model-card`) and the per-family rules they feed.
+
+The accept/refuse cases were decided by vLLM 0.33.0 itself: tests/fixtures/models/decide_with_vllm.py runs
+`vllm serve`'s parser and `create_engine_config()` on a CPU host against each fixture's config.json and its output
+is committed as tests/fixtures/models/vllm-0.33.0-decisions.json (the CI has no vLLM). What that call does not
+check, vLLM asserts when it builds the model on the GPUs; those cases name the code line that decides them.
+The fixtures' origins are in tests/fixtures/models/ORIGINS.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from review.model_card import CardError, LocalSource, build_card, main, synthesize
+from stacks.model.errors import ConfigError, Problem
+from stacks.planner.memory import gqa_kv_bytes_per_layer, mla_kv_bytes_per_layer, pp_partition
+from stacks.planner.profiles import get_profile
+from tests.conftest import ROOT, clone_node, plan_of
+
+FIXTURES = ROOT / "tests" / "fixtures" / "models"
+DECISIONS = json.loads((FIXTURES / "vllm-0.33.0-decisions.json").read_text())["cases"]
+CARDS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
+
+
+def _regenerate(command: str, root: Path) -> dict[str, Any]:
+    """Run a card's recorded command into another root and read what it wrote."""
+    from review.cli import build_parser
+
+    argv = shlex.split(command)[3:]  # after "python -m stacks"
+    args = build_parser().parse_args(argv)
+    lines: list[str] = []
+    code = main(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [], why=args.why,
+                endpoint_url=None, region=None, root=root, command=shlex.split(command)[:3] + argv,
+                echo=lines.append)
+    assert code == 0, lines
+    return dict(json.loads((root / "models" / f"{args.name}.json").read_text()))
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_committed_cards_are_what_the_command_writes(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    monkeypatch.chdir(ROOT)
+    card = json.loads((ROOT / "models" / f"{name}.json").read_text())
+    assert _regenerate(card["generated_by"], tmp_path) == card
+
+
+def test_seven_cards_five_public_families() -> None:
+    families = {n: get_profile(n).family for n in CARDS}  # type: ignore[union-attr]
+    assert families == {"deepseek-v3": "moe-mla", "deepseek-v4-flash": "deepseek-v4",
+                        "deepseek-v4.1-flash": "deepseek-v4", "gpt-oss-20b": "moe-gqa",
+                        "qwen3-235b-a22b-instruct-2507": "moe-gqa", "qwen3-30b-a3b": "moe-gqa",
+                        "qwen3-8b": "dense-gqa"}
+
+
+def test_synthesized_gpt_oss_matches_the_published_index() -> None:
+    """The one public index at hand: every tensor name matches, and the synthesized bytes equal total_size."""
+    card = json.loads((ROOT / "models" / "gpt-oss-20b.json").read_text())
+    real = json.loads((FIXTURES / "gpt-oss-20b" / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+    assert card["weights"]["index_total_size"] == real == 13_761_264_768
+    assert abs(card["weights"]["total_bytes"] - real) / real < 0.10
+    assert card["weights"]["total_bytes"] == real  # MXFP4 blocks + scales + bf16 rest, byte for byte
+    assert "every name matches" in card["weights"]["source"]
+
+
+def test_synthesized_sizes_match_the_published_sizes() -> None:
+    """Sizes published next to the checkpoints (ORIGINS.md): DeepSeek-V3's 163 shards hold 688,586,727,753 bytes
+    (tensors plus headers and the MTP layer)."""
+    v3 = json.loads((ROOT / "models" / "deepseek-v3.json").read_text())["weights"]
+    assert abs(v3["total_bytes"] - 688_586_727_753) / 688_586_727_753 < 0.10
+    assert v3["unused_bytes"] > 0  # the MTP layer, not loaded without MTP speculative decoding
+
+
+# ------------------------------------------------------------------------------------- headers, S3, bad input
+
+
+def _write_shards(model: Path, shapes: dict[str, tuple[str, list[int]]], shards: int = 2) -> None:
+    """Real safetensors files (written by the `safetensors` library) holding `shapes`, split over `shards`."""
+    import ctypes
+
+    import safetensors
+
+    lib_dtype = {"BF16": "bfloat16", "F32": "float32", "U8": "uint8", "F8_E4M3": "float8_e4m3fn"}
+    width = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+    names = sorted(shapes)
+    weight_map = {}
+    total = 0
+    for i in range(shards):
+        part = names[i::shards]
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        spec = {}
+        keep = []
+        for n in part:
+            dtype, shape = shapes[n]
+            size = math.prod(shape) * width[dtype]
+            total += size
+            buf = ctypes.create_string_buffer(max(size, 1))
+            keep.append(buf)
+            spec[n] = safetensors.TensorSpec(dtype=lib_dtype[dtype], shape=shape, data_ptr=ctypes.addressof(buf),
+                                             data_len=size)
+        safetensors.serialize_file(spec, str(model / file), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(part, file)
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                    "weight_map": weight_map}))
+
+
+TINY = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+        "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2,
+        "vocab_size": 100, "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def _tiny_model(root: Path, config: dict[str, Any] | None = None) -> Path:
+    model = root / "tiny"
+    model.mkdir()
+    cfg = config or TINY
+    (model / "config.json").write_text(json.dumps(cfg))
+    return model
+
+
+def test_card_from_real_headers_equals_the_synthesized_one(tmp_path: Path) -> None:
+    """The header path (index + every shard's header, files written by the safetensors library) and the
+    synthesized path agree on every byte of the split."""
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize({**json.loads((model / "config.json").read_text()), **_facts(model)}))
+    real = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None, command=[])
+    made = build_card(LocalSource(model), "tiny", synthesize_weights=True, facts_given={}, why=None, command=[])
+    assert real["weights"]["source"].startswith("model.safetensors.index.json and every shard")
+    assert [s["name"] for s in real["weights"]["shards"]] == ["model-00001-of-00002.safetensors",
+                                                              "model-00002-of-00002.safetensors"]
+    for key in ("total_bytes", "experts_bytes", "dense_bytes", "replicated_bytes", "embeddings_bytes",
+                "layer_bytes", "first_stage_bytes", "last_stage_bytes"):
+        assert real["weights"][key] == made["weights"][key], key
+    assert real["weights"]["experts_bytes"] == 2 * 4 * 3 * 32 * 64 * 2
+
+
+def _facts(model: Path) -> dict[str, Any]:
+    from review.model_card import model_facts
+
+    raw = json.loads((model / "config.json").read_text())
+    return model_facts(raw, raw)[0]
+
+
+def _card_exit(*args: str, root: Path) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "stacks", "model-card", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"VLLM_CLUSTER_ROOT": str(root), "PATH": "/usr/bin:/bin"})
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_cli_writes_under_the_project_root(tmp_path: Path) -> None:
+    code, out = _card_exit("tests/fixtures/models/qwen3-8b", "--name", "q", "--synthesize-weights", root=tmp_path)
+    assert code == 0, out
+    assert json.loads((tmp_path / "models" / "q.json").read_text())["architecture"] == "Qwen3ForCausalLM"
+
+
+def _bad(tmp_path: Path, mutate: Any) -> str:
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    mutate(model)
+    code, out = _card_exit(str(model), "--name", "bad", root=tmp_path)
+    assert code == 2, out
+    assert "Traceback" not in out
+    return out
+
+
+def test_directory_without_config_json(tmp_path: Path) -> None:
+    assert "no config.json" in _bad(tmp_path, lambda m: (m / "config.json").unlink())
+
+
+def test_truncated_index(tmp_path: Path) -> None:
+    def cut(m: Path) -> None:
+        index = m / "model.safetensors.index.json"
+        index.write_text(index.read_text()[:200])
+    out = _bad(tmp_path, cut)
+    assert "model.safetensors.index.json: not JSON" in out
+
+
+def test_index_that_lost_entries_against_the_headers(tmp_path: Path) -> None:
+    def drop(m: Path) -> None:
+        index = m / "model.safetensors.index.json"
+        data = json.loads(index.read_text())
+        data["metadata"]["total_size"] += 2
+        index.write_text(json.dumps(data))
+    assert "metadata.total_size" in _bad(tmp_path, drop)
+
+
+def test_shard_the_index_names_but_the_directory_lacks(tmp_path: Path) -> None:
+    out = _bad(tmp_path, lambda m: (m / "model-00002-of-00002.safetensors").unlink())
+    assert "model.safetensors.index.json: weight_map names model-00002-of-00002.safetensors" in out
+
+
+def test_truncated_shard(tmp_path: Path) -> None:
+    def cut(m: Path) -> None:
+        shard = m / "model-00001-of-00002.safetensors"
+        shard.write_bytes(shard.read_bytes()[:-10])
+    assert "truncated" in _bad(tmp_path, cut)
+
+
+@pytest.mark.parametrize(("patch", "key"), [
+    ({"num_key_value_heads": 3}, "num_key_value_heads = 3 contradicts num_attention_heads = 4"),
+    ({"num_hidden_layers": 10_000_000}, "num_hidden_layers = 10000000 is not plausible"),
+    ({"num_attention_heads": -4}, "num_attention_heads = -4 is not plausible"),
+    ({"num_experts_per_tok": 9}, "num_experts_per_tok = 9 contradicts 4 routed experts"),
+    ({"max_position_embeddings": "long"}, "max_position_embeddings = 'long' is not an integer"),
+    ({"architectures": "Qwen3MoeForCausalLM"}, "architectures must be a list"),
+])
+def test_contradictory_or_absurd_config(tmp_path: Path, patch: dict[str, Any], key: str) -> None:
+    def write(m: Path) -> None:
+        (m / "config.json").write_text(json.dumps({**TINY, **patch}))
+    out = _bad(tmp_path, write)
+    assert f"config.json: {key}" in out or key in out, out
+
+
+def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> None:
+    """The same card from a bucket (moto's S3 API on loopback, the sync's client and source rule), and exit 2
+    naming the shard when one the index names is not in the bucket."""
+    from tests.weights_harness import KEY_ID, SECRET, moto_server
+
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    local = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None, command=[])
+    with moto_server() as s3:
+        client = s3.client()
+        client.create_bucket(Bucket="models")
+        for file in model.iterdir():
+            client.upload_file(str(file), "models", f"tiny/{file.name}")
+        env = {"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": KEY_ID,
+               "AWS_SECRET_ACCESS_KEY": SECRET}
+        run = [sys.executable, "-m", "stacks", "model-card", "s3://models/tiny", "--name", "tiny",
+               "--endpoint-url", s3.endpoint]
+        done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        remote = json.loads((tmp_path / "models" / "tiny.json").read_text())
+        assert remote["weights"]["layer_bytes"] == local["weights"]["layer_bytes"]
+        assert remote["weights"]["shards"] == local["weights"]["shards"]
+        client.delete_object(Bucket="models", Key="tiny/model-00002-of-00002.safetensors")
+        done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        assert "weight_map names model-00002-of-00002.safetensors" in done.stderr
+
+
+def test_no_index_needs_the_synthesize_switch(tmp_path: Path) -> None:
+    model = _tiny_model(tmp_path)
+    with pytest.raises(CardError, match="--synthesize-weights"):
+        build_card(LocalSource(model), "t", synthesize_weights=False, facts_given={}, why=None, command=[])
+
+
+# ------------------------------------------------------------------------------------- accept / refuse
+
+
+def _stack(h20: dict[str, Any], card: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """A stack that runs `vllm serve <card> <argv>` on H200 nodes of 8 GPUs (ray for one replica, mp for DP)."""
+    opts = dict(zip(argv[::2], argv[1::2], strict=False))
+    tp, pp, dp = int(opts.get("-tp", 1)), int(opts.get("-pp", 1)), int(opts.get("-dp", 1))
+    gpus = tp * pp * dp
+    nodes = max(1, math.ceil(gpus / 8))
+    values = copy.deepcopy(h20)
+    values["nodes"] = [clone_node(h20["nodes"][0], i) for i in range(nodes)]
+    for node in values["nodes"]:
+        node["gpus"] |= {"count": gpus // nodes, "model": "NVIDIA H200", "memory_gb": 141}
+    values["model"] |= {"profile": card, "served_name": card, "path": card}
+    values["image"]["tag"] = "v0.33.0-model-cards"  # not in the image table: the general rules only
+    values["parallelism"] = {"tensor": tp, "pipeline": pp, "data": dp, "expert": "--enable-expert-parallel" in argv,
+                             "backend": "mp" if dp > 1 else "ray"}
+    serving = values["serving"]
+    for key in ("tokenizer_mode", "tool_call_parser", "reasoning_parser", "kv_cache_dtype"):
+        serving.pop(key, None)
+    profile = get_profile(card)
+    assert profile is not None
+    serving["max_model_len"] = int(opts.get("--max-model-len", profile.max_context))
+    serving["max_num_seqs"] = 8
+    values["container"] = {**values.get("container", {}), "env": env}
+    return values
+
+
+CARD_OF = {"qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b-instruct-2507"}
+BY_MODEL_INIT = {
+    # vLLM's engine config passes these; the model's constructor on the GPUs refuses (or idles GPUs):
+    "qwen3-8b pp48": ("parallelism.pipeline", "get_pp_indices"),  # distributed/utils.py:198-241: 0-layer stages
+    "gpt-oss-20b tp16": ("parallelism.tensor", "num_local_key_value_heads"),  # models/gpt_oss.py:156: 8 // 16 = 0
+    "tiny-llama tp12": ("parallelism.tensor", "tp_size % self.total_num_kv_heads"),  # models/llama.py:148-156
+}
+
+
+def _outcome(values: dict[str, Any]) -> list[Problem]:
+    try:
+        plan_of(values)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+@pytest.fixture
+def tiny_llama_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 48-head / 8-KV-head Llama fixture as a card in a project root of its own (not a shipped card)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    assert main("tests/fixtures/models/tiny-llama-48h-8kv", "tiny-llama-48h-8kv", synthesize_weights=True, facts=[],
+                why=None, endpoint_url=None, region=None, root=tmp_path, command=[], echo=print) == 0
+
+
+@pytest.mark.parametrize("case", sorted(DECISIONS))
+def test_accept_and_refuse_as_vllm_does(case: str, h20_values: dict[str, Any], tiny_llama_card: None) -> None:
+    decided = DECISIONS[case]
+    card = decided["model"]
+    argv, env = decided["argv"], decided["env"]
+    problems = _outcome(_stack(h20_values, card, argv, env))
+    texts = "\n".join(p.render() for p in problems)
+    if case in BY_MODEL_INIT:
+        assert "ok" in decided  # the engine config passes ...
+        key, quoted = BY_MODEL_INIT[case]
+        assert [p.key for p in problems] == [key], texts  # ... and the planner refuses as the model init would
+        assert quoted in texts
+    elif "ok" in decided:
+        assert problems == [], texts
+    else:
+        assert problems, f"vLLM refused ({decided['message']}) but the plan passed"
+        vllm_says = decided["message"].split(" [type=")[0].removeprefix("Value error, ")
+        assert any(vllm_says[:60] in (p.upstream or "") for p in problems), (vllm_says, texts)
+
+
+@pytest.mark.parametrize("case", sorted(c for c, d in DECISIONS.items() if "ok" in d))
+def test_derived_facts_match_vllm(case: str, tiny_llama_card: None) -> None:
+    """KV bytes per token and layer as vLLM's page holds them, PP stages as get_pp_indices cuts them, and the
+    default max_model_len."""
+    decided = DECISIONS[case]
+    ok, argv = decided["ok"], decided["argv"]
+    profile = get_profile(decided["model"])
+    assert profile is not None
+    opts = dict(zip(argv[::2], argv[1::2], strict=False))
+    tp, pp = int(opts.get("-tp", 1)), int(opts.get("-pp", 1))
+    if profile.mla_head is not None:
+        assert ok["use_mla"] and ok["head_size"] == profile.mla_head
+        assert mla_kv_bytes_per_layer(profile.mla_head, "auto") == ok["kv_bytes_per_token_per_layer"]
+    else:
+        assert ok["head_size"] == profile.head_dim
+        assert gqa_kv_bytes_per_layer(profile.kv_heads, tp, profile.head_dim, "auto") == \
+            ok["kv_bytes_per_token_per_layer"]
+    assert [hi - lo for lo, hi in pp_partition(profile.layers, pp)] == ok["layers_per_pp_stage"]
+    if "--max-model-len" not in argv:
+        assert ok["max_model_len"] == profile.max_context
+
+
+def test_fp8_block_experts_need_whole_blocks_per_rank(h20_values: dict[str, Any]) -> None:
+    """DeepSeek-V3's 2048-column experts in 128-wide FP8 blocks: 32 ranks without expert parallelism leave 64
+    columns each; vLLM refuses in the FP8 MoE method's create_weights (quantization/fp8.py:555,
+    utils/fp8_utils.py:1361-1366; model init, after create_engine_config passed). With EP each rank holds whole
+    experts."""
+    problems = _outcome(_stack(h20_values, "deepseek-v3", ["-tp", "32"], {}))
+    assert [p.key for p in problems] == ["parallelism.tensor"], [p.render() for p in problems]
+    assert "The output_size of gate's and up's weight = 64 is not divisible by weight quantization block_n = 128." \
+        in (problems[0].upstream or "")
+    assert _outcome(_stack(h20_values, "deepseek-v3", ["-tp", "32", "--enable-expert-parallel"], {})) == []
+
+
+def test_fp8_ds_mla_kv_is_a_fixed_row() -> None:
+    assert mla_kv_bytes_per_layer(576, "fp8_ds_mla") == 656
+    assert mla_kv_bytes_per_layer(576, "fp8") == 576
+
+
+# ------------------------------------------------------------------------------------- memory in the plan
+
+
+def test_plan_json_carries_memory_per_node(h20_values: dict[str, Any]) -> None:
+    plan = plan_of(h20_values).to_json_dict()
+    assert [m["node"] for m in plan["memory"]] == ["h20-1", "h20-2"]
+    for row in plan["memory"]:
+        assert set(row) >= {"node", "gpu_memory_gb", "usable_gb", "weights_gb", "weights_split_gb",
+                            "kv_one_sequence_gb", "reserve_gb", "total_gb", "free_for_kv_gb"}
+        assert row["total_gb"] == pytest.approx(row["weights_gb"] + row["kv_one_sequence_gb"] + row["reserve_gb"],
+                                                abs=0.02)
+        assert row["free_for_kv_gb"] == pytest.approx(row["usable_gb"] - row["total_gb"], abs=0.02)
+
+
+def test_per_gpu_weights_follow_the_cards_split(h20_values: dict[str, Any]) -> None:
+    """gpt-oss-20b on TP2: each GPU holds half of everything but the replicated router and norms, the MXFP4
+    experts padded as vLLM's kernels want them (hidden 2880 -> 3072, each rank's FFN 1440 -> 1536)."""
+    values = _stack(h20_values, "gpt-oss-20b", ["-tp", "2"], {})
+    row = plan_of(values).to_json_dict()["memory"][0]
+    card = json.loads((ROOT / "models" / "gpt-oss-20b.json").read_text())["weights"]
+    replicated = card["replicated_bytes"] / 1e9
+    pad = 3072 / 2880 * 1536 / 1440
+    expect = (card["total_bytes"] / 1e9 - replicated + card["experts_bytes"] / 1e9 * (pad - 1)) / 2 + replicated
+    assert row["weights_gb"] == pytest.approx(expect, rel=0.001)
+    assert card["total_bytes"] == card["index_total_size"]  # the split is of the published bytes
+    # KV: 12 full-attention layers x 2 x 4 KV heads x 64 x 2 B, 12 sliding layers holding 128 + 2048 tokens
+    full = 12 * 2 * 4 * 64 * 2
+    assert row["kv_bytes_per_token"] == pytest.approx(full + full * (128 + 2048) / 131072, abs=0.1)
+
+
+def test_the_support_matrix_follows_the_cards() -> None:
+    from review.model_card import support_matrix
+
+    doc = (ROOT / "docs" / "your-model.md").read_text()
+    table = doc.split("<!-- cards -->\n", 1)[1].split("<!-- /cards -->", 1)[0]
+    assert table == support_matrix(ROOT / "models")
