@@ -82,6 +82,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(401, {"error": "Unauthorized"})
         elif self.path == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": ARGS.served_name, "object": "model"}]})
+        elif self.path == "/metrics" and ARGS.metrics_file:  # a recorded vLLM exposition, served as is
+            with open(ARGS.metrics_file, encoding="utf-8") as handle:
+                self._send(200, handle.read(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path in ("/metrics", "/server_info", "/is_paused"):  # like vLLM: open, no key needed
             self._send(200, "vllm:num_requests_running 0\n", "text/plain")
         else:
@@ -212,6 +215,7 @@ def main() -> None:
     p.add_argument("--wrong-answer", default="324")
     p.add_argument("--down-rank", type=int, default=None)
     p.add_argument("--control-file", default="")
+    p.add_argument("--metrics-file", default="", help="serve this file as /metrics (a recorded exposition)")
     p.add_argument("--drop-rank-header", action="store_true", help="ignore X-data-parallel-rank (balance instead)")
     ARGS = p.parse_args()
     time.sleep(ARGS.start_delay_s)
