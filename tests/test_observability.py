@@ -292,3 +292,36 @@ def test_real_prometheus_joins_vllm_series_to_node_and_generation(tmp_path: Path
             result = query(prom_port, promql)
             assert result["status"] == "success", (where, result)
         assert prometheus.poll() is None
+
+
+# ---- the program under Pulumi's mocks -----------------------------------------------------------------------
+
+def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_env() -> None:
+    from tests.pulumi_harness import SECRET_VALUES, run_program
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True}
+    password, webhook = "grafana-pw-0123456789", "https://hooks.example.com/T0/abcdef"
+    run = run_program("prod", values, secrets={**SECRET_VALUES, "grafana_admin_password": password,
+                                               "alert_webhook_url": webhook})
+    assert run.error is None, run.error
+    containers = {r.name: r for r in run.mocks.of_type("docker:index/container:Container")}
+    expected = {f"observability-{n}-{role}" for n in ("node1", "node2") for role in ("node-exporter", "dcgm-exporter")}
+    expected |= {f"observability-node1-{role}" for role in ("prometheus", "grafana", "alertmanager")}
+    assert expected <= set(containers)
+    grafana = containers["observability-node1-grafana"].inputs
+    assert not any(password in e for e in json.dumps(grafana.get("envs")).split(","))
+    uploads = json.dumps(grafana["uploads"])
+    assert "/etc/grafana/admin_password" in uploads and "vllm-prod-overview.json" in uploads
+    prometheus = json.dumps(containers["observability-node1-prometheus"].inputs["uploads"])
+    assert "prometheus.yml" in prometheus and "vllm-cluster.rules.yml" in prometheus
+    assert webhook not in json.dumps([r.inputs for r in run.mocks.resources if r.name != "observability-node1-"
+                                      "alertmanager"])
+    # each node's exporter follows that node's engine container; no engine waits for a monitoring container
+    exporter = run.options["observability-node2-node-exporter"]
+    assert [d._name for d in exporter.depends_on] == ["engine-node2-deepseek-v41-flash"]  # type: ignore[union-attr]
+    for name, opts in run.options.items():
+        if not name.startswith("observability-"):
+            deps = [getattr(d, "_name", "") for d in (opts.depends_on or [])]  # type: ignore[union-attr]
+            assert not any(str(d).startswith("observability-") for d in deps), name
+    assert run.outputs["monitoring"] == {"prometheus": "10.30.8.1:9090", "grafana": "10.30.8.1:3000"}
