@@ -46,7 +46,7 @@ NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus
 
 def enabled(values: dict[str, Any], *, webhook: bool = True) -> dict[str, Any]:
     out = copy.deepcopy(values)
-    out["observability"] = {"enabled": True}
+    out["observability"] = {**out.get("observability", {}), "enabled": True}
     out["grafana_admin_password"] = SECRET
     if webhook:
         out["alert_webhook_url"] = SECRET
@@ -325,3 +325,48 @@ def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_
             deps = [getattr(d, "_name", "") for d in (opts.depends_on or [])]  # type: ignore[union-attr]
             assert not any(str(d).startswith("observability-") for d in deps), name
     assert run.outputs["monitoring"] == {"prometheus": "10.30.8.1:9090", "grafana": "10.30.8.1:3000"}
+
+
+# ---- what a monitoring change costs: the diff and the replacement rules ------------------------------------
+
+def _registered(values: dict[str, Any]) -> list[Any]:
+    from review.registrations import register
+    secrets = {"api_key": "k", "ssh_private_key": "s", "grafana_admin_password": "pw",
+               "alert_webhook_url": "https://hooks.example.com/x"}
+    return register("prod", values, secrets)
+
+
+def test_a_dashboard_edit_or_a_threshold_change_restarts_no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from review.plan_diff import diff_plans, to_markdown
+    from review.replacement import impact
+    from stacks.planner import observability as obs
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True}
+    before = _registered(values)
+    # a threshold: the rule file changes, so Prometheus (only) is replaced
+    stricter = copy.deepcopy(values)
+    stricter["observability"]["ttft_p99_s"] = 5
+    found = impact(before, _registered(stricter))
+    assert found.engines == "" and found.proxy == "" and found.checks == []
+    assert found.other == ["observability-node1-prometheus (replace)"]
+    base_plan, _ = generated("prod", enabled(values))
+    head_plan, _ = generated("prod", enabled(stricter))
+    diff = diff_plans("prod", "main", base_plan.to_json_dict(), head_plan.to_json_dict())
+    assert diff["replaced"] == [] and diff["monitoring"]["replaced"] == ["node1-prometheus"]
+    assert diff["monitoring"]["files"] == [RULES_FILE]
+    assert "### Monitoring" in to_markdown(diff) and "no engine restarts" in to_markdown(diff)
+    # a dashboard edit in the code: Grafana (only) is replaced
+    original = obs.dashboards
+
+    def edited(stack: str, config: Any, topo: Any) -> dict[str, dict[str, Any]]:
+        boards = original(stack, config, topo)
+        next(iter(boards.values()))["title"] += " (edited)"
+        return boards
+
+    monkeypatch.setattr(obs, "dashboards", edited)
+    found = impact(before, _registered(values))
+    assert found.engines == "" and found.proxy == "" and found.other == ["observability-node1-grafana (replace)"]
+    edited_plan, _ = generated("prod", enabled(values))
+    diff = diff_plans("prod", "main", base_plan.to_json_dict(), edited_plan.to_json_dict())
+    assert diff["replaced"] == [] and diff["monitoring"]["replaced"] == ["node1-grafana"]
