@@ -307,8 +307,8 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["proxy"].items()]
     monitoring = diff.get("monitoring") or {}
     if monitoring:
-        lines += ["", "### Monitoring", "", "Metrics pause while a monitoring container is replaced; no engine restarts "
-                  "for it:"]
+        lines += ["", "### Monitoring", "",
+                  "Metrics pause while a monitoring container is replaced; no engine restarts for it:"]
         lines += [f"- {_code(n)}: {kind}" for kind in ("created", "deleted", "replaced") for n in monitoring[kind]]
         lines += [f"- generated file changed: {_code(f)}" for f in monitoring["files"]]
     if diff["listeners"]["added"] or diff["listeners"]["removed"]:

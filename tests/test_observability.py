@@ -370,3 +370,60 @@ def test_a_dashboard_edit_or_a_threshold_change_restarts_no_engine(monkeypatch: 
     edited_plan, _ = generated("prod", enabled(values))
     diff = diff_plans("prod", "main", base_plan.to_json_dict(), edited_plan.to_json_dict())
     assert diff["replaced"] == [] and diff["monitoring"]["replaced"] == ["node1-grafana"]
+
+
+# ---- the review tools ---------------------------------------------------------------------------------------
+
+OBS_FLAGS = ["--set", "observability.enabled=true", "--assume-secret", "grafana_admin_password"]
+
+
+def stacks_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_observability_command_writes_exactly_the_deployed_files(tmp_path: Path) -> None:
+    out = stacks_cli("observability", "h20", "--out", str(tmp_path), *OBS_FLAGS)
+    assert out.returncode == 0, out.stderr
+    _, files = generated("h20", enabled(read_stack_values("h20"), webhook=False))
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(files) and all((tmp_path / k).read_text() == v for k, v in files.items())
+    off = stacks_cli("observability", "h20", "--out", str(tmp_path / "off"))
+    assert off.returncode == 2 and "observability.enabled is false" in off.stderr and "Traceback" not in off.stderr
+    missing = stacks_cli("observability", "h20", "--out", str(tmp_path / "x"), "--set", "observability.enabled=true")
+    assert missing.returncode == 2 and "grafana_admin_password" in missing.stderr
+
+
+def test_plan_lists_the_monitoring_containers_and_their_private_listeners() -> None:
+    out = stacks_cli("plan", "prod", *OBS_FLAGS)
+    assert out.returncode == 0, out.stderr
+    assert "== monitoring on node1: Prometheus 10.30.8.1:9090, Grafana 10.30.8.1:3000" in out.stdout
+    for line in ("node2: container prod-dcgm-exporter", "node1: container prod-prometheus"):
+        assert line in out.stdout
+    plan = json.loads(stacks_cli("plan", "prod", "--json", *OBS_FLAGS).stdout)
+    monitoring = [x for x in plan["listeners"] if x["role"] == "monitoring"]
+    assert {(x["node"], x["port"]) for x in monitoring} >= {("node1", 9090), ("node1", 3000), ("node2", 9100),
+                                                             ("node2", 9400)}
+    assert all(not x["public"] and x["bind"] not in ("0.0.0.0", "::") for x in monitoring)
+    node2 = next(f for f in plan["firewall"]["nodes"] if f["node"] == "node2")
+    assert "9100" in node2["internal_ports"] and "9400" in node2["internal_ports"]
+    # off by default: the committed stack plans exactly as before
+    assert json.loads(stacks_cli("plan", "prod", "--json").stdout)["observability"] is None
+
+
+def test_the_watch_unit_serves_metrics_when_observability_is_on() -> None:
+    out = stacks_cli("watch-unit", "prod", *OBS_FLAGS)
+    assert out.returncode == 0, out.stderr
+    exec_line = next(line for line in out.stdout.splitlines() if line.startswith("ExecStart="))
+    assert "--metrics-listen 10.30.8.1:9464" in exec_line and "--info-json" in exec_line
+    plain = stacks_cli("watch-unit", "prod")
+    assert "--metrics-listen" not in plain.stdout
+
+
+def test_the_watch_refuses_bad_metrics_arguments() -> None:
+    base = [sys.executable, "-m", "checks.api", "--watch", "--url", "http://127.0.0.1:9", "--served-name", "m"]
+    for extra, says in ((["--metrics-listen", "nowhere"], "--metrics-listen"),
+                        (["--metrics-listen", "127.0.0.1:1", "--info-json", "{"], "--info-json"),
+                        (["--info-json", '{"ranks": []}'], "without --metrics-listen")):
+        out = subprocess.run([*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and says in out.stdout and "Traceback" not in out.stderr, out.stdout

@@ -415,7 +415,8 @@ def listener_problems(listeners: list[Listener]) -> list[Problem]:
                 continue
             port = max(x.port, other.port)
             problems.append(Problem(
-                _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
+                PORT_KEYS.get(x.source) or PORT_KEYS.get(other.source)  # monitoring ports move most easily
+                or _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
                 f"{x.purpose} and {other.purpose} both listen on {x.node}:{port}: one fails to bind "
                 "(OSError: [Errno 98] Address already in use)",
                 fix="another port; Ray's fixed ports are stacks/planner/listeners.py RAY_PORTS ("
