@@ -202,6 +202,8 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
         "text (one line)": lambda: [f"{cur} x" if cur else "x"],
         "DNS name": lambda: ["llm-x.example.com"],
         "Docker repository": lambda: [f"{cur}-x"] if cur else ["vllm/vllm-openai"],
+        "image reference": lambda: [f"{cur.partition('@')[0]}-x", f"{cur.partition('@')[0]}@sha256:{'ab' * 32}"]
+        if cur else ["busybox:1.36"],
         "/dev path": lambda: ["/dev/fuse", "/dev/null"],
         "Linux capability": lambda: ["SYS_NICE", "NET_ADMIN", "IPC_LOCK"],
         "ulimit name": lambda: ["nofile", "core", "nproc"],

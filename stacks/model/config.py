@@ -33,6 +33,7 @@ from stacks.model.field_types import (
     HostAddress,
     Identifier,
     IfName,
+    ImageRef,
     IpAddress,
     NodeName,
     ParserName,
@@ -467,25 +468,18 @@ class FirewallConfig(_Model):
 
 
 class ObservabilityImages(_Model):
-    """The monitoring images. Tags are defaults the project was written against; pin each as
-    `repo:tag@sha256:…` in prod (a plan warning otherwise, like the engine image)."""
+    """The monitoring images as `repo:tag` or `repo:tag@sha256:…`. The tags are the versions the generated files
+    were written for; pin each by digest in prod (a plan warning otherwise, like the engine image)."""
 
-    prometheus: ImageConfig = Field(
-        default_factory=lambda: ImageConfig(repository="prom/prometheus", tag="v2.53.3"),
-        description="Prometheus image (its config is checked with promtool 2.42 or later)")
-    grafana: ImageConfig = Field(
-        default_factory=lambda: ImageConfig(repository="grafana/grafana", tag="11.6.0"),
-        description="Grafana image (dashboards and the datasource are provisioned from files)")
-    alertmanager: ImageConfig = Field(
-        default_factory=lambda: ImageConfig(repository="prom/alertmanager", tag="v0.27.0"),
-        description="Alertmanager image (runs only with the alert_webhook_url secret set)")
-    node_exporter: ImageConfig = Field(
-        default_factory=lambda: ImageConfig(repository="prom/node-exporter", tag="v1.8.2"),
-        description="node exporter image, on every node")
-    dcgm_exporter: ImageConfig = Field(
-        default_factory=lambda: ImageConfig(repository="nvcr.io/nvidia/k8s/dcgm-exporter",
-                                            tag="4.5.3-4.8.2-distroless"),
-        description="NVIDIA DCGM exporter image, on every node")
+    prometheus: ImageRef = Field(default="prom/prometheus:v2.53.3",
+                                 description="Prometheus image (its config is checked with promtool 2.42 or later)")
+    grafana: ImageRef = Field(default="grafana/grafana:11.6.0",
+                              description="Grafana image (dashboards and the datasource are provisioned from files)")
+    alertmanager: ImageRef = Field(default="prom/alertmanager:v0.27.0",
+                                   description="Alertmanager image (runs only with the alert_webhook_url secret set)")
+    node_exporter: ImageRef = Field(default="prom/node-exporter:v1.8.2", description="node exporter, on every node")
+    dcgm_exporter: ImageRef = Field(default="nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+                                    description="NVIDIA DCGM exporter image, on every node")
 
 
 class ObservabilityPorts(_Model):

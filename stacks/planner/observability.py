@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from stacks.model.config import ImageConfig, StackConfig
+from stacks.model.config import StackConfig
 from stacks.model.field_types import bracket_host
 from stacks.planner.topology import Topology
 
@@ -431,27 +431,27 @@ def containers(stack: str, config: StackConfig, topo: Topology) -> list[MonitorC
     out: list[MonitorContainer] = []
     for node in topo.nodes:
         out.append(MonitorContainer(
-            node=node.name, name=f"{stack}-node-exporter"[:63], role="node-exporter", image=img.node_exporter.pull_ref,
+            node=node.name, name=f"{stack}-node-exporter"[:63], role="node-exporter", image=img.node_exporter,
             listen=_listen(config, node.name, p.node_exporter),
             args=[f"--web.listen-address={_listen(config, node.name, p.node_exporter)}",
                   "--path.rootfs=/host", f"--collector.textfile.directory={TEXTFILE_DIR}"]))
         out.append(MonitorContainer(
-            node=node.name, name=f"{stack}-dcgm-exporter"[:63], role="dcgm-exporter", image=img.dcgm_exporter.pull_ref,
+            node=node.name, name=f"{stack}-dcgm-exporter"[:63], role="dcgm-exporter", image=img.dcgm_exporter,
             listen=_listen(config, node.name, p.dcgm_exporter),
             args=["--address", _listen(config, node.name, p.dcgm_exporter)]))
     retention = [f"--storage.tsdb.retention.time={obs.retention_days}d",
                  f"--storage.tsdb.retention.size={obs.retention_gb}GB"]
     out.append(MonitorContainer(
-        node=mon, name=f"{stack}-prometheus"[:63], role="prometheus", image=img.prometheus.pull_ref,
+        node=mon, name=f"{stack}-prometheus"[:63], role="prometheus", image=img.prometheus,
         listen=_listen(config, mon, p.prometheus),
         args=[f"--config.file={PROMETHEUS_DIR}/prometheus.yml", "--storage.tsdb.path=/prometheus", *retention,
               f"--web.listen-address={_listen(config, mon, p.prometheus)}"]))
     out.append(MonitorContainer(
-        node=mon, name=f"{stack}-grafana"[:63], role="grafana", image=img.grafana.pull_ref,
+        node=mon, name=f"{stack}-grafana"[:63], role="grafana", image=img.grafana,
         listen=_listen(config, mon, p.grafana), args=[]))
     if alertmanager_enabled(config):
         out.append(MonitorContainer(
-            node=mon, name=f"{stack}-alertmanager"[:63], role="alertmanager", image=img.alertmanager.pull_ref,
+            node=mon, name=f"{stack}-alertmanager"[:63], role="alertmanager", image=img.alertmanager,
             listen=_listen(config, mon, p.alertmanager),
             args=[f"--config.file={ALERTMANAGER_CONFIG}", "--storage.path=/alertmanager",
                   f"--web.listen-address={_listen(config, mon, p.alertmanager)}",
@@ -471,10 +471,10 @@ def grafana_env(config: StackConfig) -> dict[str, str]:
 
 
 def unpinned(config: StackConfig) -> list[str]:
-    imgs: dict[str, ImageConfig] = dict(config.observability.images)
+    imgs: dict[str, str] = dict(config.observability.images)
     used = {"prometheus", "grafana", "node_exporter", "dcgm_exporter"} | (
         {"alertmanager"} if alertmanager_enabled(config) else set())
-    return [f"observability.images.{k}" for k, v in imgs.items() if k in used and v.digest is None]
+    return [f"observability.images.{k}" for k, v in imgs.items() if k in used and "@sha256:" not in v]
 
 
 def observability_plan(stack: str, config: StackConfig, topo: Topology,
