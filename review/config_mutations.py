@@ -115,6 +115,8 @@ def describe(annotation: Any, metadata: list[Any] | None = None) -> Desc:
 
 KEY_EXAMPLES: dict[str, list[Any]] = {
     "serving.extra_args": [["--disable-log-stats"]],
+    "observability.node": ["node2", "h20-2"],   # another node of the committed stacks
+    "observability.watch_address": ["10.30.8.250", "192.0.2.250"],
 }
 """Values a field's type cannot produce on its own (a real `vllm serve` flag the config does not manage); a
 field's own `Field(examples=...)` is used the same way."""
