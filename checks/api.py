@@ -29,10 +29,12 @@ import re
 import signal
 import ssl
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
@@ -455,7 +457,7 @@ def _now() -> str:
 
 def watch(api: Api, served: str, goldens: list[Golden], targets: list[Target], interval_s: float, name: str,
           max_iterations: int | None = None, as_json: bool = False,
-          sleep: Callable[[float], None] = time.sleep) -> int:
+          sleep: Callable[[float], None] = time.sleep, metrics: WatchMetrics | None = None) -> int:
     """Probe every rank every interval; print a line when a rank goes down or comes back, and nothing else
     (apart from one line when it starts and one after the first round). Runs until stopped: exit 0."""
     state: dict[int | None, tuple[bool, float]] = {}
@@ -478,8 +480,11 @@ def watch(api: Api, served: str, goldens: list[Golden], targets: list[Target], i
     while True:
         iteration += 1
         for target in targets:
+            started = time.monotonic()
             probes = [probe_chat(api, served, g, target, retries=1) for g in goldens]
             ok = all(p.ok for p in probes)
+            if metrics is not None:
+                metrics.record(target, ok, time.monotonic() - started)
             bad = next((p for p in probes if not p.ok), probes[0])
             golden = next(g for g in goldens if g.prompt == bad.prompt)
             detail = _describe(bad, golden, len(goldens) > 1).removeprefix(target.label + " ")
@@ -498,6 +503,124 @@ def watch(api: Api, served: str, goldens: list[Golden], targets: list[Target], i
         if max_iterations is not None and iteration >= max_iterations:
             return 0
         sleep(interval_s)
+
+
+# --- watch metrics: the golden results and the info series, for Prometheus -----------------------------------
+# Served over HTTP by the watch process itself rather than written as a node exporter textfile: the watch unit runs
+# on the deploying host, which need not run a node exporter, and a textfile outlives a dead watcher (its last
+# "all ranks pass" would stay true), while a scrape of a dead process makes `up` 0 and the target-down alert fires.
+
+METRIC_HELP = {
+    "vllm_cluster_engine_info": ("gauge", "One series per DP rank: its node, GPUs, image and generation (1)."),
+    "vllm_cluster_golden_ok": ("gauge", "1 when the rank answered its whole golden set in the last round."),
+    "vllm_cluster_golden_consecutive_failures": ("gauge", "Rounds in a row the rank failed its golden set."),
+    "vllm_cluster_golden_latency_seconds": ("gauge", "Seconds the rank's last golden round took."),
+    "vllm_cluster_golden_rounds_total": ("counter", "Golden rounds probed on the rank, by result."),
+}
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return "{" + ",".join(f'{k}="{esc(str(v))}"' for k, v in labels.items()) + "}"
+
+
+class WatchMetrics:
+    """The series `--metrics-listen` serves (Prometheus text format 0.0.4); updated by the watch loop."""
+
+    def __init__(self, info: dict[str, Any] | None, stack: str = "") -> None:
+        self.lock = threading.Lock()
+        self.info = info or {}
+        self.stack = str(self.info.get("stack", stack))
+        self.nodes = {int(r["dp_rank"]): str(r["node"]) for r in self.info.get("ranks", [])}
+        self.ok: dict[int, int] = {}
+        self.failures: dict[int, int] = {}
+        self.latency: dict[int, float] = {}
+        self.rounds: dict[tuple[int, str], int] = {}
+
+    def record(self, target: Target, ok: bool, latency_s: float) -> None:
+        rank = target.rank or 0
+        with self.lock:
+            if target.node and rank not in self.nodes:
+                self.nodes[rank] = target.node
+            self.ok[rank] = int(ok)
+            self.failures[rank] = 0 if ok else self.failures.get(rank, 0) + 1
+            self.latency[rank] = latency_s
+            key = (rank, "pass" if ok else "fail")
+            self.rounds[key] = self.rounds.get(key, 0) + 1
+
+    def _labels(self, rank: int, **more: str) -> dict[str, str]:
+        return {"stack": self.stack, "node": self.nodes.get(rank, ""), "dp_rank": str(rank), **more}
+
+    def render(self) -> str:
+        lines: list[str] = []
+
+        def family(name: str, samples: list[tuple[dict[str, str], float]]) -> None:
+            kind, text = METRIC_HELP[name]
+            lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}"])
+            lines.extend(f"{name}{_label_text(labels)} {value:g}" for labels, value in samples)
+
+        with self.lock:
+            family("vllm_cluster_engine_info", [
+                ({"stack": self.stack, "node": str(r["node"]), "dp_rank": str(r["dp_rank"]), "gpus": str(r["gpus"]),
+                  "image": str(self.info.get("image", "")), "image_digest": str(self.info.get("image_digest", "")),
+                  "generation": str(r.get("generation", "")), "topology": str(self.info.get("topology", ""))}, 1)
+                for r in self.info.get("ranks", [])])
+            family("vllm_cluster_golden_ok", [(self._labels(r), v) for r, v in sorted(self.ok.items())])
+            family("vllm_cluster_golden_consecutive_failures",
+                   [(self._labels(r), v) for r, v in sorted(self.failures.items())])
+            family("vllm_cluster_golden_latency_seconds",
+                   [(self._labels(r), v) for r, v in sorted(self.latency.items())])
+            family("vllm_cluster_golden_rounds_total",
+                   [(self._labels(r, result=res), v) for (r, res), v in sorted(self.rounds.items())])
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(listen: tuple[str, int], metrics: WatchMetrics) -> ThreadingHTTPServer:
+    """GET /metrics on `listen`, in a daemon thread; anything else 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # one journal line per scrape would bury the transitions
+
+    family = 10 if ":" in listen[0] else 2  # AF_INET6 / AF_INET
+    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+    server: ThreadingHTTPServer = server_class(listen, Handler)
+    threading.Thread(target=server.serve_forever, name="watch-metrics", daemon=True).start()
+    return server
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigProblem(f"--metrics-listen {value[:80]!r}: needs ADDRESS:PORT, e.g. 10.30.8.1:9464")
+    return host, int(port)
+
+
+def _info(value: str) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        info = json.loads(value)
+        ranks = info["ranks"]
+        if not isinstance(info, dict) or not isinstance(ranks, list) or not all(
+                isinstance(r, dict) and {"dp_rank", "node", "gpus"} <= set(r) for r in ranks):
+            raise ValueError("ranks must be a list of {dp_rank, node, gpus, generation}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigProblem(f"--info-json: {exc}; python -m stacks watch-unit writes it") from None
+    return info
 
 
 # --- command line --------------------------------------------------------------------------------------------
@@ -616,6 +739,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--deny-paths", default="", help="comma-separated paths the proxy must refuse with 403")
     p.add_argument("--watch", action="store_true", help="probe every rank forever, one line per transition")
     p.add_argument("--max-iterations", type=int, default=None, help="--watch: stop after N rounds (tests)")
+    p.add_argument("--metrics-listen", default="", metavar="ADDRESS:PORT",
+                   help="--watch: serve the golden results and the info series for Prometheus on GET /metrics")
+    p.add_argument("--info-json", default="", help="--watch: the stack's ranks, nodes, image and generation "
+                   "(python -m stacks watch-unit writes it)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -629,6 +756,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not [s for s in args.sections.split(",") if s]:
             raise ConfigProblem(f"--sections {args.sections!r}: no section to run; a verdict over nothing would "
                                 "read as a pass")
+        listen = _listen(args.metrics_listen) if args.metrics_listen else None
+        info = _info(args.info_json)
+        if listen is None and info is not None:
+            raise ConfigProblem("--info-json without --metrics-listen: nothing would serve it")
         if args.max_iterations is not None and args.max_iterations < 1:
             raise ConfigProblem(f"--max-iterations {args.max_iterations}: must be at least 1")
     except ConfigProblem as exc:
@@ -639,9 +770,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     api = Api(args.url, key, args.timeout_s, ca_pem)
     if args.watch:
         signal.signal(signal.SIGTERM, _stop)
+        metrics = WatchMetrics(info) if listen is not None else None
+        if listen is not None and metrics is not None:
+            try:
+                serve_metrics(listen, metrics)
+            except OSError as exc:
+                print(f"CANNOT-RUN {args.name}: --metrics-listen {args.metrics_listen}: {exc.strerror}; an address "
+                      "of this host and a free port")
+                return 2
         try:
             return watch(api, args.served_name, goldens, targets, args.interval_s, args.name, args.max_iterations,
-                         args.json)
+                         args.json, metrics=metrics)
         except KeyboardInterrupt:
             return 0
     probes: list[Probe] = []

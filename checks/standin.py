@@ -91,6 +91,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(401, {"error": "Unauthorized"})
         elif self.path == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": ARGS.served_name, "object": "model"}]})
+        elif self.path == "/metrics" and ARGS.metrics_file:  # a recorded vLLM exposition, served as is
+            with open(ARGS.metrics_file, encoding="utf-8") as handle:
+                self._send(200, handle.read(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path in ("/metrics", "/server_info", "/is_paused"):  # like vLLM: open, no key needed
             self._send(200, "vllm:num_requests_running 0\n", "text/plain")
         else:
@@ -223,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wrong-answer", default="324")
     p.add_argument("--down-rank", type=int, default=None, help="this DP rank fails like a dead engine (500)")
     p.add_argument("--control-file", default="", help="JSON {wrong_rank, down_rank} read on every request")
+    p.add_argument("--metrics-file", default="", help="serve this file as /metrics (a recorded exposition)")
     p.add_argument("--drop-rank-header", action="store_true", help="ignore X-data-parallel-rank (balance instead)")
     return p
 

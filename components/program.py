@@ -34,6 +34,7 @@ from components.check_commands import (
 )
 from components.collective_check import collective_runs
 from components.gpu_node import GpuNode, GpuNodeArgs
+from components.observability import Observability, ObservabilityArgs
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.ssh_trust import docker_ssh_opts, write_known_hosts
@@ -255,6 +256,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
                             after=[api.health], triggers=list(engine.check_triggers))
+    monitoring = observability(stack, config, plan, nodes, engine, secrets)
     outputs: dict[str, Any] = {
         "endpoint": api.endpoint,
         "image": config.image.pull_ref,
@@ -264,10 +266,38 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         "verification": api.verification,
         "weights": weights,
     }
+    if plan.observability is not None:
+        outputs["monitoring"] = {"prometheus": plan.observability.prometheus, "grafana": plan.observability.grafana}
     for key, value in outputs.items():
         pulumi.export(key, value)
     return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts,
-            "firewalls": walls, "weights_match": weights_match, "collectives": collectives}
+            "firewalls": walls, "weights_match": weights_match, "collectives": collectives,
+            "observability": monitoring}
+
+
+def observability(stack: str, config: StackConfig, plan: Plan, nodes: dict[str, GpuNode], engine: VllmEngine,
+                  secrets: dict[str, pulumi.Output[Any]]) -> Observability | None:
+    """The monitoring containers (docs/observability.md). Files come from the same generator as `python -m stacks
+    observability`; alertmanager.yml is rendered inside an apply, since it holds the webhook URL (a secret)."""
+    if plan.observability is None:
+        return None
+    from stacks.planner.observability import alertmanager_config, grafana_env, render_files
+    from stacks.planner.topology import derive_topology
+
+    topo, _ = derive_topology(config)
+    files = render_files(stack, config, topo, {n.name: n.containers for n in plan.nodes})
+    files.pop("alertmanager.yml", None)
+    webhook = secrets.get("alert_webhook_url")
+    conf = None
+    if webhook is not None:
+        import yaml
+
+        conf = webhook.apply(lambda url: yaml.safe_dump(alertmanager_config(stack, str(url)), sort_keys=False))
+    return Observability("observability", ObservabilityArgs(
+        plan=plan.observability, stack=stack, files=files, providers={n: g.provider for n, g in nodes.items()},
+        data_dir=config.observability.data_dir, grafana_env=grafana_env(config),
+        admin_password=secrets["grafana_admin_password"], alertmanager_conf=conf,
+        engines=dict(engine.containers)))
 
 
 

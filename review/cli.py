@@ -1,5 +1,5 @@
-"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|reference`: offline tools, no
-Pulumi engine needed."""
+"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|observability|reference`:
+offline tools, no Pulumi engine needed."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ def _watch_unit(args: argparse.Namespace) -> int:
     tls = plan.proxy is not None and plan.proxy.tls
     ca_file = args.ca_file or (f"/etc/vllm-cluster/{args.stack}-ca.pem" if tls else None)
     dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    metrics_listen, info_json = None, None
+    if plan.observability is not None:
+        from stacks.planner.observability import engine_info
+        from stacks.planner.topology import derive_topology
+
+        topo, _ = derive_topology(config)
+        metrics_listen = plan.observability.watch_target
+        info_json = json.dumps(engine_info(args.stack, config, topo, {n.name: n.containers for n in plan.nodes}),
+                               separators=(",", ":"), sort_keys=True)
     try:
         name = unit_name(args.stack)
         text = render_watch_unit(
@@ -99,7 +108,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
             workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint, served_name=config.model.served_name,
             dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
             interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
-            ca_file=ca_file, user=args.user)
+            ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json)
     except ValueError as exc:
         print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
         return 2
@@ -114,6 +123,36 @@ def _watch_unit(args: argparse.Namespace) -> int:
     if ca_file:
         steps.append(f"# {ca_file}: pulumi config get vllm-cluster:tls_certificate > {ca_file}")
     print("\n".join(steps), file=sys.stderr)
+    return 0
+
+
+def _observability(args: argparse.Namespace) -> int:
+    """Write the monitoring files the program deploys (stacks/planner/observability.py) under --out, offline.
+    The webhook URL is a secret: alertmanager.yml holds a placeholder where the program puts it."""
+    from stacks.planner.observability import WEBHOOK_PLACEHOLDER, render_files
+    from stacks.planner.topology import derive_topology
+
+    config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    plan = build_plan(args.stack, config)
+    if plan.observability is None:
+        print(f"stack {args.stack!r}: observability.enabled is false; to see its files: venv/bin/python -m stacks "
+              f"observability {args.stack} --out DIR --set observability.enabled=true --assume-secret "
+              "grafana_admin_password", file=sys.stderr)
+        return 2
+    topo, _ = derive_topology(config)
+    files = render_files(args.stack, config, topo, {n.name: n.containers for n in plan.nodes},
+                         webhook_url=WEBHOOK_PLACEHOLDER)
+    out = Path(args.out)
+    try:
+        for rel, text in files.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"--out {args.out!r}: {exc.strerror}; give a writable directory", file=sys.stderr)
+        return 2
+    for rel in files:
+        print(out / rel)
     return 0
 
 
@@ -298,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--user", help="run as this user (default: root)")
     _add_overrides(watch)
     watch.set_defaults(func=_watch_unit)
+    obs = sub.add_parser("observability", help="write the generated Prometheus config, alert rules, Alertmanager "
+                         "config, Grafana provisioning and dashboards of a stack (what the program deploys)")
+    obs.add_argument("stack")
+    obs.add_argument("--out", required=True, metavar="DIR", help="directory to write them under")
+    _add_overrides(obs)
+    obs.set_defaults(func=_observability)
     back = sub.add_parser("rollback", help="rewrite the stack's image to one a past successful update ran")
     back.add_argument("stack")
     back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",

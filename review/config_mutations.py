@@ -116,6 +116,8 @@ def describe(annotation: Any, metadata: list[Any] | None = None) -> Desc:
 
 KEY_EXAMPLES: dict[str, list[Any]] = {
     "serving.extra_args": [["--disable-log-stats"]],
+    "observability.node": ["node2", "h20-2"],   # another node of the committed stacks
+    "observability.watch_address": ["10.30.8.250", "192.0.2.250"],
 }
 """Values a field's type cannot produce on its own (a real `vllm serve` flag the config does not manage); a
 field's own `Field(examples=...)` is used the same way."""
@@ -204,6 +206,8 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
         "text (one line)": lambda: [f"{cur} x" if cur else "x"],
         "DNS name": lambda: ["llm-x.example.com"],
         "Docker repository": lambda: [f"{cur}-x"] if cur else ["vllm/vllm-openai"],
+        "image reference": lambda: [f"{cur.partition('@')[0]}-x", f"{cur.partition('@')[0]}@sha256:{'ab' * 32}"]
+        if cur else ["busybox:1.36"],
         "/dev path": lambda: ["/dev/fuse", "/dev/null"],
         "Linux capability": lambda: ["SYS_NICE", "NET_ADMIN", "IPC_LOCK"],
         "ulimit name": lambda: ["nofile", "core", "nproc"],

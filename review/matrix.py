@@ -41,6 +41,8 @@ class Context:
     """the key whose own row is switching the feature on"""
     prefixes: tuple[str, ...]
     apply: Callable[[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
+    requires: str = ""
+    """what switching it on alone takes, for the switch's own row"""
 
 
 def _proxy_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,9 +54,21 @@ def _proxy_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str
                     "proxy_keys": {"team-a": "matrix-client-key", "client-x": "matrix-client-key-2"}}
 
 
+def _observability_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Monitoring on, with its admin password and a webhook (so Alertmanager's keys matter too)."""
+    values = copy.deepcopy(values)
+    values.setdefault("observability", {})["enabled"] = True
+    return values, {**secrets, "grafana_admin_password": "matrix-grafana-password",
+                    "alert_webhook_url": "https://hooks.example.com/matrix"}
+
+
 CONTEXTS = (
     Context("with the proxy on", "api.proxy.enabled", ("api.proxy.", "tls_certificate", "tls_private_key",
-                                                         "proxy_keys"), _proxy_on),
+                                                         "proxy_keys"), _proxy_on,
+            "serving.host 127.0.0.1 and the tls_certificate, tls_private_key and proxy_keys secrets"),
+    Context("with observability on", "observability.enabled", ("observability.", "grafana_admin_password",
+                                                                 "alert_webhook_url"), _observability_on,
+            "the grafana_admin_password and alert_webhook_url secrets"),
 )
 
 
@@ -170,8 +184,7 @@ def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]],
             except ConfigError as exc:
                 rows.append(_row(base, leaf.key, "", [], register, exc.problems[0].message))
                 continue
-            change = (f"{leaf.key}: false → true (with serving.host 127.0.0.1 and the tls_certificate, "
-                      "tls_private_key and proxy_keys secrets it requires)")
+            change = f"{leaf.key}: false → true (with {switch.requires} it requires)"
             rows.append(_row(base, leaf.key, "", [Mutation(leaf.key, change, on_values, on_secrets, plan)],
                              register, None))
             continue

@@ -81,7 +81,7 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
                      "warnings": (head or {}).get("warnings", [])},
         },
         "topology": {}, "image": {}, "nodes": {"added": [], "removed": []}, "containers": {}, "replaced": [],
-        "proxy": {}, "listeners": {"added": [], "removed": []},
+        "proxy": {}, "listeners": {"added": [], "removed": []}, "monitoring": {},
         "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
         "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
         "memory": {}, "secrets": [],
@@ -140,6 +140,7 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     result["proxy"] = _changes(base.get("proxy") or {}, head.get("proxy") or {}) if (
         base.get("proxy") != head.get("proxy")) else {}
     result["proxy_replaced"] = any(k not in PROXY_PLAN_OUTSIDE_CONTAINER for k in result["proxy"])
+    result["monitoring"] = monitoring_changes(base.get("observability"), head.get("observability"))
     old_l = {_listener_key(x): x for x in base.get("listeners", [])}
     new_l = {_listener_key(x): x for x in head.get("listeners", [])}
     result["listeners"] = {"added": [new_l[k] for k in new_l if k not in old_l],
@@ -177,6 +178,33 @@ def _secrets(changes: dict[str, str], base: dict[str, Any], head: dict[str, Any]
             replaces = "none"
         out.append({"key": key, "change": change, "replaces": replaces})
     return out
+
+
+_FILE_OWNER = (("prometheus.yml", "prometheus"), ("rules/", "prometheus"), ("alertmanager.yml", "alertmanager"),
+               ("grafana/", "grafana"))
+
+
+def _file_owner(path: str) -> str:
+    """Which monitoring container a generated file is uploaded into (components/observability.py)."""
+    if path.startswith("textfile/"):
+        return f"{path.removeprefix('textfile/').removesuffix('.prom')}-node-exporter"
+    return next(role for prefix, role in _FILE_OWNER if path.startswith(prefix))
+
+
+def monitoring_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> dict[str, Any]:
+    """Monitoring containers created, deleted or replaced (an upload, argv or image changed), and the generated
+    files that changed: none of them is an engine, so none restarts one."""
+    if base == head:
+        return {}
+    old = {f"{c['node']}-{c['role']}": c for c in (base or {}).get("containers", [])}
+    new = {f"{c['node']}-{c['role']}": c for c in (head or {}).get("containers", [])}
+    old_files, new_files = (base or {}).get("files", {}), (head or {}).get("files", {})
+    files = sorted(k for k in {*old_files, *new_files} if old_files.get(k) != new_files.get(k))
+    owners = {_file_owner(f) for f in files}
+    replaced = sorted(n for n in new if n in old and (
+        old[n] != new[n] or n in owners or n.split("-", 1)[1] in owners))
+    return {"created": sorted(set(new) - set(old)), "deleted": sorted(set(old) - set(new)), "replaced": replaced,
+            "files": files}
 
 
 def _container_action(old: dict[str, Any], new: dict[str, Any], image_changed: bool) -> str | None:
@@ -292,7 +320,8 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     lines += _memory_lines(diff.get("memory") or {}) + _secret_lines(diff.get("secrets") or [])
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
                 diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"],
-                diff.get("replaced"), diff.get("updated_in_place"), diff.get("memory"), diff.get("secrets")]):
+                diff.get("replaced"), diff.get("updated_in_place"), diff.get("memory"), diff.get("secrets"),
+                diff.get("monitoring")]):
         only_checks = any(checks.get(k) for k in ("added", "removed", "changed"))
         lines += ["", "No change to the engines, the proxy or the listeners; only the checks above change."
                   if only_checks else "No change to what gets deployed."]
@@ -328,6 +357,12 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     if diff["proxy"]:
         lines += ["", "### Proxy", ""]
         lines += [f"- {k}: {_v(a)} → {_v(b)}" for k, (a, b) in diff["proxy"].items()]
+    monitoring = diff.get("monitoring") or {}
+    if monitoring:
+        lines += ["", "### Monitoring", "",
+                  "Metrics pause while a monitoring container is replaced; no engine restarts for it:"]
+        lines += [f"- {_code(n)}: {kind}" for kind in ("created", "deleted", "replaced") for n in monitoring[kind]]
+        lines += [f"- generated file changed: {_code(f)}" for f in monitoring["files"]]
     if diff["listeners"]["added"] or diff["listeners"]["removed"]:
         lines += ["", "### Listening ports", ""]
         for tag, items in (("+", diff["listeners"]["added"]), ("-", diff["listeners"]["removed"])):

@@ -166,6 +166,16 @@ def action(old: Registration | None, new: Registration | None) -> Action | None:
     return Action("replace", inputs, f"no rule for {new.type}: assumed to replace")
 
 
+MONITORING_ROLES = ("node-exporter", "dcgm-exporter", "prometheus", "grafana", "alertmanager")
+"""`vllm-cluster.role` of the monitoring containers (components/observability.py): replacing one serves on."""
+
+
+def is_monitoring(reg: Registration) -> bool:
+    labels = reg.inputs.get("labels") or []
+    return reg.type == CONTAINER and any(isinstance(x, Mapping) and x.get("label") == "vllm-cluster.role"
+                                         and x.get("value") in MONITORING_ROLES for x in labels)
+
+
 def is_engine(reg: Registration) -> bool:
     labels = reg.inputs.get("labels") or []
     return reg.type == CONTAINER and any(isinstance(x, Mapping) and x.get("label") == GENERATION_LABEL
@@ -223,6 +233,8 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
             if act.kind in ("create", "delete"):
                 out.engines_added_removed.append(f"{label} ({act.kind})")
             out.engine_inputs = sorted(set(out.engine_inputs) | set(act.inputs))
+        elif is_monitoring(reg):
+            out.other.append(f"{label} ({act.kind})")  # metrics pause; nothing stops serving
         elif reg.type == CONTAINER:
             out.proxy = _merge_level(out.proxy, "replaced" if act.kind in ("replace", "create", "delete")
                                      else "updated")

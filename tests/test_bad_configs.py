@@ -31,6 +31,8 @@ DEL = object()
 PROXIED: dict[str, Any] = {"api.proxy.enabled": True, "serving.host": "127.0.0.1", "api_key": SECRET,
                            "proxy_keys": {"team-a": SECRET}, "tls_certificate": SECRET, "tls_private_key": SECRET}
 """The front door on, with its secrets: the base of the allowlist cases."""
+OBS: dict[str, Any] = {"observability.enabled": True, "grafana_admin_password": SECRET}
+"""Monitoring on, with its admin password."""
 
 VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     # numbers: types, ranges, non-finite
@@ -104,6 +106,39 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("ray-dashboard-is-client", "h20", {"ray.dashboard_port": 10001}, "ray.client_port"),
     ("proxy-port-is-serving", "prod", {"api.proxy.enabled": True, "api.proxy.port": 8030,
                                        "serving.host": "127.0.0.1"}, "api.proxy.port"),
+    # observability
+    ("obs-enabled-string", "prod", {"observability.enabled": "yes"}, "observability.enabled"),
+    ("obs-no-password", "prod", {"observability.enabled": True}, "grafana_admin_password"),
+    ("obs-password-plain", "prod", {"grafana_admin_password": "admin"}, "grafana_admin_password"),
+    ("obs-webhook-plain", "prod", {"alert_webhook_url": "https://hooks.example.com/x"}, "alert_webhook_url"),
+    ("obs-unknown-node", "prod", {**OBS, "observability.node": "node9"}, "observability.node"),
+    ("obs-node-bad-name", "prod", {**OBS, "observability.node": "Node 1"}, "observability.node"),
+    ("obs-loopback-vllm-elsewhere", "prod", {**OBS, "serving.host": "127.0.0.1", "observability.node": "node2"},
+     "observability.node"),
+    ("obs-port-zero", "prod", {**OBS, "observability.ports.grafana": 0}, "observability.ports.grafana"),
+    ("obs-port-huge", "prod", {**OBS, "observability.ports.prometheus": 70000}, "observability.ports.prometheus"),
+    ("obs-port-is-serving", "prod", {**OBS, "observability.ports.grafana": 8030}, "observability.ports.grafana"),
+    ("obs-ports-clash", "prod", {**OBS, "observability.ports.dcgm_exporter": 9100},
+     "observability.ports.dcgm_exporter"),
+    ("obs-retention-zero", "prod", {**OBS, "observability.retention_days": 0}, "observability.retention_days"),
+    ("obs-retention-huge", "prod", {**OBS, "observability.retention_gb": 10**9}, "observability.retention_gb"),
+    ("obs-scrape-fast", "prod", {**OBS, "observability.scrape_interval_s": 1}, "observability.scrape_interval_s"),
+    ("obs-kv-above-one", "prod", {**OBS, "observability.kv_cache_usage": 1.5}, "observability.kv_cache_usage"),
+    ("obs-kv-nan", "prod", {**OBS, "observability.kv_cache_usage": math.nan}, "observability.kv_cache_usage"),
+    ("obs-ttft-zero", "prod", {**OBS, "observability.ttft_p99_s": 0}, "observability.ttft_p99_s"),
+    ("obs-golden-zero", "prod", {**OBS, "observability.golden_failures": 0}, "observability.golden_failures"),
+    ("obs-data-dir-relative", "prod", {**OBS, "observability.data_dir": "data"}, "observability.data_dir"),
+    ("obs-watch-address-cidr", "prod", {**OBS, "observability.watch_address": "10.0.0.0/8"},
+     "observability.watch_address"),
+    ("obs-image-no-tag", "prod", {**OBS, "observability.images.grafana": "grafana/grafana"},
+     "observability.images.grafana"),
+    ("obs-image-bad-digest", "prod", {**OBS, "observability.images.grafana": "grafana/grafana:11.6.0@sha256:abc"},
+     "observability.images.grafana"),
+    ("obs-image-mapping", "prod", {**OBS, "observability.images.grafana": {"repository": "grafana/grafana"}},
+     "observability.images.grafana"),
+    ("obs-image-upper-path", "prod", {**OBS, "observability.images.prometheus": "prom/Prometheus:v2"},
+     "observability.images.prometheus"),
+    ("obs-unknown-key", "prod", {**OBS, "observability.grafana_port": 3000}, "observability.grafana_port"),
     # golden set, watch unit, collective check (issue 13 wiring)
     ("golden-empty", "prod", {"api.smoke.golden": []}, "api.smoke.golden"),
     ("golden-seventeen", "prod", {"api.smoke.golden": [{"prompt": "p", "expect": "1"}] * 17}, "api.smoke.golden"),

@@ -33,6 +33,7 @@ from stacks.model.field_types import (
     HostAddress,
     Identifier,
     IfName,
+    ImageRef,
     IpAddress,
     ModelCardName,
     NodeName,
@@ -467,6 +468,60 @@ class FirewallConfig(_Model):
         return value
 
 
+class ObservabilityImages(_Model):
+    """The monitoring images as `repo:tag` or `repo:tag@sha256:…`. The tags are the versions the generated files
+    were written for; pin each by digest in prod (a plan warning otherwise, like the engine image)."""
+
+    prometheus: ImageRef = Field(default="prom/prometheus:v2.53.3",
+                                 description="Prometheus image (its config is checked with promtool 2.42 or later)")
+    grafana: ImageRef = Field(default="grafana/grafana:11.6.0",
+                              description="Grafana image (dashboards and the datasource are provisioned from files)")
+    alertmanager: ImageRef = Field(default="prom/alertmanager:v0.27.0",
+                                   description="Alertmanager image (runs only with the alert_webhook_url secret set)")
+    node_exporter: ImageRef = Field(default="prom/node-exporter:v1.8.2", description="node exporter, on every node")
+    dcgm_exporter: ImageRef = Field(default="nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+                                    description="NVIDIA DCGM exporter image, on every node")
+
+
+class ObservabilityPorts(_Model):
+    """Ports of the monitoring processes. Each binds the node's management address (never a wildcard), so it is
+    reached from the cluster and through an SSH tunnel, and the host firewall admits only the cluster to it."""
+
+    prometheus: Port = Field(default=9090, description="Prometheus web and API")
+    grafana: Port = Field(default=3000, description="Grafana web")
+    alertmanager: Port = Field(default=9093, description="Alertmanager API")
+    alertmanager_cluster: Port = Field(default=9094, description="Alertmanager's gossip port (bound to loopback)")
+    node_exporter: Port = Field(default=9100, description="node exporter on every node")
+    dcgm_exporter: Port = Field(default=9400, description="DCGM exporter on every node (its default)")
+    watch: Port = Field(default=9464, description="the watch unit's metrics endpoint (on observability.watch_address)")
+
+
+class ObservabilityConfig(_Model):
+    """Prometheus, Grafana and (with a webhook) Alertmanager on one node; node and DCGM exporters on every node;
+    scrape config, alert rules and dashboards generated from the plan (`python -m stacks observability`).
+    Off by default."""
+
+    enabled: bool = Field(default=False, description="run the monitoring containers")
+    node: NodeName | None = Field(default=None, description="node that runs Prometheus, Grafana and Alertmanager "
+                                  "(default: the head; must be the head when vLLM binds loopback)")
+    ports: ObservabilityPorts = Field(default_factory=ObservabilityPorts)
+    images: ObservabilityImages = Field(default_factory=ObservabilityImages)
+    data_dir: AbsPath = Field(default="/var/lib/vllm-cluster/observability",
+                              description="host directory for Prometheus' and Grafana's data on that node")
+    retention_days: int = Field(default=15, ge=1, le=3650, description="Prometheus keeps samples this many days")
+    retention_gb: int = Field(default=50, ge=1, le=100_000, description="and at most this many GB")
+    scrape_interval_s: int = Field(default=15, ge=5, le=300, description="seconds between scrapes")
+    watch_address: HostAddress | None = Field(
+        default=None, description="address of the host running the watch unit (python -m stacks watch-unit), "
+        "where it serves its metrics; default: the monitoring node's management IP (install the unit there)")
+    golden_failures: int = Field(default=3, ge=1, le=1000,
+                                 description="alert when a DP rank fails its golden check this many rounds in a row")
+    kv_cache_usage: FiniteFloat = Field(default=0.95, gt=0, le=1,
+                                        description="alert when a rank's KV cache usage stays above this for 5 min")
+    ttft_p99_s: FiniteFloat = Field(default=10.0, gt=0, le=3600,
+                                    description="alert when a rank's time-to-first-token p99 (5 min) is above this")
+
+
 class StackConfig(_Model):
     """The whole `vllm-cluster:` namespace of a stack file."""
 
@@ -482,6 +537,8 @@ class StackConfig(_Model):
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray head settings (backend: ray)")
     api: ApiConfig = Field(default_factory=ApiConfig)
     firewall: FirewallConfig = Field(default_factory=FirewallConfig, description="the host firewall on every node")
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig,
+                                               description="metrics, dashboards and alerts (docs/observability.md)")
     api_key: SecretValue | None = Field(default=None, description="vLLM's bearer key (VLLM_API_KEY), a secret")
     ssh_private_key: SecretValue | None = Field(default=None, description="SSH key for the check commands, a secret")
     tls_certificate: SecretValue | None = Field(default=None, description="PEM chain the proxy serves, a secret")
@@ -496,6 +553,11 @@ class StackConfig(_Model):
         default=None, description="model.source: secret access key, a secret")
     s3_session_token: SecretValue | None = Field(
         default=None, description="model.source: session token of temporary credentials, a secret")
+    grafana_admin_password: SecretValue | None = Field(
+        default=None, description="observability: Grafana's admin password, a secret (required when enabled)")
+    alert_webhook_url: SecretValue | None = Field(
+        default=None, description="observability: URL Alertmanager posts alerts to, a secret (unset: alerts "
+        "show in Prometheus and Grafana only, no Alertmanager runs)")
 
     @property
     def head(self) -> NodeConfig:
@@ -503,7 +565,8 @@ class StackConfig(_Model):
 
 
 SECRET_KEYS: tuple[str, ...] = ("api_key", "ssh_private_key", "tls_certificate", "tls_private_key",
-                                "s3_access_key_id", "s3_secret_access_key", "s3_session_token")
+                                "s3_access_key_id", "s3_secret_access_key", "s3_session_token",
+                                "grafana_admin_password", "alert_webhook_url")
 """Top-level keys that must be `secure:` values; the Pulumi program reads them with get_secret."""
 
 SECRET_OBJECT_KEYS: tuple[str, ...] = ("proxy_keys", "env_secrets")

@@ -400,6 +400,23 @@ def _repository(value: str) -> str:
 
 Repository = Annotated[str, Kind("Docker repository"), Field(min_length=1, max_length=255), AfterValidator(_repository)]
 
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _image_ref(value: str) -> str:
+    """`repo:tag` or `repo:tag@sha256:<64 hex>`: the tag is what reviewers read, the digest what Docker pulls."""
+    name, at, digest = value.partition("@")
+    slash, colon = name.rfind("/"), name.rfind(":")
+    example = "e.g. grafana/grafana:11.6.0@sha256:<64 hex>"
+    if colon <= slash or not _TAG.fullmatch(name[colon + 1:]) or (at and not _DIGEST.fullmatch(digest)):
+        raise refuse("is not repo:tag or repo:tag@sha256:<64 hex>", example)
+    _repository(name[:colon])
+    return value
+
+
+ImageRef = Annotated[str, Kind("image reference"), Field(min_length=3, max_length=512), AfterValidator(_image_ref)]
+
 CAPABILITIES = frozenset({
     "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE", "CHOWN",
     "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE",

@@ -32,6 +32,17 @@ from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.exposure import ANYWHERE, WILDCARDS, admits_outside, bind_reachable, is_loopback
 from stacks.planner.fabric import control_ip
+from stacks.planner.observability import (
+    PORT_KEYS,
+    SRC_ALERTMANAGER,
+    SRC_ALERTMANAGER_CLUSTER,
+    SRC_DCGM,
+    SRC_GRAFANA,
+    SRC_NODE_EXPORTER,
+    SRC_PROMETHEUS,
+    alertmanager_enabled,
+    monitor_node,
+)
 from stacks.planner.topology import NodeTopology, Role, Topology
 
 
@@ -129,7 +140,7 @@ class Listener(BaseModel):
     public: bool
     """Reachable from outside the declared private networks and the cluster's own addresses, firewall included."""
     role: str
-    """dp-head, headless-engine, ray-head, ray-worker or proxy."""
+    """dp-head, headless-engine, ray-head, ray-worker, proxy or monitoring."""
     process: str
     reach: str
     """Who must connect: clients, cluster (the other nodes) or local (this host only)."""
@@ -230,6 +241,8 @@ def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: Node
         if role is Role.RAY_HEAD:
             eph("::", "world process group store (torch TCPStore, unauthenticated)", "vllm Ray worker rank 0",
                 SRC_RAY_STORE)
+    if config.observability.enabled:
+        rows += _observability_rows(config, node)
     if topo.tensor * topo.pipeline * topo.data == 1:
         return rows  # one GPU, one rank: no process group has a peer, so neither Gloo nor NCCL listens
     gloo = _gloo_ip(config, node)
@@ -285,6 +298,28 @@ def _ray_rows(config: StackConfig, ip: str, *, head: bool) -> list[_Row]:
             _Row(p.client_specific_min, "127.0.0.1", "Ray client per-session servers", "ray client server",
                  SRC_CLIENT_SPECIFIC, reach="local", port_end=p.client_specific_max),
         ]
+    return rows
+
+
+def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
+    """Exporters on every node, Prometheus/Grafana/Alertmanager on the monitoring node: each binds the management
+    address only (never a wildcard), so the firewall's cluster sources and an SSH tunnel reach it, nothing else."""
+    ports = config.observability.ports
+    ip = node.management_ip
+    rows = [_Row(ports.node_exporter, ip, "node exporter (host metrics, unauthenticated)", "node_exporter",
+                 SRC_NODE_EXPORTER, role="monitoring"),
+            _Row(ports.dcgm_exporter, ip, "DCGM exporter (GPU metrics, unauthenticated)", "dcgm-exporter", SRC_DCGM,
+                 role="monitoring")]
+    if node.name == monitor_node(config):
+        rows += [_Row(ports.prometheus, ip, "Prometheus web and API (unauthenticated; SSH tunnel)", "prometheus",
+                      SRC_PROMETHEUS, role="monitoring"),
+                 _Row(ports.grafana, ip, "Grafana (admin password; SSH tunnel)", "grafana", SRC_GRAFANA,
+                      role="monitoring")]
+        if alertmanager_enabled(config):
+            rows += [_Row(ports.alertmanager, ip, "Alertmanager API (unauthenticated)", "alertmanager",
+                          SRC_ALERTMANAGER, role="monitoring"),
+                     _Row(ports.alertmanager_cluster, "127.0.0.1", "Alertmanager gossip (one instance)",
+                          "alertmanager", SRC_ALERTMANAGER_CLUSTER, reach="local", role="monitoring")]
     return rows
 
 
@@ -380,7 +415,8 @@ def listener_problems(listeners: list[Listener]) -> list[Problem]:
                 continue
             port = max(x.port, other.port)
             problems.append(Problem(
-                _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
+                PORT_KEYS.get(x.source) or PORT_KEYS.get(other.source)  # monitoring ports move most easily
+                or _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
                 f"{x.purpose} and {other.purpose} both listen on {x.node}:{port}: one fails to bind "
                 "(OSError: [Errno 98] Address already in use)",
                 fix="another port; Ray's fixed ports are stacks/planner/listeners.py RAY_PORTS ("
@@ -396,7 +432,7 @@ def _clash(a: Listener, b: Listener) -> bool:
 
 _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
-         SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port"}
+         SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port", **PORT_KEYS}
 
 
 def _overlap(a: str, b: str) -> bool:

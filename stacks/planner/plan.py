@@ -20,6 +20,7 @@ from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.planner.listeners import Listener, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
+from stacks.planner.observability import ObservabilityPlan, observability_plan
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
 from stacks.planner.validation import validate
@@ -162,6 +163,8 @@ class Plan(_Frozen):
     listeners: list[Listener]
     firewall: FirewallPlan
     proxy: ProxyPlan | None
+    observability: ObservabilityPlan | None = None
+    """Monitoring containers and generated files (`observability.enabled`); None when off."""
     endpoint: str
     warnings: list[str]
     notes: list[str]
@@ -227,8 +230,10 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         listeners=table,
         firewall=firewall_plan(config, table),
         proxy=proxy_plan(config),
+        observability=(obs := observability_plan(stack, config, topo, containers)),
         endpoint=endpoint(config),
-        warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table),
+        warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
+        + _unpinned_monitoring(obs),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
         memory=memory_table(config, profile, topo),
@@ -315,6 +320,13 @@ def proxy_plan(config: StackConfig) -> ProxyPlan | None:
         allowed_paths=list(door.routes.allowed), open_paths=list(door.routes.open),
         denied_paths=list(door.routes.denied), denied_from=door.routes.source,
         limits=proxy.limits.model_dump(), max_body_mb=proxy.max_body_mb, read_timeout_s=proxy.read_timeout_s)
+
+
+def _unpinned_monitoring(obs: ObservabilityPlan | None) -> list[str]:
+    if obs is None or not obs.unpinned_images:
+        return []
+    return [f"{', '.join(obs.unpinned_images)} not pinned by digest: a re-pushed tag changes what runs; write each "
+            "as repo:tag@sha256:<digest> (docker buildx imagetools inspect repo:tag prints it)"]
 
 
 def _unverified(config: StackConfig, topo: Topology) -> list[str]:

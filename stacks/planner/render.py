@@ -158,6 +158,15 @@ def render_detail(plan: Plan) -> str:
             f"SSE unbuffered, read timeout {px.read_timeout_s}s",
             "",
         ]
+    if plan.observability is not None:
+        ob = plan.observability
+        lines.append(f"== monitoring on {ob.node}: Prometheus {ob.prometheus}, Grafana {ob.grafana}, "
+                     + (f"Alertmanager {ob.alertmanager}" if ob.alertmanager else "no Alertmanager (no webhook)")
+                     + f"; watch unit scraped at {ob.watch_target}")
+        for mc in ob.containers:
+            lines.append(f"   {mc.node}: container {mc.name} ({mc.role}, {mc.image}) listen {mc.listen}")
+        lines.append(f"   {len(ob.files)} generated files (python -m stacks observability {plan.stack} --out DIR)")
+        lines.append("")
     lines += render_listeners(plan)
     lines += ["", "checks:"]
     for check in plan.checks:

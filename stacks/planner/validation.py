@@ -108,6 +108,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _endpoint_rules(config, result)
     _host_key_rules(config, result)
     _weights_source_rules(config, result)
+    _observability_rules(config, result)
     _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
     result.warnings += restart_policy_warnings(config)
@@ -574,6 +575,28 @@ def _weights_source_rules(config: StackConfig, result: Validation) -> None:
 
 EPHEMERAL_PORTS = range(32768, 61000)
 """Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
+
+
+def _observability_rules(config: StackConfig, result: Validation) -> None:
+    """The monitoring node exists, can reach vLLM's port, and Grafana has an admin password."""
+    obs = config.observability
+    if not obs.enabled:
+        return
+    names = [n.name for n in config.nodes]
+    if obs.node is not None and obs.node not in names:
+        result.problems.append(Problem("observability.node", obs.node, "is not a node of this stack",
+                                       fix=f"one of {', '.join(names)} (default: the head)"))
+    elif config.serving.host in ("127.0.0.1", "::1") and (obs.node or config.head.name) != config.head.name:
+        result.problems.append(Problem(
+            "observability.node", obs.node, f"cannot scrape vLLM: it binds {config.serving.host} on the head",
+            fix=f"{config.head.name} (the head), or leave it unset"))
+    if config.grafana_admin_password is None:
+        result.problems.append(Problem(
+            "grafana_admin_password", None, "is required with observability.enabled (Grafana's admin login)",
+            fix="pulumi config set --secret grafana_admin_password <password>"))
+    if "/metrics" in config.api.proxy.allowed_paths and config.api.proxy.enabled:
+        result.warnings.append("api.proxy.allowed_paths passes /metrics through the front door: Prometheus "
+                               "scrapes vLLM on the private network; remove it from allowed_paths and admin_paths")
 
 
 def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:

@@ -1,0 +1,109 @@
+"""Observability: node and DCGM exporters on every node, Prometheus, Grafana and (with a webhook) Alertmanager on the
+monitoring node. Every file comes from `stacks.planner.observability` and travels in the Docker `uploads` input,
+as the proxy's nginx.conf does; a changed file replaces that one container and nothing else (no engine depends
+on a monitoring container). Each node's exporter waits for that node's engine container: its textfile says which
+generation was applied there, so a half-applied update shows as differing generations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_docker as docker
+
+from stacks.planner.observability import (
+    ALERTMANAGER_CONFIG,
+    GRAFANA_DASHBOARDS,
+    GRAFANA_PASSWORD_FILE,
+    GRAFANA_PROVISIONING,
+    PROMETHEUS_DIR,
+    TEXTFILE,
+    MonitorContainer,
+    ObservabilityPlan,
+)
+
+MONITOR_REPLACE_ON_CHANGES = ["uploads", "command", "image", "envs", "volumes"]
+
+
+@dataclass(frozen=True)
+class ObservabilityArgs:
+    plan: ObservabilityPlan
+    stack: str
+    files: dict[str, str]
+    """Generated path -> text (`render_files`), without alertmanager.yml, which holds the webhook secret."""
+    providers: Mapping[str, docker.Provider]
+    data_dir: str
+    grafana_env: dict[str, str]
+    admin_password: pulumi.Input[str]
+    alertmanager_conf: pulumi.Output[str] | None = None
+    engines: Mapping[str, pulumi.Resource] | None = None
+    """Node -> its engine container: the node's exporter (and its textfile) follows it."""
+
+
+def _upload(path: str, content: pulumi.Input[str], mode: str = "0644") -> docker.ContainerUploadArgs:
+    return docker.ContainerUploadArgs(file=path, content=content, permissions=mode)
+
+
+class Observability(pulumi.ComponentResource):
+    containers: dict[str, docker.Container]
+
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("vllm-cluster:index:Observability", name, None, opts)
+        self.containers = {}
+        images: dict[tuple[str, str], docker.RemoteImage] = {}
+        for mc in args.plan.containers:
+            key = (mc.node, mc.image)
+            if key not in images:
+                images[key] = docker.RemoteImage(
+                    f"{name}-{mc.node}-{mc.role}-image", name=mc.image, keep_locally=True,
+                    opts=pulumi.ResourceOptions(parent=self, provider=args.providers[mc.node]))
+            self.containers[f"{mc.node}-{mc.role}"] = self._container(name, args, mc, images[key])
+        self.register_outputs({"prometheus": args.plan.prometheus, "grafana": args.plan.grafana})
+
+    def _container(self, name: str, args: ObservabilityArgs, mc: MonitorContainer,
+                   image: docker.RemoteImage) -> docker.Container:
+        files = args.files
+        uploads: list[docker.ContainerUploadArgs] = []
+        volumes: list[docker.ContainerVolumeArgs] = []
+        envs: list[str] = []
+        depends: list[pulumi.Resource] = []
+        gpus: str | None = None
+        caps: docker.ContainerCapabilitiesArgs | None = None
+        data = f"{args.data_dir.rstrip('/')}"
+        if mc.role == "node-exporter":
+            uploads.append(_upload(TEXTFILE, files[f"textfile/{mc.node}.prom"]))
+            volumes.append(docker.ContainerVolumeArgs(host_path="/", container_path="/host", read_only=True))
+            if args.engines and mc.node in args.engines:
+                depends.append(args.engines[mc.node])
+        elif mc.role == "dcgm-exporter":
+            gpus = "all"
+            caps = docker.ContainerCapabilitiesArgs(adds=["SYS_ADMIN"])  # NVIDIA's documented docker run
+        elif mc.role == "prometheus":
+            uploads += [_upload(f"{PROMETHEUS_DIR}/{rel}", text) for rel, text in files.items()
+                        if rel == "prometheus.yml" or rel.startswith("rules/")]
+            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/prometheus", container_path="/prometheus"))
+        elif mc.role == "grafana":
+            uploads += [_upload(f"{GRAFANA_PROVISIONING}/{rel.removeprefix('grafana/provisioning/')}", text)
+                        for rel, text in files.items() if rel.startswith("grafana/provisioning/")]
+            uploads += [_upload(f"{GRAFANA_DASHBOARDS}/{rel.removeprefix('grafana/dashboards/')}", text)
+                        for rel, text in files.items() if rel.startswith("grafana/dashboards/")]
+            # Inside the container only, read by Grafana's user (GF_SECURITY_ADMIN_PASSWORD__FILE).
+            uploads.append(_upload(GRAFANA_PASSWORD_FILE, pulumi.Output.secret(args.admin_password)))
+            envs = [f"{k}={v}" for k, v in args.grafana_env.items()]
+            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/grafana", container_path="/var/lib/grafana"))
+        elif mc.role == "alertmanager" and args.alertmanager_conf is not None:
+            uploads.append(_upload(ALERTMANAGER_CONFIG, pulumi.Output.secret(args.alertmanager_conf), "0644"))
+            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/alertmanager",
+                                                      container_path="/alertmanager"))
+        return docker.Container(
+            f"{name}-{mc.node}-{mc.role}", name=mc.name, image=image.image_id, command=mc.args or None,
+            network_mode="host", restart="unless-stopped", uploads=uploads, volumes=volumes, envs=envs or None,
+            gpus=gpus, capabilities=caps, must_run=True, logs=False,
+            # Prometheus and Grafana run as non-root users; their data directories are theirs to create
+            user="0" if mc.role in ("prometheus", "grafana", "alertmanager") else None,
+            labels=[docker.ContainerLabelArgs(label="vllm-cluster.role", value=mc.role),
+                    docker.ContainerLabelArgs(label="vllm-cluster.stack", value=args.stack)],
+            opts=pulumi.ResourceOptions(parent=self, provider=args.providers[mc.node], depends_on=depends,
+                                        delete_before_replace=True, replace_on_changes=MONITOR_REPLACE_ON_CHANGES))
