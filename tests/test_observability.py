@@ -262,7 +262,7 @@ def test_real_prometheus_joins_vllm_series_to_node_and_generation(tmp_path: Path
     textfiles = tmp_path / "textfile-node1"
     textfiles.mkdir()
     shutil.copy(tmp_path / "textfile" / "node1.prom", textfiles / "vllm_cluster.prom")
-    with (process(sys.executable, str(ROOT / "tests" / "standin.py"), "--port", str(vllm_port), "--dp-size", "2",
+    with (process(sys.executable, "-m", "checks.standin", "--port", str(vllm_port), "--dp-size", "2",
                   "--metrics-file", str(VLLM_EXPOSITION)),
           process(sys.executable, "-m", "checks.api", "--watch", "--url", f"http://127.0.0.1:{vllm_port}",
                   "--served-name", "DeepSeek-V4.1-Flash", "--dp-size", "2", "--rank-nodes", "node1,node2",
