@@ -28,7 +28,7 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "comm
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """This project's planner and stack files, committed once as the base."""
-    for package in ("stacks", "review", "checks"):
+    for package in ("stacks", "review", "checks", "images"):  # images/: the cards the planner reads
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     for stack in ("prod", "h20"):
         shutil.copy(ROOT / f"Pulumi.{stack}.yaml", tmp_path)

@@ -133,3 +133,8 @@ def run_multi_api_server(args):
     engine_args = vllm.AsyncEngineArgs.from_cli_args(args)
     engine_args.create_engine_config(usage_context=None)
     sock.close()
+
+
+def cmd_init():
+    """vLLM 0.33.0 entrypoints/cli/serve.py `cmd_init`: the subcommands this module adds to `vllm`."""
+    return [ServeSubcommand()]
