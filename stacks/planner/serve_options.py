@@ -7,8 +7,9 @@ into `--tensor-parallel-size`, splits `--flag=value`, merges dotted JSON argumen
 the positional model; argparse (Python 3.12, `allow_abbrev` left on) accepts unique prefixes (`--tensor-par`),
 short options with an attached value (`-n4` is `--nnodes 4`); `EnableDisableAction` registers hidden
 `--no-enable-X`/`--no-disable-X` next to `--enable-X`/`--disable-X`. `read_argv` follows all of that against
-the real option table of the image's vLLM (`stacks/planner/data/vllm-<version>-serve-flags.json`, dumped from the real
-parser) and returns, for every word, the option's `dest` — so the guard compares destinations, not spellings.
+the real option table of the image's vLLM (its image card, `images/<name>.json`, read from the real parser by
+`python -m stacks image-card`) and returns, for every word, the option's `dest` — so the guard compares
+destinations, not spellings. `stacks.planner.option_values` then checks each value against the same card.
 """
 
 from __future__ import annotations
