@@ -41,7 +41,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("TP3 (32 heads)", ["-tp", "3"], "FAIL"),
     ("max_model_len 65536 > 32768 positions", ["--max-model-len", "65536"], "FAIL"),
     ("gpu_memory_utilization 1.5", ["--gpu-memory-utilization", "1.5"], "FAIL"),
-    ("a headless second node of a 2-node TP8 replica",
+    ("the headless second node of a TP16 replica over 2 nodes",
      ["-tp", "16", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29501",
       "--headless"], "PASS"),
     ("DP2 head, one rank per node", ["-tp", "8", "--data-parallel-size", "2", "--data-parallel-size-local", "1",

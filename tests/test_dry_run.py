@@ -72,10 +72,11 @@ def test_command_shape_no_gpu_no_network_no_secret(prod_values: dict[str, Any]) 
     head = commands["node1"]
     first = head.splitlines()[0]
     assert first.startswith("timeout 600 docker run --rm -i --network none --pull never --entrypoint python3 ")
-    mount = ("$(test -f /models/deepseek-ai/DeepSeek-V4.1-Flash/config.json && echo --mount type=bind,"
-             "src=/models/deepseek-ai/DeepSeek-V4.1-Flash,dst=/models/deepseek-ai/DeepSeek-V4.1-Flash,readonly)")
+    mount = ("$(test -f /mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-Flash/config.json && echo --mount "
+             "type=bind,src=/mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-Flash,"
+             "dst=/models/deepseek-ai/DeepSeek-V4.1-Flash,readonly)")
     assert f" -e VLLM_TARGET_DEVICE=cpu {mount} vllm/vllm-openai:v0.33.0@sha256:" in first
-    assert " --engine-config -- " in first  # vLLM's create_engine_config on the mounted config.json
+    assert " --engine-config " in first  # vLLM's create_engine_config on the mounted config.json
     assert "--gpus" not in first and "VLLM_API_KEY" not in first and "-v " not in first
     assert " - --name args-dry-run-node1 " in first and "--expect tensor_parallel_size=8" in first
     assert "--expect data_parallel_size=2" in first and " -- /models/deepseek-ai/DeepSeek-V4.1-Flash " in first
