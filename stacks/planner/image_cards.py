@@ -22,6 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stacks.planner.images import canonical_ref
+
 CARDS = Path(__file__).resolve().parents[2] / "images"
 """The committed cards, one JSON file per image (`python -m stacks image-card IMAGE` writes them)."""
 
@@ -49,14 +51,6 @@ class ImageCard:
         found = self.raw.get("config_classes", {}).get(name)
         return found if isinstance(found, dict) else None
 
-    @property
-    def routes(self) -> list[dict[str, Any]]:
-        return list(self.raw.get("routes") or [])
-
-    @property
-    def registries(self) -> dict[str, Any]:
-        return dict(self.raw.get("registries") or {})
-
 
 def card_file_name(ref: str) -> str:
     """`vllm/vllm-openai:v0.33.0` -> `vllm_vllm-openai_v0.33.0` (the digest is not part of the name)."""
@@ -64,14 +58,8 @@ def card_file_name(ref: str) -> str:
 
 
 def _canonical(ref: str) -> str:
-    """`repo:tag` as Docker resolves it (same rule as stacks.planner.images.canonical_ref, kept here so that the
-    card reader has no import of the capability table)."""
-    ref = ref.split("@", 1)[0]
-    for host in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
-        if ref.startswith(host):
-            ref = ref[len(host):]
-            break
-    return ref.removeprefix("library/")
+    """`repo:tag` as Docker resolves it, without a digest."""
+    return canonical_ref(ref.split("@", 1)[0])
 
 
 def parse_card(name: str, raw: dict[str, Any]) -> ImageCard:
