@@ -55,7 +55,11 @@ def _digests(image: str, timeout_s: int) -> list[str]:
 
 def take_card(image: str, python: str | None = None, out_dir: Path = CARDS, timeout_s: int = 600) -> Taken:
     """Run the probe for `image` (in it, or with `python`) and write its card; CardError on any failure."""
-    parts = parse_image_ref(image)
+    try:
+        parts = parse_image_ref(image)
+    except Exception as exc:  # pydantic's PydanticCustomError: the stack file's own image rule
+        raise CardError(f"{exc}; write it as repository:tag (optionally @sha256:<digest>), e.g. "
+                        "vllm/vllm-openai:v0.33.0") from None
     if not parts.get("repository") or not parts.get("tag"):
         raise CardError(f"image {image!r}: write it as repository:tag (optionally @sha256:<digest>), e.g. "
                         "vllm/vllm-openai:v0.33.0")

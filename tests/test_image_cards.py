@@ -222,3 +222,14 @@ def test_a_diff_names_the_missing_card_every_time(prod_values: dict[str, Any]) -
     plan = plan_of(prod_values).to_json_dict()
     md = to_markdown(diff_plans("prod", "main", plan, plan))  # no change at all: still said
     assert f"- **Image card:** {NO_CARD} vllm/vllm-openai:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657" in md
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["vllm/vllm-openai"], "has no tag; write it as repository:tag"),
+    (["vllm/vllm-openai:v0.34.0", "--python", "/nonexistent/python"], "/nonexistent/python is not installed"),
+    (["vllm/vllm-openai:v0.34.0", "--python", sys.executable], "the probe found no `vllm serve` options"),
+])
+def test_image_card_refuses_with_exit_2_and_why(args: list[str], said: str, tmp_path: Path) -> None:
+    out = _image_card(*args, "--out", str(tmp_path))  # this interpreter has no vLLM
+    assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
