@@ -8,8 +8,11 @@ parallel load-balancing mode, the API server count, the rust frontend), then whi
 (`run_headless`, `run_multi_api_server`, `run_server`) up to the point where vLLM builds the engine config.
 Only what needs the model, a GPU or the network is stubbed:
 
-- `EngineArgs.create_engine_config` (reads the model's config.json; every launcher calls it before any
-  process starts) raises `_EngineStartReached`: that is the dry run's success;
+- `EngineArgs.create_engine_config` (every launcher calls it before any process starts) raises
+  `_EngineStartReached`: that is the dry run's success. With `--engine-config` the real one runs first, on the
+  model directory the command mounts read-only (only its config.json is read: no weights, tokenizer skipped), so
+  vLLM's cross-field rules (scheduler budgets, heads over TP, max_model_len against the model, speculative,
+  parallel) answer here; a refusal is a FAIL with vLLM's message;
 - the API server's listening socket (`create_server_socket`, `create_server_unix_socket` in
   `vllm/entrypoints/launchers/launcher.py`) is created but never bound, so `setup_server` still runs its own
   checks (`validate_api_server_args`: the tool call parser name);
@@ -46,9 +49,34 @@ def _errors(text: str) -> list[str]:
     return [line[:400] for line in (picked or lines[-3:])[-4:]]
 
 
-def _stub_launch(seen: dict[str, Any]) -> bool:
+def _engine_error(exc: BaseException) -> str:
+    """vLLM's own words from a config class's refusal: pydantic's `1 validation error for SchedulerConfig` /
+    `  Value error, max_num_batched_tokens (8192) is smaller … [type=value_error, input_value=…]` becomes
+    `SchedulerConfig: max_num_batched_tokens (8192) is smaller …`; other exceptions keep their type."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if type(exc).__name__ == "ValidationError" and len(lines) > 1:
+        head = lines[0].split(" for ", 1)[-1]
+        body = " ".join(line.split(" [type=", 1)[0] for line in lines[1:] if not line.startswith("For further"))
+        return f"{head}: {body.replace('Value error, ', '')}"[:600]
+    return f"{type(exc).__name__}: {text}"[:600]
+
+
+def _config_facts(config: Any) -> str:
+    """What vLLM derived (model, parallel and scheduler config), for the PASS line."""
+    model, parallel = getattr(config, "model_config", None), getattr(config, "parallel_config", None)
+    scheduler, cache = getattr(config, "scheduler_config", None), getattr(config, "cache_config", None)
+    facts = [("max_model_len", model), ("tensor_parallel_size", parallel), ("pipeline_parallel_size", parallel),
+             ("data_parallel_size", parallel), ("max_num_batched_tokens", scheduler), ("max_num_seqs", scheduler),
+             ("enable_chunked_prefill", scheduler), ("cache_dtype", cache)]
+    return ", ".join(f"{name}={getattr(owner, name)}" for name, owner in facts if hasattr(owner, name))
+
+
+def _stub_launch(seen: dict[str, Any], build_config: bool = False) -> bool:
     """Swap the engine start and the socket binding for recorders; False where this vLLM lacks the hooks (then
-    only parsing and validation run, and the verdict says so)."""
+    only parsing and validation run, and the verdict says so). With `build_config`, vLLM's own
+    `create_engine_config` runs first where the model directory holds a config.json (no weights are read; the
+    tokenizer is skipped, it is not part of the config)."""
     try:
         from vllm.engine import arg_utils
         from vllm.entrypoints.cli import serve
@@ -58,8 +86,20 @@ def _stub_launch(seen: dict[str, Any]) -> bool:
     if not hasattr(arg_utils.EngineArgs, "create_engine_config") or not hasattr(launcher, "create_server_socket"):
         return False
 
+    real_engine_config = arg_utils.EngineArgs.create_engine_config
+
     def engine_config(self: Any, usage_context: Any = None, headless: bool = False) -> Any:
         seen["engine_headless"] = headless
+        model = str(getattr(self, "model", "") or "")
+        if build_config and os.path.isfile(os.path.join(model, "config.json")):
+            self.skip_tokenizer_init = True
+            try:
+                seen["engine_config"] = _config_facts(real_engine_config(self, usage_context=usage_context,
+                                                                         headless=headless))
+            except Exception as exc:  # vLLM's config classes refuse with ValueError / pydantic's ValidationError
+                seen["engine_error"] = _engine_error(exc)
+        elif build_config:
+            seen["engine_config"] = f"not built: no config.json in {model} here (the node's model directory)"
         raise _EngineStartReached
 
     def unbound_socket(addr: Any, *, reuse_port: bool = False) -> socket.socket:
@@ -132,8 +172,10 @@ def _engine_lookups(args: argparse.Namespace) -> None:
     ReasoningParserManager.get_reasoning_parser(name)
 
 
-def parse_with_vllm(argv: list[str]) -> tuple[bool, str, dict[str, Any]]:
-    """(accepted, what vLLM printed, parsed fields plus `_launcher`). Raises ImportError where vLLM is missing."""
+def parse_with_vllm(argv: list[str], build_config: bool = False) -> tuple[bool, str, dict[str, Any]]:
+    """(accepted, what vLLM printed, parsed fields plus `_launcher`). Raises ImportError where vLLM is missing.
+    With `build_config`, `_engine_config` holds what vLLM's create_engine_config derived (or why it did not run)
+    and `_engine_error` its refusal."""
     import vllm
 
     parsed: dict[str, Any] = {}
@@ -147,7 +189,7 @@ def parse_with_vllm(argv: list[str]) -> tuple[bool, str, dict[str, Any]]:
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
         try:
             if cli_main is not None:
-                stubbed = _stub_launch(seen)
+                stubbed = _stub_launch(seen, build_config)
                 if not stubbed:  # no hooks to stop at the engine start: parse and validate only
                     cli_serve.ServeSubcommand.cmd = staticmethod(lambda args: seen.setdefault("args", args))
                 saved = sys.argv
@@ -162,8 +204,12 @@ def parse_with_vllm(argv: list[str]) -> tuple[bool, str, dict[str, Any]]:
                     return False, stderr.getvalue() + stdout.getvalue() + "\nvLLM's serve command was not reached", {}
                 if stubbed and "engine_headless" not in seen and seen.get("launcher") != "run_dp_supervisor":
                     return False, stderr.getvalue() + "\nserve returned before building the engine", {}
+                if "engine_error" in seen:
+                    return False, stderr.getvalue() + f"\nengine config: {seen['engine_error']}", {
+                        "_engine_error": seen["engine_error"]}
                 _engine_lookups(seen["args"])
                 parsed["_launcher"] = seen.get("launcher") if stubbed else None
+                parsed["_engine_config"] = seen.get("engine_config")
                 parsed["_listen"] = seen.get("listen")
                 args = seen["args"]
             else:
@@ -194,7 +240,8 @@ def _reached(parsed: dict[str, Any]) -> str:
     return f"serve reached {launcher} ({what}) and stopped where it builds the engine"
 
 
-def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[str], image: str) -> Verdict:
+def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[str], image: str,
+          build_config: bool = False) -> Verdict:
     if import_only:
         versions = []
         for module in import_only:
@@ -205,10 +252,15 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
                                "this node runs the image's own Ray/vLLM: use an image that ships them")
         return Verdict(name, "pass", f"{image} starts here and imports " + ", ".join(versions), versions)
     try:
-        ok, printed, parsed = parse_with_vllm(argv)
+        ok, printed, parsed = parse_with_vllm(argv, build_config)
     except ImportError as exc:
         return Verdict(name, "cannot-run", f"vLLM is not importable in {image}", [str(exc)[:300]],
                        "is this a vLLM image? its python3 must import vllm")
+    if not ok and parsed.get("_engine_error"):
+        return Verdict(name, "fail", f"vLLM's create_engine_config in {image} refuses this node's argv with the "
+                       "model's config.json; the running engines were not touched", [parsed["_engine_error"]],
+                       "change the value it names (its serving.* key or serving.extra_args), or keep the previous "
+                       "image: `python -m stacks rollback <stack>`")
     if not ok:
         return Verdict(name, "fail", f"the vLLM in {image} rejects this node's argv; the running engines were not "
                        "touched", _errors(printed),
@@ -219,7 +271,8 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
     if wrong:
         return Verdict(name, "fail", f"the vLLM in {image} parsed the argv differently than planned", wrong,
                        "a flag changed meaning in this vLLM: compare `vllm serve --help` of the two images")
-    evidence = [_reached(parsed), *[f"{key}={parsed.get(key)!r}" for key in expect][:6]]
+    evidence = [_reached(parsed), *([f"engine config {parsed['_engine_config']}"] if parsed.get("_engine_config")
+                                    else []), *[f"{key}={parsed.get(key)!r}" for key in expect][:6]]
     return Verdict(name, "pass", f"vLLM {parsed['_vllm_version']} in {image} accepts all {len(argv)} argv items",
                    evidence, details={"launcher": parsed.get("_launcher"),
                                       "api_server_count": parsed.get("api_server_count")})
@@ -232,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE",
                    help="a parsed field that must come out as planned, e.g. tensor_parallel_size=8")
     p.add_argument("--import-only", default="", help="comma-separated modules: only prove they import")
+    p.add_argument("--engine-config", action="store_true", help="also run vLLM's create_engine_config where the "
+                   "model directory (the first argv word) holds a config.json")
     p.add_argument("--json", action="store_true")
     p.add_argument("serve_argv", nargs=argparse.REMAINDER, help="after `--`: the argv of `vllm serve`")
     args = p.parse_args(argv)
@@ -239,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     expect = dict(item.split("=", 1) for item in args.expect)
     modules = [m for m in args.import_only.split(",") if m]
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    return emit(check(args.name, serve, expect, modules, args.image), args.json)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the config comes from the mounted directory, never the Hub
+    return emit(check(args.name, serve, expect, modules, args.image, args.engine_config), args.json)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ remote commands ignore Pulumi's own timeouts.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from checks.bundle import heredoc_command
@@ -105,6 +106,17 @@ def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:
             "--kv-fallback-bytes", f"{mem.gpu.kv_bytes_per_token:.0f}", "--planned-gb", f"{mem.gpu.total:.1f}"]
 
 
+def model_mount(config: StackConfig) -> str:
+    """The node's model directory, read-only at the path the argv names, where it holds a config.json: vLLM's
+    create_engine_config reads it in the dry run (no weights). A shell test on the node, so a node without it
+    runs the dry run without (the verdict says the engine config was not built); a path with characters a
+    shell would split is not mounted."""
+    host, inside = config.model.host_path, config.model.container_path
+    if not all(re.fullmatch(r"[A-Za-z0-9._/@+-]+", p) for p in (host, inside)):
+        return ""
+    return (f"$(test -f {host}/config.json && echo --mount type=bind,src={host},dst={inside},readonly) ")
+
+
 def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     """`docker run --rm -i --network none --pull never --entrypoint python3 <new image> - …`: no GPU, no network,
     the node's own non-secret env, and the node's `vllm serve` argv after `--`."""
@@ -116,8 +128,10 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     # builds the same serve parser. Seen with vLLM 0.33.0 (bench/dry_run_real_vllm.py).
     env += ["-e", "VLLM_TARGET_DEVICE=cpu"]
     prefix = shlex.join(["docker", "run", "--rm", "-i", "--network", "none", "--pull", "never",
-                         "--entrypoint", "python3", *env, image]) + " "
+                         "--entrypoint", "python3", *env]) + f" {model_mount(config)}{shlex.quote(image)} "
     args = ["--name", check.name, "--image", image]
+    if spec.vllm_args is not None:
+        args.append("--engine-config")
     if spec.vllm_args is None:
         args += ["--import-only", "vllm,ray"]
     else:

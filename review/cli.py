@@ -22,6 +22,7 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
+from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.render import render_plan
@@ -291,6 +292,18 @@ def _matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image_card(args: argparse.Namespace) -> int:
+    from review.image_card import CardError, summary, take_card
+
+    try:
+        taken = take_card(args.image, python=args.python, out_dir=Path(args.out), timeout_s=args.timeout)
+    except CardError as exc:
+        print(f"image-card {args.image}: {exc}", file=sys.stderr)
+        return 2
+    print(summary(taken))
+    return 0
+
+
 def _reference(args: argparse.Namespace) -> int:
     from review.reference import markdown
 
@@ -368,6 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--markdown", action="store_true", help="the README table (keys with one effect share a row)")
     form.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
     matrix.set_defaults(func=_matrix)
+    card = sub.add_parser("image-card", help="read what an image's vLLM accepts (options, types, choices, bounds, "
+                          "config fields, routes) into images/<name>.json, the card plans check values against")
+    card.add_argument("image", help="repository:tag[@sha256:digest], as in the stack's image")
+    card.add_argument("--python", metavar="PATH", help="run the probe with this interpreter (a host or venv with "
+                      "vLLM installed) instead of inside the image with docker")
+    card.add_argument("--out", default=str(CARDS), metavar="DIR", help="where to write the card [images/]")
+    card.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds the probe may take [600]")
+    card.set_defaults(func=_image_card)
     summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
                              "errors and mandatory policy violations")
     summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")

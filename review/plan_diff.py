@@ -14,6 +14,7 @@ from typing import Any
 from review.downtime import downtime_of as default_downtime_of
 from review.replacement import PROXY_PLAN_OUTSIDE_CONTAINER, SPEC_INPUTS, container_action
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
+from stacks.planner.managed import NO_CARD
 
 GENERATION = "vllm-cluster.generation"
 LOAD_ESTIMATE = "vllm-cluster.estimated-load-s"
@@ -292,6 +293,9 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         else:
             lines.append(f"- **Validation ({label}):** INVALID, {len(v['problems'])} problem(s):")
             lines += [f"  - {_code(p['key'])} = {_v(p.get('value'))}: {_text(p['message'])}" for p in v["problems"]]
+    # Said on every diff, not only when it appears: an image nobody has carded is never checked in silence.
+    lines += [f"- **Image card:** {_text(w)}" for w in diff["validation"]["head"].get("warnings") or []
+              if str(w).startswith(NO_CARD)]
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
     lines.append(f"- **Downtime:** {downtime_of(diff)}")

@@ -72,7 +72,11 @@ def test_command_shape_no_gpu_no_network_no_secret(prod_values: dict[str, Any]) 
     head = commands["node1"]
     first = head.splitlines()[0]
     assert first.startswith("timeout 600 docker run --rm -i --network none --pull never --entrypoint python3 ")
-    assert " -e VLLM_TARGET_DEVICE=cpu vllm/vllm-openai:v0.33.0@sha256:" in first
+    mount = ("$(test -f /mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-Flash/config.json && echo --mount "
+             "type=bind,src=/mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-Flash,"
+             "dst=/models/deepseek-ai/DeepSeek-V4.1-Flash,readonly)")
+    assert f" -e VLLM_TARGET_DEVICE=cpu {mount} vllm/vllm-openai:v0.33.0@sha256:" in first
+    assert " --engine-config " in first  # vLLM's create_engine_config on the mounted config.json
     assert "--gpus" not in first and "VLLM_API_KEY" not in first and "-v " not in first
     assert " - --name args-dry-run-node1 " in first and "--expect tensor_parallel_size=8" in first
     assert "--expect data_parallel_size=2" in first and " -- /models/deepseek-ai/DeepSeek-V4.1-Flash " in first
@@ -214,3 +218,33 @@ def test_a_bad_value_is_reported_with_the_flag(tmp_path: Path) -> None:
     verdict = json.loads(out.stdout)
     assert out.returncode == 1
     assert "argument --gpu-memory-utilization" in verdict["evidence"][-1] and "'lots'" in verdict["evidence"][-1]
+
+
+def test_the_engine_config_is_built_from_the_nodes_config_json(prod_values: dict[str, Any], images: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    """The model directory is mounted read-only and vLLM's create_engine_config runs on it: the scheduler's
+    rule answers here (vllm/config/scheduler.py:317-328), with vLLM's message. The plan refuses the same argv in
+    serving.extra_args offline; appended to the planned argv, the dry run must refuse it too."""
+    values = copy.deepcopy(prod_values)
+    values["model"] = {**values["model"], "host_dir": str(tmp_path)}
+    config, plan = plan_with_image(values, images["good"], "prod")
+    model = Path(config.model.host_path)
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 1048576}))
+    for node, command in dry_runs(config, plan).items():
+        out = run_shell(command)
+        assert out.returncode == 0, (node, verdict_of(out))
+        assert "engine config max_model_len=1048576, max_num_batched_tokens=8192, max_num_seqs=128" in \
+            verdict_of(out)
+    values["serving"] = {**values["serving"], "extra_args": ["--no-enable-chunked-prefill"]}
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(8192\) is smaller than max_model_len"):
+        plan_with_image(values, images["good"], "prod")
+    for node, command in dry_runs(config, _with_argv(plan, ["--no-enable-chunked-prefill"])).items():
+        out = run_shell(command)
+        line = verdict_of(out)
+        assert out.returncode == 1, line
+        assert line.startswith(f"FAIL args-dry-run-{node}: vLLM's create_engine_config in {images['good']} refuses")
+        assert "SchedulerConfig: max_num_batched_tokens (8192) is smaller than max_model_len (1048576)." in line
+    model.joinpath("config.json").unlink()  # a node without it: parsed and launched, and the verdict says so
+    out = run_shell(dry_runs(config, plan)["node1"])
+    assert out.returncode == 0 and "engine config not built: no config.json in" in verdict_of(out)

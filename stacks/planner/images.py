@@ -20,8 +20,8 @@ class ImageCapabilities:
     engram_shards_across_dp: bool = False
     """True where the image spreads the Engram embedding over DP too (shards = TP x DP)."""
     option_table: str | None = None
-    """The vLLM version whose `vllm serve` option table (stacks/planner/data/vllm-<v>-serve-flags.json) is this image's
-    own; None where no table was dumped from the image (extra_args are then checked for managed flags only)."""
+    """The vLLM version of this image's card (images/), for the rules here that need its KV cache dtypes; the
+    argv itself is read against the card matched by image reference (stacks/planner/image_cards.py)."""
     engram_cpu_offload: bool | None = None
     routes: str | None = None
     """The vLLM version whose HTTP routes (stacks/planner/data/vllm-<v>-routes.json, read from the wheel) this image

@@ -13,8 +13,9 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
-from stacks.planner.images import ImageCapabilities
-from stacks.planner.serve_options import OptionTable, option_table, read_argv
+from stacks.planner.image_cards import ImageCard, card_file_name, card_for
+from stacks.planner.option_values import option_value_problem
+from stacks.planner.serve_options import ArgvItem, OptionTable, card_table, option_table, read_argv, read_serve_argv
 
 HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
 ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
@@ -183,21 +184,45 @@ def looks_secret(name: str, value: str) -> bool:
                 or re.search(r"\b(Bearer|Basic)\s+\S{8,}", value))
 
 
-def table_for(image: ImageCapabilities | None) -> tuple[OptionTable, bool]:
-    """The option table of the image's vLLM, and whether it is the image's own (else the newest known one,
-    used only to catch managed flags; unknown options are then left to the argument dry run)."""
-    if image is not None and image.option_table:
-        return option_table(image.option_table), True
-    return option_table("0.33.0"), False
+NEWEST_CARD_VERSION = "0.33.0"
+"""The release whose card reads argv for an image that has no card of its own (managed flags only)."""
 
 
-def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple[list[Problem], list[str]]:
-    """Problems and warnings of `serving.extra_args`, read as the image's vLLM reads them."""
-    table, own = table_for(image)
+def image_card(config: StackConfig) -> tuple[ImageCard | None, str | None]:
+    """The stack image's card (images/), or None and why (a tag card of another digest)."""
+    return card_for(f"{config.image.repository}:{config.image.tag}", config.image.digest)
+
+
+NO_CARD = "flags not checked offline: no card for"
+
+
+def no_card_warning(config: StackConfig, why: str | None) -> str:
+    """The warning every plan, diff and preview summary carries for an image without a card."""
+    return (f"{NO_CARD} {config.image.ref}{f' ({why})' if why else ''}; run "
+            f"`python -m stacks image-card {config.image.ref}` (writes images/"
+            f"{card_file_name(config.image.ref)}.json) and commit it")
+
+
+def table_for(config: StackConfig) -> tuple[OptionTable, bool]:
+    """The option table of the image's vLLM (its card), and whether it is the image's own (else the newest
+    card's, used only to catch managed flags; unknown options and values are then left to the dry run)."""
+    card, _ = image_card(config)
+    if card is not None:
+        return card_table(card), True
+    return option_table(NEWEST_CARD_VERSION), False
+
+
+def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
+    """Problems and warnings of `serving.extra_args`, read as the image's vLLM reads them, values checked
+    against the image's card."""
+    table, own = table_for(config)
     problems: list[Problem] = []
     warnings: list[str] = []
+    if not own:
+        warnings.append(no_card_warning(config, image_card(config)[1]))
     key = "serving.extra_args"
     items = read_argv(list(config.serving.extra_args), table)
+    problems += scheduler_problems(config, items)
     seen: dict[str, int] = {}
     for item in items:
         shown = f"{key}.{item.index}"
@@ -209,6 +234,9 @@ def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple
             continue
         if item.dest is not None:
             seen.setdefault(item.dest, item.index)
+        if own and item.option is not None and table.options[item.option].deprecated:
+            warnings.append(f"{key}.{item.index}: {item.option} is deprecated in vLLM {table.version} "
+                            f"({table.source.split(' (')[0]}): a later image may refuse it")
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
         if item.dest in SECRET_OPTIONS:
             problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
@@ -229,7 +257,10 @@ def argv_problems(config: StackConfig, image: ImageCapabilities | None) -> tuple
             warnings.append(f"{key}: {item.word!r} is not an option of vLLM {table.version}, the newest option "
                             f"table known here; the argument dry run checks it against {config.image.ref}")
         elif item.problem:
-            problems.append(Problem(shown, value, item.problem, fix=item.fix))
+            where = f" (vLLM {table.version}, {table.source.split(' (')[0]})" if own and item.dest else ""
+            problems.append(Problem(shown, value, item.problem + where, fix=item.fix))
+        elif own and (bad := option_value_problem(item, table)) is not None:
+            problems.append(Problem(shown, " ".join([item.word, *item.values])[:200], bad[0], fix=bad[1]))
         elif credential is not None:
             problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
                                     "URL with a password), visible in `ps`, `docker inspect` and Pulumi state",
@@ -297,3 +328,64 @@ def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
             problems.append(Problem(f"env_secrets.{name}", "[secret]", "also set in plain env",
                                     fix=f"remove container.env.{name} / fabric.env.{name}"))
     return problems, warnings
+
+
+def rendered_argv_problems(config: StackConfig, argvs: dict[str, list[str]]) -> list[Problem]:
+    """Every value the plan renders (node -> its `vllm serve` argv), against the image's card: a config value
+    the model accepts but this image's vLLM refuses (`serving.kv_cache_dtype: fp3`) is named with its key.
+    Nothing without a card (the warning says so); the extra_args are checked by `argv_problems`."""
+    table, own = table_for(config)
+    if not own:
+        return []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for node, argv in argvs.items():
+        ours = argv[:len(argv) - len(config.serving.extra_args)]  # launch.vllm_args appends them last
+        for item in read_serve_argv(ours, table):
+            bad = option_value_problem(item, table) if item.problem is None else (
+                f"{item.problem} ({table.source.split(' (')[0]})", item.fix or "")
+            if bad is None or bad[0] in seen:
+                continue
+            seen.add(bad[0])
+            key = MANAGED_OPTIONS.get(item.dest or "", "").split(" ")[0] or f"the planned argv of {node}"
+            problems.append(Problem(key.rstrip(","), " ".join(item.values)[:200] or item.word, bad[0], fix=bad[1]))
+    return problems
+
+
+CHUNKED_PREFILL_OFF = ("--no-enable-chunked-prefill", "--disable-chunked-prefill")
+"""The spellings that turn chunked prefill off (0.32.0 has only the first; 0.33.0 both, EnableDisableAction)."""
+
+
+def scheduler_problems(config: StackConfig, items: list[ArgvItem]) -> list[Problem]:
+    """The scheduler's own cross-field rules that the config and extra_args decide without the image
+    (vllm/config/scheduler.py, 0.33.0 `SchedulerConfig.verify_max_model_len`, lines 317-345): with chunked
+    prefill off, the token budget must hold a whole prompt of max_model_len; max_num_active_seqs may not exceed
+    max_num_seqs. (max_num_batched_tokens >= max_num_seqs is a rule of its own in validation.py.) Where
+    max_num_batched_tokens is left to vLLM its default depends on the GPU and usage context: the dry run
+    answers that case."""
+    serving = config.serving
+    problems: list[Problem] = []
+    chunked_off = next((i for i in reversed(items) if i.dest == "enable_chunked_prefill"), None)
+    budget = serving.max_num_batched_tokens
+    if chunked_off is not None and chunked_off.option in CHUNKED_PREFILL_OFF and budget is not None and \
+            budget < serving.max_model_len:
+        problems.append(Problem(
+            "serving.max_num_batched_tokens", budget,
+            f"is below serving.max_model_len {serving.max_model_len} while serving.extra_args.{chunked_off.index} "
+            f"({chunked_off.option}) turns chunked prefill off: a prompt must fit one batch",
+            upstream=f"ValueError: max_num_batched_tokens ({budget}) is smaller than max_model_len "
+                     f"({serving.max_model_len}). This effectively limits the maximum sequence length to "
+                     "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+                     "max_num_batched_tokens or decrease max_model_len. (vllm/config/scheduler.py:317-328)",
+            fix=f"serving.max_num_batched_tokens >= {serving.max_model_len}, or keep chunked prefill on"))
+    active = next((i for i in reversed(items) if i.dest == "max_num_active_seqs" and i.values), None)
+    if active is not None and re.fullmatch(r"\d+", active.values[-1]) and \
+            int(active.values[-1]) > serving.max_num_seqs:
+        value = int(active.values[-1])
+        problems.append(Problem(
+            f"serving.extra_args.{active.index}", f"{active.word} {value}",
+            f"max_num_active_seqs {value} is above serving.max_num_seqs {serving.max_num_seqs}",
+            upstream=f"ValueError: max_num_active_seqs ({value}) cannot be greater than max_num_seqs "
+                     f"({serving.max_num_seqs}). (vllm/config/scheduler.py:338-345)",
+            fix=f"at most {serving.max_num_seqs}, or raise serving.max_num_seqs"))
+    return problems

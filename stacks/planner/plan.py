@@ -20,6 +20,7 @@ from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
 from stacks.planner.listeners import Listener, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
+from stacks.planner.managed import image_card, rendered_argv_problems
 from stacks.planner.observability import ObservabilityPlan, observability_plan
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
@@ -194,7 +195,12 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
     clashes = listener_problems(table)
     if clashes:
         raise ConfigError(stack, clashes)
+    refused = rendered_argv_problems(config, {n: c.vllm_args for n, cs in containers.items() for c in cs
+                                              if c.vllm_args is not None})
+    if refused:
+        raise ConfigError(stack, refused)
     caps = get_capabilities(config.image.ref)
+    card, _ = image_card(config)
     weights = config.model.weights_gb or profile.weights_gb
     nodes = [
         NodePlan(name=n.name, host=cfg.ssh.host, role=n.role.value, gpus_present=n.gpus_present,
@@ -218,7 +224,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         image={
             "repository": config.image.repository, "tag": config.image.tag, "digest": config.image.digest,
             "ref": config.image.ref, "pull_ref": config.image.pull_ref, "known": caps is not None,
-            "vllm_version": caps.vllm_version if caps else None,
+            "vllm_version": caps.vllm_version if caps else None, "card": card.path if card else None,
         },
         model={"profile": profile.key, "served_name": config.model.served_name,
                "host_path": config.model.host_path, "container_path": config.model.container_path,

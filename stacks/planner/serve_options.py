@@ -7,8 +7,9 @@ into `--tensor-parallel-size`, splits `--flag=value`, merges dotted JSON argumen
 the positional model; argparse (Python 3.12, `allow_abbrev` left on) accepts unique prefixes (`--tensor-par`),
 short options with an attached value (`-n4` is `--nnodes 4`); `EnableDisableAction` registers hidden
 `--no-enable-X`/`--no-disable-X` next to `--enable-X`/`--disable-X`. `read_argv` follows all of that against
-the real option table of the image's vLLM (`stacks/planner/data/vllm-<version>-serve-flags.json`, dumped from the real
-parser) and returns, for every word, the option's `dest` — so the guard compares destinations, not spellings.
+the real option table of the image's vLLM (its image card, `images/<name>.json`, read from the real parser by
+`python -m stacks image-card`) and returns, for every word, the option's `dest` — so the guard compares
+destinations, not spellings. `stacks.planner.option_values` then checks each value against the same card.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from stacks.planner.image_cards import ImageCard, card_of_version
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -29,6 +33,16 @@ class Option:
     takes_value: bool
     nargs: str | None
     choices: tuple[str, ...] | None
+    value_type: dict[str, Any] | None = field(default=None, compare=False)
+    """The card's description of argparse's `type=` callable (name, kind, what it wraps); None for flags."""
+    bounds: dict[str, float] | None = field(default=None, compare=False)
+    """gt/ge/lt/le of the config field behind the option (pydantic `Field` metadata)."""
+    field_choices: tuple[str, ...] | None = None
+    """Values the config field behind the option takes (a pure `Literal` type), checked after parsing."""
+    field_name: str | None = None
+    deprecated: bool = False
+    json_class: str | None = None
+    """The config class a JSON value is validated as (`--compilation-config` -> CompilationConfig)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,8 @@ class OptionTable:
     version: str
     options: dict[str, Option]
     source: str
+    card: ImageCard | None = field(default=None, compare=False)
+    """The image card the table was read from (its config classes check JSON values); None for Ray's table."""
 
     @property
     def long_options(self) -> list[str]:
@@ -51,10 +67,9 @@ RAY_START_FLAGS = "ray-2.60.0-start-flags.json"
 """`ray start`'s options (bench/extract_ray_start_flags.py), for reading Ray argv in the policy pack."""
 
 
-@cache
 def option_table(version: str) -> OptionTable:
-    """The table for a vLLM version, e.g. "0.33.0"; hidden `--no-enable-X`/`--no-disable-X` added."""
-    return table_file(f"vllm-{version}-serve-flags.json")
+    """The `vllm serve` table of a vLLM release that has a card in images/, e.g. "0.33.0"."""
+    return card_table(card_of_version(version))
 
 
 def ray_start_table() -> OptionTable:
@@ -70,29 +85,97 @@ def table_file(name: str) -> OptionTable:
             continue
         choices = tuple(str(c) for c in entry["choices"]) if entry.get("choices") else None
         action = Option(entry["dest"], bool(entry["takes_value"]), entry.get("nargs"), choices)
-        strings = list(entry["options"])
-        # EnableDisableAction keeps these registered but hidden from help (and from the dump).
-        strings += [f"--no-{s[2:]}" for s in entry["options"]
-                    if s.startswith(("--enable-", "--disable-")) and not entry["takes_value"]]
-        for string in strings:
+        for string in entry["options"]:
             options.setdefault(string, action)
     return OptionTable(raw["vllm_version"], options, raw.get("origin", ""))
 
 
+CONFIG_FIELD_OF: dict[str, str] = {"kv_cache_dtype": "CacheConfig.cache_dtype"}
+"""Options whose config field has another name (vllm/engine/arg_utils.py passes `cache_dtype=self.kv_cache_dtype`
+to CacheConfig; 0.33.0 validates it there, `CacheConfig._validate_cache_dtype`, config/cache.py:468-475)."""
+
+VALIDATED_FIELDS = frozenset({"CacheConfig.cache_dtype"})
+"""Fields whose type is wider than their `Literal` (e.g. `CacheDType | str`) but a validator refuses the rest."""
+
+
+def pure_literal(field_type: str) -> bool:
+    """A field type that admits nothing but its Literal values (and None): the choices are the whole rule."""
+    return bool(re.fullmatch(r"(Optional\[)?Literal\[[^\]]*\]\]?( \| None)?", field_type.strip()))
+
+
+def _field(card: ImageCard, name: str | None) -> dict[str, Any] | None:
+    if not name or "." not in name:
+        return None
+    cls, attr = name.split(".", 1)
+    found = (card.config_class(cls) or {}).get("fields", {}).get(attr)
+    return found if isinstance(found, dict) else None
+
+
 @cache
+def _card_table(card: ImageCard) -> OptionTable:
+    options: dict[str, Option] = {}
+    for entry in card.raw["options"]:
+        strings = list(entry.get("all_option_strings") or entry.get("option_strings") or [])
+        if not strings:
+            continue  # the model positional
+        name = CONFIG_FIELD_OF.get(entry["dest"]) or entry.get("config_field")
+        spec = _field(card, name)
+        field_choices = None
+        if spec and spec.get("choices") and not entry.get("choices") and (
+                name in VALIDATED_FIELDS or pure_literal(str(spec.get("type", "")))):
+            field_choices = tuple(str(c) for c in spec["choices"])
+        choices = tuple(str(c) for c in entry["choices"]) if entry.get("choices") else None
+        action = Option(entry["dest"], entry.get("nargs") != 0, None if entry.get("nargs") is None else
+                        str(entry["nargs"]) if entry["nargs"] != 0 else "0", choices,
+                        value_type=entry.get("type"), bounds=entry.get("bounds") or (spec or {}).get("bounds"),
+                        field_choices=field_choices, field_name=name,
+                        deprecated=bool(entry.get("deprecated")), json_class=_json_class(card, entry))
+        for string in strings:
+            options.setdefault(string, action)
+    for string in ("-h", "--help"):  # argparse's own, on every parser
+        options.setdefault(string, Option("help", False, "0", None))
+    # The probe builds the parser as `vllm serve --help` (for the help texts), and vLLM then leaves `--model` out
+    # (engine/arg_utils.py:968-969, 0.33.0); every real `vllm serve` has it, FlexibleArgumentParser moves it to
+    # the positional model.
+    options.setdefault("--model", Option("model", True, None, None, value_type={"name": "str", "kind": "builtin"}))
+    return OptionTable(card.vllm_version, options, f"{card.path} ({card.taken_with})", card)
+
+
+def _json_class(card: ImageCard, entry: dict[str, Any]) -> str | None:
+    """The config class behind a JSON-valued option: its parser's dataclass, or the class vLLM validates the dict
+    as later (`--speculative-config` is parsed with json.loads and becomes a SpeculativeConfig)."""
+    kind = entry.get("type") or {}
+    named = [kind.get("dataclass"), (kind.get("wraps") or {}).get("dataclass"),
+             *(entry.get("json_config_validated_as") or []), entry.get("json_config")]
+    return next((n for n in named if isinstance(n, str) and card.config_class(n) is not None), None)
+
+
+def card_table(card: ImageCard) -> OptionTable:
+    """The option table of an image card: every string argparse accepts, hidden `--no-X` included."""
+    return _card_table(card)
+
+
 def speculative_fields(version: str) -> frozenset[str]:
     """The fields `--speculative-config` accepts in a vLLM version (SpeculativeConfig forbids others)."""
-    raw = json.loads((DATA / f"vllm-{version}-speculative-fields.json").read_text())
-    return frozenset(raw["fields"])
+    return user_fields(card_of_version(version), "SpeculativeConfig")
 
 
-@cache
+INTERNAL_CLASSES = frozenset({"ModelConfig", "ParallelConfig", "LoadConfig"})
+"""Config objects vLLM fills into a config itself (SpeculativeConfig's target/draft model, parallel and load
+configs, vllm/config/speculative.py): fields a user's JSON has no business setting."""
+
+
+def user_fields(card: ImageCard, cls: str) -> frozenset[str]:
+    """The fields of a config class a user's JSON may set (init fields, not vLLM's own config objects)."""
+    spec = card.config_class(cls) or {}
+    return frozenset(n for n, f in spec.get("fields", {}).items()
+                     if f.get("init", True) and not INTERNAL_CLASSES & set(f.get("dataclasses") or ()))
+
+
 def engine_values(version: str) -> dict[str, tuple[str, ...]]:
     """Allowed values of engine settings vLLM checks after parsing (Literal types of its config classes)."""
-    path = DATA / f"vllm-{version}-config-values.json"
-    if not path.is_file():
-        return {}
-    return {k: tuple(v) for k, v in json.loads(path.read_text())["values"].items()}
+    spec = _field(card_of_version(version), "CacheConfig.cache_dtype") or {}
+    return {"kv_cache_dtype": tuple(spec["choices"])} if spec.get("choices") else {}
 
 
 @dataclass
@@ -144,6 +227,9 @@ def _lookup(word: str, table: OptionTable) -> tuple[str | None, str | None, str 
     if len(matches) > 1:
         return None, None, f"ambiguous abbreviation: could be {', '.join(sorted(matches)[:5])}"
     return None, None, None
+
+
+normalise = _normalise
 
 
 def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:

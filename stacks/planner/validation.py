@@ -723,10 +723,10 @@ def _host_key_rules(config: StackConfig, result: Validation) -> None:
 
 def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
     """extra_args and env through the managed-option guard; option values against the image's choices."""
-    for problems, warnings in (argv_problems(config, image), env_problems(config)):
+    for problems, warnings in (argv_problems(config), env_problems(config)):
         result.problems += problems
         result.warnings += warnings
-    table, own = table_for(image)
+    table, own = table_for(config)
     if own and config.speculative is not None:
         known = speculative_fields(table.version)
         for name in config.speculative.options:

@@ -100,12 +100,22 @@ class ServeSubcommand:
                 nargs = flag["nargs"] if flag["nargs"] in ("+", "*", "?") else None
                 parser.add_argument(*options, dest=flag["dest"], nargs=nargs,
                                     type=_TYPES.get(flag["type"] or "", str), default=default)
-            else:  # argparse.BooleanOptionalAction lists `--x` and `--no-x` under one action
-                positive = [o for o in options if not o.startswith("--no-")] or options
-                negative = [o for o in options if o not in positive]
-                parser.add_argument(*positive, dest=flag["dest"], action="store_true", default=bool(default))
+            else:
+                # argparse.BooleanOptionalAction adds `--no-x` for the declared `--x`; vLLM 0.33.0's
+                # EnableDisableAction (utils/argparse_utils.py:120-145) adds the inverse `--disable-x` of a
+                # declared `--enable-x` (and the other way round), both setting the dest to False. A store_true
+                # flag (`--headless`) has one string. The default is the dumped one (None: vLLM decides later).
+                declared = options[0]
+                swapped = {"--enable-": "--disable-", "--disable-": "--enable-"}
+                inverse = next((to + declared[len(frm):] for frm, to in swapped.items() if declared.startswith(frm)),
+                               None)
+                negative = [o for o in options if o.startswith("--no-") or o == inverse]
+                if len(options) > 1 or (flag.get("nargs") == 0 and default is None):
+                    negative.append(f"--no-{declared[2:]}")
+                positive = [o for o in options if o not in negative]
+                parser.add_argument(*positive, dest=flag["dest"], action="store_true", default=default)
                 if negative:
-                    parser.add_argument(*negative, dest=flag["dest"], action="store_false")
+                    parser.add_argument(*dict.fromkeys(negative), dest=flag["dest"], action="store_false")
         return parser
 
 
@@ -133,3 +143,8 @@ def run_multi_api_server(args):
     engine_args = vllm.AsyncEngineArgs.from_cli_args(args)
     engine_args.create_engine_config(usage_context=None)
     sock.close()
+
+
+def cmd_init():
+    """vLLM 0.33.0 entrypoints/cli/serve.py `cmd_init`: the subcommands this module adds to `vllm`."""
+    return [ServeSubcommand()]

@@ -1,0 +1,623 @@
+"""Image card probe: what a vLLM image offers, as one JSON document on stdout.
+
+Run inside a vLLM image (stdin to the image's interpreter) or with a venv's interpreter:
+
+    docker run --rm -i -e VLLM_TARGET_DEVICE=cpu --entrypoint python3 vllm/vllm-openai:v0.33.0 - < image_card_probe.py
+    VLLM_TARGET_DEVICE=cpu venv/bin/python image_card_probe.py > card.json
+
+Stdlib + vllm (and what vllm itself imports) only. Every section is wrapped in try/except: a section that fails
+is recorded under "errors" (section -> "Type: message") and the rest of the card is still produced. Everything vLLM
+or its libraries print (logs, warnings) goes to stderr; stdout carries the JSON document alone.
+
+Sections:
+- vllm_version, python, torch_version, platform, env (the VLLM_TARGET_DEVICE the card was taken with);
+- serve_parser: the parser `vllm serve` uses, built as vllm/entrypoints/cli/main.py builds it (a top-level
+  FlexibleArgumentParser, subparsers, the serve module's `cmd_init()[0].subparser_init(subparsers)`, which calls
+  `make_arg_parser`); fallback: `make_arg_parser(FlexibleArgumentParser())` from
+  vllm.entrypoints.common.cli_args (0.33), vllm.entrypoints.launchers.cli_args (0.32) or
+  vllm.entrypoints.openai.cli_args (older);
+  per option: option_strings (as shown in help), all_option_strings (every string argparse accepts for it,
+  hidden ones included, e.g. --no-enable-x), dest, group (the config class / group title), action kind, type,
+  nargs, const, choices, metavar, default, required, deprecated (argparse `deprecated=` kwarg), help_deprecated
+  (help text mentions "deprecat"), help (first paragraph), bounds (pydantic ge/gt/le/lt of the config field behind
+  the option, when the group is a config class), json_config (the dataclass a JSON-valued option is validated as);
+- config_classes: fields of the dataclasses behind JSON-valued options and behind option groups (recursively:
+  nested dataclasses too): type, default, bounds, nested dataclass;
+- routes: the OpenAI server app's routes (method + path), built with vLLM's own build_app for each task set;
+- registries (cheap extras): quantization methods, tool/reasoning parsers, model architectures, env var names.
+"""
+
+import contextlib
+import dataclasses
+import enum
+import json
+import math
+import os
+import platform as _platform
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+PROBE_VERSION = 1
+T0 = time.monotonic()
+CARD: dict[str, Any] = {"probe_version": PROBE_VERSION, "errors": {}, "timings_s": {}}
+
+# ---- keep stdout for the JSON document only ------------------------------------------------------------------------
+_REAL_STDOUT_FD = os.dup(1)
+os.dup2(2, 1)  # anything written to fd 1 (C extensions, print) now lands on stderr
+sys.stdout = sys.stderr
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+# vLLM fills the help texts of config-derived options only when "--help" is on the command line
+# (vllm/engine/arg_utils.py NEEDS_HELP); pretend to be `vllm serve --help` while the parser is built.
+_SAVED_ARGV = list(sys.argv)
+sys.argv = ["vllm", "serve", "--help"]
+
+
+def _err(section: str, exc: BaseException) -> None:
+    CARD["errors"][section] = f"{type(exc).__name__}: {str(exc)[:800]}"
+    CARD.setdefault("tracebacks", {})[section] = traceback.format_exc()[-3000:]
+
+
+@contextlib.contextmanager
+def section(name: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:  # SystemExit from argparse too
+        _err(name, exc)
+    finally:
+        CARD["timings_s"][name] = round(time.monotonic() - start, 3)
+
+
+def jsonsafe(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe rendering of a default value (enums by value, sets sorted, dataclasses as dicts)."""
+    if depth > 6:
+        return repr(value)[:200]
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int) and not isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, enum.Enum):
+        return {"enum": type(value).__name__, "name": value.name, "value": jsonsafe(value.value, depth + 1)}
+    if isinstance(value, dict):
+        return {str(k): jsonsafe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonsafe(v, depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [jsonsafe(v, depth + 1) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {"__dataclass__": type(value).__name__}
+        for f in dataclasses.fields(value):
+            try:
+                out[f.name] = jsonsafe(getattr(value, f.name), depth + 1)
+            except Exception as exc:
+                out[f.name] = f"<unreadable: {type(exc).__name__}>"
+        return out
+    if isinstance(value, type):
+        return f"<class {value.__module__}.{value.__qualname__}>"
+    if callable(value):
+        return f"<callable {getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}>"
+    return repr(value)[:300]
+
+
+def describe_type(t: Any, depth: int = 0) -> Any:
+    """Name the callable argparse uses as `type=`; look through vLLM's wrappers (closures)."""
+    if t is None:
+        return None
+    if depth > 4:
+        return {"name": repr(t)[:100]}
+    if isinstance(t, type):
+        if dataclasses.is_dataclass(t):
+            return {"name": t.__name__, "kind": "dataclass", "module": t.__module__}
+        return {"name": t.__name__, "kind": "builtin" if t.__module__ == "builtins" else "class",
+                "module": t.__module__}
+    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
+    out: dict[str, Any] = {"name": name, "module": getattr(t, "__module__", None), "kind": "function"}
+    if name == "json.loads" or (getattr(t, "__module__", "") == "json" and getattr(t, "__name__", "") == "loads"):
+        out["kind"] = "json"
+    # closures: optional_type(x) -> _optional_type, parse_type(x) -> _parse_type (cell 'return_type')
+    code = getattr(t, "__code__", None)
+    closure = getattr(t, "__closure__", None)
+    if code is not None and closure:
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=False))
+        inner = cells.get("return_type")
+        if inner is not None:
+            out["wraps"] = describe_type(inner, depth + 1)
+        other = {k: jsonsafe(v) for k, v in cells.items() if k != "return_type"}
+        if other:
+            out["closure"] = other
+    # parse_dataclass(val, cls=<dataclass>): the dataclass is a default argument
+    defaults = getattr(t, "__defaults__", None)
+    if defaults:
+        for d in defaults:
+            if isinstance(d, type) and dataclasses.is_dataclass(d):
+                out["kind"] = "json->dataclass"
+                out["dataclass"] = d.__name__
+                out["dataclass_module"] = d.__module__
+    short = name.rsplit(".", 1)[-1].lstrip("_")
+    if short in ("optional_type",):
+        out["optional"] = True
+    return out
+
+
+def _bounds_from_metadata(metadata: Any) -> dict[str, Any]:
+    bounds = {}
+    for m in metadata or ():
+        for attr in ("ge", "gt", "le", "lt", "multiple_of", "min_length", "max_length"):
+            v = getattr(m, attr, None)
+            if v is not None and not callable(v):
+                bounds[attr] = jsonsafe(v)
+    return bounds
+
+
+def _annotated_bounds(tp: Any) -> dict[str, Any]:
+    """Bounds carried in typing.Annotated[..., Field(ge=...)] / annotated_types.Ge(...) / Union members."""
+    import typing
+
+    bounds = {}
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        meta = list(typing.get_args(tp)[1:])
+        expanded = []
+        for m in meta:
+            expanded.append(m)
+            expanded.extend(getattr(m, "metadata", None) or [])  # pydantic FieldInfo inside Annotated
+        bounds.update(_bounds_from_metadata(expanded))
+        bounds.update(_annotated_bounds(typing.get_args(tp)[0]))
+    elif origin is not None:
+        for a in typing.get_args(tp):
+            if a is not type(None):
+                bounds.update(_annotated_bounds(a))
+    return bounds
+
+
+def _type_str(tp: Any) -> str:
+    s = getattr(tp, "__name__", None) if isinstance(tp, type) else None
+    s = s or repr(tp)
+    return s.replace("typing.", "")[:300]
+
+
+def _literal_values(tp: Any, out: list[Any] | None = None, depth: int = 0) -> list[Any]:
+    """Every value of the Literal[...] members of a type hint (through Optional / Union / Annotated / list)."""
+    import typing
+
+    out = [] if out is None else out
+    if depth > 5:
+        return out
+    if typing.get_origin(tp) is typing.Literal:
+        out.extend(jsonsafe(a) for a in typing.get_args(tp))
+    else:
+        for a in typing.get_args(tp) or ():
+            _literal_values(a, out, depth + 1)
+    return out
+
+
+def _nested_dataclasses(tp: Any, found: list[Any]) -> None:
+    import typing
+
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        found.append(tp)
+        return
+    for a in typing.get_args(tp) or ():
+        _nested_dataclasses(a, found)
+
+
+def describe_config_class(cls: Any) -> tuple[dict[str, Any], list[Any]]:
+    """Fields of a (pydantic) dataclass: type, default, bounds (pydantic Field ge/gt/le/lt), nested dataclasses."""
+    import typing
+
+    out: dict[str, Any] = {"module": cls.__module__, "fields": {}}
+    pyd = getattr(cls, "__pydantic_fields__", None) or {}
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        hints = {}
+        out["type_hints_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    nested = []
+    for f in dataclasses.fields(cls):
+        entry: dict[str, Any] = {}
+        tp = hints.get(f.name, f.type)
+        entry["type"] = _type_str(tp)
+        bounds = {}
+        info = pyd.get(f.name)
+        default = dataclasses.MISSING
+        if info is not None:
+            bounds.update(_bounds_from_metadata(getattr(info, "metadata", None)))
+            if getattr(info, "default_factory", None) is not None:
+                entry["default_factory"] = jsonsafe(info.default_factory)
+            else:
+                d = getattr(info, "default", dataclasses.MISSING)
+                if d is not dataclasses.MISSING and type(d).__name__ != "PydanticUndefinedType":
+                    default = d
+        if default is dataclasses.MISSING:
+            d = f.default
+            if d is not dataclasses.MISSING and type(d).__name__ == "FieldInfo":
+                bounds.update(_bounds_from_metadata(getattr(d, "metadata", None)))
+                d = getattr(d, "default", dataclasses.MISSING)
+                if type(d).__name__ == "PydanticUndefinedType":
+                    d = dataclasses.MISSING
+            if d is not dataclasses.MISSING:
+                default = d
+            elif f.default_factory is not dataclasses.MISSING:
+                entry.setdefault("default_factory", jsonsafe(f.default_factory))
+        if default is not dataclasses.MISSING:
+            entry["default"] = jsonsafe(default)
+        elif "default_factory" not in entry:
+            entry["required"] = True
+        bounds.update(_annotated_bounds(tp))
+        lits = _literal_values(tp)
+        if lits:
+            entry["choices"] = lits
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            entry["choices"] = [jsonsafe(m) for m in tp]
+        if bounds:
+            entry["bounds"] = bounds
+        sub: list[Any] = []
+        _nested_dataclasses(tp, sub)
+        if sub:
+            entry["dataclasses"] = [s.__name__ for s in sub]
+            nested.extend(sub)
+        if not f.init:
+            entry["init"] = False
+        out["fields"][f.name] = entry
+    return out, nested
+
+
+# ---- version / platform --------------------------------------------------------------------------------------------
+with section("versions"):
+    CARD["python"] = _platform.python_version()
+    CARD["env"] = {k: os.environ.get(k) for k in ("VLLM_TARGET_DEVICE", "VLLM_SERVER_DEV_MODE")}
+    try:
+        from importlib.metadata import version as _dist_version
+
+        CARD["vllm_dist_version"] = _dist_version("vllm")
+    except Exception as exc:
+        _err("vllm_dist_version", exc)
+    import vllm
+
+    CARD["vllm_version"] = getattr(vllm, "__version__", None) or CARD.get("vllm_dist_version")
+    CARD["vllm_path"] = os.path.dirname(vllm.__file__)
+    try:
+        import torch
+
+        CARD["torch_version"] = torch.__version__
+    except Exception as exc:
+        _err("torch", exc)
+
+with section("platform"):
+    from vllm.platforms import current_platform
+
+    CARD["platform"] = {"class": type(current_platform).__name__,
+                        "device_type": getattr(current_platform, "device_type", None)}
+
+# ---- the serve parser ------------------------------------------------------------------------------------------------
+SERVE: Any = None
+with section("serve_parser"):
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    build = None
+    try:
+        import vllm.entrypoints.cli.serve as cli_serve
+
+        top = FlexibleArgumentParser(description="vLLM CLI")
+        subparsers = top.add_subparsers(required=False, dest="subparser")
+        cmd = cli_serve.cmd_init()[0]
+        SERVE = cmd.subparser_init(subparsers)
+        build = "vllm.entrypoints.cli.serve.cmd_init()[0].subparser_init(subparsers) (as cli/main.py)"
+    except Exception as exc:
+        _err("serve_parser.cli_serve", exc)
+        make_arg_parser: Any = None
+        for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                    "vllm.entrypoints.openai.cli_args"):
+            try:
+                make_arg_parser = __import__(mod, fromlist=["make_arg_parser"]).make_arg_parser
+                build = f"{mod}.make_arg_parser(FlexibleArgumentParser())"
+                break
+            except Exception as exc2:
+                _err(f"serve_parser.{mod}", exc2)
+        SERVE = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    CARD["serve_parser_build"] = build
+
+sys.argv = _SAVED_ARGV
+
+JSON_DATACLASSES: dict[str, Any] = {}  # name -> class
+GROUP_CLASSES: dict[str, Any] = {}  # group title -> class
+OPTIONS: list[dict[str, Any]] = []
+with section("options"):
+    import argparse
+
+    accepted: dict[int, list[str]] = {}
+    for opt, act in SERVE._option_string_actions.items():
+        accepted.setdefault(id(act), []).append(opt)
+    group_of = {}
+    for g in SERVE._action_groups:
+        for a in g._group_actions:
+            group_of[id(a)] = g.title
+    deprecated_set = {id(a) for a in getattr(SERVE, "_deprecated", ())}
+    try:
+        import vllm.config as vcfg
+    except Exception:
+        vcfg = None
+    for title in set(group_of.values()):
+        cls = getattr(vcfg, title, None) if (vcfg and title) else None
+        if cls is None and title == "Frontend":
+            for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                    "vllm.entrypoints.openai.cli_args"):
+                try:
+                    cls = __import__(mod, fromlist=["FrontendArgs"]).FrontendArgs
+                    break
+                except Exception:
+                    pass
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            GROUP_CLASSES[title] = cls
+
+    for act in SERVE._actions:
+        if isinstance(act, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        help_text = act.help if isinstance(act.help, str) else ("SUPPRESS" if act.help is not None else None)
+        entry = {
+            "option_strings": list(act.option_strings),
+            "all_option_strings": sorted(accepted.get(id(act), [])),
+            "dest": act.dest,
+            "positional": not act.option_strings,
+            "group": group_of.get(id(act)),
+            "action": type(act).__name__,
+            "action_bases": [b.__name__ for b in type(act).__mro__[1:] if b.__module__ == "argparse"][:3],
+            "type": describe_type(act.type),
+            "nargs": act.nargs,
+            "const": jsonsafe(act.const),
+            "choices": jsonsafe(list(act.choices)) if act.choices is not None else None,
+            "metavar": jsonsafe(act.metavar),
+            "default": jsonsafe(act.default),
+            "required": act.required,
+            "deprecated": bool(getattr(act, "deprecated", False)) or id(act) in deprecated_set,
+            "help_deprecated": bool(help_text and "deprecat" in help_text.lower()),
+            "help": (help_text or "").split("\n\n", 1)[0].strip()[:400] if help_text else help_text,
+        }
+        t = entry["type"] or {}
+        dc_type = t if t.get("kind") == "json->dataclass" else (t.get("wraps") or {})
+        if dc_type.get("kind") == "json->dataclass":
+            entry["json_config"] = dc_type["dataclass"]
+            fn = act.type
+            while fn is not None and not any(isinstance(d, type) and dataclasses.is_dataclass(d)
+                                             for d in (getattr(fn, "__defaults__", None) or ())):
+                cells = dict(zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()),
+                                 (c.cell_contents for c in (getattr(fn, "__closure__", None) or ())), strict=False))
+                fn = cells.get("return_type")
+            for d in (getattr(fn, "__defaults__", None) or ()):
+                if isinstance(d, type) and dataclasses.is_dataclass(d):
+                    JSON_DATACLASSES[d.__name__] = d
+        elif (t.get("wraps") or {}).get("kind") == "json" or t.get("kind") == "json":
+            entry["json_config"] = "dict (json.loads)"
+        elif t.get("name", "").endswith("union_dict_and_str") or (t.get("wraps") or {}).get("name", "").endswith(
+                "union_dict_and_str"):
+            entry["json_config"] = "dict or str (union_dict_and_str)"
+        OPTIONS.append(entry)
+    CARD["options"] = OPTIONS
+    CARD["option_count"] = sum(1 for o in OPTIONS if not o["positional"])
+
+# ---- dataclasses behind the options ----------------------------------------------------------------------------------
+CONFIGS: dict[str, Any] = {}
+with section("config_classes"):
+    todo = list(JSON_DATACLASSES.values()) + list(GROUP_CLASSES.values())
+    seen = set()
+    while todo:
+        cls = todo.pop(0)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        try:
+            desc, nested = describe_config_class(cls)
+        except Exception as exc:
+            _err(f"config_classes.{cls.__name__}", exc)
+            continue
+        desc["json_valued_option"] = cls.__name__ in JSON_DATACLASSES
+        desc["option_group"] = [t for t, c in GROUP_CLASSES.items() if c is cls] or None
+        CONFIGS[cls.__name__] = desc
+        todo.extend(n for n in nested if n not in seen)
+    CARD["config_classes"] = CONFIGS
+    CARD["json_valued_options"] = {o["option_strings"][0]: o["json_config"] for o in OPTIONS
+                                   if o.get("json_config") and o["option_strings"]}
+
+with section("option_bounds"):
+    for o in OPTIONS:
+        cls = GROUP_CLASSES.get(o["group"])
+        if cls is None:
+            continue
+        f = CONFIGS.get(cls.__name__, {}).get("fields", {}).get(o["dest"])
+        if not f:
+            continue
+        o["config_field"] = f"{cls.__name__}.{o['dest']}"
+        if f.get("bounds"):
+            o["bounds"] = f["bounds"]
+        # a JSON option parsed as a plain dict whose config field is a dataclass (e.g. --speculative-config ->
+        # SpeculativeConfig, validated later by the config): name that dataclass
+        if o.get("json_config") and f.get("dataclasses") and o["json_config"] not in f["dataclasses"]:
+            o["json_config_validated_as"] = f["dataclasses"]
+    CARD["json_valued_options"] = {o["option_strings"][0]: o.get("json_config_validated_as") or o["json_config"]
+                                   for o in OPTIONS if o.get("json_config") and o["option_strings"]}
+
+# ---- API routes --------------------------------------------------------------------------------------------------
+with section("routes"):
+    import typing
+    import warnings
+
+    build_app: Any = None
+    for mod in ("vllm.entrypoints.launchers.app", "vllm.entrypoints.openai.api_server"):
+        try:
+            build_app = __import__(mod, fromlist=["build_app"]).build_app
+            CARD["routes_build"] = f"{mod}.build_app(args, supported_tasks)"
+            break
+        except Exception as exc:
+            _err(f"routes.import.{mod}", exc)
+    if build_app is None:
+        raise RuntimeError("no build_app found")
+    import inspect
+
+    takes_tasks = "supported_tasks" in inspect.signature(build_app).parameters
+    tasks = []
+    try:
+        import vllm.tasks as vtasks
+
+        def _lits(tp: Any) -> list[Any]:
+            out = []
+            for a in typing.get_args(tp):
+                out.extend(_lits(a) if typing.get_origin(a) is not None else [a])
+            return out
+
+        tasks = [t for t in _lits(vtasks.SupportedTask) if isinstance(t, str)]
+    except Exception as exc:
+        _err("routes.tasks", exc)
+    CARD["supported_task_values"] = tasks
+    base_args = SERVE.parse_args([])
+    variants: list[tuple[str, tuple[str, ...]]] = [("generate", ("generate",))]
+    variants += [(t, (t,)) for t in tasks if t != "generate"]
+    variants.append(("all_tasks", tuple(tasks)))
+    routes: dict[Any, Any] = {}
+
+    def _collect(app: Any, label: str) -> None:
+        for r in getattr(app, "routes", []):
+            path = getattr(r, "path", None)
+            if path is None:
+                continue
+            methods = sorted(getattr(r, "methods", None) or []) or [type(r).__name__]
+            for m in methods:
+                key = f"{m} {path}"
+                e = routes.setdefault(key, {"method": m, "path": path, "kind": type(r).__name__, "when": []})
+                ep = getattr(r, "endpoint", None)
+                if ep is not None and "endpoint" not in e:
+                    e["endpoint"] = f"{getattr(ep, '__module__', '?')}.{getattr(ep, '__qualname__', '?')}"
+                if label not in e["when"]:
+                    e["when"].append(label)
+
+    pooling: set[str] = set()
+    with contextlib.suppress(Exception):
+        pooling = set(getattr(vtasks, "POOLING_TASKS", ()))
+
+    class _StubHF:
+        num_labels = 1  # entrypoints/pooling/utils.py enable_scoring_api: classify scores only with 1 label
+
+    class _StubModelConfig:
+        """Only what the pooling routers ask of a ModelConfig: the pooling task and hf_config.num_labels."""
+        hf_config = _StubHF()
+        architectures = ["StubModel"]  # noqa: RUF012 (read as a list by vLLM, never mutated)
+
+        def __init__(self, task: Any) -> None:
+            self.task = task
+
+        def get_pooling_task(self, supported_tasks: Any) -> Any:
+            return self.task if self.task in supported_tasks else None
+
+    def _build(args: Any, ts: Any, model_config: Any = None) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if not takes_tasks:
+                return build_app(args)
+            if model_config is not None:
+                return build_app(args, supported_tasks=ts, model_config=model_config)
+            return build_app(args, supported_tasks=ts)
+
+    for label, ts in variants:
+        try:
+            stub = _StubModelConfig(ts[0]) if (len(ts) == 1 and ts[0] in pooling) else None
+            try:
+                app = _build(base_args, ts, stub)
+            except Exception as exc:
+                if stub is None:
+                    raise
+                _err(f"routes.task={label}.stub_model_config", exc)
+                app = _build(base_args, ts)
+            _collect(app, f"task={label}")
+        except Exception as exc:
+            _err(f"routes.task={label}", exc)
+        if not takes_tasks:
+            break
+    baseline = {k for k, e in routes.items() if "task=generate" in e["when"]}
+
+    def _collect_new(app: Any, label: str) -> None:
+        before = {k: list(e["when"]) for k, e in routes.items()}
+        _collect(app, label)
+        for k in baseline:  # a flag/env variant only claims the routes it adds to the generate baseline
+            routes[k]["when"] = before.get(k, routes[k]["when"])
+    # optional routers: --enable-fault-tolerance (args) and VLLM_SERVER_DEV_MODE=1 (env, read lazily by vllm.envs)
+    try:
+        import copy
+
+        ft_args = copy.copy(base_args)
+        ft_args.enable_fault_tolerance = True
+        _collect_new(_build(ft_args, ("generate",)), "flag=--enable-fault-tolerance")
+    except Exception as exc:
+        _err("routes.fault_tolerance", exc)
+    old = os.environ.get("VLLM_SERVER_DEV_MODE")
+    try:
+        os.environ["VLLM_SERVER_DEV_MODE"] = "1"
+        try:
+            import vllm.envs as venvs
+
+            if hasattr(venvs, "disable_envs_cache"):
+                venvs.disable_envs_cache()
+        except Exception:
+            pass
+        _collect_new(_build(base_args, ("generate",)), "env=VLLM_SERVER_DEV_MODE=1")
+    except Exception as exc:
+        _err("routes.dev_mode", exc)
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_SERVER_DEV_MODE", None)
+        else:
+            os.environ["VLLM_SERVER_DEV_MODE"] = old
+    all_labels = {f"task={label}" for label, _ in variants}
+    for e in routes.values():
+        e["always"] = all_labels.issubset(e["when"])
+    CARD["routes"] = sorted(routes.values(), key=lambda e: (e["path"], e["method"]))
+    CARD["routes_note"] = ("built with vLLM's build_app per task set (no engine, no model; pooling task sets get a "
+                           "stub model_config whose pooling task is that task and hf_config.num_labels == 1, so the "
+                           "score/rerank routes appear); 'when' lists the task sets / flags / env under which the "
+                           "route exists ('always' = in every task set); endpoint plugins add more at run time")
+
+# ---- cheap registries ------------------------------------------------------------------------------------------------
+REG: dict[str, Any] = {}
+with section("registries.quantization"):
+    import typing
+
+    from vllm.model_executor.layers import quantization as q
+
+    methods = getattr(q, "QUANTIZATION_METHODS", None) or typing.get_args(q.QuantizationMethods)
+    REG["quantization_methods"] = sorted(methods)
+with section("registries.tool_parsers"):
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError:
+        from vllm.entrypoints.openai.tool_parsers import ToolParserManager
+    names = set(getattr(ToolParserManager, "tool_parsers", {}) or {})
+    names |= set(getattr(ToolParserManager, "lazy_parsers", {}) or {})
+    REG["tool_parsers"] = sorted(names)
+with section("registries.reasoning_parsers"):
+    from vllm.reasoning import ReasoningParserManager
+
+    names = set(getattr(ReasoningParserManager, "reasoning_parsers", {}) or {})
+    names |= set(getattr(ReasoningParserManager, "lazy_parsers", {}) or {})
+    REG["reasoning_parsers"] = sorted(names)
+with section("registries.architectures"):
+    from vllm.model_executor.models import ModelRegistry
+
+    REG["architectures"] = sorted(ModelRegistry.get_supported_archs())
+with section("registries.env_vars"):
+    import vllm.envs as venvs
+
+    REG["env_vars"] = sorted(getattr(venvs, "environment_variables", {}) or {})
+CARD["registries"] = REG
+
+CARD["timings_s"]["total"] = round(time.monotonic() - T0, 3)
+if not CARD["errors"]:
+    CARD.pop("tracebacks", None)
+doc = json.dumps(CARD, indent=1, sort_keys=False, default=lambda o: repr(o)[:300])
+with os.fdopen(_REAL_STDOUT_FD, "w") as out:
+    out.write(doc + "\n")
