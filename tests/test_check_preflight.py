@@ -382,7 +382,7 @@ def test_shipped_script_with_a_hung_docker_is_not_exit_124(tmp_path: Path) -> No
     hanging(tmp_path / "bin", "docker")
     sections = ["ownership", "toolkit"]
     command = heredoc_command("preflight", ["--json", "--sections", ",".join(sections), "--image", "img",
-                                            "--call-timeout-s", "2"],
+                                            "--call-timeout-s", "2", "--container-names", "engine"],
                               timeout_s=preflight.outer_timeout_s(sections))
     out = subprocess.run(["/bin/bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env={"PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"})
