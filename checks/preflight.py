@@ -53,6 +53,7 @@ from checks.verdict import (
     port,
     port_range,
     seconds,
+    shown,
 )
 from stacks.planner.memory import (
     GB,
@@ -885,20 +886,20 @@ _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 def _hca(value: str) -> str:
     if not _HCA.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not an HCA port DEV[:PORT], e.g. mlx5_0:1")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not an HCA port DEV[:PORT], e.g. mlx5_0:1")
     return value
 
 
 def _ifname(value: str) -> str:
     if not _IFNAME.fullmatch(value) or value in (".", ".."):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not a network interface name (at most 15 characters)")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a network interface name (at most 15 characters)")
     return value
 
 
 def _text(value: str) -> str:
     """Free text that lands in a command or an evidence line: one printable line."""
     if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: one printable line of at most 1024 characters")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
     return value
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import CheckParser, Verdict, check_name, count, emit, seconds
+from checks.verdict import CheckParser, Verdict, check_name, count, emit, seconds, shown
 
 
 def snapshot(address: str) -> tuple[list[dict[str, Any]], float]:
@@ -58,7 +58,7 @@ def _address(value: str) -> str:
     host, sep, port_text = value.rpartition(":")
     if value != "auto" and not (sep and host and port_text.isdigit() and 1 <= int(port_text) <= 65535
                                 and re.fullmatch(r"[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]", host)):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: auto, or the head's GCS address HOST:PORT, "
+        raise argparse.ArgumentTypeError(f"{shown(value)}: auto, or the head's GCS address HOST:PORT, "
                                          "e.g. 10.0.0.1:6379")
     return value
 

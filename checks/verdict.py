@@ -78,11 +78,20 @@ def _reason(section: Section) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+_CREDENTIALS_IN_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"?#]*@")
+
+
+def mask_credentials(text: str) -> str:
+    """Every `scheme://user:password@` in `text` as `scheme://***@`: a last guard on what a check prints."""
+    return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
+
+
 def emit(verdict: Verdict, as_json: bool) -> int:
+    """Print the verdict (credentials in any URL masked) and return its exit code."""
     if as_json:
-        print(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False))
+        print(mask_credentials(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False)))
     else:
-        print(verdict.line())
+        print(mask_credentials(verdict.line()))
     sys.stdout.flush()
     return verdict.exit_code
 
@@ -353,5 +362,5 @@ class CheckParser(argparse.ArgumentParser):
         message = re.sub(r"^argument (\S+): (?=')", r"\1 ", message).removeprefix("argument ")
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
-        print(f"{self.prog}: bad argument: {message}", file=sys.stderr)
+        print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
         raise SystemExit(2)

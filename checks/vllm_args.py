@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import CheckParser, Verdict, check_name, emit, listed
+from checks.verdict import CheckParser, Verdict, check_name, emit, listed, shown
 
 
 class _EngineStartReached(BaseException):
@@ -233,20 +233,20 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 def _expectation(value: str) -> tuple[str, str]:
     field, sep, expected = value.partition("=")
     if not sep or not _FIELD.fullmatch(field) or len(value) > 1024:
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not FIELD=VALUE with a vLLM argument name, e.g. "
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not FIELD=VALUE with a vLLM argument name, e.g. "
                                          "tensor_parallel_size=8")
     return field, expected
 
 
 def _module(value: str) -> str:
     if not _MODULE.fullmatch(value) or len(value) > 128:
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not a module name, e.g. vllm")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a module name, e.g. vllm")
     return value
 
 
 def _line(value: str) -> str:
     if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: one printable line of at most 1024 characters")
+        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
     return value
 
 
