@@ -259,7 +259,7 @@ def _reference(args: argparse.Namespace) -> int:
 
 def _git_ref(value: str) -> str:
     """A revision git can name: not an option (a leading '-'), one printable line."""
-    if value.startswith("-") or not path(value).strip():
+    if value.startswith("-") or not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise argparse.ArgumentTypeError(f"{shown(value)}: not a git revision, e.g. origin/main")
     return value
 
