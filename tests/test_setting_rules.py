@@ -78,10 +78,10 @@ def test_a_debug_subsystem_list_that_keeps_init_and_net_is_accepted(prod_values:
 def test_fabric_preflight_asks_only_for_sections_with_something_to_check(prod_values: dict[str, Any]) -> None:
     """prod sets no gid_index: no gid section (it once passed with 'no gid_index configured')."""
     plan = plan_of(prod_values)
-    fabric = [c for c in plan.checks if c.name == "fabric-node1"][0]
+    fabric = next(c for c in plan.checks if c.name == "fabric-node1")
     assert fabric.sections == ["infiniband", "hca", "sysctl"]
     values = copy.deepcopy(prod_values)
     for node in values["nodes"]:
         node["gid_index"] = 3
-    fabric = [c for c in plan_of(values).checks if c.name == "fabric-node1"][0]
+    fabric = next(c for c in plan_of(values).checks if c.name == "fabric-node1")
     assert fabric.sections == ["infiniband", "hca", "gid", "sysctl"]

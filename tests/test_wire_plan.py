@@ -74,7 +74,7 @@ def test_without_a_source_the_weights_are_verified_before_the_pre_pull_preflight
              and c.module in ("checks.weights", "checks.preflight")]
     assert [(c.name, c.sections) for c in node1] == [
         ("weights-node1", ["verify"]), ("pre-pull-node1", ["ownership", "disk", "gpu", "model"]),
-        ("preflight-node1", ["toolkit", "memlock"]), ("fabric-node1", ["infiniband", "hca", "sysctl"])]  # no gid_index: no gid section
+        ("preflight-node1", ["toolkit", "memlock"]), ("fabric-node1", ["infiniband", "hca", "sysctl"])]  # no gid_index
     config = parse_config("prod", prod_values)
     check = next(c for c in plan.checks if c.name == "weights-node1")
     command = weights_command(config, plan, check)
