@@ -276,7 +276,7 @@ def optional_path(value: str) -> str:
 def abs_path(value: str) -> str:
     """An absolute path."""
     if not path(value).startswith("/"):
-        raise _refuse(value, "not an absolute path; e.g. /models/my-model")
+        raise _refuse(value, "must be an absolute path, e.g. /models/my-model")
     return value
 
 
@@ -340,6 +340,11 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
+def argument_message(message: str) -> str:
+    """argparse's `argument --flag: 'value': why` as `--flag 'value': why`."""
+    return re.sub(r"^argument (\S+): (?=')", r"\1 ", message).removeprefix("argument ")
+
+
 class CheckParser(argparse.ArgumentParser):
     """argparse for the check programs: a bad argument prints `CANNOT-RUN <name>: bad argument: …` (one JSON
     verdict with --json) on stdout, a copy on stderr, and exits 2. `check` is the verdict's name when --name is
@@ -359,7 +364,7 @@ class CheckParser(argparse.ArgumentParser):
         argv = self.argv or sys.argv[1:]
         name = _flag_value(argv, "--name") or ""
         name = name if _CHECK_NAME.fullmatch(name) else str(self.get_default("name") or self.check)
-        message = re.sub(r"^argument (\S+): (?=')", r"\1 ", message).removeprefix("argument ")
+        message = argument_message(message)
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
         print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)

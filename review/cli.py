@@ -9,9 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from checks.verdict import abs_path, count, path, shown
+from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan
 from review.plan_diff import diff_plans
@@ -264,8 +264,16 @@ def _git_ref(value: str) -> str:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
+    parser = _Parser(prog="python -m stacks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     ref = sub.add_parser("reference", help="the config reference (every key, type, range, default) as Markdown")
     ref.set_defaults(func=_reference)
