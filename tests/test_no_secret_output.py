@@ -113,6 +113,7 @@ CHECK_RUNS = [
     ["-m", "checks.api", "--url", f"http://10.0.0.1:8000/?key={planted('q')}", "--served-name", "m"],
     ["-m", "checks.weights", "sync", "--source", "s3://b/p", "--dest", "/tmp/x", "--endpoint-url", SECRET_URL],
     ["-m", "checks.weights", "sync", "--source", f"s3://b/p?X-Amz-Signature={planted('sig')}", "--dest", "/tmp/x"],
+    ["-m", "checks.weights", "sync", "--source", f"s3://AKIA:{planted('s3-userinfo')}@b/p", "--dest", "/tmp/x"],
     ["-m", "checks.collective", "--nnodes", "2", "--node-rank", "0", "--master-addr", f"u:{planted('a')}@10.0.0.1"],
     ["-m", "checks.ray_cluster", "--nodes", "1", "--gpus", "1", "--address", SECRET_URL],
     ["-m", "checks.preflight", "--sections", "disk", "--image", f"u:{planted('i')}@registry/x:1",
