@@ -41,11 +41,26 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from checks.verdict import Section, Verdict, combine, emit
+from checks.verdict import (
+    CheckParser,
+    Section,
+    Verdict,
+    check_name,
+    combine,
+    emit,
+    env_name,
+    integer,
+    listed,
+    optional_path,
+    seconds,
+    shown,
+    url_path,
+)
 from stacks.model.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
 
 RETRYABLE = (httpx.TransportError,)
 RANK_HEADER = "X-data-parallel-rank"
+SECTION_NAMES = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 UNKNOWN_PATH = "/v1/no-such-endpoint"
 
@@ -636,29 +651,24 @@ MAX_DP_SIZE = 1024
 def _url(url: str) -> str:
     """http(s)://host[:port] and nothing after it: the checks add the paths; a path or query here would send
     every probe (and the bearer key) somewhere the stack did not name."""
+    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+        raise ConfigProblem(f"--url {shown(url)}: carries credentials; give only scheme, host and port, and the key "
+                            "in the variable --api-key-env names")
     try:
         parts = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        raise ConfigProblem(f"--url {url[:80]!r}: not a URL ({exc}); e.g. https://llm.example.com:443") from None
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise ConfigProblem(f"--url {shown(url)}: not a URL; e.g. https://llm.example.com:443") from None
     if parts.scheme not in ("http", "https") or not parts.host:
-        raise ConfigProblem(f"--url {url[:80]!r}: needs http:// or https:// and a host, e.g. http://10.30.8.1:8030")
+        raise ConfigProblem(f"--url {shown(url)}: needs http:// or https:// and a host, e.g. http://10.30.8.1:8030")
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo or re.search(r"[?#@\s]", url):
-        raise ConfigProblem(f"--url {url[:80]!r}: only scheme, host and port; the checks add /health, /v1/models, "
+        raise ConfigProblem(f"--url {shown(url)}: only scheme, host and port; the checks add /health, /v1/models, "
                             "/v1/chat/completions themselves")
     # brackets as stacks.model.field_types.bracket_host, not imported: the bundle run on the head pastes only golden
     host = (f"[{parts.host}]" if ":" in parts.host else parts.host) + (f":{parts.port}" if parts.port else "")
     return f"{parts.scheme}://{host}"  # rebuilt from the parsed parts: what is checked is what is used
 
 
-def _seconds(flag: str, value: float, high: float, low: float = 0.0) -> float:
-    if not (low < value <= high):  # NaN fails too
-        raise ConfigProblem(f"{flag} {value:g}: must be more than {low:g} and at most {high:g} seconds")
-    return value
-
-
 def _targets(dp_size: int, rank_nodes: str) -> list[Target]:
-    if not 1 <= dp_size <= MAX_DP_SIZE:
-        raise ConfigProblem(f"--dp-size {dp_size}: must be from 1 to {MAX_DP_SIZE} (parallelism.data)")
     nodes = [n.strip() for n in rank_nodes.split(",")] if rank_nodes else []
     if nodes and (len(nodes) != dp_size or not all(nodes)):
         raise ConfigProblem(f"--rank-nodes {rank_nodes!r}: needs one node name per DP rank ({dp_size}), in rank "
@@ -714,16 +724,17 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="api", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--name", default="api")
+    p = CheckParser(prog="api", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--name", default="api", type=check_name)
     p.add_argument("--url", required=True)
     p.add_argument("--served-name", required=True)
-    p.add_argument("--sections", default="health,models,chat,thinking,stream")
-    p.add_argument("--api-key-env", default="VLLM_API_KEY", help="env var holding the bearer key (if any)")
-    p.add_argument("--deadline-s", type=float, default=4200)
-    p.add_argument("--interval-s", type=float, default=30,
+    p.add_argument("--sections", default="health,models,chat,thinking,stream", type=listed(str, SECTION_NAMES))
+    p.add_argument("--api-key-env", default="VLLM_API_KEY", type=env_name,
+                   help="env var holding the bearer key (if any)")
+    p.add_argument("--deadline-s", type=seconds(7 * 86_400), default=4200.0)
+    p.add_argument("--interval-s", type=seconds(86_400, low=0.01, low_open=False), default=30.0,
                    help="health: seconds between progress lines; --watch: seconds between probe rounds")
-    p.add_argument("--timeout-s", type=float, default=300)
+    p.add_argument("--timeout-s", type=seconds(3_600), default=300.0)
     p.add_argument("--prompt", default=None, help=f"one golden prompt (default {DEFAULT_PROMPT!r})")
     p.add_argument("--expect", default=None,
                    help=f"its expected answer: a regular expression the stripped answer must fully match "
@@ -731,14 +742,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--golden-json", default="",
                    help='the golden set: JSON [{"prompt": ..., "expect": ...}, ...] (1-16 pairs); thinking and '
                         "stream use the first")
-    p.add_argument("--dp-size", type=int, default=1,
+    p.add_argument("--dp-size", type=integer(1, MAX_DP_SIZE), default=1,
                    help="data-parallel ranks: chat, thinking and stream run once per rank (X-data-parallel-rank)")
     p.add_argument("--rank-nodes", default="", help="node of each DP rank in rank order, e.g. node1,node2")
-    p.add_argument("--ca-env", default="", help="env var holding a PEM certificate to trust (the proxy's)")
-    p.add_argument("--ca-file", default="", help="file holding a PEM certificate to trust (for --watch units)")
-    p.add_argument("--deny-paths", default="", help="comma-separated paths the proxy must refuse with 403")
+    p.add_argument("--ca-env", default="", type=env_name,
+                   help="env var holding a PEM certificate to trust (the proxy's)")
+    p.add_argument("--ca-file", default="", type=optional_path,
+                   help="file holding a PEM certificate to trust (for --watch units)")
+    p.add_argument("--deny-paths", default=[], type=listed(url_path),
+                   help="comma-separated paths the proxy must refuse with 403")
     p.add_argument("--watch", action="store_true", help="probe every rank forever, one line per transition")
-    p.add_argument("--max-iterations", type=int, default=None, help="--watch: stop after N rounds (tests)")
+    p.add_argument("--max-iterations", type=integer(1, 10**9), default=None,
+                   help="--watch: stop after N rounds (tests)")
     p.add_argument("--metrics-listen", default="", metavar="ADDRESS:PORT",
                    help="--watch: serve the golden results and the info series for Prometheus on GET /metrics")
     p.add_argument("--info-json", default="", help="--watch: the stack's ranks, nodes, image and generation "
@@ -749,19 +764,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = _targets(args.dp_size, args.rank_nodes)
         goldens = _goldens(args.golden_json, args.prompt, args.expect)
         ca_pem = _ca_pem(args.ca_env, args.ca_file)
-        _seconds("--interval-s", args.interval_s, 86_400, low=0.01)  # a smaller one is a busy loop in --watch
-        _seconds("--timeout-s", args.timeout_s, 3_600)
-        _seconds("--deadline-s", args.deadline_s, 7 * 86_400)
         args.url = _url(args.url)
-        if not [s for s in args.sections.split(",") if s]:
-            raise ConfigProblem(f"--sections {args.sections!r}: no section to run; a verdict over nothing would "
-                                "read as a pass")
+        if not args.sections:
+            raise ConfigProblem("--sections '': no section to run; a verdict over nothing would read as a pass")
         listen = _listen(args.metrics_listen) if args.metrics_listen else None
         info = _info(args.info_json)
         if listen is None and info is not None:
             raise ConfigProblem("--info-json without --metrics-listen: nothing would serve it")
-        if args.max_iterations is not None and args.max_iterations < 1:
-            raise ConfigProblem(f"--max-iterations {args.max_iterations}: must be at least 1")
     except ConfigProblem as exc:
         print(f"{args.name}: {exc}", file=sys.stderr)
         print(f"CANNOT-RUN {args.name}: bad argument: {exc}")
@@ -800,13 +809,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "thinking": ranked(check_thinking),
         "stream": ranked(check_stream),
         "auth": lambda: check_auth(api),
-        "deny": lambda: check_deny(api, [p for p in args.deny_paths.split(",") if p]),
+        "deny": lambda: check_deny(api, args.deny_paths),
     }
-    names = [s for s in args.sections.split(",") if s]
-    unknown = [s for s in names if s not in runners]
-    if unknown:
-        print(f"CANNOT-RUN {args.name}: unknown section(s) {', '.join(unknown)}; known: {', '.join(runners)}")
-        return 2
+    names = list(args.sections)
     if key and "auth" not in names:
         names.append("auth")
     sections: list[Section] = []

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_IMPORT = re.compile(r"^from checks\.verdict import .*$", re.M)
+_IMPORT = re.compile(r"^from checks\.verdict import (\([^)]*\)|.*)$", re.M)
 _FUTURE = "from __future__ import annotations\n"
 INLINED = {"stacks.planner.memory": HERE.parent / "stacks" / "planner" / "memory.py",
            "stacks.model.golden": HERE.parent / "stacks" / "model" / "golden.py",

@@ -49,7 +49,7 @@ from datetime import timedelta
 from typing import Any
 
 from checks.nccl_transport import by_process, classify
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, count, emit, integer, number, port, seconds, unicast_ip
 from stacks.model.busbw import MIN_BUSBW_GBPS_RANGE
 
 DEFAULT_MASTER_PORT = 29700
@@ -74,6 +74,10 @@ ARGS_KEY = "vllm-cluster/collective/args/"
 fingerprint), `verdict` (the head's answer)."""
 MUST_AGREE = ("--nnodes", "--procs-per-node", "--backend", "--sizes", "--warmup", "--iters", "dtype")
 """What every node's all-reduces depend on: a difference hangs or kills a rank instead of failing cleanly."""
+
+
+MAX_NODES = 4096
+"""More nodes than any stack plans; a bound on the rendezvous."""
 
 
 class BadArgument(Exception):
@@ -454,59 +458,43 @@ def run(args: argparse.Namespace, sizes: list[int]) -> Verdict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collective", description=__doc__,
+    p = CheckParser(prog="collective", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", default="collective")
-    p.add_argument("--nnodes", type=int, required=True, help="nodes taking part (one check process each)")
-    p.add_argument("--node-rank", type=int, required=True, help="this node's index; 0 hosts the rendezvous")
-    p.add_argument("--master-addr", required=True, help="node rank 0's control IP (VLLM_HOST_IP there)")
-    p.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT)
-    p.add_argument("--procs-per-node", type=int, default=1, help="processes on this node: one per GPU for nccl")
+    p.add_argument("--name", default="collective", type=check_name)
+    p.add_argument("--nnodes", type=count(MAX_NODES), required=True, help="nodes taking part (one check process each)")
+    p.add_argument("--node-rank", type=integer(0, MAX_NODES - 1), required=True,
+                   help="this node's index; 0 hosts the rendezvous")
+    p.add_argument("--master-addr", required=True, type=unicast_ip,
+                   help="node rank 0's control IP (VLLM_HOST_IP there)")
+    p.add_argument("--master-port", type=port, default=DEFAULT_MASTER_PORT)
+    p.add_argument("--procs-per-node", type=integer(1, 64), default=1,
+                   help="processes on this node: one per GPU for nccl")
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--transport", choices=sorted(DEFAULT_MIN_BUSBW_GBPS), default="roce",
                    help="fabric.transport: the default minimum and what NCCL must use")
     low, high = MIN_BUSBW_GBPS_RANGE
-    p.add_argument("--min-busbw-gbps", type=float, default=None,
+    p.add_argument("--min-busbw-gbps", type=number(low, high, " Gb/s", low_open=False), default=None,
                    help=f"fail below this busbw, Gb/s, {low:g} to {high:g} (default per transport: "
                         + ", ".join(f"{k} {v:g}" for k, v in sorted(DEFAULT_MIN_BUSBW_GBPS.items())) + ")")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="message sizes, bytes with K/M/G (powers of 1024)")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--timeout-s", type=float, default=600, help="rendezvous and run, per process")
+    p.add_argument("--warmup", type=integer(0, 1000), default=5)
+    p.add_argument("--iters", type=integer(1, 10_000), default=20)
+    p.add_argument("--timeout-s", type=seconds(86_400), default=600.0, help="rendezvous and run, per process")
     p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
-    p.add_argument("--max-gpu-used-mib", type=int, default=2048, help="nccl: GPUs above this are busy")
+    p.add_argument("--max-gpu-used-mib", type=integer(0, 10**7), default=2048, help="nccl: GPUs above this are busy")
     p.add_argument("--json", action="store_true")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    low, high = MIN_BUSBW_GBPS_RANGE
     try:
         sizes = parse_sizes(args.sizes)
-        checks = [
-            (args.nnodes >= 1, f"--nnodes {args.nnodes}: at least 1"),
-            (0 <= args.node_rank < args.nnodes, f"--node-rank {args.node_rank}: 0 to --nnodes - 1"),
-            (1 <= args.procs_per_node <= 64, f"--procs-per-node {args.procs_per_node}: 1 to 64"),
-            (args.nnodes * args.procs_per_node >= 2,
-             f"--nnodes {args.nnodes} x --procs-per-node {args.procs_per_node}: a collective over one process "
-             "proves nothing; at least 2"),
-            (1 <= args.master_port <= 65535, f"--master-port {args.master_port}: 1 to 65535"),
-            (args.min_busbw_gbps is None or low <= args.min_busbw_gbps <= high,
-             f"--min-busbw-gbps {args.min_busbw_gbps}: {low:g} to {high:g} Gb/s (a lower floor can never fail, a "
-             "higher one never pass; fabric.min_busbw_gbps takes the same range)"),
-            (0 <= args.warmup <= 1000 and 1 <= args.iters <= 10000, f"--warmup {args.warmup} / --iters "
-             f"{args.iters}: 0-1000 warm-up, 1-10000 timed iterations"),
-            (args.timeout_s > 0, f"--timeout-s {args.timeout_s:g}: > 0"),
-        ]
-        for ok, problem in checks:
-            if not ok:
-                raise BadArgument(problem)
-        try:
-            socket.inet_pton(socket.AF_INET6 if ":" in args.master_addr else socket.AF_INET, args.master_addr)
-        except OSError:
-            raise BadArgument(f"--master-addr {args.master_addr!r}: an IP address (node rank 0's control IP)"
-                              ) from None
+        if not args.node_rank < args.nnodes:
+            raise BadArgument(f"--node-rank {args.node_rank}: 0 to --nnodes - 1 ({args.nnodes - 1})")
+        if args.nnodes * args.procs_per_node < 2:
+            raise BadArgument(f"--nnodes {args.nnodes} x --procs-per-node {args.procs_per_node}: a collective over "
+                              "one process proves nothing; at least 2")
     except BadArgument as exc:
         return emit(Verdict(args.name, "cannot-run", f"bad argument: {exc}"), args.json)
     return emit(run(args, sizes), args.json)

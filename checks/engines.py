@@ -11,11 +11,10 @@ multiproc_executor.py:1195-1229, vllm/v1/worker/gpu_model_runner.py:5088-5092), 
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 
-from checks.verdict import Verdict, emit, read_log
+from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, integer, listed, path, read_log
 
 RANK = re.compile(r"EngineCore_DP(\d+)|\(EngineCore pid=")
 WORKER = re.compile(r"\((Worker(?:_[A-Z]+\d+)*) pid=(\d+)\)")
@@ -74,21 +73,28 @@ def classify(text: str, ranks: list[int], name: str = "dp-engines", workers: int
     return Verdict(name, "pass", f"all {len(ranks)} DP engine(s) on this node are up{extra}", evidence)
 
 
+MAX_RANK = 1023
+"""The highest DP rank a stack can plan (parallelism.data is at most 1024)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="engines", description=__doc__)
-    p.add_argument("--name", default="dp-engines")
-    p.add_argument("--ranks", required=True, help="comma list of the DP ranks this node runs (may be empty)")
-    p.add_argument("--workers", type=int, default=0, help="worker processes that must have loaded weights here")
-    p.add_argument("--container")
-    p.add_argument("--log-file", default="-")
+    p = CheckParser(prog="engines", description=__doc__)
+    p.add_argument("--name", default="dp-engines", type=check_name)
+    p.add_argument("--ranks", required=True, type=listed(integer(0, MAX_RANK)),
+                   help="comma list of the DP ranks this node runs (may be empty)")
+    p.add_argument("--workers", type=integer(0, 4096), default=0,
+                   help="worker processes that must have loaded weights here")
+    p.add_argument("--container", type=container_name)
+    p.add_argument("--log-file", default="-", type=path)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if not args.ranks and not args.workers:
+        p.error("--ranks '' with --workers 0: nothing to check; give the node's DP ranks or its worker count")
     try:
         text = read_log(args.container, args.log_file)
     except OSError as exc:
         return emit(Verdict(args.name, "cannot-run", str(exc)), args.json)
-    ranks = [int(r) for r in args.ranks.split(",") if r]
-    return emit(classify(text, ranks, args.name, args.workers), args.json)
+    return emit(classify(text, args.ranks, args.name, args.workers), args.json)
 
 
 if __name__ == "__main__":

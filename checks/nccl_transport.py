@@ -6,11 +6,10 @@ without NCCL INFO lines the verdict is "inconclusive" (exit 2), never a pass.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 
-from checks.verdict import Verdict, emit, read_log
+from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, path, read_log
 
 IB_USING = re.compile(r"NET/IB : Using (.*?)(?: ?\[RO\])?; OOB")
 SOCKET_BAD = ("NET/IB : No device found", "Using network Socket", "via NET/Socket")
@@ -70,10 +69,10 @@ def classify(text: str, transport: str = "roce", require_gdr: bool = True, name:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nccl_transport", description=__doc__)
-    p.add_argument("--name", default="nccl-transport")
-    p.add_argument("--container", help="read `docker logs CONTAINER`")
-    p.add_argument("--log-file", default="-", help="log file, '-' for stdin")
+    p = CheckParser(prog="nccl_transport", description=__doc__)
+    p.add_argument("--name", default="nccl-transport", type=check_name)
+    p.add_argument("--container", type=container_name, help="read `docker logs CONTAINER`")
+    p.add_argument("--log-file", default="-", type=path, help="log file, '-' for stdin")
     p.add_argument("--transport", choices=["roce", "ib"], default="roce")
     p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
     p.add_argument("--json", action="store_true")

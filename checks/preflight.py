@@ -36,7 +36,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.verdict import Section, combine, emit
+from checks.verdict import (
+    CheckParser,
+    Section,
+    abs_path,
+    check_name,
+    combine,
+    container_name,
+    count,
+    emit,
+    integer,
+    listed,
+    number,
+    optional_abs_path,
+    optional_label,
+    port,
+    port_range,
+    seconds,
+    shown,
+)
 from stacks.planner.memory import (
     GB,
     HOST_GB_PER_RANK,
@@ -686,8 +704,11 @@ def ownership_holders(containers: list[dict[str, Any]], owned: list[tuple[str, s
 
 def check_ownership(ctx: Context) -> Section:
     a = ctx.args
-    owned = [tuple(a.owned_label.split("=", 1))] if "=" in a.owned_label else []
-    names, ports = _split(a.container_names), [int(p) for p in _split(a.ports)]
+    owned = [a.owned_label] if a.owned_label else []
+    names, ports = a.container_names, a.ports
+    if not names and not ports:
+        return Section("ownership", None, ["nothing to check: no --container-names and no --ports given"],
+                       "pass the engine's container names and ports (the plan's preflight command does)")
     code, out = _docker(ctx, ["ps", "-a", "-q", "--no-trunc"], 20)
     if code is None or code != 0:
         return Section("ownership", None, [out[-200:] if code is None else f"docker ps exit {code}: {out[-200:]}"],
@@ -753,7 +774,10 @@ def _port_dir(sysfs: str, hca: str) -> Path:
 
 
 def check_hca(ctx: Context) -> Section:
-    sysfs, hcas, link_layer = ctx.args.sysfs_root, _split(ctx.args.hcas), ctx.args.link_layer
+    sysfs, hcas, link_layer = ctx.args.sysfs_root, ctx.args.hcas, ctx.args.link_layer
+    if not hcas:
+        return Section("hca", None, ["nothing to check: no --hcas given"],
+                       "list the node's HCAs (nodes[].hcas), or leave the hca section out")
     evidence, problems = [], []
     for hca in hcas:
         port = _port_dir(sysfs, hca)
@@ -775,9 +799,11 @@ def check_hca(ctx: Context) -> Section:
 
 
 def check_gid(ctx: Context) -> Section:
-    sysfs, hcas, gid_index = ctx.args.sysfs_root, _split(ctx.args.hcas), ctx.args.gid_index
-    if gid_index is None:
-        return Section("gid", True, ["no gid_index configured: NCCL picks the GID (set one for RoCE v2)"])
+    sysfs, hcas, gid_index = ctx.args.sysfs_root, ctx.args.hcas, ctx.args.gid_index
+    if gid_index is None or not hcas:
+        return Section("gid", None, ["nothing to check: " + ("no --gid-index given (NCCL picks the GID)"
+                                                             if gid_index is None else "no --hcas given")],
+                       "set nodes[].gid_index and nodes[].hcas, or leave the gid section out")
     evidence, problems = [], []
     for hca in hcas:
         path = _port_dir(sysfs, hca) / "gid_attrs" / "types" / str(gid_index)
@@ -797,7 +823,10 @@ def check_gid(ctx: Context) -> Section:
 
 def check_sysctl(ctx: Context) -> Section:
     evidence, problems, warnings = [], [], []
-    nics = _split(ctx.args.nics)
+    nics = ctx.args.nics
+    if not nics:
+        return Section("sysctl", None, ["nothing to check: no --nics given"],
+                       "list the node's data-plane NICs (nodes[].nics), or leave the sysctl section out")
     conf = Path(ctx.args.procfs_root) / "sys" / "net" / "ipv4" / "conf"
     for nic in nics:
         values = {}
@@ -824,7 +853,7 @@ def check_sysctl(ctx: Context) -> Section:
 def check_firewall(ctx: Context) -> Section:
     """nft must exist and answer (root), and the kernel's ephemeral port range must lie inside the range the
     firewall guards: an OS-picked listener port outside it would be left open to every source."""
-    procfs, ephemeral = ctx.args.procfs_root, ctx.args.ephemeral_ports
+    procfs, (want_low, want_high) = ctx.args.procfs_root, ctx.args.ephemeral_ports
     code, out = _run(ctx, ["nft", "--version"], 30)
     if code is None:
         return Section("firewall", False, [out], "apt-get install nftables (or dnf install nftables), or set "
@@ -838,7 +867,6 @@ def check_firewall(ctx: Context) -> Section:
     evidence.append(f"tables: {', '.join(tables) or 'none'}")
     try:
         low, high = (int(v) for v in (Path(procfs) / "sys/net/ipv4/ip_local_port_range").read_text().split())
-        want_low, want_high = (int(v) for v in ephemeral.split("-"))
     except (OSError, ValueError) as exc:
         return Section("firewall", None, [*evidence, f"cannot read the ephemeral port range: {exc}"],
                        "check /proc/sys/net/ipv4/ip_local_port_range and --ephemeral-ports LOW-HIGH")
@@ -850,8 +878,29 @@ def check_firewall(ctx: Context) -> Section:
     return Section("firewall", True, evidence)
 
 
-def _split(value: str | None) -> list[str]:
-    return [v for v in (value or "").split(",") if v]
+GB_AMOUNT = number(0, 1e5, " GB", low_open=False)
+"""A size in GB: finite, not negative."""
+_HCA = re.compile(r"[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3})?")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+
+
+def _hca(value: str) -> str:
+    if not _HCA.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not an HCA port DEV[:PORT], e.g. mlx5_0:1")
+    return value
+
+
+def _ifname(value: str) -> str:
+    if not _IFNAME.fullmatch(value) or value in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a network interface name (at most 15 characters)")
+    return value
+
+
+def _text(value: str) -> str:
+    """Free text that lands in a command or an evidence line: one printable line."""
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
+    return value
 
 
 SECTIONS: dict[str, Callable[[Context], Section]] = {
@@ -870,69 +919,65 @@ SECTIONS: dict[str, Callable[[Context], Section]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="preflight", description=__doc__,
+    p = CheckParser(prog="preflight", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", default="preflight")
-    p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ",".join(SECTIONS))
+    p.add_argument("--name", default="preflight", type=check_name)
+    p.add_argument("--sections", default=list(SECTIONS), type=listed(str, tuple(SECTIONS), empty_ok=False),
+                   help="comma list of " + ",".join(SECTIONS))
     p.add_argument("--json", action="store_true")
-    p.add_argument("--call-timeout-s", type=float, help="cap every external call (tests, slow hosts)")
+    p.add_argument("--call-timeout-s", type=seconds(3_600), help="cap every external call (tests, slow hosts)")
     g = p.add_argument_group("gpu / toolkit / memlock")
-    g.add_argument("--gpus", type=int, default=8)
-    g.add_argument("--gpu-model", default="")
-    g.add_argument("--gpu-memory-gb", type=float, default=0)
-    g.add_argument("--image", default="")
+    g.add_argument("--gpus", type=count(64), default=8)
+    g.add_argument("--gpu-model", default="", type=_text)
+    g.add_argument("--gpu-memory-gb", type=GB_AMOUNT, default=0.0)
+    g.add_argument("--image", default="", type=_text)
     m = p.add_argument_group("model (files; per-GPU memory when --tp is given)")
-    m.add_argument("--model-dir", default="")
-    m.add_argument("--heads", type=int)
-    m.add_argument("--o-groups", type=int)
-    m.add_argument("--tp", type=int, default=0)
-    m.add_argument("--pp", type=int, default=1)
-    m.add_argument("--dp", type=int, default=1, help="DP ranks the experts spread over (1 with ray)")
+    m.add_argument("--model-dir", default="", type=optional_abs_path)
+    m.add_argument("--heads", type=count(1 << 16))
+    m.add_argument("--o-groups", type=count(1 << 16))
+    m.add_argument("--tp", type=integer(0, 1024), default=0, help="0: skip the per-GPU memory estimate")
+    m.add_argument("--pp", type=count(1024), default=1)
+    m.add_argument("--dp", type=count(1024), default=1, help="DP ranks the experts spread over (1 with ray)")
     m.add_argument("--engram", choices=["gpu", "host"], default="gpu")
-    m.add_argument("--engram-shards", type=int, default=1, help="TP x the node-local Engram DP group")
-    m.add_argument("--engram-copies", type=float, default=1.0,
+    m.add_argument("--engram-shards", type=count(1 << 16), default=1, help="TP x the node-local Engram DP group")
+    m.add_argument("--engram-copies", type=number(0, 1024), default=1.0,
                    help="copies of the whole model's Engram tables in this node's RAM (with --engram host)")
-    m.add_argument("--ranks-on-node", type=int, default=8, help="vLLM worker processes on this node")
-    m.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    m.add_argument("--max-model-len", type=int, default=0)
-    m.add_argument("--kv-cache-dtype", default="auto")
-    m.add_argument("--kv-fallback-bytes", type=float, default=0, help="KV bytes/token/GPU when config.json lacks "
-                   "layer_types/compress_rates (the profile's figure)")
-    m.add_argument("--reserve-gb", type=float, default=RUNTIME_RESERVE_GB)
-    m.add_argument("--planned-gb", type=float, help="the plan's per-GPU total, for the evidence")
+    m.add_argument("--ranks-on-node", type=count(64), default=8, help="vLLM worker processes on this node")
+    m.add_argument("--gpu-memory-utilization", type=number(0, 1), default=0.9)
+    m.add_argument("--max-model-len", type=integer(0, 1 << 24), default=0)
+    m.add_argument("--kv-cache-dtype", default="auto", type=_text)
+    m.add_argument("--kv-fallback-bytes", type=number(0, 1e12, low_open=False), default=0.0,
+                   help="KV bytes/token/GPU when config.json lacks layer_types/compress_rates (the profile's figure)")
+    m.add_argument("--reserve-gb", type=number(0, 1e4, " GB", low_open=False), default=RUNTIME_RESERVE_GB)
+    m.add_argument("--planned-gb", type=GB_AMOUNT, help="the plan's per-GPU total, for the evidence")
     d = p.add_argument_group("disk")
-    d.add_argument("--docker-root", default="/var/lib/docker")
-    d.add_argument("--containerd-root", default="/var/lib/containerd")
-    d.add_argument("--image-size-gb", type=float, help="compressed image size, when the registry cannot be asked")
-    d.add_argument("--disk-headroom-gb", type=float, default=DISK_HEADROOM_GB)
+    d.add_argument("--docker-root", default="/var/lib/docker", type=abs_path)
+    d.add_argument("--containerd-root", default="/var/lib/containerd", type=abs_path)
+    d.add_argument("--image-size-gb", type=number(0, 1e4, " GB"),
+                   help="compressed image size, when the registry cannot be asked")
+    d.add_argument("--disk-headroom-gb", type=GB_AMOUNT, default=DISK_HEADROOM_GB)
     o = p.add_argument_group("ownership")
-    o.add_argument("--owned-label", default="", help="KEY=VALUE marking this stack's containers: every container "
-                   "the program creates carries vllm-cluster.stack=<stack>, the proxy included")
-    o.add_argument("--container-names", default="", help="names the engine containers will take")
-    o.add_argument("--ports", default="", help="ports the engine will listen on (host network)")
+    o.add_argument("--owned-label", default=None, type=optional_label,
+                   help="KEY=VALUE marking this stack's containers: every container the program creates "
+                   "carries vllm-cluster.stack=<stack>, the proxy included")
+    o.add_argument("--container-names", default=[], type=listed(container_name),
+                   help="names the engine containers will take")
+    o.add_argument("--ports", default=[], type=listed(port), help="ports the engine will listen on (host network)")
     f = p.add_argument_group("fabric")
-    f.add_argument("--hcas", default="")
+    f.add_argument("--hcas", default=[], type=listed(_hca), help="HCA ports as DEV[:PORT], e.g. mlx5_0:1")
     f.add_argument("--link-layer", default="Ethernet", choices=["Ethernet", "InfiniBand"])
-    f.add_argument("--gid-index", type=int)
-    f.add_argument("--nics", default="")
-    f.add_argument("--sysfs-root", default="/sys")
-    f.add_argument("--procfs-root", default="/proc")
-    f.add_argument("--dev-root", default="/dev")
-    f.add_argument("--ephemeral-ports", default="32768-60999", help="LOW-HIGH the firewall guards")
+    f.add_argument("--gid-index", type=integer(0, 255))
+    f.add_argument("--nics", default=[], type=listed(_ifname))
+    f.add_argument("--sysfs-root", default="/sys", type=abs_path)
+    f.add_argument("--procfs-root", default="/proc", type=abs_path)
+    f.add_argument("--dev-root", default="/dev", type=abs_path)
+    f.add_argument("--ephemeral-ports", default=(32768, 60999), type=port_range, help="LOW-HIGH the firewall guards")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    names = _split(args.sections)
-    unknown = [n for n in names if n not in SECTIONS]
-    if unknown:
-        print(f"--sections: unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
-        return 2
-    if not names:
-        print(f"--sections {args.sections!r}: no section to run; a verdict over nothing would read as a pass; "
-              f"known: {', '.join(SECTIONS)}")
-        return 2
+    names = args.sections
     ctx = Context(args)
     sections = []
     for name in names:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, count, emit, seconds, shown
 
 
 def snapshot(address: str) -> tuple[list[dict[str, Any]], float]:
@@ -52,14 +53,24 @@ def check(address: str, nodes: int, gpus: int, wait_s: float, interval_s: float,
         time.sleep(interval_s)
 
 
+def _address(value: str) -> str:
+    """`auto` or HOST:PORT: what `ray.init(address=…)` takes for an existing cluster."""
+    host, sep, port_text = value.rpartition(":")
+    if value != "auto" and not (sep and host and port_text.isdigit() and 1 <= int(port_text) <= 65535
+                                and re.fullmatch(r"[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]", host)):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: auto, or the head's GCS address HOST:PORT, "
+                                         "e.g. 10.0.0.1:6379")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ray_cluster", description=__doc__)
-    p.add_argument("--name", default="ray-cluster")
-    p.add_argument("--address", default="auto")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--wait-s", type=float, default=0)
-    p.add_argument("--interval-s", type=float, default=5)
+    p = CheckParser(prog="ray_cluster", description=__doc__)
+    p.add_argument("--name", default="ray-cluster", type=check_name)
+    p.add_argument("--address", default="auto", type=_address, help="auto, or the head's GCS HOST:PORT")
+    p.add_argument("--nodes", type=count(4096), required=True)
+    p.add_argument("--gpus", type=count(4096 * 16), required=True)
+    p.add_argument("--wait-s", type=seconds(86_400, low_open=False), default=0.0)
+    p.add_argument("--interval-s", type=seconds(3_600, low=0.1, low_open=False), default=5.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     return emit(check(args.address, args.nodes, args.gpus, args.wait_s, args.interval_s, args.name), args.json)

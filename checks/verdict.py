@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import ipaddress
 import json
+import math
+import re
 import subprocess
 import sys
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -72,11 +78,20 @@ def _reason(section: Section) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+_CREDENTIALS_IN_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"?#]*@")
+
+
+def mask_credentials(text: str) -> str:
+    """Every `scheme://user:password@` in `text` as `scheme://***@`: a last guard on what a check prints."""
+    return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
+
+
 def emit(verdict: Verdict, as_json: bool) -> int:
+    """Print the verdict (credentials in any URL masked) and return its exit code."""
     if as_json:
-        print(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False))
+        print(mask_credentials(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False)))
     else:
-        print(verdict.line())
+        print(mask_credentials(verdict.line()))
     sys.stdout.flush()
     return verdict.exit_code
 
@@ -94,3 +109,263 @@ def read_log(container: str | None, log_file: str) -> str:
         return sys.stdin.read()
     with open(log_file, encoding="utf-8", errors="replace") as handle:
         return handle.read()
+
+
+# --- arguments --------------------------------------------------------------------------------------------------
+# One set of argument types for every check program and `python -m stacks` subcommand: a bad value exits 2 with
+# one line naming the flag, the value (a URL's credentials masked) and what works; never a traceback or a verdict
+# on a nonsensical argument. Standard library only: this module is pasted into the scripts the nodes run.
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+_CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Docker's container name rule (`[a-zA-Z0-9][a-zA-Z0-9_.-]+`, daemon/names), at most 128 characters."""
+_CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:(?://|\\\\|/\\|\\/)?)([^/\\?#]*)@", re.S)
+MAX_ARG_CHARS = 4096
+
+
+class ArgumentProblem(argparse.ArgumentTypeError):
+    """A value an argument type refuses: the message says what works."""
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """`value` as a message may print it: credentials and queries of a URL masked, control characters escaped,
+    long values cut."""
+    text = mask_url(value)
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    return repr(text)
+
+
+def mask_url(value: str) -> str:
+    """A URL's userinfo and query masked (`https://***@host/path?***`); anything else as it is."""
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}***@", value, count=1)
+    if "://" in text and "?" in text:
+        text = text.split("?", 1)[0] + "?***"
+    return text
+
+
+def _refuse(value: str, what: str) -> ArgumentProblem:
+    return ArgumentProblem(f"{shown(value)}: {what}")
+
+
+def _text(value: str) -> str:
+    if len(value) > MAX_ARG_CHARS:
+        raise _refuse(value, f"longer than {MAX_ARG_CHARS} characters")
+    return value
+
+
+def integer(low: int, high: int, what: str = "") -> Callable[[str], int]:
+    """An int in [low, high]."""
+    def parse(value: str) -> int:
+        try:
+            number = int(_text(value).strip(), 10)
+        except ValueError:
+            raise _refuse(value, f"not a whole number; {low} to {high}{what}") from None
+        if not low <= number <= high:
+            raise _refuse(value, f"out of range; {low} to {high}{what}")
+        return number
+    parse.__name__ = "integer"
+    return parse
+
+
+def count(high: int = 1_000_000) -> Callable[[str], int]:
+    """A count of things that must exist: at least 1."""
+    return integer(1, high)
+
+
+def port(value: str) -> int:
+    """A TCP/UDP port: 1 to 65535."""
+    return integer(1, 65535, " (a TCP port)")(value)
+
+
+def number(low: float, high: float, unit: str = "", low_open: bool = True) -> Callable[[str], float]:
+    """A finite float above `low` (or at it with low_open=False) and at most `high`: NaN and inf refused."""
+    def parse(value: str) -> float:
+        try:
+            got = float(_text(value).strip())
+        except ValueError:
+            got = math.nan
+        ok = math.isfinite(got) and (got > low if low_open else got >= low) and got <= high
+        if not ok:
+            above = "more than" if low_open else "at least"
+            raise _refuse(value, f"a finite number {above} {low:g} and at most {high:g}{unit}")
+        return got
+    parse.__name__ = "number"
+    return parse
+
+
+def seconds(high: float, low: float = 0.0, low_open: bool = True) -> Callable[[str], float]:
+    """A duration: finite, positive (or >= low), bounded, so no wait is endless or a busy loop."""
+    return number(low, high, " seconds", low_open)
+
+
+def port_range(value: str) -> tuple[int, int]:
+    """LOW-HIGH, both ports, LOW <= HIGH."""
+    low, sep, high = _text(value).partition("-")
+    try:
+        if not sep:
+            raise ValueError
+        pair = (port(low), port(high))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise _refuse(value, "not LOW-HIGH with two ports 1-65535, e.g. 32768-60999") from None
+    if pair[0] > pair[1]:
+        raise _refuse(value, f"inverted: LOW {pair[0]} is above HIGH {pair[1]}; e.g. {pair[1]}-{pair[0]}")
+    return pair
+
+
+def unicast_ip(value: str) -> str:
+    """One host's IP address (v4 or v6): not unspecified, broadcast, multicast or a network with a prefix."""
+    try:
+        address = ipaddress.ip_address(_text(value).strip())
+    except ValueError:
+        raise _refuse(value, "not an IP address; one host's address, e.g. 10.0.0.1 or fd00::1") from None
+    broadcast = address.version == 4 and address == ipaddress.IPv4Address("255.255.255.255")
+    if address.is_unspecified or address.is_multicast or broadcast:
+        raise _refuse(value, "not one host's address (unspecified, broadcast or multicast); e.g. 10.0.0.1")
+    return str(address)
+
+
+def label(value: str) -> tuple[str, str]:
+    """A container label KEY=VALUE: a key of letters, digits and . _ / -, a value without control characters."""
+    key, sep, rest = _text(value).partition("=")
+    if not sep or not _LABEL_KEY.fullmatch(key) or _CONTROL.search(rest):
+        raise _refuse(value, "not KEY=VALUE (a key of letters, digits, . _ / -; a printable value), e.g. "
+                             "vllm-cluster.stack=prod")
+    return key, rest
+
+
+def optional_label(value: str) -> tuple[str, str] | None:
+    """A label, or '' for none."""
+    return label(value) if value else None
+
+
+def container_name(value: str) -> str:
+    """A Docker container name: letters, digits and _ . - , starting with a letter or digit."""
+    if not _CONTAINER.fullmatch(_text(value)):
+        raise _refuse(value, "not a container name (letters, digits, _ . -, starting with a letter or digit)")
+    return value
+
+
+def check_name(value: str) -> str:
+    """The check's name in its verdict line."""
+    if not _CHECK_NAME.fullmatch(_text(value)):
+        raise _refuse(value, "not a check name (letters, digits, _ . : -, at most 64)")
+    return value
+
+
+def env_name(value: str) -> str:
+    """An environment variable's name ('' for none)."""
+    if value and not _ENV_NAME.fullmatch(_text(value)):
+        raise _refuse(value, "not an environment variable name (letters, digits, _), e.g. VLLM_API_KEY")
+    return value
+
+
+def path(value: str) -> str:
+    """A file system path: not empty, no control characters (a newline would split a log line or a command)."""
+    if not _text(value) or _CONTROL.search(value) or "\x00" in value:
+        raise _refuse(value, "not a path: empty or holds control characters")
+    return value
+
+
+def optional_path(value: str) -> str:
+    return path(value) if value else value
+
+
+def abs_path(value: str) -> str:
+    """An absolute path."""
+    if not path(value).startswith("/"):
+        raise _refuse(value, "must be an absolute path, e.g. /models/my-model")
+    return value
+
+
+def optional_abs_path(value: str) -> str:
+    return abs_path(value) if value else value
+
+
+def url_path(value: str) -> str:
+    """An absolute URL path that cannot change where a request goes: starts with one '/', no '\\', '@' before
+    the path, whitespace, control characters, query or fragment."""
+    if (not _text(value).startswith("/") or value.startswith("//") or _CONTROL.search(value)
+            or any(c in value for c in " \t\\#?") or len(value) > 1024):
+        raise _refuse(value, "not an absolute URL path: one leading '/', then no whitespace, '\\', '?' or '#' "
+                             "(e.g. /metrics)")
+    return value
+
+
+def listed(item: Callable[[str], Any], choices: Sequence[str] = (), empty_ok: bool = True
+           ) -> Callable[[str], list[Any]]:
+    """A comma list of `item` (or of `choices`); empty items dropped; no repeats."""
+    def parse(value: str) -> list[Any]:
+        words = [w.strip() for w in _text(value).split(",") if w.strip()]
+        if choices:
+            unknown = [w for w in words if w not in choices]
+            if unknown:
+                raise _refuse(value, f"unknown {', '.join(unknown[:3])}; a comma list of {', '.join(choices)}")
+        if not words and not empty_ok:
+            raise _refuse(value, "empty; at least one " + (f"of {', '.join(choices)}" if choices else "value"))
+        if len(set(words)) != len(words):
+            raise _refuse(value, "names an item twice")
+        return [item(w) for w in words]
+    parse.__name__ = "list"
+    return parse
+
+
+def http_origin(value: str) -> str:
+    """http(s)://HOST[:PORT] with nothing after it and no credentials (the value is masked in the refusal)."""
+    text = _text(value)
+    authority = text.split("://", 1)[-1].split("/", 1)[0]
+    if _URL_USERINFO.match(text) or "@" in authority:
+        raise _refuse(value, "carries credentials; give http(s)://HOST[:PORT] and the key through its "
+                             "environment variable")
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port_number = parts.port
+    except ValueError:
+        parts, port_number = None, 0
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port_number == 0
+            or parts.path not in ("", "/") or _CONTROL.search(text) or any(c in text for c in "?#\\ \t")):
+        raise _refuse(value, "not http(s)://HOST[:PORT] (no path, query or credentials), e.g. "
+                             "http://10.0.0.1:8000")
+    return text.rstrip("/")
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word[len(flag) + 1:]
+    return None
+
+
+def argument_message(message: str) -> str:
+    """argparse's `argument --flag: 'value': why` as `--flag 'value': why`."""
+    return re.sub(r"^argument (\S+): (?=')", r"\1 ", message).removeprefix("argument ")
+
+
+class CheckParser(argparse.ArgumentParser):
+    """argparse for the check programs: a bad argument prints `CANNOT-RUN <name>: bad argument: …` (one JSON
+    verdict with --json) on stdout, a copy on stderr, and exits 2. `check` is the verdict's name when --name is
+    not given or not a name."""
+
+    def __init__(self, *args: Any, check: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check = check or (self.prog.split()[-1].rsplit(".", 1)[-1] if self.prog else "check")
+        self.argv: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        if not self.argv:
+            self.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> Any:
+        argv = self.argv or sys.argv[1:]
+        name = _flag_value(argv, "--name") or ""
+        name = name if _CHECK_NAME.fullmatch(name) else str(self.get_default("name") or self.check)
+        message = argument_message(message)
+        emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
+             "--json" in argv)
+        print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
+        raise SystemExit(2)

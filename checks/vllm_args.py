@@ -29,12 +29,13 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, emit, listed, shown
 
 
 class _EngineStartReached(BaseException):
@@ -278,21 +279,48 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
                                       "api_server_count": parsed.get("api_server_count")})
 
 
+_FIELD = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _expectation(value: str) -> tuple[str, str]:
+    field, sep, expected = value.partition("=")
+    if not sep or not _FIELD.fullmatch(field) or len(value) > 1024:
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not FIELD=VALUE with a vLLM argument name, e.g. "
+                                         "tensor_parallel_size=8")
+    return field, expected
+
+
+def _module(value: str) -> str:
+    if not _MODULE.fullmatch(value) or len(value) > 128:
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a module name, e.g. vllm")
+    return value
+
+
+def _line(value: str) -> str:
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="vllm_args", description=__doc__)
-    p.add_argument("--name", default="args-dry-run")
-    p.add_argument("--image", default="this image")
-    p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE",
+    p = CheckParser(prog="vllm_args", description=__doc__)
+    p.add_argument("--name", default="args-dry-run", type=check_name)
+    p.add_argument("--image", default="this image", type=_line)
+    p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE", type=_expectation,
                    help="a parsed field that must come out as planned, e.g. tensor_parallel_size=8")
-    p.add_argument("--import-only", default="", help="comma-separated modules: only prove they import")
+    p.add_argument("--import-only", default=[], type=listed(_module),
+                   help="comma-separated modules: only prove they import")
     p.add_argument("--engine-config", action="store_true", help="also run vLLM's create_engine_config where the "
                    "model directory (the first argv word) holds a config.json")
     p.add_argument("--json", action="store_true")
     p.add_argument("serve_argv", nargs=argparse.REMAINDER, help="after `--`: the argv of `vllm serve`")
     args = p.parse_args(argv)
     serve = args.serve_argv[1:] if args.serve_argv[:1] == ["--"] else args.serve_argv
-    expect = dict(item.split("=", 1) for item in args.expect)
-    modules = [m for m in args.import_only.split(",") if m]
+    expect = dict(args.expect)
+    modules = args.import_only
+    if not serve and not modules:
+        p.error("nothing to check: give the `vllm serve` argv after `--`, or --import-only MODULES")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the config comes from the mounted directory, never the Hub
     return emit(check(args.name, serve, expect, modules, args.image, args.engine_config), args.json)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from checks.verdict import Verdict, emit
+from checks.verdict import Verdict, emit, mask_url
 from checks.weights_verify import (
     HASH_NAME,
     JOURNAL_NAME,
@@ -132,6 +132,7 @@ not: never part of a model's bucket prefix, and possibly a live signature, so ne
 def mask_source(text: str) -> str:
     """`text` as a message may show it: cut after the first query, fragment or presigned-URL marker (`s3://b/ds?***`);
     what remains still holds the marker, so the masked value is refused as the original is."""
+    text = mask_url(text)  # userinfo (s3://KEY:SECRET@bucket) too
     found = _URL_TAIL.search(text)
     return f"{text[:found.end()]}***" if found else text
 
@@ -159,6 +160,7 @@ def parse_source(text: str) -> tuple[str, str]:
     if not text.startswith("s3://"):
         raise CannotRun(f"--source {shown!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
                         "(for MinIO or Ceph RGW add --endpoint-url http(s)://HOST:PORT)")
+    text = mask_url(text)  # userinfo (s3://KEY:SECRET@bucket) too
     found = _URL_TAIL.search(text)
     if found:
         raise CannotRun(f"--source {shown!r} holds {found.group(0)!r}, which marks a URL query or a presigned URL, "

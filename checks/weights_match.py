@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, emit
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _NODE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
@@ -67,9 +67,9 @@ def compare(name: str, hashes: dict[str, str | None]) -> Verdict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m checks.weights_match", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", default="weights-match")
+    parser = CheckParser(prog="python -m checks.weights_match", description=__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", default="weights-match", type=check_name)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("pairs", nargs="*", metavar="NODE=HASH")
     args = parser.parse_args(argv)

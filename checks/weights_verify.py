@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, emit
 
 VERIFY_DESCRIPTION = "Is a model directory complete (config, tokenizer, every indexed shard, manifest sizes)?"
 MANIFEST_NAME = ".weights-manifest.json"
@@ -374,14 +374,8 @@ def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights")
                    evidence, None, details)
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad arguments are one line and exit 2, like every other refusal (argparse's default prints usage)."""
-
-    def error(self, message: str) -> Any:
-        as_json = "--json" in sys.argv
-        emit(Verdict("weights", "cannot-run", f"bad arguments: {message}",
-                     next_step=f"{self.prog} --help"), as_json)
-        raise SystemExit(2)
+_Parser = CheckParser
+"""Bad arguments are one line and exit 2, like every other refusal (checks.verdict)."""
 
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
 from review.plan_diff import diff_plans
@@ -166,8 +167,6 @@ def _rollback(args: argparse.Namespace) -> int:
     try:
         if not path.exists():
             raise RollbackError(f"no {path.name} in {path.parent}")
-        if args.page_size < 1:
-            raise RollbackError(f"--page-size {args.page_size}: must be at least 1 (Pulumi's default page is 10)")
         history = read_history(args.stack, args.history, PROJECT_ROOT, args.page_size)
         decided = prepare(args.stack, path.read_text(), path.name, history, args.to)
     except RollbackError as exc:
@@ -321,8 +320,23 @@ def _model_card(args: argparse.Namespace) -> int:
                       echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
 
 
+def _git_ref(value: str) -> str:
+    """A revision git can name: not an option (a leading '-'), one printable line."""
+    if value.startswith("-") or not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a git revision, e.g. origin/main")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stacks", description=__doc__)
+    parser = _Parser(prog="python -m stacks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     ref = sub.add_parser("reference", help="the config reference (every key, type, range, default) as Markdown")
     ref.set_defaults(func=_reference)
@@ -341,11 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
     watch = sub.add_parser("watch-unit", help="print the systemd service that probes every DP rank of the stack "
                            "with its golden set (checks.api --watch) from the deploying host")
     watch.add_argument("stack")
-    watch.add_argument("--python", metavar="ABS_PATH", help="interpreter with httpx [<checkout>/venv/bin/python]")
-    watch.add_argument("--workdir", metavar="ABS_PATH", help="checkout holding checks/ and stacks/ [this one]")
-    watch.add_argument("--env-file", metavar="ABS_PATH",
+    watch.add_argument("--python", metavar="ABS_PATH", type=abs_path,
+                       help="interpreter with httpx [<checkout>/venv/bin/python]")
+    watch.add_argument("--workdir", metavar="ABS_PATH", type=abs_path,
+                       help="checkout holding checks/ and stacks/ [this one]")
+    watch.add_argument("--env-file", metavar="ABS_PATH", type=abs_path,
                        help="file with VLLM_API_KEY=… [/etc/vllm-cluster/<stack>-watch.env when a key is needed]")
-    watch.add_argument("--ca-file", metavar="ABS_PATH",
+    watch.add_argument("--ca-file", metavar="ABS_PATH", type=abs_path,
                        help="the proxy's certificate [/etc/vllm-cluster/<stack>-ca.pem with TLS]")
     watch.add_argument("--user", help="run as this user (default: root)")
     _add_overrides(watch)
@@ -361,16 +377,17 @@ def build_parser() -> argparse.ArgumentParser:
     back.add_argument("--to", default="previous", metavar="previous|TAG|sha256:DIGEST",
                       help="previous (default): the newest successful update with another image; a tag, repo:tag "
                       "or sha256:digest, or a unique start of one")
-    back.add_argument("--history", metavar="FILE", help="`pulumi stack history --json` output with every update "
+    back.add_argument("--history", metavar="FILE", type=path,
+                      help="`pulumi stack history --json` output with every update "
                       "(default: run it, every page)")
-    back.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="N",
+    back.add_argument("--page-size", type=count(1000), default=PAGE_SIZE, metavar="N",
                       help=f"updates per `pulumi stack history` call [{PAGE_SIZE}]; pages are read until one is "
                       "empty")
     back.add_argument("--dry-run", action="store_true", help="print the choice, leave the stack file alone")
     back.set_defaults(func=_rollback)
     diff = sub.add_parser("diff", help="Markdown review of what a change does to a stack's plan")
     diff.add_argument("stack")
-    diff.add_argument("--base", required=True, metavar="GIT_REF", help="e.g. origin/main")
+    diff.add_argument("--base", required=True, metavar="GIT_REF", type=_git_ref, help="e.g. origin/main")
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=_diff)
     matrix = sub.add_parser("matrix", help="what a change of each config key costs: replaced / updated / re-run "
@@ -392,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
                              "errors and mandatory policy violations")
     summary.add_argument("file", help="`pulumi preview --json` output (or a streamed event log), or - for stdin")
-    summary.add_argument("--events", metavar="FILE", help="the engine event log of the same preview "
+    summary.add_argument("--events", metavar="FILE", type=path, help="the engine event log of the same preview "
                          "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)

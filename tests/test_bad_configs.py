@@ -621,6 +621,19 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
      "container.managed_env_overrides.NCCL_DEBUG"),
     ("hca-port-default-twice", "prod", {"nodes.0.hcas": ["mlx5_0", "mlx5_0:1"]}, "nodes.0.hcas"),
     ("host-dir-double-slash", "prod", {"model.host_dir": "//mnt/models"}, "model.host_dir"),
+    # settings that contradict each other or break a check (stacks/planner/setting_rules.py)
+    ("gpu-memory-contradicts-model", "prod", {"nodes.0.gpus.memory_gb": 141}, "nodes.0.gpus.memory_gb"),
+    ("h20-memory-contradicts-model", "h20", {"nodes.1.gpus.memory_gb": 48}, "nodes.1.gpus.memory_gb"),
+    ("gpu-memory-not-the-named-size", "prod", {"nodes.0.gpus.model": "NVIDIA A100-SXM4-40GB",
+                                               "nodes.0.gpus.memory_gb": 80}, "nodes.0.gpus.memory_gb"),
+    ("nccl-debug-file-hides-the-log", "prod", {"fabric.env": {"NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"}},
+     "fabric.env.NCCL_DEBUG_FILE"),
+    ("nccl-subsys-hides-net", "prod", {"fabric.env": {"NCCL_DEBUG_SUBSYS": "COLL"}}, "fabric.env.NCCL_DEBUG_SUBSYS"),
+    ("nccl-subsys-excludes-init", "prod", {"fabric.env": {"NCCL_DEBUG_SUBSYS": "^INIT"}},
+     "fabric.env.NCCL_DEBUG_SUBSYS"),
+    ("health-timeout-below-load-estimate", "prod", {"api.health_timeout_s": 60}, "api.health_timeout_s"),
+    ("wildcard-server-name-as-endpoint", "prod", {**PROXIED, "api.proxy.server_name": "*.llm.example.com"},
+     "api.proxy.server_name"),
 ]
 
 # (id, stack, text transform, expected problem key)

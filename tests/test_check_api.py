@@ -295,14 +295,14 @@ def run_bad(*args: str) -> tuple[int, str]:
 def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
     cases = {
         ("--dp-size", "2", "--rank-nodes", "node1"): "--rank-nodes 'node1': needs one node name per DP rank (2)",
-        ("--dp-size", "0"): "--dp-size 0: must be from 1 to 1024",
-        ("--dp-size", "100000"): "--dp-size 100000: must be from 1 to 1024",
-        ("--timeout-s", "-5"): "--timeout-s -5: must be more than 0 and at most 3600 seconds",
-        ("--timeout-s", "0"): "--timeout-s 0: must be more than 0",
-        ("--deadline-s", "nan"): "--deadline-s nan: must be more than 0",
+        ("--dp-size", "0"): "--dp-size '0': out of range; 1 to 1024",
+        ("--dp-size", "100000"): "--dp-size '100000': out of range; 1 to 1024",
+        ("--timeout-s", "-5"): "--timeout-s '-5': a finite number more than 0 and at most 3600 seconds",
+        ("--timeout-s", "0"): "--timeout-s '0': a finite number more than 0",
+        ("--deadline-s", "nan"): "--deadline-s 'nan': a finite number more than 0",
         ("--url", "ftp://x"): "--url 'ftp://x': needs http:// or https:// and a host",
         ("--url", "http://127.0.0.1:9/v1"): "--url 'http://127.0.0.1:9/v1': only scheme, host and port",
-        ("--url", "http://u:p@127.0.0.1:9"): "only scheme, host and port",
+        ("--url", "http://u:p@127.0.0.1:9"): "--url 'http://***@127.0.0.1:9': carries credentials",
         ("--watch", "--url", "ftp://10.0.0.1", "--max-iterations", "1"): "needs http:// or https://",
         ("--sections", ""): "--sections '': no section to run",
         ("--prompt", ""): "--prompt '': String should have at least 1 character",
@@ -313,12 +313,12 @@ def test_bad_arguments_exit_2_with_the_argument_value_and_fix() -> None:
                                                                    "a repeated group",
         ("--golden-json", '[{"prompt": "x", "expect": "1"}]', "--expect", "2"): "give the golden set one way",
         ("--expect", "(3"): "--expect '(3': '(3' is not a regular expression",
-        ("--watch", "--interval-s", "0"): "--interval-s 0: must be more than 0.01",
-        ("--watch", "--interval-s", "1e-300"): "must be more than 0.01",
+        ("--watch", "--interval-s", "0"): "--interval-s '0': a finite number at least 0.01",
+        ("--watch", "--interval-s", "1e-300"): "a finite number at least 0.01",
         ("--url", "http://127.0.0.1:9#"): "only scheme, host and port",
         ("--url", "http://127.0.0.1:9?"): "only scheme, host and port",
         ("--ca-file", "/nonexistent.pem"): "--ca-file '/nonexistent.pem': No such file or directory",
-        ("--sections", "chat,nope"): "unknown section(s) nope",
+        ("--sections", "chat,nope"): "--sections 'chat,nope': unknown nope",
     }
     for args, message in cases.items():
         code, text = run_bad(*args)

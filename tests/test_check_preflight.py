@@ -322,7 +322,7 @@ def test_hung_docker_ends_in_a_verdict_within_the_budgets(tmp_path: Path, monkey
         monkeypatch.setitem(preflight.SECTION_BUDGET_S, name, 2)
     started = time.monotonic()
     code = preflight.main(["--json", "--sections", ",".join(sections), "--docker-root", str(tmp_path),
-                           "--image", "img", "--disk-headroom-gb", "0"])
+                           "--image", "img", "--disk-headroom-gb", "0", "--container-names", "engine"])
     took = time.monotonic() - started
     v = json.loads(capsys.readouterr().out)
     assert took < sum(preflight.SECTION_BUDGET_S[s] for s in sections) + 2, took
@@ -382,7 +382,7 @@ def test_shipped_script_with_a_hung_docker_is_not_exit_124(tmp_path: Path) -> No
     hanging(tmp_path / "bin", "docker")
     sections = ["ownership", "toolkit"]
     command = heredoc_command("preflight", ["--json", "--sections", ",".join(sections), "--image", "img",
-                                            "--call-timeout-s", "2"],
+                                            "--call-timeout-s", "2", "--container-names", "engine"],
                               timeout_s=preflight.outer_timeout_s(sections))
     out = subprocess.run(["/bin/bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env={"PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"})
@@ -405,9 +405,12 @@ def test_bundled_script_runs_with_stdlib_only(tmp_path: Path) -> None:
     assert command.startswith("timeout 60 python3 - --json")
 
 
-@pytest.mark.parametrize(("sections", "message"), [("", "no section to run"), ("gpu,nope", "unknown section(s)")])
+@pytest.mark.parametrize(("sections", "message"), [("", "--sections '': empty; at least one of ownership"),
+                                                   ("gpu,nope", "--sections 'gpu,nope': unknown nope")])
 def test_no_or_unknown_sections_cannot_read_as_a_pass(sections: str, message: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """`--sections ''` once printed `PASS … all 0 section(s) passed`: a preflight that checked nothing."""
-    assert preflight.main(["--sections", sections]) == 2
+    with pytest.raises(SystemExit) as exited:
+        preflight.main(["--sections", sections])
+    assert exited.value.code == 2
     assert message in capsys.readouterr().out

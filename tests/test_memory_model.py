@@ -35,9 +35,13 @@ from tests.conftest import ROOT, plan_of, problems_of
 V033 = {"repository": "vllm/vllm-openai", "tag": "v0.33.0"}
 
 
-def _gpu_memory(values: dict[str, Any], gb: float) -> None:
+GPU_OF_SIZE = {48: "NVIDIA L40S", 64: "Lab GPU 64"}
+"""A GPU model with that memory (the plan refuses a memory_gb that contradicts a known model); 64 GB: unknown."""
+
+
+def _gpu_memory(values: dict[str, Any], gb: int) -> None:
     for node in values["nodes"]:
-        node["gpus"]["memory_gb"] = gb
+        node["gpus"] |= {"memory_gb": gb, "model": GPU_OF_SIZE[gb]}
 
 
 def _only(problems: list[Problem], key: str) -> Problem:

@@ -150,7 +150,7 @@ def test_checks_are_wrapped_triggered_and_ordered(prod: Run) -> None:
     assert post.inputs["create"].startswith(f"timeout {outer_timeout_s(AFTER_PULL)} python3 - --name "
                                             "preflight-node1 --sections toolkit,memlock ")
     fabric = prod.mocks.named("fabric-node2-fabric-preflight")
-    assert "--sections infiniband,hca,gid,sysctl" in fabric.inputs["create"]
+    assert "--sections infiniband,hca,sysctl" in fabric.inputs["create"]  # prod sets no gid_index
     assert "--hcas mlx5_0:1,mlx5_2:1" in fabric.inputs["create"]
     nccl = prod.mocks.named("fabric-node1-nccl-transport")
     assert "--container deepseek-v41-flash --transport roce" in nccl.inputs["create"]

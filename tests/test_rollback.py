@@ -249,7 +249,7 @@ def test_cli_input_errors_are_exit_2_with_the_next_step(tmp_path: Path) -> None:
     ambiguous = _cli(tmp_path, "rollback", "prod", "--history", str(HISTORY), "--to", "nightly-7a1")
     assert ambiguous.returncode == 2 and "matches 2 images this stack ran" in ambiguous.stderr
     zero = _cli(tmp_path, "rollback", "prod", "--history", str(HISTORY), "--page-size", "0")
-    assert zero.returncode == 2 and "--page-size 0: must be at least 1" in zero.stderr
+    assert zero.returncode == 2 and "--page-size '0': out of range; 1 to 1000" in zero.stderr
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     deep = _cli(tmp_path, "rollback", "prod", "--history", str(tmp_path / "deep.json"))
     assert deep.returncode == 2 and "is not JSON (nested too deep)" in deep.stderr

@@ -74,7 +74,7 @@ def test_without_a_source_the_weights_are_verified_before_the_pre_pull_preflight
              and c.module in ("checks.weights", "checks.preflight")]
     assert [(c.name, c.sections) for c in node1] == [
         ("weights-node1", ["verify"]), ("pre-pull-node1", ["ownership", "disk", "gpu", "model"]),
-        ("preflight-node1", ["toolkit", "memlock"]), ("fabric-node1", ["infiniband", "hca", "gid", "sysctl"])]
+        ("preflight-node1", ["toolkit", "memlock"]), ("fabric-node1", ["infiniband", "hca", "sysctl"])]  # no gid_index
     config = parse_config("prod", prod_values)
     check = next(c for c in plan.checks if c.name == "weights-node1")
     command = weights_command(config, plan, check)
@@ -228,7 +228,7 @@ def test_planned_golden_arguments_parse_in_checks_api(prod_values: dict[str, Any
     """The words the program registers are accepted by checks.api's own parser (a bad rank list or golden JSON
     would be exit 2 before any request): nothing listens on the URL, so health fails, not the arguments."""
     prod_values["api"] = {"smoke": {"golden": [{"prompt": 'say "$HOME" 100%', "expect": r"^\d+$"}]},
-                          "health_timeout_s": 10, "request_timeout_s": 1, "public_host": "127.0.0.1"}
+                          "request_timeout_s": 1, "public_host": "127.0.0.1"}
     prod_values["serving"]["port"] = 9
     config = parse_config("prod", prod_values)
     plan = build_plan("prod", config)

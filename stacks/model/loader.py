@@ -108,7 +108,9 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
     import copy
 
     result = copy.deepcopy(values)
-    problems: list[Problem] = []
+    # A plaintext secret the file holds is refused whatever the flags: --assume-secret stands in only for a value
+    # the file does not hold, and --set cannot replace one either (the plaintext would stay in the file).
+    problems = [p for p in secret_problems(values)[0] if p.value == PLAIN]
     for item in overrides:
         path, sep, raw = item.partition("=")
         if not sep or not path.strip():

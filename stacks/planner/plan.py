@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from stacks.model.config import StackConfig
+from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import bracket_host
 from stacks.planner.firewall import FirewallPlan, firewall_plan
@@ -409,9 +409,10 @@ def node_checks(config: StackConfig) -> list[CheckSpec]:
                          sections=after, proves=_preflight_proves(after) + " (after the image pull)")
         checks += [pre, weights, post] if source else [weights, pre, post]
         if config.fabric.transport != "socket":
+            fabric = fabric_sections(node)
             checks.append(CheckSpec(name=f"fabric-{node.name}", node=node.name, runs_on="node",
-                                    module="checks.preflight", sections=list(FABRIC_PREFLIGHT),
-                                    proves="/dev/infiniband, HCA ports active, RoCE v2 GID, multi-NIC sysctls"))
+                                    module="checks.preflight", sections=fabric,
+                                    proves=", ".join(_FABRIC_PROVES[s] for s in fabric)))
     if len(config.nodes) > 1:
         checks.append(CheckSpec(
             name="weights-match", node=None, runs_on="deployer", module="checks.weights_match", sections=[],
@@ -427,6 +428,18 @@ _PREFLIGHT_PROVES = {
     "model": "config.json, shards and per-GPU memory from the real headers",
     "toolkit": "a container sees every GPU", "memlock": "memlock unlimited in a container",
 }
+
+
+_FABRIC_PROVES = {"infiniband": "/dev/infiniband", "hca": "HCA ports active", "gid": "RoCE v2 GID",
+                  "sysctl": "multi-NIC sysctls"}
+
+
+def fabric_sections(node: NodeConfig) -> list[str]:
+    """The fabric preflight's sections that have something to check on this node: hca needs nodes[].hcas, gid
+    also nodes[].gid_index, sysctl nodes[].nics (a section given nothing would pass without looking)."""
+    wanted = {"infiniband": True, "hca": bool(node.hcas), "gid": bool(node.hcas) and node.gid_index is not None,
+              "sysctl": bool(node.nics)}
+    return [s for s in FABRIC_PREFLIGHT if wanted[s]]
 
 
 def _preflight_proves(sections: list[str]) -> str:

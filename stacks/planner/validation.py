@@ -31,6 +31,13 @@ from stacks.planner.managed import argv_problems, env_problems, table_for
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, speculative_fields
+from stacks.planner.setting_rules import (
+    backend_rules,
+    endpoint_name_rules,
+    gpu_rules,
+    nccl_log_rules,
+    timeout_rules,
+)
 from stacks.planner.topology import Topology, derive_topology, replica_spans_nodes
 
 _PARSER_ERRORS = {
@@ -83,13 +90,16 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     if profile is not None:
         _model_rules(config, profile, image, result)
         _memory_rules(config, profile, topology, result)
-    if profile is not None and not topo_problems:
-        load_s = estimated_load_s(config, profile, topology)
-        if config.serving.engine_ready_timeout_s < load_s:
-            result.warnings.append(
-                f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
-                f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
-                "server would give up while the engines still load; the policy pack refuses this")
+    load_s = estimated_load_s(config, profile, topology) if profile is not None and not topo_problems else None
+    gpu_problems, gpu_warnings = gpu_rules(config)
+    nccl_problems, nccl_warnings = nccl_log_rules(config, topology)
+    result.problems += gpu_problems + nccl_problems + timeout_rules(config, load_s) + endpoint_name_rules(config)
+    result.warnings += gpu_warnings + nccl_warnings + backend_rules(config, topology)
+    if load_s is not None and config.serving.engine_ready_timeout_s < load_s:
+        result.warnings.append(
+            f"serving.engine_ready_timeout_s {config.serving.engine_ready_timeout_s} is below the estimated "
+            f"weight-load time of {load_s}s (model.load_gb_per_s {config.model.load_gb_per_s:g}): the API "
+            "server would give up while the engines still load; the policy pack refuses this")
     low, high = config.firewall.ephemeral_ports
     if config.firewall.enabled and (low < 32768 or high > 60999):
         result.warnings.append(

@@ -1,0 +1,110 @@
+"""Settings that do nothing, contradict each other or break a check: refused (a `Problem` with the key, the
+value and the fix) or warned, each with the reason. Called from `validation.validate`."""
+
+from __future__ import annotations
+
+from stacks.model.config import StackConfig
+from stacks.model.errors import Problem
+from stacks.planner.gpus import expected_memory_gb, memory_fits
+from stacks.planner.topology import Topology
+
+NCCL_LOG_SUBSYS = ("INIT", "NET")
+"""NCCL_DEBUG_SUBSYS groups that print the lines `checks.nccl_transport` reads (`NET/IB : Using …`, `via NET/IB/…`,
+`GPU Direct RDMA …`); NCCL's default (INIT,BOOTSTRAP,ENV) prints them."""
+
+
+def gpu_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
+    """memory_gb against the model's known memory (stacks/planner/gpus.py); unknown models are warned once."""
+    problems: list[Problem] = []
+    unknown: list[str] = []
+    for i, node in enumerate(config.nodes):
+        known = expected_memory_gb(node.gpus.model)
+        if known is None:
+            unknown.append(node.gpus.model)
+            continue
+        gpu, allowed = known
+        if not memory_fits(node.gpus.memory_gb, allowed):
+            sizes = " or ".join(f"{s:g}" for s in allowed)
+            problems.append(Problem(
+                f"nodes.{i}.gpus.memory_gb", node.gpus.memory_gb,
+                f"contradicts nodes.{i}.gpus.model {node.gpus.model!r}: an {gpu.family} has {sizes} GB per GPU "
+                f"({gpu.source}); the plan sizes every shard and the KV cache from memory_gb",
+                fix=f"memory_gb: {allowed[0]:g}, or the model name nvidia-smi prints for these GPUs"))
+    warnings = [f"GPU model {model!r} is not in the table of known GPUs (stacks/planner/gpus.py): its "
+                "memory_gb was not checked against the model; the preflight compares it with nvidia-smi"
+                for model in dict.fromkeys(unknown)]
+    return problems, warnings
+
+
+def backend_rules(config: StackConfig, topo: Topology) -> list[str]:
+    """Keys one backend reads and the other ignores, set where they do nothing."""
+    par, warnings = config.parallelism, []
+    if par.backend == "mp" and config.ray.model_fields_set:
+        keys = ", ".join(f"ray.{k}" for k in sorted(config.ray.model_fields_set))
+        warnings.append(f"{keys} set, but parallelism.backend is mp: no Ray runs, the setting does nothing "
+                        "(remove it, or set backend: ray)")
+    if "data_parallel_rpc_port" in par.model_fields_set and not (par.backend == "mp" and par.data > 1):
+        warnings.append(f"parallelism.data_parallel_rpc_port {par.data_parallel_rpc_port} set, but only vLLM's "
+                        "internal DP (backend mp, data > 1) opens it: the setting does nothing")
+    if "master_port" in par.model_fields_set and not topo.spans_nodes:
+        warnings.append(f"parallelism.master_port {par.master_port} set, but no replica spans nodes here: "
+                        "--master-port is not passed, the setting does nothing")
+    return warnings
+
+
+def nccl_log_rules(config: StackConfig, topo: Topology) -> tuple[list[Problem], list[str]]:
+    """What would hide NCCL's network lines from the transport check (`checks.nccl_transport` reads
+    `docker logs`)."""
+    fabric = config.fabric
+    if len(topo.nodes) < 2 or fabric.transport == "socket":
+        return [], []
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    if fabric.nccl_debug != "INFO":
+        warnings.append(f"fabric.nccl_debug is {fabric.nccl_debug!r}: NCCL prints no INFO lines, so the NCCL "
+                        "transport check does not run and a silent fall-back to TCP sockets goes unseen; "
+                        "set nccl_debug: INFO")
+        return problems, warnings
+    if "NCCL_DEBUG_FILE" in fabric.env:
+        problems.append(Problem("fabric.env.NCCL_DEBUG_FILE", fabric.env["NCCL_DEBUG_FILE"],
+                                "sends NCCL's log to a file inside the container, so `docker logs` (what the NCCL "
+                                "transport check reads) holds none of its lines and the check cannot pass",
+                                fix="remove NCCL_DEBUG_FILE from fabric.env"))
+    subsys = fabric.env.get("NCCL_DEBUG_SUBSYS")
+    if subsys is not None:
+        words = [w.strip().upper() for w in subsys.split(",") if w.strip()]
+        excluded = words[:1] and words[0].startswith("^")
+        names = {w.lstrip("^") for w in words}
+        hidden = ([s for s in NCCL_LOG_SUBSYS if s in names] if excluded
+                  else [] if "ALL" in names else [s for s in NCCL_LOG_SUBSYS if s not in names])
+        if hidden:
+            problems.append(Problem("fabric.env.NCCL_DEBUG_SUBSYS", subsys,
+                                    f"hides NCCL's {','.join(hidden)} lines, which the NCCL transport check reads "
+                                    "(the network NCCL chose and GPU Direct RDMA)",
+                                    fix="remove it, or include INIT,NET (e.g. INIT,NET,ENV)"))
+    return problems, warnings
+
+
+def timeout_rules(config: StackConfig, load_s: int | None) -> list[Problem]:
+    """api.health_timeout_s below the plan's own load estimate: the health check gives up while the engines
+    still load, and every deploy fails."""
+    health = config.api.health_timeout_s
+    if health is None or load_s is None or health >= load_s:
+        return []
+    return [Problem("api.health_timeout_s", health,
+                    f"is below the plan's estimated weight-load time of {load_s}s (model.load_gb_per_s "
+                    f"{config.model.load_gb_per_s:g}): the health check would fail while the engines still load",
+                    fix=f"api.health_timeout_s: {load_s + 600} or more, leave it unset (engine timeout + 600), or "
+                        "raise model.load_gb_per_s if these nodes load faster")]
+
+
+def endpoint_name_rules(config: StackConfig) -> list[Problem]:
+    """A wildcard server_name is a pattern, not a host: without api.public_host it would become the checks' URL."""
+    proxy = config.api.proxy
+    if proxy.enabled and proxy.server_name and proxy.server_name.startswith("*.") and not config.api.public_host:
+        return [Problem("api.proxy.server_name", proxy.server_name,
+                        "is a wildcard pattern, and without api.public_host it would be the host of the endpoint "
+                        f"the API checks call (https://{proxy.server_name}:{proxy.port}), which no resolver answers",
+                        fix=f"set api.public_host to the name clients use, e.g. {proxy.server_name[2:]} or "
+                            f"llm.{proxy.server_name[2:]}")]
+    return []

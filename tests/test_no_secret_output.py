@@ -1,0 +1,144 @@
+"""No output of any `python -m stacks` subcommand or check program holds a secret: a unique value is planted in
+every secret-capable stack key and in every URL-valued input, and every stdout and stderr is searched for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANT = "PLANTED7f3a9c"
+"""Every planted value contains this; none of the project's own text does."""
+
+
+def planted(where: str) -> str:
+    return f"{PLANT}-{where}"
+
+
+def _secret_lines() -> str:
+    """The stack's secret keys holding plaintext (which the plan must refuse without echoing)."""
+    lines = [f"  vllm-cluster:{key}: {planted(key)}" for key in SECRET_KEYS]
+    for key in SECRET_OBJECT_KEYS:
+        lines.append(f"  vllm-cluster:{key}:\n    TEAM_TOKEN: {planted(key)}")
+    return "\n".join(lines) + "\n"
+
+
+
+def _stack(tmp_path: Path, extra: str, model_source: bool = False) -> Path:
+    """A copy of the project root holding Pulumi.yaml and a Pulumi.leak.yaml: prod plus `extra` lines."""
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    text = (ROOT / "Pulumi.prod.yaml").read_text()
+    if model_source:
+        text = text.replace("    path: deepseek-ai/DeepSeek-V4.1-Flash\n",
+                            "    path: deepseek-ai/DeepSeek-V4.1-Flash\n"
+                            f"    source:\n      url: s3://bucket/prefix?X-Amz-Signature={planted('s3-query')}\n"
+                            f"      endpoint_url: http://minio:{planted('endpoint-password')}@10.0.0.9:9000\n", 1)
+    (tmp_path / "Pulumi.leak.yaml").write_text(text.rstrip("\n") + "\n" + extra)
+    return tmp_path
+
+
+def _run(argv: list[str], root: Path | None = None, env: dict[str, str] | None = None,
+         stdin: str = "") -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, **(env or {})}
+    if root is not None:
+        environ["VLLM_CLUSTER_ROOT"] = str(root)
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=environ, input=stdin)
+
+
+def _clean(done: subprocess.CompletedProcess[str]) -> None:
+    output = done.stdout + done.stderr
+    assert PLANT not in output, output[max(0, output.find(PLANT) - 300):output.find(PLANT) + 100]
+    assert "Traceback" not in output, output[-2000:]
+
+
+ASSUME = [part for key in (*SECRET_KEYS, *(f"{k}.TEAM_TOKEN" for k in SECRET_OBJECT_KEYS))
+          for part in ("--assume-secret", key)]
+SUBCOMMANDS = [["plan", "leak"], ["plan", "leak", "--json"], ["nginx-conf", "leak"], ["watch-unit", "leak"]]
+
+
+@pytest.mark.parametrize("argv", SUBCOMMANDS, ids=lambda a: " ".join(a))
+def test_plaintext_secrets_in_the_stack_file_are_refused_unechoed_whatever_the_flags(
+        tmp_path: Path, argv: list[str]) -> None:
+    """`--assume-secret KEY` stands in for a secret the file does not hold; it cannot make a plaintext one
+    acceptable (it once replaced the plaintext and the plan passed)."""
+    root = _stack(tmp_path, _secret_lines())
+    for flags in ([], ASSUME, ["--set", "api.proxy.enabled=true", *ASSUME]):
+        done = _run(["-m", "stacks", *argv, *flags], root)
+        _clean(done)
+        assert done.returncode == 2, (flags, done.stdout[-500:], done.stderr[-1500:])
+        assert "holds a secret in plain config" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv", SUBCOMMANDS, ids=lambda a: " ".join(a))
+def test_credentials_in_the_weights_urls_are_refused_unechoed(tmp_path: Path, argv: list[str]) -> None:
+    root = _stack(tmp_path, "", model_source=True)
+    done = _run(["-m", "stacks", *argv, *ASSUME], root)
+    _clean(done)
+    assert done.returncode == 2, done.stdout[-500:] + done.stderr[-1500:]
+
+
+@pytest.mark.parametrize("key", [*SECRET_KEYS, "proxy_keys.TEAM_TOKEN", "env_secrets.TEAM_TOKEN"])
+def test_a_secret_given_with_set_is_refused_unechoed(tmp_path: Path, key: str) -> None:
+    root = _stack(tmp_path, "")
+    done = _run(["-m", "stacks", "plan", "leak", "--set", f"{key}={planted(key)}"], root)
+    _clean(done)
+    assert done.returncode == 2
+
+
+def test_a_secret_set_in_a_url_valued_key_is_refused_unechoed(tmp_path: Path) -> None:
+    root = _stack(tmp_path, "")
+    for value in (f"s3://bucket/p?X-Amz-Signature={planted('q')}", f"s3://AKIA:{planted('u')}@bucket/p"):
+        done = _run(["-m", "stacks", "plan", "leak", "--set", f"model.source={value}"], root)
+        _clean(done)
+        assert done.returncode == 2
+    done = _run(["-m", "stacks", "plan", "leak", "--set", "model.source.url=s3://bucket/p", "--set",
+                 f"model.source.endpoint_url=https://u:{planted('p')}@minio:9000"], root)
+    _clean(done)
+    assert done.returncode == 2
+
+
+SECRET_URL = f"http://admin:{planted('url-password')}@10.0.0.1:8000"
+CHECK_RUNS = [
+    ["-m", "checks.api", "--url", SECRET_URL, "--served-name", "m"],
+    ["-m", "checks.api", "--url", SECRET_URL, "--served-name", "m", "--json"],
+    ["-m", "checks.api", "--url", f"http://10.0.0.1:8000/?key={planted('q')}", "--served-name", "m"],
+    ["-m", "checks.weights", "sync", "--source", "s3://b/p", "--dest", "/tmp/x", "--endpoint-url", SECRET_URL],
+    ["-m", "checks.weights", "sync", "--source", f"s3://b/p?X-Amz-Signature={planted('sig')}", "--dest", "/tmp/x"],
+    ["-m", "checks.weights", "sync", "--source", f"s3://AKIA:{planted('s3-userinfo')}@b/p", "--dest", "/tmp/x"],
+    ["-m", "checks.collective", "--nnodes", "2", "--node-rank", "0", "--master-addr", f"u:{planted('a')}@10.0.0.1"],
+    ["-m", "checks.ray_cluster", "--nodes", "1", "--gpus", "1", "--address", SECRET_URL],
+    ["-m", "checks.preflight", "--sections", "disk", "--image", f"u:{planted('i')}@registry/x:1",
+     "--disk-headroom-gb", f"http://u:{planted('d')}@x"],
+    ["-m", "checks.vllm_args", "--image", SECRET_URL, "--expect", SECRET_URL],
+    ["-m", "checks.engines", "--ranks", "0", "--container", SECRET_URL],
+    ["-m", "checks.nccl_transport", "--container", SECRET_URL],
+    ["-m", "checks.weights_match", f"node1={SECRET_URL}"],
+    ["-m", "checks.weights_verify", "--dest", "/nonexistent", "--expect-hash", SECRET_URL],
+]
+
+
+@pytest.mark.parametrize("argv", CHECK_RUNS, ids=lambda a: a[1] + " " + a[2])
+def test_check_programs_never_print_a_credential_from_a_url(argv: list[str]) -> None:
+    done = _run(argv)
+    _clean(done)
+    assert done.returncode == 2, done.stdout + done.stderr
+
+
+def test_the_bearer_key_is_never_printed_by_the_api_check() -> None:
+    """The key travels in an environment variable; a refusal or a failed probe does not show it."""
+    env = {"VLLM_API_KEY": planted("bearer")}
+    for argv in (["--url", "http://127.0.0.1:9", "--served-name", "m", "--sections", "models", "--timeout-s", "2"],
+                 ["--url", "http://127.0.0.1:9", "--served-name", "m", "--deny-paths", "@evil/x"]):
+        done = _run(["-m", "checks.api", *argv, "--json"], env=env)
+        _clean(done)
+        assert done.returncode in (1, 2)
+        json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,87 @@
+"""Settings that do nothing or hide what a check reads are warned with the reason; the GPU table's rows are
+consistent with what nvidia-smi prints. (Refusals of this kind are rows of tests/test_bad_configs.py.)"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from stacks.planner.gpus import KNOWN_GPUS, expected_memory_gb, memory_fits
+from tests.conftest import plan_of
+
+
+def _warnings(values: dict[str, Any]) -> str:
+    return "\n".join(plan_of(values).warnings)
+
+
+def test_an_unknown_gpu_model_is_warned_not_refused(prod_values: dict[str, Any]) -> None:
+    values = copy.deepcopy(prod_values)
+    for node in values["nodes"]:
+        node["gpus"]["model"] = "Acme Tensor 9000"
+    assert "GPU model 'Acme Tensor 9000' is not in the table of known GPUs" in _warnings(values)
+    assert "not in the table of known GPUs" not in _warnings(prod_values)
+
+
+@pytest.mark.parametrize(("name", "mib"), [
+    ("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA H200", 143771), ("NVIDIA H20", 97871),
+    ("NVIDIA A100-SXM4-40GB", 40960), ("NVIDIA A100-SXM4-80GB", 81920), ("NVIDIA B200", 183359),
+    ("NVIDIA H100 NVL", 95830), ("NVIDIA L40S", 46068), ("NVIDIA GH200 480GB", 97871),
+])
+def test_what_nvidia_smi_prints_fits_the_table(name: str, mib: int) -> None:
+    """Typical nvidia-smi memory.total values (MiB) for these GPUs, read as decimal GB and as GiB,
+    both fit the row the name selects, so a stack may copy either figure."""
+    known = expected_memory_gb(name)
+    assert known is not None, name
+    assert memory_fits(mib * 1.048576 / 1000, known[1]) and memory_fits(mib / 1024, known[1]), (name, known)
+
+
+def test_specific_rows_come_before_their_prefixes() -> None:
+    assert expected_memory_gb("NVIDIA GH200 480GB") is not None
+    assert expected_memory_gb("NVIDIA GH200 480GB")[0].family == "GH200"  # type: ignore[index]
+    assert expected_memory_gb("NVIDIA H20")[0].family == "H20"  # type: ignore[index]
+    assert expected_memory_gb("NVIDIA L40S")[0].family == "L40S"  # type: ignore[index]
+    assert all(gpu.source for gpu in KNOWN_GPUS)
+
+
+def test_ray_settings_under_mp_are_warned(prod_values: dict[str, Any]) -> None:
+    values = copy.deepcopy(prod_values)
+    assert values["parallelism"]["backend"] == "mp"
+    values["ray"] = {"gcs_port": 6380}
+    assert "ray.gcs_port set, but parallelism.backend is mp" in _warnings(values)
+    assert "does nothing" not in _warnings(prod_values)
+
+
+def test_a_master_port_without_a_spanning_replica_is_warned(prod_values: dict[str, Any]) -> None:
+    values = copy.deepcopy(prod_values)
+    values["parallelism"]["master_port"] = 29600
+    assert "parallelism.master_port 29600 set, but no replica spans nodes" in _warnings(values)
+
+
+def test_a_quiet_nccl_log_is_warned_because_the_transport_check_stops(prod_values: dict[str, Any]) -> None:
+    values = copy.deepcopy(prod_values)
+    values["fabric"]["nccl_debug"] = "WARN"
+    plan = plan_of(values)
+    assert "fabric.nccl_debug is 'WARN'" in "\n".join(plan.warnings)
+    assert not [c for c in plan.checks if c.module == "checks.nccl_transport"]
+
+
+@pytest.mark.parametrize("subsys", ["INIT,NET", "ALL", "INIT,NET,ENV", "^COLL"])
+def test_a_debug_subsystem_list_that_keeps_init_and_net_is_accepted(prod_values: dict[str, Any],
+                                                                     subsys: str) -> None:
+    values = copy.deepcopy(prod_values)
+    values["fabric"]["env"] = {"NCCL_DEBUG_SUBSYS": subsys}
+    plan_of(values)
+
+
+def test_fabric_preflight_asks_only_for_sections_with_something_to_check(prod_values: dict[str, Any]) -> None:
+    """prod sets no gid_index: no gid section (it once passed with 'no gid_index configured')."""
+    plan = plan_of(prod_values)
+    fabric = next(c for c in plan.checks if c.name == "fabric-node1")
+    assert fabric.sections == ["infiniband", "hca", "sysctl"]
+    values = copy.deepcopy(prod_values)
+    for node in values["nodes"]:
+        node["gid_index"] = 3
+    fabric = next(c for c in plan_of(values).checks if c.name == "fabric-node1")
+    assert fabric.sections == ["infiniband", "hca", "gid", "sysctl"]
