@@ -271,7 +271,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
 
 
 
-# ---- weights: per-node sync or verify, and the cross-node comparison (README: Model weights from S3) ---------
+# ---- weights: per-node sync or verify, and the cross-node comparison (docs/weights.md) ---------
 
 
 def weights_args(config: StackConfig, plan: Plan, check: CheckSpec,
