@@ -1,6 +1,6 @@
 """Program evaluation time under Pulumi's mocks for 2, 8, 32 and 128 nodes (no engine, no network).
 
-Run: venv/bin/python bench/program_scale.py   (numbers go into the README's "Speed" section)
+Run: venv/bin/python bench/program_scale.py   (numbers go into docs/speed.md)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from review.cli import MATRIX_BEGIN, MATRIX_END, MATRIX_PAGE, main, page_with_matrix
+from review.cli import MATRIX_BEGIN, MATRIX_END, MATRIX_PAGE, build_parser, main, page_with_matrix
 from review.config_mutations import BASE_SECRETS, leaves
 from review.matrix import CODE_CHANGES, compute
 from review.registrations import ProgramError, register
@@ -249,6 +249,14 @@ def test_the_cli_prints_json_and_refuses_bad_input(capsys: pytest.CaptureFixture
     assert "no Pulumi.no-such-stack.yaml" in capsys.readouterr().err
     with pytest.raises(ValueError, match="has no"):
         page_with_matrix("# no markers here\n", "| table |\n")
+
+
+def test_update_docs_keeps_its_old_spelling() -> None:
+    """`--update-docs` rewrites docs/what-a-change-costs.md; `--update-readme`, from when the table lived in the
+    README, is the same option."""
+    for flag in ("--update-docs", "--update-readme"):
+        assert build_parser().parse_args(["matrix", flag]).update_docs is True
+    assert build_parser().parse_args(["matrix"]).update_docs is False
 
 
 def test_a_refused_config_registers_nothing() -> None:
