@@ -116,3 +116,14 @@ def test_the_committed_prod_explains_its_two_refusals_where_they_happen() -> Non
     assert "Refused by the production policy: no digest" in " ".join(lines[image - 3:image])
     nodes = lines.index("  vllm-cluster:nodes:")
     assert "Refused by the production policy: no `host_key`" in " ".join(lines[nodes:nodes + 4])
+
+
+def test_the_readme_picture_is_the_three_node_example(tmp_path: Path) -> None:
+    """docs/deployed-stack.dot draws this example: its nodes, the ports it names and the EP size are the plan's."""
+    p = plan(ROOT / "examples" / "Pulumi.three-node.yaml", tmp_path)
+    dot = (ROOT / "docs" / "deployed-stack.dot").read_text()
+    assert all(n["name"] in dot for n in p["nodes"]) and "examples/Pulumi.three-node.yaml" in dot
+    head = {(x["port"], x["bind"]) for x in p["listeners"] if x["node"] == "gpu1"}
+    assert {(443, "0.0.0.0"), (8000, "127.0.0.1"), (29550, "10.41.0.11")} <= head
+    assert "0.0.0.0:443" in dot and "127.0.0.1:8000" in dot and ":29550" in dot
+    assert f"EP{p['topology']['expert']}" in dot and p["model"]["served_name"] in dot
