@@ -2,8 +2,13 @@ PYTHON ?= python3
 VENV   := venv
 BIN    := $(VENV)/bin
 STACK  ?= prod
+BASE   ?= HEAD
+# SET="KEY.PATH=VALUE …": what-if overrides; SECRETS="api_key …": plan as if these Pulumi secrets were set
+SET     ?=
+SECRETS ?=
+PLAN_FLAGS = $(foreach s,$(SET),--set $(s)) $(foreach s,$(SECRETS),--assume-secret $(s))
 
-.PHONY: venv test lint typecheck unit plan bench
+.PHONY: venv test lint typecheck unit plan diff bench
 
 venv: $(VENV)/.installed
 
@@ -27,7 +32,11 @@ unit: venv
 
 ## make plan STACK=prod: the offline launch plan of a stack
 plan: venv
-	$(BIN)/python -m stacks plan $(STACK)
+	$(BIN)/python -m stacks plan $(STACK) $(PLAN_FLAGS)
+
+## make diff STACK=prod BASE=origin/main: what the working tree's change does to the stack's plan
+diff: venv
+	$(BIN)/python -m stacks diff $(STACK) --base $(BASE) $(foreach s,$(SECRETS),--assume-secret $(s))
 
 bench: venv
 	$(BIN)/python bench/plan_scale.py

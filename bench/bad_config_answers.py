@@ -1,6 +1,6 @@
 """How fast a bad config gets its answer: every case of the bad-config table (tests/test_bad_configs.py) through
 parse + validate in process, and the worst file-level cases (alias bomb, 5 MiB file, deep nesting) through the
-real CLI, as a user runs it. Prints a Markdown table for the README."""
+real CLI, as a user runs it. Prints a Markdown table for docs/speed.md."""
 
 from __future__ import annotations
 

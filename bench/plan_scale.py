@@ -1,6 +1,6 @@
 """Time `plan` (parse + validate + derive) for 2, 8, 32 and 128 nodes, and the CLI end to end.
 
-Run: venv/bin/python bench/plan_scale.py   (numbers go into the README's "Speed" section)
+Run: venv/bin/python bench/plan_scale.py   (numbers go into docs/speed.md)
 """
 
 from __future__ import annotations

@@ -751,7 +751,8 @@ def check_ownership(ctx: Context) -> Section:
     lines = [f"{h.description} holds {', '.join(h.holds)}" for h in holders]
     return Section("ownership", False, [*lines, seen, *evidence],
                    "these are not this stack's (an earlier docker-compose or manual deployment?): stop them on this "
-                   f"node with `{'; '.join(remedies)}`, then run the deploy again (README: From docker-compose)")
+                   f"node with `{'; '.join(remedies)}`, then run the deploy again "
+                   "(docs/deploy.md: From docker-compose)")
 
 
 # ------------------------------------------------------------------------------------------------ fabric

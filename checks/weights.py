@@ -8,7 +8,7 @@
 Credentials come from the standard AWS variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN;
 AWS_CA_BUNDLE for a private CA), never from argv. The S3 client is boto3 (botocore signs, retries and
 validates; nothing here speaks the protocol by hand). `bench/sync_throughput.py` measured it against
-`aws s3 sync` and s5cmd on the same moto bucket (README, "Model weights from S3").
+`aws s3 sync` and s5cmd on the same moto bucket (docs/weights.md).
 
 How a sync stays correct when interrupted: each object is written to `<name>.weights-partial` in parts
 (`--part-size-mb`, a ranged GET with `If-Match: <ETag>` each, so a part never mixes two versions of an object);

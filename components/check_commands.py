@@ -251,7 +251,7 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str
     env_fmt = "{{range .Config.Env}}{{println .}}{{end}}"
     skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, so "
             "this update does not replace it and its GPUs are not free; the fabric is measured at the next image "
-            "or fabric change, or by hand in a maintenance window (README: Collective check)")
+            "or fabric change, or by hand in a maintenance window (docs/checks-by-hand.md: Collective check)")
     stopping = (f"{name}: stopping this stack's engine {container} (this update replaces the group after the "
                 "collective check): the downtime starts here")
     failed = f"FAIL {name}: docker stop {container} failed; nothing else was touched"

@@ -1,6 +1,6 @@
 """GpuNode: one GPU host — its Docker provider over SSH, the model weights, the host preflight and the engine image.
 
-Order on each node (README: Deploy), so a node that cannot take the engine fails before ~20 GB are pulled and
+Order on each node (docs/deploy.md), so a node that cannot take the engine fails before ~20 GB are pulled and
 before any engine moves:
 
 - without `model.source`: weights (the completeness check, on the node's python3) -> pre-pull preflight

@@ -301,7 +301,7 @@ def observability(stack: str, config: StackConfig, plan: Plan, nodes: dict[str, 
 
 
 
-# ---- weights: per-node sync or verify, and the cross-node comparison (README: Model weights from S3) ---------
+# ---- weights: per-node sync or verify, and the cross-node comparison (docs/weights.md) ---------
 
 
 def weights_args(config: StackConfig, plan: Plan, check: CheckSpec,

@@ -197,13 +197,14 @@ def _rollback(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     try:
-        base, base_errors, how = base_plan(args.stack, args.base, PROJECT_ROOT)
+        base, base_errors, how = base_plan(args.stack, args.base, PROJECT_ROOT, args.assume_secret)
         secrets = secret_changes(args.stack, args.base, PROJECT_ROOT)
     except BaseError as exc:
         print(f"diff {args.stack}: {exc}", file=sys.stderr)
         return 2
     try:
-        head: dict[str, Any] | None = build_plan(args.stack, load_stack(args.stack)).to_json_dict()
+        config = load_stack(args.stack, assume_secret=args.assume_secret)
+        head: dict[str, Any] | None = build_plan(args.stack, config).to_json_dict()
         head_errors: list[dict[str, Any]] = []
     except ConfigError as exc:
         head, head_errors = None, [p.as_dict() for p in exc.problems]
@@ -240,8 +241,10 @@ def _read_text(path: str) -> str:
     return sys.stdin.read() if path == "-" else Path(path).read_text()
 
 
-MATRIX_BEGIN = "<!-- replacement-matrix:begin (python -m stacks matrix --update-readme) -->"
+MATRIX_BEGIN = "<!-- replacement-matrix:begin (python -m stacks matrix --update-docs) -->"
 MATRIX_END = "<!-- replacement-matrix:end -->"
+MATRIX_PAGE = Path("docs") / "what-a-change-costs.md"
+"""The docs page that holds the generated table, relative to the project root."""
 
 
 def matrix_stacks(names: list[str]) -> list[str]:
@@ -249,12 +252,12 @@ def matrix_stacks(names: list[str]) -> list[str]:
     return names or sorted(p.name.split(".")[1] for p in PROJECT_ROOT.glob("Pulumi.*.yaml"))
 
 
-def readme_with_matrix(readme: str, table: str) -> str:
-    """README text with the generated table between the markers (ValueError when the markers are missing)."""
-    start, end = readme.find(MATRIX_BEGIN), readme.find(MATRIX_END)
+def page_with_matrix(page: str, table: str) -> str:
+    """The docs page's text with the generated table between the markers (ValueError when they are missing)."""
+    start, end = page.find(MATRIX_BEGIN), page.find(MATRIX_END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md has no {MATRIX_BEGIN!r} … {MATRIX_END!r} block")
-    return readme[:start + len(MATRIX_BEGIN)] + "\n" + table + readme[end:]
+        raise ValueError(f"{MATRIX_PAGE} has no {MATRIX_BEGIN!r} … {MATRIX_END!r} block")
+    return page[:start + len(MATRIX_BEGIN)] + "\n" + table + page[end:]
 
 
 def _matrix(args: argparse.Namespace) -> int:
@@ -274,14 +277,14 @@ def _matrix(args: argparse.Namespace) -> int:
         print(f"matrix: the Pulumi program refuses a committed stack: {exc}", file=sys.stderr)
         return 2
     table = markdown(rows, names)
-    if args.update_readme:
-        path = PROJECT_ROOT / "README.md"
+    if args.update_docs:
+        path = PROJECT_ROOT / MATRIX_PAGE
         try:
-            path.write_text(readme_with_matrix(path.read_text(), table))
+            path.write_text(page_with_matrix(path.read_text(), table))
         except (OSError, ValueError) as exc:
-            print(f"matrix --update-readme: {exc}", file=sys.stderr)
+            print(f"matrix --update-docs: {exc}", file=sys.stderr)
             return 2
-        print(f"{path.name}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(names)})")
+        print(f"{MATRIX_PAGE}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(names)})")
     elif args.json:
         print(json.dumps([row_dict(r) for r in rows], indent=2, ensure_ascii=False))
     elif args.markdown:
@@ -389,14 +392,17 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("stack")
     diff.add_argument("--base", required=True, metavar="GIT_REF", type=_git_ref, help="e.g. origin/main")
     diff.add_argument("--json", action="store_true")
+    diff.add_argument("--assume-secret", action="append", default=[], metavar="KEY",
+                      help="plan both sides as if this secret were set (repeatable), as plan --assume-secret")
     diff.set_defaults(func=_diff)
     matrix = sub.add_parser("matrix", help="what a change of each config key costs: replaced / updated / re-run "
                             "resources and the downtime (the program run under Pulumi's mocks)")
     matrix.add_argument("stack", nargs="*", help="stacks to cover (default: every Pulumi.<stack>.yaml)")
     form = matrix.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="every row with every resource's action")
-    form.add_argument("--markdown", action="store_true", help="the README table (keys with one effect share a row)")
-    form.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
+    form.add_argument("--markdown", action="store_true", help="the docs table (keys with one effect share a row)")
+    form.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
+                      help=f"rewrite the table in {MATRIX_PAGE}")
     matrix.set_defaults(func=_matrix)
     card = sub.add_parser("image-card", help="read what an image's vLLM accepts (options, types, choices, bounds, "
                           "config fields, routes) into images/<name>.json, the card plans check values against")

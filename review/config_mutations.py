@@ -36,7 +36,7 @@ from stacks.planner.profiles import card_names, get_profile
 LIST = "[]"
 
 BASE_SECRETS: dict[str, Any] = {"api_key": "sk-matrix-base-0", "ssh_private_key": "matrix-ssh-key-0"}
-"""The secrets every stack is assumed to hold, as README "Deploy" sets them (`api_key`, `ssh_private_key`)."""
+"""The secrets every stack is assumed to hold, as docs/deploy.md sets them (`api_key`, `ssh_private_key`)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,10 @@ def _archive(root: Path, ref: str, into: Path) -> None:
         tar.extractall(into, filter="data")
 
 
-def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
-    """(plan JSON or None when invalid, the base's problems, how it was computed)."""
+def base_plan(stack: str, ref: str, root: Path, assume_secret: Sequence[str] = ()
+              ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+    """(plan JSON or None when invalid, the base's problems, how it was computed); `assume_secret` plans both
+    sides as if those secrets were set, as `plan --assume-secret` does."""
     with tempfile.TemporaryDirectory(prefix="vllm-cluster-base-") as tmp:
         checkout = Path(tmp)
         _archive(root, ref, checkout)
@@ -62,7 +65,8 @@ def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, 
                             f"nothing to compare; review its whole plan: venv/bin/python -m stacks plan {stack} "
                             "(--json for a file)")
         try:
-            done = subprocess.run([sys.executable, "-m", "stacks", "plan", stack, "--json"], cwd=checkout,
+            assumed = [word for key in assume_secret for word in ("--assume-secret", key)]
+            done = subprocess.run([sys.executable, "-m", "stacks", "plan", stack, "--json", *assumed], cwd=checkout,
                                   capture_output=True, text=True, timeout=120,
                                   env={"VLLM_CLUSTER_ROOT": str(checkout), "PATH": "/usr/bin:/bin"})
         except subprocess.TimeoutExpired:  # the base's own code hangs: plan its stack file with this code
@@ -70,7 +74,8 @@ def base_plan(stack: str, ref: str, root: Path) -> tuple[dict[str, Any] | None, 
         how = f"planned by the code at {ref}"
         if done.returncode not in (0, 2) or not done.stdout.strip().startswith("{"):
             try:
-                return (build_plan(stack, load_stack(stack, root=checkout)).to_json_dict(), [],
+                return (build_plan(stack, load_stack(stack, root=checkout, assume_secret=assume_secret)
+                                   ).to_json_dict(), [],
                         f"the stack file at {ref}, planned by the working tree's code (the base cannot plan: "
                         f"{(done.stderr.strip().splitlines() or ['no JSON'])[-1][:160]})")
             except ConfigError as exc:

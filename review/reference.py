@@ -1,6 +1,6 @@
 """The config reference, generated from the model itself: every key with its type, range, default and meaning.
 
-`python -m stacks reference` prints it; the README embeds the same text and a test keeps the two equal, so
+`python -m stacks reference` prints it; docs/config-reference.md embeds the same text and a test keeps the two equal, so
 the reference can never drift from what the loader accepts.
 """
 

@@ -382,7 +382,8 @@ def _downtime_cell(rows: list[Row]) -> str:
 
 
 def markdown(rows: list[Row], stacks: list[str]) -> str:
-    """The README table: keys with the same effect in every stack share a row; downtime per stack."""
+    """The table of docs/what-a-change-costs.md: keys with the same effect in every stack share a row; downtime
+    per stack."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     by_key: dict[tuple[str, str], dict[str, Row]] = {}
     for row in rows:

@@ -149,7 +149,7 @@ def check_same_stack(history: History, stack: str, stack_values: dict[str, Any],
     `pulumi stack history --json` does not name its stack, and the history of `staging` parses as well as
     that of `prod`. Every update records the stack's whole config, so the newest update that recorded
     `vllm-cluster:nodes` must share an SSH host or management IP with the stack file's nodes. Two stacks
-    on the same machines cannot be told apart this way (README, "Roll back").
+    on the same machines cannot be told apart this way (docs/rollback.md).
     """
     if history.from_cli:
         return f"read from {history.source}"

@@ -154,7 +154,7 @@ def test_compose_seed_blocks_and_the_printed_commands_clear_it(host: Host) -> No
     assert f"{host.prefix}-owned" not in text and f"port {rpc}" not in text
     assert commands(v) == [f"docker compose -p {project} down", f"docker rm -f {host.prefix}-proxy",
                            f"docker rm -f {host.prefix}-pub", f"kill {proc.pid}"]
-    assert "README: From docker-compose" in v["next_step"]
+    assert "docs/deploy.md: From docker-compose" in v["next_step"]
 
     for command in commands(v):
         if command.startswith("docker compose"):

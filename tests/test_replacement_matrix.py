@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from review.cli import MATRIX_BEGIN, MATRIX_END, main, readme_with_matrix
+from review.cli import MATRIX_BEGIN, MATRIX_END, MATRIX_PAGE, build_parser, main, page_with_matrix
 from review.config_mutations import BASE_SECRETS, leaves
 from review.matrix import CODE_CHANGES, compute
 from review.registrations import ProgramError, register
@@ -158,12 +158,12 @@ def test_stacks_diff_reads_the_same_downtime_from_the_plans(rows: list[Row]) -> 
             assert r.diff_downtime == r.downtime.kind, (r.stack, r.key, r.diff_downtime, r.downtime.kind)
 
 
-def test_the_readme_prints_the_matrix(rows: list[Row]) -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_print_the_matrix(rows: list[Row]) -> None:
+    page = (ROOT / MATRIX_PAGE).read_text()
     table = markdown(rows, list(STACKS))
-    assert readme_with_matrix(readme, table) == readme, (
-        "README's replacement matrix is stale: run `venv/bin/python -m stacks matrix --update-readme`")
-    assert MATRIX_BEGIN in readme and MATRIX_END in readme
+    assert page_with_matrix(page, table) == page, (
+        f"{MATRIX_PAGE}'s replacement matrix is stale: run `venv/bin/python -m stacks matrix --update-docs`")
+    assert MATRIX_BEGIN in page and MATRIX_END in page
 
 
 # --- the rules themselves, on hand-made registrations ---------------------------------------------------
@@ -248,7 +248,15 @@ def test_the_cli_prints_json_and_refuses_bad_input(capsys: pytest.CaptureFixture
     assert main(["matrix", "no-such-stack"]) == 2
     assert "no Pulumi.no-such-stack.yaml" in capsys.readouterr().err
     with pytest.raises(ValueError, match="has no"):
-        readme_with_matrix("# no markers here\n", "| table |\n")
+        page_with_matrix("# no markers here\n", "| table |\n")
+
+
+def test_update_docs_keeps_its_old_spelling() -> None:
+    """`--update-docs` rewrites docs/what-a-change-costs.md; `--update-readme`, from when the table lived in the
+    README, is the same option."""
+    for flag in ("--update-docs", "--update-readme"):
+        assert build_parser().parse_args(["matrix", flag]).update_docs is True
+    assert build_parser().parse_args(["matrix"]).update_docs is False
 
 
 def test_a_refused_config_registers_nothing() -> None:

@@ -4,7 +4,7 @@ Closed and strict: every model forbids unknown keys (a typo fails at preview ins
 value is coerced from another type (`"8"` is not 8, `off` is not false), every number is finite and bounded,
 and every string has a type from `stacks.model.field_types`. The model holds only what the user wrote plus
 defaults; everything derived (ranks, env, argv) lives in `topology`, `fabric` and `launch`.
-Each field's `description` is what error messages and the README's config reference say about it.
+Each field's `description` is what error messages and the config reference (docs/config-reference.md) says about it.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class ModelConfig(_Model):
     weights_gb: FiniteFloat | None = Field(default=None, ge=1, le=100_000,
                                            description="weight size in GB (default: the profile's)")
     load_gb_per_s: FiniteFloat = Field(default=0.1, ge=0.001, le=100,
-                                       description="GB a node reads per second while loading (seed 000: ~0.1)")
+                                       description="GB a node reads per second while loading (~0.1 seen on 2 x 8 H100)")
     source: WeightsSource | None = Field(
         default=None, description="S3 (or MinIO / Ceph RGW) prefix every node syncs host_dir/path from before "
         "any engine moves (a mapping, or the s3:// URL alone); without it each node's own directory is verified")
@@ -190,7 +190,7 @@ class FabricConfig(_Model):
     """How the node's networks map onto vLLM, NCCL and Gloo.
 
     `control_plane` picks the network for VLLM_HOST_IP, Gloo, Ray and DP RPC; `nccl_socket` the interfaces
-    NCCL bootstraps over. Seed 000 runs both on the first 400G NIC; seed 001 keeps them on management.
+    NCCL bootstraps over. `prod` runs both on the first 400G NIC; `h20` keeps them on management.
     """
 
     transport: Literal["roce", "ib", "socket"] = Field(default="roce", description="NCCL's data transport")

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 @dataclass(frozen=True)
 class Kind:
-    """A field type's name in the config reference (README) and in error messages."""
+    """A field type's name in the config reference (docs/config-reference.md) and in error messages."""
 
     name: str
 

@@ -1,6 +1,6 @@
 """Golden prompts: prompt / expected-answer pairs every DP rank must answer, validated once, matched safely.
 
-Matching rule (documented in the README): the answer's content is stripped of surrounding whitespace and
+Matching rule (documented in docs/checks-by-hand.md): the answer's content is stripped of surrounding whitespace and
 of one trailing full stop (`。` or `.`), then the whole of it must match the pattern (`re.fullmatch`). A
 search would let `1323` or `323? No, 324` pass for `323`; whoever wants a looser check writes `.*323.*`.
 

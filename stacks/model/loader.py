@@ -299,7 +299,7 @@ def _problem(error: Any) -> Problem:
         return Problem(key, shown, "unknown key (Pulumi would pass it on and nothing would read it)",
                        fix=f"{hint}known keys here: {', '.join(known)}")
     if kind == "missing":
-        return Problem(key, None, f"required key is missing{what}", fix="add it (README: config reference)")
+        return Problem(key, None, f"required key is missing{what}", fix="add it (docs/config-reference.md)")
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return Problem(key, value, f"must be a whole number{what}",
                        fix=f"a whole number {_range_text(low, high)}, e.g. {_example(info, low)} (unquoted)")

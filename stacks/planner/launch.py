@@ -333,4 +333,4 @@ def restart_policy_warnings(config: StackConfig) -> list[str]:
     return [f"container.restart is {policy!r}: Docker restarts one dead rank alone, and it hangs against its stale "
             "peers (vLLM is fail-stop; the other ranks keep waiting on the old group) while the API looks half "
             "alive; use 'no' and restart the whole group: bump container.restart_epoch, then pulumi up "
-            "(README: What a change costs, runbook 'An engine died')"]
+            "(docs/what-a-change-costs.md; docs/runbooks.md: An engine died)"]

@@ -93,7 +93,7 @@ MANAGED_OPTIONS: dict[str, str] = {
     "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
                           "not know",
     "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
-                              "forbids (README: Restarts)",
+                              "forbids (docs/what-a-change-costs.md: Restarts)",
     "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
     "ssl_keyfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",
     "ssl_certfile": "api.proxy.tls (TLS ends at the front door; the checks and the proxy speak HTTP to vLLM)",

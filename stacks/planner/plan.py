@@ -33,7 +33,8 @@ BEFORE_PULL = ("ownership", "disk", "gpu", "model")
 AFTER_PULL = ("toolkit", "memlock")
 """= checks.preflight.AFTER_PULL."""
 DEFAULT_MIN_BUSBW_GBPS = {"socket": 5.0, "roce": 50.0, "ib": 100.0}
-"""= checks.collective.DEFAULT_MIN_BUSBW_GBPS: the collective check's floor per transport, in Gb/s (README)."""
+"""= checks.collective.DEFAULT_MIN_BUSBW_GBPS: the collective check's floor per transport, in Gb/s
+(docs/checks-by-hand.md)."""
 API_CHECKS = ("health", "models", "chat", "thinking", "stream", "auth", "deny")
 RANKED_API_CHECKS = ("chat", "thinking", "stream")
 """Sections `checks.api` runs once per DP rank (`--dp-size`): the plan lists them per rank (`api-golden-rank-<r>`)."""
@@ -454,7 +455,8 @@ def min_busbw_gbps(config: StackConfig) -> tuple[float, str]:
 
 
 def collective_checks(config: StackConfig) -> list[CheckSpec]:
-    """One all-reduce process per node, all at once, before the engines start (README: Collective check)."""
+    """One all-reduce process per node, all at once, before the engines start (docs/checks-by-hand.md:
+    Collective check)."""
     floor, origin = min_busbw_gbps(config)
     transport = config.fabric.transport
     how = "NCCL over sockets" if transport == "socket" else f"NCCL over {transport} with GPU Direct RDMA"
@@ -514,7 +516,8 @@ def api_sections(plan: Plan) -> list[str]:
 def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
     """How to run the watch unit, and what the weights and collective checks need from the deployer."""
     notes = [f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
-             f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; README: Watch mode)"]
+             f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; "
+             "docs/checks-by-hand.md: Watch mode)"]
     source = config.model.source
     if source is not None and config.s3_access_key_id is None:
         notes.append(f"model.source {source.url}: no s3_access_key_id/s3_secret_access_key secrets, so each node's "

@@ -1,4 +1,4 @@
-"""docs/checks-by-hand.md runs as written: every ```sh block of the page, in order, with the expectation in the
+"""docs/try-the-checks.md runs as written: every ```sh block of the page, in order, with the expectation in the
 HTML comment above it. Servers run in the background until the test ends (then get Ctrl-C and must exit 0);
 the rest run verbatim in bash from the checkout, with `venv/bin/python` this interpreter, and the ports
 8000/9000 and the /tmp paths swapped for free ports and the test's own directory (a shared machine may use them).
@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PAGE = ROOT / "docs" / "checks-by-hand.md"
+PAGE = ROOT / "docs" / "try-the-checks.md"
 BLOCK = re.compile(r"<!-- test: (?P<spec>.*?) -->\n```sh\n(?P<body>.*?)```", re.S)
 
 

@@ -1,0 +1,92 @@
+"""The README's ten-minute tutorial, run verbatim on a fresh copy of the repository.
+
+Every fenced ```sh block that follows a `<!-- tutorial -->` comment is run, in README order, with `bash -e` in
+one shell per block (the environment a block exports is carried to the next, as in the user's terminal), in a
+copy of the tracked and not-ignored files with a fresh git history. A block marked `<!-- tutorial: exit 2 -->`
+must end with exit 2 (a refused config). The one thing that differs from a user's clone is `venv/`: the copy's
+venv links to the interpreter running this test, with its `make venv` stamp newer than the requirements, so
+`make venv` has nothing to do (a fresh install would need the network and minutes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+MARKER = re.compile(r"<!-- tutorial(?P<exit>: exit 2)? -->\n```sh\n(?P<body>.*?)```", re.S)
+
+
+def tutorial_blocks(readme: str) -> list[tuple[str, int]]:
+    return [(m["body"], 2 if m["exit"] else 0) for m in MARKER.finditer(readme)]
+
+
+def fresh_copy(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the working tree is not part of the copy
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    venv = dest / "venv"
+    venv.mkdir()
+    for entry in Path(sys.prefix).iterdir():
+        if entry.name != ".installed":
+            (venv / entry.name).symlink_to(entry)
+    stamp = venv / ".installed"
+    stamp.touch()
+    newest = max((dest / r).stat().st_mtime for r in ("requirements.txt", "requirements-dev.txt"))
+    os.utime(stamp, (newest + 1, newest + 1))
+
+
+GIT_ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A User",
+           "GIT_AUTHOR_EMAIL": "user@example.com", "GIT_COMMITTER_NAME": "A User",
+           "GIT_COMMITTER_EMAIL": "user@example.com"}
+"""A user's git with a name and e-mail set and nothing else configured."""
+
+
+def test_the_tutorial_has_the_steps_the_readme_promises() -> None:
+    blocks = tutorial_blocks((ROOT / "README.md").read_text())
+    text = "".join(b for b, _ in blocks)
+    assert "cp examples/Pulumi.three-node.yaml Pulumi.mycluster.yaml" in text
+    assert "make plan STACK=mycluster" in text and "make diff STACK=mycluster" in text
+    assert [code for _, code in blocks].count(2) == 1
+
+
+def test_the_readme_tutorial_runs_verbatim_on_a_fresh_copy(tmp_path: Path) -> None:
+    repo = tmp_path / "vllm-cluster"
+    fresh_copy(repo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_CLUSTER_", "GIT_"))} | GIT_ENV
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "commit", "-qm", "clone"]):
+        subprocess.run(argv, cwd=repo, env=env, check=True, timeout=120, capture_output=True)
+    exported: dict[str, str] = {}
+    outputs = []
+    for body, expected in tutorial_blocks((ROOT / "README.md").read_text()):
+        script = body + '\nexport -p > "$TUTORIAL_ENV"\n' if expected == 0 else body
+        done = subprocess.run(["bash", "-e", "-c", script], cwd=repo, capture_output=True, text=True, timeout=300,
+                              env=env | exported | {"TUTORIAL_ENV": str(tmp_path / "env")})
+        assert done.returncode == expected, (body, done.stdout[-3000:], done.stderr[-3000:])
+        outputs.append(done.stdout + done.stderr)
+        if expected == 0:
+            exported = read_exports((tmp_path / "env").read_text())
+    plan, diff, refused = outputs[1], outputs[2], outputs[3]
+    assert "topology mp-dp3-tp8-pp1-ep24" in plan and "start order: gpu2 -> gpu3 -> gpu1" in plan
+    assert "argv `--max-model-len`: `131072` → `262144`" in diff and "the whole engine group" in diff
+    assert "vllm-cluster:parallelism.tensor = 16" in refused and "nothing was created" in refused
+    assert "Traceback" not in "".join(outputs)
+
+
+def read_exports(text: str) -> dict[str, str]:
+    """The variables a block exported (`export -p` output), for the next block's environment."""
+    found = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r'declare -x ([A-Za-z_][A-Za-z0-9_]*)="(.*)"', line)
+        if m and m[1] not in ("PWD", "OLDPWD", "SHLVL", "_", "TUTORIAL_ENV"):
+            found[m[1]] = re.sub(r"\\(.)", r"\1", m[2])  # bash escapes \\ " $ and `
+    return found
