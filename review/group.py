@@ -64,7 +64,7 @@ def ready_timeout_s(estimated_load_s: int) -> int:
 
 def group_of(plan: Plan, golden_argv: tuple[str, ...] = ()) -> Group:
     """The group the plan deployed, ranks in `plan.start_order`."""
-    ranks = []
+    ranks: list[Rank] = []
     for name in plan.start_order:
         node = plan.node(name)
         ports = tuple(sorted({listener.port for listener in plan.listeners

@@ -6,10 +6,12 @@ Control files in /ctl (a bind mount the test writes): `hang` makes /health answe
 
 import http.server
 import os
+import signal
 import sys
 import threading
 import time
 
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # as vLLM does: stop on SIGTERM
 NODE = os.environ["RANK_NODE"]
 PORT = int(os.environ.get("RANK_PORT", "8000"))
 with open("/log/starts", "a") as log:
