@@ -269,7 +269,7 @@ class Supervisor:
             if len(self.recent()) >= self.settings.max_per_hour:
                 return self.give_up(f"{len(self.recent())} restarts in the last hour (limit "
                                     f"{self.settings.max_per_hour}); last: {reason}")
-            wait = self.backoff_s() - (self.clock() - self.attempts[-1] if self.attempts else 0)
+            wait = self.backoff_s()  # from the death seen, not the last attempt: a restart can take the load time
             if wait > 0:
                 self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
                          reason)
