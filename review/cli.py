@@ -1,5 +1,5 @@
 """`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|reference`: offline tools, no
-Pulumi engine needed."""
+Pulumi engine needed; `restart-group|drift|supervisor-unit|supervise` (review/heal_cli.py) reach the nodes."""
 
 from __future__ import annotations
 
@@ -320,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(`PULUMI_DEBUG_COMMANDS=true pulumi preview --json --event-log FILE`): policy violations")
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
+    from review.heal_cli import add_commands
+    add_commands(sub, _add_overrides)
     return parser
 
 
