@@ -52,7 +52,7 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
             found = inspect(access, node.name, name)
             image = inspect(access, node.name, spec.image, kind="image")
             image_id = str(image[0]["Id"]) if image else None
-            image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None  # type: ignore[call-overload]
+            image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
             rows += compare_container(node.name, spec, dict(found[0]) if found else None, image_id, image_config,
                                       container=name)
         listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
@@ -65,10 +65,9 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
 
 
 def _drift(args: argparse.Namespace) -> int:
-    _, plan, _ = _load(args)
+    config, plan, _ = _load(args)
     try:
-        rows = drift_rows(plan, access_for(args.stack, load_stack(args.stack, args.set,
-                                                                  assume_secret=args.assume_secret)))
+        rows = drift_rows(plan, access_for(args.stack, config))
     except AccessError as exc:
         print(f"drift {args.stack}: cannot run: {exc} (next: check `ssh` to that node with the stack's pinned key, "
               "and that its user may run docker)", file=sys.stderr)
@@ -90,7 +89,11 @@ def _restart_group(args: argparse.Namespace) -> int:
     if not args.yes:
         print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
         return 0
-    access = access_for(args.stack, config)
+    try:
+        access = access_for(args.stack, config)
+    except AccessError as exc:
+        print(f"restart-group {args.stack}: {exc}", file=sys.stderr)
+        return 2
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     if not lock.try_acquire():
         print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
@@ -121,8 +124,19 @@ def _restart_group(args: argparse.Namespace) -> int:
 def _supervise(args: argparse.Namespace) -> int:
     import os
 
+    for flag, value in (("--interval-s", args.interval_s), ("--hang-s", args.hang_s),
+                        ("--backoff-first-s", args.backoff_first_s), ("--backoff-max-s", args.backoff_max_s),
+                        ("--max-per-hour", args.max_per_hour)):
+        if not value > 0:
+            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 (defaults: 30, 600, 60, 1800, 4)",
+                  file=sys.stderr)
+            return 2
     config, plan, group = _load(args)
-    access = access_for(args.stack, config)
+    try:
+        access = access_for(args.stack, config)
+    except AccessError as exc:
+        print(f"supervise {args.stack}: {exc}", file=sys.stderr)
+        return 2
     log = Log(sys.stdout, args.stack)
 
     def drift_check() -> list[str]:
@@ -167,7 +181,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
                              "--yes)")
     restart.add_argument("stack")
     restart.add_argument("--yes", action="store_true", help="act: stop, clean, start, wait, check")
-    restart.add_argument("--lock", default=None, help="the deploy lock file (default /run/lock/vllm-cluster-STACK.lock)")
+    restart.add_argument("--lock", default=None,
+                         help="the deploy lock file (default /run/lock/vllm-cluster-STACK.lock)")
     restart.add_argument("--ca-file", default=None, help="the proxy's certificate, for the health probe over TLS")
     add_overrides(restart)
     restart.set_defaults(func=_restart_group)

@@ -17,7 +17,7 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from components.ssh_trust import docker_ssh_opts
 from stacks.model.config import StackConfig
@@ -116,7 +116,7 @@ def access_for(stack: str, config: StackConfig) -> NodeAccess:
     return MappedAccess(nodes)
 
 
-def inspect(access: NodeAccess, node: str, *refs: str, kind: str = "container") -> list[dict[str, object]] | None:
+def inspect(access: NodeAccess, node: str, *refs: str, kind: str = "container") -> list[dict[str, Any]] | None:
     """`docker inspect` as JSON; None when none of `refs` exists. AccessError when the node does not answer."""
     done = access.docker(node, [kind, "inspect", *refs])
     if done.returncode == 0:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -173,7 +173,7 @@ def test_a_killed_rank_brings_the_whole_group_back_in_start_order(cluster: Clust
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []
+    received: ClassVar[list[dict[str, Any]]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -241,3 +241,31 @@ def test_a_hang_is_a_death_after_the_stated_time(cluster: Cluster, tmp_path: Pat
     assert "HTTP 503" in lines[degraded] and "HTTP 503" in lines[death]
     assert float(lines[death].split("no progress for ")[1].split("s")[0]) >= 3
     assert cluster.starts() == ["node1", "node2", "node3"] * 2
+
+
+def test_the_supervisor_refuses_to_restart_into_drift(cluster: Cluster, tmp_path: Path) -> None:
+    """A restart policy changed by hand (`docker update`) on a rank: the supervisor says why and restarts nothing."""
+    from review.drift import compare_container
+    from stacks.planner.launch import ContainerSpec
+
+    planned = ContainerSpec(name=cluster.names[1], purpose="", image="", vllm_args=None, command=[], entrypoint=None,
+                            env={}, secret_env={}, network_mode="bridge", ipc_mode="private", privileged=False,
+                            gpus=None, ulimits={}, shm_size_mb=None, volumes=[], devices=[], capabilities=[],
+                            restart="no", labels={}, healthcheck=None)
+
+    def drift_check() -> list[str]:
+        found = json.loads(docker("inspect", cluster.names[1]))[0]
+        return [f"{r.node} {r.kind}: plan {r.plan}, found {r.found}"
+                for r in compare_container("node2", planned, found, None, None) if r.kind == "restart-policy"]
+
+    docker("update", "--restart", "on-failure", cluster.names[1])
+    running = Running(cluster, tmp_path)
+    running.supervisor.drift_check = drift_check
+    try:
+        docker("kill", cluster.names[0])
+        wait_for(lambda: running.code is not None, "the supervisor refused")
+    finally:
+        running.stop()
+    assert running.code == GAVE_UP and not running.seen(" restart: ")
+    assert "refusing to restart into a drifted state: node2 restart-policy: plan no, found on-failure" in \
+        running.seen("give-up:")[0]
