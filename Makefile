@@ -3,7 +3,7 @@ VENV   := venv
 BIN    := $(VENV)/bin
 STACK  ?= prod
 
-.PHONY: venv test lint typecheck unit plan bench
+.PHONY: venv test lint typecheck unit plan bench up
 
 venv: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ unit: venv
 ## make plan STACK=prod: the offline launch plan of a stack
 plan: venv
 	$(BIN)/python -m stacks plan $(STACK)
+
+## make up STACK=prod: pulumi up under the deploy lock the group supervisor takes too (docs/group-restart.md)
+up:
+	flock /run/lock/vllm-cluster-$(STACK).lock pulumi up -s $(STACK)
 
 bench: venv
 	$(BIN)/python bench/plan_scale.py
