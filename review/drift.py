@@ -120,8 +120,11 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
     config = inspect.get("Config") or {}
     host = inspect.get("HostConfig") or {}
     image = image_config or {}
-    if config.get("Image") != spec.image:
-        row("image", spec.image, f"created from {config.get('Image')}")
+    # VllmEngine creates the container from the pulled image's ID (components/vllm_engine.py container_args), so
+    # `Config.Image` is that ID; a container created by hand names a reference instead.
+    created_from = str(config.get("Image") or "")
+    if created_from not in (spec.image, inspect.get("Image")):
+        row("image", spec.image, f"created from {created_from}")
     if image_id is None:
         row("image", f"{spec.image} present on the node", "not on the node (removed or never pulled)")
     elif inspect.get("Image") != image_id:

@@ -62,6 +62,11 @@ def test_recorded_container_matches_its_plan_and_each_change_is_one_row() -> Non
     moved = compare_container("n1", spec(), container, "sha256:" + "0" * 64, image["Config"])
     assert [r.kind for r in moved] == ["image"] and "another build" in moved[0].found
     assert [r.kind for r in compare_container("n1", spec(), None, image["Id"], None)] == ["missing"]
+    by_id = {**container, "Config": {**container["Config"], "Image": container["Image"]}}  # as VllmEngine creates it
+    assert compare_container("n1", spec(), by_id, image["Id"], image["Config"]) == []
+    hand = {**container, "Config": {**container["Config"], "Image": "heal-probe:latest"}}
+    assert [(r.kind, r.found) for r in compare_container("n1", spec(), hand, image["Id"], image["Config"])] == \
+        [("image", "created from heal-probe:latest")]
 
 
 def test_secret_values_never_reach_a_row() -> None:
