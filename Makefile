@@ -8,7 +8,7 @@ SET     ?=
 SECRETS ?=
 PLAN_FLAGS = $(foreach s,$(SET),--set $(s)) $(foreach s,$(SECRETS),--assume-secret $(s))
 
-.PHONY: venv test lint typecheck unit plan diff bench
+.PHONY: venv test lint typecheck unit plan diff bench up
 
 venv: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ plan: venv
 ## make diff STACK=prod BASE=origin/main: what the working tree's change does to the stack's plan
 diff: venv
 	$(BIN)/python -m stacks diff $(STACK) --base $(BASE) $(foreach s,$(SECRETS),--assume-secret $(s))
+
+## make up STACK=prod: pulumi up under the deploy lock the group supervisor takes too (docs/group-restart.md)
+up:
+	flock /run/lock/vllm-cluster-$(STACK).lock pulumi up -s $(STACK)
 
 bench: venv
 	$(BIN)/python bench/plan_scale.py

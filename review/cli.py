@@ -1,5 +1,6 @@
-"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|observability|reference`:
-offline tools, no Pulumi engine needed."""
+"""`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|observability|reference|
+model-card|image-card`: offline tools, no Pulumi engine needed; `restart-group|drift|supervisor-unit|supervise`
+(review/heal_cli.py) reach the nodes."""
 
 from __future__ import annotations
 
@@ -433,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph RGW)")
     card.add_argument("--region", help="S3 region [AWS_REGION or us-east-1]")
     card.set_defaults(func=_model_card, argv=None)
+    from review.heal_cli import add_commands
+    add_commands(sub, _add_overrides)
     return parser
 
 

@@ -1,0 +1,228 @@
+"""What changed on the hosts behind Pulumi's back: the plan's containers against `docker inspect` (pure).
+
+`pulumi refresh` cannot see it: the engine's checks are pulumi-command remote commands, which have no Read, and
+a container restarted by hand, an image tag moved to another build, a variable set by hand or a compose container
+started next to the engine stays invisible until the next failure. This module compares, for one node, the
+planned `ContainerSpec` with what the node's Docker engine reports, and lists the other containers that use the
+node's GPUs or ports. The caller (review/node_access.py, `python -m stacks drift`) fetches the JSON.
+
+Secret variables (`secret_env`) are compared by name only: their values are never read into a row. A variable the
+plan does not set is shown by name only too (it may be a secret someone added by hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from stacks.planner.launch import LABEL_PREFIX, ContainerSpec
+
+KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
+         "restarted", "foreign")
+"""Every kind of row. `restarted` is informative (the supervisor's own restarts show up there too); every other
+kind means the container is not what the plan created, and the supervisor refuses to restart into it."""
+
+RESTART_SLACK_S = 120
+"""A container started later than this after it was created has been restarted since Pulumi created it."""
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    node: str
+    container: str
+    kind: str
+    plan: str
+    found: str
+
+    @property
+    def blocking(self) -> bool:
+        """A restart would bring back something the plan did not create."""
+        return self.kind != "restarted"
+
+    def as_dict(self) -> dict[str, str | bool]:
+        return {"node": self.node, "container": self.container, "kind": self.kind, "plan": self.plan,
+                "found": self.found, "blocking": self.blocking}
+
+
+def _env(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, _, value = item.partition("=")
+        out[name] = value
+    return out
+
+
+def gpus_of(host_config: dict[str, Any]) -> str:
+    """Docker's DeviceRequests as `--gpus` spells them: `all`, `device=0,1`, `count=N` or `none`."""
+    for request in host_config.get("DeviceRequests") or []:
+        caps = [c for group in request.get("Capabilities") or [] for c in group]
+        if "gpu" not in caps:
+            continue
+        if request.get("DeviceIDs"):
+            return "device=" + ",".join(request["DeviceIDs"])
+        count = request.get("Count", 0)
+        return "all" if count == -1 else f"count={count}"
+    return "none"
+
+
+def _planned_gpus(spec: ContainerSpec) -> str:
+    if spec.gpus is None:
+        return "none"
+    if spec.gpus.startswith(("device=", "count=")) or spec.gpus == "all":
+        return spec.gpus
+    return f"count={spec.gpus}" if spec.gpus.isdigit() else spec.gpus
+
+
+def _mounts(inspect: dict[str, Any], image_volumes: set[str]) -> set[str]:
+    found = set()
+    for mount in inspect.get("Mounts") or []:
+        if mount.get("Type") == "volume" and not mount.get("Name", "").strip("0123456789abcdef") \
+                and mount.get("Destination") in image_volumes:
+            continue  # the image's own VOLUME: an anonymous volume docker adds to every container of it
+        mode = "rw" if mount.get("RW", True) else "ro"
+        source = mount.get("Source") if mount.get("Type") == "bind" else f"volume:{mount.get('Name')}"
+        found.add(f"{source}:{mount.get('Destination')}:{mode}")
+    return found
+
+
+def _time(text: str) -> datetime | None:
+    """Docker's RFC 3339 time with nanoseconds (Python reads microseconds at most)."""
+    if not text or text.startswith("0001-"):
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    zone = ""
+    for sign in ("+", "-"):
+        if sign in frac:
+            frac, _, rest = frac.partition(sign)
+            zone = sign + rest
+    try:
+        return datetime.fromisoformat(f"{head}.{(frac or '0')[:6].ljust(6, '0')}{zone or '+00:00'}")
+    except ValueError:
+        return None
+
+
+def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | None, image_id: str | None,
+                      image_config: dict[str, Any] | None, container: str | None = None,
+                      restart_slack_s: float = RESTART_SLACK_S) -> list[DriftRow]:
+    """Rows for one planned container. `inspect` is `docker inspect <container>` (None: no such container),
+    `image_id` the ID the planned image reference resolves to on that node now (None: not there), `image_config`
+    that image's `Config` (its own env, labels, entrypoint and volumes, which docker merges into the container)."""
+    name = container or spec.name
+    rows: list[DriftRow] = []
+
+    def row(kind: str, plan: str, found: str) -> None:
+        rows.append(DriftRow(node, name, kind, plan, found))
+
+    if inspect is None:
+        row("missing", f"container {name} from {spec.image}", "no such container")
+        return rows
+    config = inspect.get("Config") or {}
+    host = inspect.get("HostConfig") or {}
+    image = image_config or {}
+    # VllmEngine creates the container from the pulled image's ID (components/vllm_engine.py container_args), so
+    # `Config.Image` is that ID; a container created by hand names a reference instead.
+    created_from = str(config.get("Image") or "")
+    if created_from not in (spec.image, inspect.get("Image")):
+        row("image", spec.image, f"created from {created_from}")
+    if image_id is None:
+        row("image", f"{spec.image} present on the node", "not on the node (removed or never pulled)")
+    elif inspect.get("Image") != image_id:
+        row("image", f"{spec.image} = {image_id[:19]}", f"container runs {str(inspect.get('Image'))[:19]} (the tag "
+            "now names another build, or the container is older than the image)")
+    if (config.get("Cmd") or []) != spec.command:
+        row("command", _short(spec.command), _short(config.get("Cmd") or []))
+    want_entry = spec.entrypoint if spec.entrypoint is not None else image.get("Entrypoint")
+    if (config.get("Entrypoint") or None) != (want_entry or None):
+        row("entrypoint", _short(want_entry or []), _short(config.get("Entrypoint") or []))
+    env, image_env = _env(config.get("Env")), _env(image.get("Env"))
+    for key, value in sorted(spec.env.items()):
+        if key not in env:
+            row("env", f"{key}={value}", f"{key} not set")
+        elif env[key] != value:
+            row("env", f"{key}={value}", f"{key}={env[key]}")
+    for key in sorted(spec.secret_env):
+        if key not in env:
+            row("env", f"{key} (secret, from {spec.secret_env[key]})", f"{key} not set")
+    for key in sorted(set(env) - set(spec.env) - set(spec.secret_env)):
+        if image_config is not None and image_env.get(key) == env[key]:
+            continue  # the image's own variable, unchanged
+        row("env", f"{key} not set by the plan", f"{key} set (value not shown)")
+    labels, image_labels = config.get("Labels") or {}, image.get("Labels") or {}
+    for key, value in sorted(spec.labels.items()):
+        if labels.get(key) != value:
+            row("labels", f"{key}={value}", f"{key}={labels[key]}" if key in labels else f"{key} missing")
+    for key in sorted(set(labels) - set(spec.labels)):
+        if image_labels.get(key) != labels[key]:
+            row("labels", f"{key} not set by the plan", f"{key}={labels[key]}")
+    policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
+    if policy != spec.restart:
+        row("restart-policy", spec.restart, policy)
+    want_mounts = {f"{v.host}:{v.container}:{'ro' if v.read_only else 'rw'}" for v in spec.volumes}
+    found_mounts = _mounts(inspect, set((image.get("Volumes") or {}).keys()))
+    for mount in sorted(want_mounts - found_mounts):
+        row("mounts", mount, "not mounted")
+    for mount in sorted(found_mounts - want_mounts):
+        row("mounts", "not in the plan", mount)
+    if gpus_of(host) != _planned_gpus(spec):
+        row("gpus", _planned_gpus(spec), gpus_of(host))
+    state = inspect.get("State") or {}
+    created, started = _time(inspect.get("Created", "")), _time(state.get("StartedAt", ""))
+    if inspect.get("RestartCount"):
+        row("restarted", "started once by Pulumi", f"restarted {inspect['RestartCount']} time(s) by its restart "
+            "policy")
+    elif created and started and (started - created).total_seconds() > restart_slack_s:
+        row("restarted", f"started at creation ({inspect.get('Created', '')[:19]})",
+            f"started again at {state.get('StartedAt', '')[:19]} (by hand, or by the group supervisor: see its log)")
+    return rows
+
+
+def foreign_containers(node: str, stack: str, own: set[str], inspects: list[dict[str, Any]],
+                       ports: set[int]) -> list[DriftRow]:
+    """Running containers on the node that the stack does not own and that take its GPUs or publish one of its
+    planned ports (a host-network container's ports are not in docker's data: the clean step's port check sees
+    those)."""
+    rows = []
+    for inspect in inspects:
+        name = str(inspect.get("Name", "")).lstrip("/")
+        labels = (inspect.get("Config") or {}).get("Labels") or {}
+        if name in own and labels.get(f"{LABEL_PREFIX}.stack") == stack:
+            continue
+        if not (inspect.get("State") or {}).get("Running"):
+            continue
+        host = inspect.get("HostConfig") or {}
+        uses = []
+        if gpus_of(host) != "none":
+            uses.append(f"GPUs {gpus_of(host)}")
+        if host.get("Privileged"):
+            uses.append("privileged (sees every GPU)")
+        bound = [*(host.get("PortBindings") or {}).values(),
+                 *((inspect.get("NetworkSettings") or {}).get("Ports") or {}).values()]  # the latter: chosen ports
+        published = {int(b.get("HostPort") or 0) for binds in bound for b in binds or []}
+        clash = sorted(published & ports)
+        if clash:
+            uses.append("publishes port " + ",".join(map(str, clash)))
+        if name in own:
+            uses.append(f"has the engine's name without label {LABEL_PREFIX}.stack={stack}")
+        if not uses:
+            continue
+        project = labels.get("com.docker.compose.project")
+        origin = f"compose project {project}" if project else "started by hand"
+        rows.append(DriftRow(node, name, "foreign", "only the stack's containers",
+                             f"{name} ({(inspect.get('Config') or {}).get('Image')}, {origin}): {'; '.join(uses)}"))
+    return rows
+
+
+def _short(argv: list[str], limit: int = 60) -> str:
+    text = " ".join(argv).replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def table(rows: list[DriftRow]) -> str:
+    """A plain-text table, one row per difference."""
+    head = ("NODE", "CONTAINER", "KIND", "PLAN", "FOUND")
+    cells = [head, *((r.node, r.container, r.kind + ("" if r.blocking else " (info)"), r.plan, r.found)
+                     for r in rows)]
+    widths = [min(60, max(len(c[i]) for c in cells)) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + c[-1]
+                     for c in cells) + "\n"

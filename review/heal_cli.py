@@ -1,0 +1,214 @@
+"""`python -m stacks restart-group|drift|supervisor-unit|supervise STACK`: the group restart by hand, the drift
+report, and the supervisor's unit and loop. The logic lives in review/group.py, drift.py and supervisor.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from review.drift import DriftRow, compare_container, foreign_containers, table
+from review.group import Group, group_of, render_steps
+from review.node_access import AccessError, NodeAccess, access_for, inspect
+from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, restart_group
+from stacks.model.config import StackConfig
+from stacks.model.golden import golden_json
+from stacks.model.loader import load_stack
+from stacks.planner.plan import Plan, build_plan
+from stacks.planner.topology import dp_rank_nodes
+
+CODE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]:
+    """One round of the API check with the stack's golden set on every DP rank (the watch unit's probe)."""
+    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    argv = [python, "-m", "checks.api", "--name", f"group-restart-{plan.stack}", "--url", plan.endpoint,
+            "--served-name", config.model.served_name, "--sections", "health,models,chat", "--deadline-s", "600",
+            "--timeout-s", str(config.api.request_timeout_s), "--golden-json", golden_json(config.api.smoke.golden),
+            "--api-key-env", "VLLM_API_KEY", "--dp-size", str(dp_size)]
+    if rank_nodes:
+        argv += ["--rank-nodes", ",".join(rank_nodes)]
+    return tuple(argv)
+
+
+def _load(args: argparse.Namespace) -> tuple[StackConfig, Plan, Group]:
+    config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    plan = build_plan(args.stack, config)
+    python = getattr(args, "python", None) or sys.executable
+    return config, plan, group_of(plan, golden_argv(plan, config, python))
+
+
+def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
+    """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
+    rows: list[DriftRow] = []
+    for node in plan.nodes:
+        own = {access.container(node.name, c.name) for c in node.containers}
+        ports = {listener.port for listener in plan.listeners if listener.node == node.name}
+        for spec in node.containers:
+            name = access.container(node.name, spec.name)
+            found = inspect(access, node.name, name)
+            image = inspect(access, node.name, spec.image, kind="image")
+            image_id = str(image[0]["Id"]) if image else None
+            image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
+            rows += compare_container(node.name, spec, dict(found[0]) if found else None, image_id, image_config,
+                                      container=name)
+        listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
+        if listed.returncode != 0:
+            raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
+        ids = listed.stdout.split()
+        others = inspect(access, node.name, *ids) if ids else []
+        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports)
+    return rows
+
+
+def _drift(args: argparse.Namespace) -> int:
+    config, plan, _ = _load(args)
+    try:
+        rows = drift_rows(plan, access_for(args.stack, config))
+    except AccessError as exc:
+        print(f"drift {args.stack}: cannot run: {exc} (next: check `ssh` to that node with the stack's pinned key, "
+              "and that its user may run docker)", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
+    elif rows:
+        print(table(rows), end="")
+        print(f"drift {args.stack}: {len(rows)} difference(s) between the plan and the nodes; `pulumi up -s "
+              f"{args.stack}` after `pulumi refresh` puts back what Pulumi owns, a foreign container is yours to stop")
+    else:
+        print(f"drift {args.stack}: none: every node's containers are what the plan created")
+    return 1 if rows else 0
+
+
+def _restart_group(args: argparse.Namespace) -> int:
+    config, plan, group = _load(args)
+    print(render_steps(group), end="")
+    if not args.yes:
+        print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
+        return 0
+    try:
+        access = access_for(args.stack, config)
+    except AccessError as exc:
+        print(f"restart-group {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
+    if not lock.try_acquire():
+        print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
+              "working): try again when it is done", file=sys.stderr)
+        return 2
+    try:
+        try:
+            blocking = [r for r in drift_rows(plan, access) if r.blocking]
+        except AccessError as exc:
+            print(f"restart-group {args.stack}: cannot run: {exc}", file=sys.stderr)
+            return 2
+        if blocking:
+            print(table(blocking), end="")
+            print(f"restart-group {args.stack}: refused: the nodes have drifted from the plan (above); a restart "
+                  f"would bring that back. Run `pulumi up -s {args.stack}` or undo the hand change", file=sys.stderr)
+            return 1
+        ok, why = restart_group(group, access, Log(sys.stdout, args.stack), "restart-group by hand",
+                                Settings(ca_file=args.ca_file))
+    finally:
+        lock.release()
+    if not ok:
+        print(f"restart-group {args.stack}: FAIL: {why}", file=sys.stderr)
+        return 1
+    print(f"restart-group {args.stack}: PASS: the group serves again and the golden check passes")
+    return 0
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    import os
+
+    for flag, value in (("--interval-s", args.interval_s), ("--hang-s", args.hang_s),
+                        ("--backoff-first-s", args.backoff_first_s), ("--backoff-max-s", args.backoff_max_s),
+                        ("--max-per-hour", args.max_per_hour)):
+        if not value > 0:
+            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 (defaults: 30, 600, 60, 1800, 4)",
+                  file=sys.stderr)
+            return 2
+    config, plan, group = _load(args)
+    try:
+        access = access_for(args.stack, config)
+    except AccessError as exc:
+        print(f"supervise {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    log = Log(sys.stdout, args.stack)
+
+    def drift_check() -> list[str]:
+        try:
+            return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}"
+                    for r in drift_rows(plan, access) if r.blocking]
+        except AccessError as exc:
+            return [f"drift cannot run: {exc}"]
+
+    settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
+                        backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,
+                        webhook=os.environ.get(WEBHOOK_ENV) or None,
+                        metrics_file=Path(args.metrics_file) if args.metrics_file else None)
+    lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
+    return Supervisor(group, access, log, settings, lock, drift_check).run()
+
+
+def _supervisor_unit(args: argparse.Namespace) -> int:
+    from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
+
+    load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    try:
+        name = supervisor_unit_name(args.stack)
+        text = render_supervisor_unit(
+            stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
+            workdir=args.workdir or str(CODE_ROOT), user=args.user,
+            env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
+            metrics_file=args.metrics_file, ca_file=args.ca_file)
+    except ValueError as exc:
+        print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    print(f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && systemctl "
+          f"enable --now {name}\n# the env file: VLLM_API_KEY=… (for the golden check) and {WEBHOOK_ENV}=https://… "
+          "(the alert), mode 0600", file=sys.stderr)
+    return 0
+
+
+def add_commands(sub: Any, add_overrides: Any) -> None:
+    """The parsers, added to `python -m stacks`."""
+    restart = sub.add_parser("restart-group", help="restart the whole engine group in start order (dry run unless "
+                             "--yes)")
+    restart.add_argument("stack")
+    restart.add_argument("--yes", action="store_true", help="act: stop, clean, start, wait, check")
+    restart.add_argument("--lock", default=None,
+                         help="the deploy lock file (default /run/lock/vllm-cluster-STACK.lock)")
+    restart.add_argument("--ca-file", default=None, help="the proxy's certificate, for the health probe over TLS")
+    add_overrides(restart)
+    restart.set_defaults(func=_restart_group)
+    drift = sub.add_parser("drift", help="compare every node's containers with the plan (exit 0 none, 1 drift, 2 "
+                           "cannot run)")
+    drift.add_argument("stack")
+    drift.add_argument("--json", action="store_true")
+    add_overrides(drift)
+    drift.set_defaults(func=_drift)
+    unit = sub.add_parser("supervisor-unit", help="print the systemd service of the group supervisor")
+    unit.add_argument("stack")
+    for flag in ("--python", "--workdir", "--user", "--env-file", "--metrics-file", "--ca-file"):
+        unit.add_argument(flag, default=None)
+    add_overrides(unit)
+    unit.set_defaults(func=_supervisor_unit)
+    sup = sub.add_parser("supervise", help="run the group supervisor (what the unit starts)")
+    sup.add_argument("stack")
+    sup.add_argument("--interval-s", type=float, default=30)
+    sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death")
+    sup.add_argument("--backoff-first-s", type=float, default=60)
+    sup.add_argument("--backoff-max-s", type=float, default=1800)
+    sup.add_argument("--max-per-hour", type=int, default=4)
+    sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
+                     "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
+    sup.add_argument("--lock", default=None)
+    sup.add_argument("--ca-file", default=None)
+    sup.add_argument("--python", default=None, help=argparse.SUPPRESS)
+    add_overrides(sup)
+    sup.set_defaults(func=_supervise)

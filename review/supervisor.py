@@ -1,0 +1,332 @@
+"""The group supervisor: watches every rank, and on any death restarts the whole group in start order.
+
+One loop, one log line per action with its reason (journald keeps them). A rank is dead when its container is
+not running, or when it makes no progress: the head's `/health` (or a rank's Docker health check, or its node's
+Docker engine) failing for `hang_s` in a row while the process may still be alive. Then, with the deploy lock held
+(`DeployLock`: `pulumi up` run through `flock` takes the same file, so neither runs while the other does), and only
+when `drift` finds nothing that would bring back a container the plan did not create, it runs the group restart
+of review/group.py: stop every rank, clean, start in order, wait within the plan's load estimate, golden check.
+
+Attempts back off (`backoff_first_s` doubling to `backoff_max_s`; the count resets after the group has served for
+`backoff_max_s`), at most `max_per_hour` in any hour; then it gives up: one alert to the webhook, the metric
+`vllm_cluster_group_gave_up` set to 1 in the textfile, exit 3 (the unit does not restart it). It never restarts a
+lone rank, never creates or removes a container, and never changes the topology.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import urlsplit
+
+from review.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
+from review.node_access import AccessError, NodeAccess
+
+GAVE_UP = 3
+WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
+
+
+def lock_path(stack: str) -> Path:
+    """The deploy lock both `flock … pulumi up` and the supervisor take (/run/lock is world-writable, sticky)."""
+    return Path("/run/lock") / f"vllm-cluster-{stack}.lock"
+
+
+class DeployLock:
+    """An exclusive `flock(2)` on a file: the same lock `flock FILE pulumi up -s STACK` takes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class Settings:
+    interval_s: float = 30
+    hang_s: float = 600
+    """Health failing this long in a row, the process alive or not, is a death ("no progress")."""
+    backoff_first_s: float = 60
+    backoff_max_s: float = 1800
+    max_per_hour: int = 4
+    health_timeout_s: float = 10
+    ca_file: str | None = None
+    webhook: str | None = None
+    metrics_file: Path | None = None
+
+
+@dataclass
+class Log:
+    out: TextIO
+    stack: str
+    lines: list[str] = field(default_factory=list)
+
+    def __call__(self, action: str, detail: str, reason: str = "") -> None:
+        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {detail}"
+                + (f" (reason: {reason})" if reason else ""))
+        self.lines.append(line)
+        print(line, file=self.out, flush=True)
+
+
+def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[bool, str]:
+    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+            return response.status == 200, f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+
+
+def _state(access: NodeAccess, node: str, container: str) -> tuple[bool, str]:
+    """(running, description) from `docker inspect`; AccessError when the node does not answer."""
+    done = access.docker(node, ["inspect", "-f", "{{json .State}}", container], timeout_s=60)
+    if done.returncode != 0:
+        if "No such" in done.stderr:
+            return False, "container missing"
+        raise AccessError(f"docker inspect failed on {node}: {done.stderr.strip()[:200]}")
+    state = json.loads(done.stdout)
+    health = (state.get("Health") or {}).get("Status")
+    if not state.get("Running"):
+        return False, f"{state.get('Status')} (exit code {state.get('ExitCode')}, {state.get('Error') or 'no error'})"
+    return True, f"running{', health ' + health if health else ''}"
+
+
+def restart_group(group: Group, access: NodeAccess, log: Log, reason: str, settings: Settings,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
+    """The whole group, in order. (True, '') when the golden check passes, else (False, why)."""
+    for rank in reversed(group.ranks):
+        name = access.container(rank.node, rank.container)
+        done = access.docker(rank.node, ["stop", "-t", str(STOP_TIMEOUT_S), name], timeout_s=STOP_TIMEOUT_S + 60)
+        running = _state(access, rank.node, name)[0] if done.returncode == 0 else True
+        if running:
+            access.docker(rank.node, ["kill", name], timeout_s=60)
+        log("stop", f"{rank.node} {name}: {'stopped' if done.returncode == 0 else done.stderr.strip()[:200]}"
+            + (" (killed)" if running else ""), reason)
+    for rank in group.ranks:
+        name = access.container(rank.node, rank.container)
+        done = access.shell(rank.node, CLEAN_SCRIPT, [name, rank.shm_dir, *map(str, rank.ports)], timeout_s=120)
+        evidence = " ".join(done.stdout.split())[:400]
+        log("clean", f"{rank.node}: {evidence or done.stderr.strip()[:300]}", reason)
+        if done.returncode != 0:
+            return False, f"clean failed on {rank.node}: {evidence or done.stderr.strip()[:300]}"
+    for rank in group.ranks:
+        name = access.container(rank.node, rank.container)
+        done = access.docker(rank.node, ["start", name], timeout_s=START_RUNNING_S)
+        if done.returncode != 0:
+            log("start", f"{rank.node} {name}: failed: {done.stderr.strip()[:300]}", reason)
+            return False, f"docker start {name} failed on {rank.node}"
+        deadline = time.monotonic() + START_RUNNING_S
+        running, what = _state(access, rank.node, name)
+        while not running and time.monotonic() < deadline:
+            sleep(1)
+            running, what = _state(access, rank.node, name)
+        log("start", f"{rank.node} {name}: {what}", reason)
+        if not running:
+            return False, f"{rank.node} {name} did not stay running: {what}"
+    deadline = time.monotonic() + group.ready_timeout_s
+    started = time.monotonic()
+    while True:
+        down = [f"{r.node}: {w}" for r in group.ranks
+                for ok, w in [_state(access, r.node, access.container(r.node, r.container))] if not ok]
+        ok, what = http_ok(group.health_url, settings.health_timeout_s, settings.ca_file)
+        if not down and ok:
+            log("wait", f"ready after {time.monotonic() - started:.0f}s: every rank running, {group.health_url} {what}",
+                reason)
+            break
+        if time.monotonic() > deadline:
+            why = f"not ready within {group.ready_timeout_s}s: {'; '.join(down) or group.health_url + ' ' + what}"
+            log("wait", why, reason)
+            return False, why
+        sleep(min(5.0, max(0.2, settings.interval_s)))
+    if group.golden_argv:
+        done = subprocess.run(list(group.golden_argv), capture_output=True, text=True, timeout=900)
+        verdict = (done.stdout.strip().splitlines() or [done.stderr.strip()[:300]])[-1][:300]
+        log("check", f"golden check exit {done.returncode}: {verdict}", reason)
+        if done.returncode != 0:
+            return False, f"golden check failed: {verdict}"
+    return True, ""
+
+
+class Supervisor:
+    def __init__(self, group: Group, access: NodeAccess, log: Log, settings: Settings, lock: DeployLock,
+                 drift_check: Callable[[], list[str]] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.group, self.access, self.log, self.settings, self.lock = group, access, log, settings, lock
+        self.drift_check = drift_check
+        self.clock, self.sleep = clock, sleep
+        self.attempts: list[float] = []
+        self.failures = 0
+        """Attempts since the group last served for backoff_max_s in a row: the back-off's exponent."""
+        self.failing_since: float | None = None
+        self.healthy_since: float | None = None
+        self.restarts = 0
+        self.stopped = False
+
+    def probe(self) -> str | None:
+        """Why the group is dead now, or None while it serves (or has not failed for hang_s yet)."""
+        soft: list[str] = []
+        for rank in self.group.ranks:
+            name = self.access.container(rank.node, rank.container)
+            try:
+                running, what = _state(self.access, rank.node, name)
+            except AccessError as exc:
+                soft.append(str(exc))
+                continue
+            if not running:
+                return f"rank {rank.node} container {name} {what}"
+            if "unhealthy" in what:
+                soft.append(f"{rank.node} {name} {what}")
+        ok, what = http_ok(self.group.health_url, self.settings.health_timeout_s, self.settings.ca_file)
+        if not ok:
+            soft.append(f"GET {self.group.health_url}: {what}")
+        now = self.clock()
+        if not soft:
+            self.failing_since = None
+            return None
+        if self.failing_since is None:
+            self.failing_since = now
+            self.log("degraded", "; ".join(soft), f"death if it lasts {self.settings.hang_s:g}s")
+        if now - self.failing_since >= self.settings.hang_s:
+            return f"no progress for {now - self.failing_since:.0f}s: {'; '.join(soft)}"
+        return None
+
+    def backoff_s(self) -> float:
+        if self.failures == 0:
+            return 0.0
+        return float(min(self.settings.backoff_first_s * 2.0 ** (self.failures - 1), self.settings.backoff_max_s))
+
+    def write_metrics(self, gave_up: bool) -> None:
+        path = self.settings.metrics_file
+        if path is None:
+            return
+        stack = self.group.stack
+        text = (
+            "# HELP vllm_cluster_group_restarts_total Whole-group restarts the supervisor ran.\n"
+            "# TYPE vllm_cluster_group_restarts_total counter\n"
+            f'vllm_cluster_group_restarts_total{{stack="{stack}"}} {self.restarts}\n'
+            "# HELP vllm_cluster_group_gave_up 1 when the supervisor stopped restarting and alerted.\n"
+            "# TYPE vllm_cluster_group_gave_up gauge\n"
+            f'vllm_cluster_group_gave_up{{stack="{stack}"}} {1 if gave_up else 0}\n')
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+    def alert(self, reason: str) -> None:
+        url = self.settings.webhook
+        if not url:
+            self.log("alert", "no webhook configured: only the metric and this log", reason)
+            return
+        body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up", "reason": reason,
+                           "attempts_last_hour": len(self.recent())}).encode()
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        where = urlsplit(url).netloc.rpartition("@")[2]  # never a token from the URL's path or user part
+        try:
+            with urllib.request.urlopen(request, timeout=15) as response:
+                self.log("alert", f"webhook {where} answered HTTP {response.status}", reason)
+        except (urllib.error.URLError, OSError) as exc:
+            self.log("alert", f"webhook {where} failed: {exc}", reason)
+
+    def give_up(self, reason: str) -> int:
+        self.log("give-up", "no more restarts until a person acts (systemctl restart the supervisor after the fix)",
+                 reason)
+        self.write_metrics(gave_up=True)
+        self.alert(reason)
+        return GAVE_UP
+
+    def recent(self) -> list[float]:
+        now = self.clock()
+        return [t for t in self.attempts if now - t < 3600]
+
+    def heal(self, reason: str) -> int | None:
+        """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
+        while not self.stopped:
+            if len(self.recent()) >= self.settings.max_per_hour:
+                return self.give_up(f"{len(self.recent())} restarts in the last hour (limit "
+                                    f"{self.settings.max_per_hour}); last: {reason}")
+            wait = self.backoff_s()  # from the death seen, not the last attempt: a restart can take the load time
+            if wait > 0:
+                self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
+                         reason)
+                self.sleep(wait)
+            waited = False
+            while not self.lock.try_acquire():
+                if not waited:
+                    self.log("wait", f"deploy lock {self.lock.path} is held (a pulumi up is running): no restart "
+                             "until it is released", reason)
+                    waited = True
+                self.sleep(max(0.2, self.settings.interval_s))
+                if self.stopped:
+                    return None
+            try:
+                if waited:
+                    self.log("lock", f"deploy lock {self.lock.path} released: re-checking the group", reason)
+                    self.failing_since = None
+                    if self.probe() is None:
+                        return None
+                if self.drift_check is not None:
+                    drift = self.drift_check()
+                    if drift:
+                        return self.give_up("refusing to restart into a drifted state: " + "; ".join(drift[:5]))
+                self.attempts.append(self.clock())
+                self.failures += 1
+                self.restarts += 1
+                self.log("restart", f"whole group, start order {' -> '.join(r.node for r in self.group.ranks)} "
+                         f"(attempt {len(self.recent())} this hour)", reason)
+                ok, why = restart_group(self.group, self.access, self.log, reason, self.settings, self.sleep)
+            finally:
+                self.lock.release()
+            self.write_metrics(gave_up=False)
+            if ok:
+                self.log("healed", "the golden check passes again", reason)
+                self.failing_since, self.healthy_since = None, self.clock()
+                return None
+            reason = why
+        return None
+
+    def run(self) -> int:
+        self.log("start", f"watching {len(self.group.ranks)} rank(s): "
+                 + ", ".join(f"{r.node}/{r.container}" for r in self.group.ranks)
+                 + f"; health {self.group.health_url}; no progress after {self.settings.hang_s:g}s")
+        self.write_metrics(gave_up=False)
+        while not self.stopped:
+            reason = self.probe()
+            if reason is None:
+                if self.healthy_since is None:
+                    self.healthy_since = self.clock()
+                if self.failures and self.clock() - self.healthy_since >= self.settings.backoff_max_s:
+                    self.log("stable", f"served {self.settings.backoff_max_s:g}s in a row: back-off reset")
+                    self.failures = 0
+            else:
+                self.healthy_since = None
+                self.log("death", reason)
+                code = self.heal(reason)
+                if code is not None:
+                    return code
+            self.sleep(self.settings.interval_s)
+        return 0

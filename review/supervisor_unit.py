@@ -1,0 +1,80 @@
+"""The group supervisor's systemd service (pure: text in, text out), rendered like the watch unit.
+
+It runs `python -m stacks supervise STACK` on the deploying host, which holds the stack's pinned known_hosts and
+SSH key. Exit 2 (a configuration error) and 3 (gave up after alerting) stop it for good
+(`RestartPreventExitStatus=2 3`): after a give-up a person fixes the cause and runs `systemctl restart`. The
+alert webhook and the API key come from `EnvironmentFile=`, never from the unit text. `ReadWritePaths` opens the
+deploy lock's directory, the metrics file's directory and ~/.ssh (OpenSSH's shared connection socket).
+"""
+
+from __future__ import annotations
+
+import re
+
+from review.watch_unit import systemd_quote
+
+_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_BAD_PATH = re.compile(r"[\s\x00-\x1f\x7f\\%$\"']")
+
+
+def supervisor_unit_name(stack: str) -> str:
+    if not _STACK.match(stack):
+        raise ValueError(f"stack name {stack!r} cannot name a unit: letters, digits, '_', '.', '-'")
+    return f"vllm-cluster-supervisor-{stack}.service"
+
+
+def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: str, user: str | None = None,
+                           metrics_file: str | None = None, ca_file: str | None = None) -> str:
+    for label, path in (("--python", python), ("--workdir", workdir), ("--env-file", env_file),
+                        ("--metrics-file", metrics_file), ("--ca-file", ca_file)):
+        if path is not None and not path.startswith("/"):
+            raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
+        if path is not None and _BAD_PATH.search(path):
+            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$`")
+    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
+        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
+    name = supervisor_unit_name(stack)
+    argv = [python, "-m", "stacks", "supervise", stack]
+    if metrics_file:
+        argv += ["--metrics-file", metrics_file]
+    if ca_file:
+        argv += ["--ca-file", ca_file]
+    writable = ["/run/lock", "%h/.ssh"]
+    if metrics_file:
+        writable.append(metrics_file.rsplit("/", 1)[0] or "/")
+    lines = [
+        f"# {name}: rendered by vllm-cluster (review/supervisor_unit.py) for stack {stack!r}.",
+        f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
+        f"# Read:    journalctl -u {name}   (one line per action, with its reason)",
+        "[Unit]",
+        f"Description=vllm-cluster {stack}: restart the whole engine group in start order when a rank dies",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"WorkingDirectory={systemd_quote(workdir)}",
+        f"EnvironmentFile={env_file}",
+    ]
+    if user:
+        lines.append(f"User={user}")
+    lines += [
+        "Environment=PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1",
+        "ExecStart=" + " ".join(systemd_quote(word) for word in argv),
+        "Restart=on-failure",
+        "RestartSec=60",
+        "RestartPreventExitStatus=2 3",
+        "NoNewPrivileges=yes",
+        "PrivateTmp=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=" + " ".join(writable),
+        "ProtectKernelTunables=yes",
+        "ProtectControlGroups=yes",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+        f"SyslogIdentifier=vllm-cluster-supervisor-{stack}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"

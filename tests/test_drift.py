@@ -1,0 +1,194 @@
+"""`drift`: the plan's container against Docker's own `docker inspect` JSON, one row per kind of hand change.
+
+The recorded JSON (tests/fixtures/docker/) pins the comparison on Docker's real field layout; the rest creates
+real containers on the local Docker engine, one per kind of change, and reads them back with `docker inspect`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from review.drift import compare_container, foreign_containers, gpus_of, table
+from stacks.planner.launch import ContainerSpec, VolumeSpec
+from tests.conftest import ROOT
+from tests.docker_harness import build_image, docker_ready, remove_image
+
+FIXTURES = ROOT / "tests" / "fixtures" / "docker"
+RANK = ROOT / "tests" / "group_rank.py"
+
+
+def spec(**changes: Any) -> ContainerSpec:
+    """The container the fixture was created as, as the plan states it."""
+    base: dict[str, Any] = dict(
+        name="heal-fixture", purpose="test", image="heal-probe:1", vllm_args=None, command=["python3", "/rank.py"],
+        entrypoint=None, env={"VLLM_HOST_IP": "192.0.2.11"}, secret_env={"HF_TOKEN": "env_secrets.HF_TOKEN"},
+        network_mode="bridge", ipc_mode="private", privileged=False, gpus="all", ulimits={}, shm_size_mb=None,
+        volumes=[VolumeSpec(host="/tmp", container="/data", read_only=True)], devices=[], capabilities=[],
+        restart="no", labels={"vllm-cluster.stack": "test"}, healthcheck=None)
+    base.update(changes)
+    return ContainerSpec(**base)
+
+
+def recorded() -> tuple[dict[str, Any], dict[str, Any]]:
+    container = json.loads((FIXTURES / "inspect-created.json").read_text())[0]
+    image = json.loads((FIXTURES / "image-inspect.json").read_text())[0]
+    return container, image
+
+
+def test_recorded_container_matches_its_plan_and_each_change_is_one_row() -> None:
+    container, image = recorded()
+    assert compare_container("n1", spec(), container, image["Id"], image["Config"]) == []
+    cases = {
+        "image": spec(image="heal-probe:2"),
+        "command": spec(command=["python3", "/other.py"]),
+        "entrypoint": spec(entrypoint=["/bin/sh", "-c"]),
+        "env": spec(env={"VLLM_HOST_IP": "192.0.2.12"}),
+        "labels": spec(labels={"vllm-cluster.stack": "prod"}),
+        "restart-policy": spec(restart="unless-stopped"),
+        "mounts": spec(volumes=[VolumeSpec(host="/tmp", container="/data", read_only=False)]),
+        "gpus": spec(gpus=None),
+    }
+    for kind, planned in cases.items():
+        rows = compare_container("n1", planned, container, image["Id"], image["Config"])
+        assert {r.kind for r in rows} == {kind}, (kind, rows)
+    moved = compare_container("n1", spec(), container, "sha256:" + "0" * 64, image["Config"])
+    assert [r.kind for r in moved] == ["image"] and "another build" in moved[0].found
+    assert [r.kind for r in compare_container("n1", spec(), None, image["Id"], None)] == ["missing"]
+    by_id = {**container, "Config": {**container["Config"], "Image": container["Image"]}}  # as VllmEngine creates it
+    assert compare_container("n1", spec(), by_id, image["Id"], image["Config"]) == []
+    hand = {**container, "Config": {**container["Config"], "Image": "heal-probe:latest"}}
+    assert [(r.kind, r.found) for r in compare_container("n1", spec(), hand, image["Id"], image["Config"])] == \
+        [("image", "created from heal-probe:latest")]
+
+
+def test_secret_values_never_reach_a_row() -> None:
+    container, image = recorded()
+    rows = compare_container("n1", spec(secret_env={}), container, image["Id"], image["Config"])
+    assert [(r.kind, r.found) for r in rows] == [("env", "HF_TOKEN set (value not shown)")]
+    assert "dummy" not in table(rows)
+    gone = compare_container("n1", spec(secret_env={"API_KEY": "api_key"}), container, image["Id"], image["Config"])
+    assert {r.plan for r in gone} == {"API_KEY (secret, from api_key)", "HF_TOKEN not set by the plan"}
+
+
+def test_gpus_spelled_as_docker_run_spells_them() -> None:
+    assert gpus_of({"DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}]}) == "all"
+    assert gpus_of({"DeviceRequests": [{"Count": 0, "DeviceIDs": ["0", "3"], "Capabilities": [["gpu"]]}]}) \
+        == "device=0,3"
+    assert gpus_of({"DeviceRequests": None}) == "none"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    why = docker_ready()
+    if why:
+        pytest.fail(why)
+    tag = f"heal-drift-{uuid.uuid4().hex[:8]}:1"
+    build_image(tag, tmp_path_factory.mktemp("img"), with_vllm=False, files={RANK: "/rank.py"})
+    yield tag
+    remove_image(tag)
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def inspect(name: str) -> dict[str, Any]:
+    return dict(json.loads(docker("inspect", name))[0])
+
+
+def image_facts(ref: str) -> tuple[str, dict[str, Any]]:
+    data = json.loads(docker("image", "inspect", ref))[0]
+    return data["Id"], data["Config"]
+
+
+def test_every_kind_of_hand_change_on_real_containers(image: str, tmp_path: Path) -> None:
+    """One container as Pulumi would create it, then each hand change the issue lists, each named by drift."""
+    tag = uuid.uuid4().hex[:8]
+    names: list[str] = []
+    extra_tags: list[str] = []
+
+    def create(suffix: str, *flags: str, ref: str = image, cmd: tuple[str, ...] = ("python3", "/rank.py")) -> str:
+        name = f"heal-drift-{tag}-{suffix}"
+        names.append(name)
+        docker("create", "--name", name, "--gpus", "all", "-v", f"{tmp_path}:/data:ro", "-e",
+               "VLLM_HOST_IP=192.0.2.11", "-e", "HF_TOKEN=hunter2", "--label", "vllm-cluster.stack=test", "--restart",
+               "no", *flags, ref, *cmd)
+        return name
+
+    planned = spec(image=image, volumes=[VolumeSpec(host=str(tmp_path), container="/data", read_only=True)])
+    try:
+        def kinds(name: str, ref: str = image, slack: float | None = None, gpus: str | None = "all") -> set[str]:
+            image_id, config = image_facts(ref)
+            rows = compare_container("n1", planned.model_copy(update={"gpus": gpus}), inspect(name), image_id, config,
+                                     restart_slack_s=120 if slack is None else slack)
+            assert "hunter2" not in table(rows)
+            return {r.kind for r in rows}
+
+        assert kinds(create("clean")) == set()
+        assert kinds(create("cmd", cmd=("python3", "/rank.py", "--extra"))) == {"command"}
+        assert kinds(create("env", "-e", "NCCL_DEBUG=TRACE")) == {"env"}
+        assert kinds(create("envval", "-e", "VLLM_HOST_IP=192.0.2.99")) == {"env"}
+        assert kinds(create("label", "--label", "com.docker.compose.project=handrun")) == {"labels"}
+        assert kinds(create("mount", "-v", f"{tmp_path}:/extra")) == {"mounts"}
+        # `docker update` changes the restart policy in place
+        name = create("policy")
+        docker("update", "--restart", "unless-stopped", name)
+        assert kinds(name) == {"restart-policy"}
+        name = f"heal-drift-{tag}-nogpu"
+        names.append(name)
+        docker("create", "--name", name, "-v", f"{tmp_path}:/data:ro", "-e", "VLLM_HOST_IP=192.0.2.11", "-e",
+               "HF_TOKEN=x", "--label", "vllm-cluster.stack=test", image, "python3", "/rank.py")
+        assert kinds(name) == {"gpus"}
+        # the tag re-pointed at another build: the container still runs the old one
+        name = create("retag")
+        other = f"heal-drift-{tag}-other:1"
+        build_image(other, tmp_path, with_vllm=False, files={RANK: "/rank.py", Path(__file__): "/marker.py"})
+        extra_tags.append(other)
+        moved = f"heal-drift-{tag}-moved:1"
+        docker("tag", image, moved)
+        extra_tags.append(moved)
+        retagged = spec(image=moved, volumes=planned.volumes)
+        clean_on_moved = f"heal-drift-{tag}-onmoved"
+        names.append(clean_on_moved)
+        docker("create", "--name", clean_on_moved, "--gpus", "all", "-v", f"{tmp_path}:/data:ro", "-e",
+               "VLLM_HOST_IP=192.0.2.11", "-e", "HF_TOKEN=x", "--label", "vllm-cluster.stack=test", moved, "python3",
+               "/rank.py")
+        docker("tag", other, moved)
+        image_id, config = image_facts(moved)
+        rows = compare_container("n1", retagged, inspect(clean_on_moved), image_id, config)
+        assert [r.kind for r in rows] == ["image"], rows
+        # restarted by hand after creation: informative, never blocking (started without GPUs: none here)
+        name = f"heal-drift-{tag}-restarted"
+        names.append(name)
+        docker("create", "--name", name, "-v", f"{tmp_path}:/data:ro", "-e", "VLLM_HOST_IP=192.0.2.11", "-e",
+               "HF_TOKEN=x", "--label", "vllm-cluster.stack=test", image, "python3", "/rank.py")
+        created = time.time()
+        while time.time() < created + 2.5:
+            time.sleep(0.2)
+        docker("start", name)
+        assert kinds(name, slack=1, gpus=None) == {"restarted"}
+        assert kinds(name, gpus=None) == set()
+        # a hand-run compose container on the node's GPUs and port
+        foreign = f"heal-drift-{tag}-compose"
+        names.append(foreign)
+        docker("run", "-d", "--name", foreign, "--label", "com.docker.compose.project=handrun", "-p",
+               "127.0.0.1::8000", image, "python3", "-c", "import time; time.sleep(600)")
+        port = int(docker("port", foreign, "8000").split(":")[-1])
+        rows = foreign_containers("n1", "test", {"heal-drift-clean"}, [inspect(foreign)], {port})
+        assert len(rows) == 1 and rows[0].kind == "foreign" and f"publishes port {port}" in rows[0].found \
+            and "compose project handrun" in rows[0].found
+        assert foreign_containers("n1", "test", set(), [inspect(foreign)], {port + 1}) == []
+    finally:
+        for name in names:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        for ref in extra_tags:
+            remove_image(ref)
+

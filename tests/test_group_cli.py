@@ -1,0 +1,115 @@
+"""`restart-group` (dry run), `drift`, `supervisor-unit`: the commands as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from review.group import group_of, restart_steps
+from review.node_access import NODE_MAP_ENV, SshAccess
+from stacks.model.loader import parse_config
+from tests.conftest import ROOT, plan_of
+from tests.docker_harness import build_image, docker_ready, remove_image
+
+ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
+
+
+def stacks(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **(env or {})})
+
+
+def test_restart_group_dry_run_prints_the_steps_in_order_and_touches_nothing(h20_values: dict[str, Any]) -> None:
+    plan = plan_of(h20_values, "h20")
+    # a node map whose Docker engine does not exist: any attempt to reach a node would fail the command
+    unreachable = json.dumps({n.name: {"docker_host": "unix:///nonexistent/docker.sock"} for n in plan.nodes})
+    out = stacks("restart-group", "h20", env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 0, out.stderr
+    lines = [line.split() for line in out.stdout.splitlines() if line[:4].strip().rstrip(".").isdigit()]
+    actions = [(words[1], words[2]) for words in lines]
+    order = plan.start_order
+    assert actions == ([("stop", n) for n in reversed(order)] + [("clean", n) for n in order]
+                       + [("start", n) for n in order] + [("wait", "(group)"), ("check", "(group)")])
+    assert "dry run: nothing was touched" in out.stdout
+    group = group_of(plan)
+    assert [s.action for s in restart_steps(group)] == [a for a, _ in actions]
+    assert str(group.ready_timeout_s) in out.stdout and group.ready_timeout_s > plan.model["estimated_load_s"]
+
+
+def test_ssh_access_uses_the_stacks_pinned_host_key(h20_values: dict[str, Any]) -> None:
+    for node in h20_values["nodes"]:
+        node["ssh"]["host_key"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHxlGNKWsmA3dJTlkDcQ4pIsvxpaAO6gG0Ri6L5D9KBo"
+    config = parse_config("h20", h20_values)
+    argv = SshAccess("h20", config)._ssh(config.nodes[1].name)
+    assert "StrictHostKeyChecking=yes" in argv and "UserKnownHostsFile=~/.ssh/vllm-cluster/known_hosts.h20" in argv
+    assert f"HostKeyAlias={config.nodes[1].name}.h20.vllm-cluster" in argv and argv[-2:] == [config.nodes[1].ssh.host,
+                                                                                              "--"]
+
+
+def test_supervisor_unit_passes_systemd_analyze(tmp_path: Path) -> None:
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "root", "--metrics-file",
+                 str(tmp_path / "vllm-h20.prom"))
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / "vllm-cluster-supervisor-h20.service"
+    path.write_text(out.stdout)
+    verified = subprocess.run([ANALYZE, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0, verified.stderr
+    assert f"ExecStart={sys.executable} -m stacks supervise h20 --metrics-file {tmp_path}/vllm-h20.prom" in out.stdout
+    assert "RestartPreventExitStatus=2 3" in out.stdout
+    broken = tmp_path / "vllm-cluster-supervisor-broken.service"
+    broken.write_text(out.stdout.replace("ExecStart=" + sys.executable, "ExecStart=venv/bin/python"))
+    verified = subprocess.run([ANALYZE, "verify", str(broken)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode != 0 and "absolute" in verified.stderr, verified.stderr
+    bad = stacks("supervisor-unit", "h20", "--python", "venv/bin/python")
+    assert bad.returncode == 2 and "--python 'venv/bin/python' must be an absolute path" in bad.stderr
+
+
+def test_drift_cannot_run_is_exit_2_with_the_node(h20_values: dict[str, Any]) -> None:
+    plan = plan_of(h20_values, "h20")
+    unreachable = json.dumps({n.name: {"docker_host": "unix:///nonexistent/docker.sock"} for n in plan.nodes})
+    out = stacks("drift", "h20", env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 2 and f"node {plan.start_order[0]}" in out.stderr and "cannot run" in out.stderr
+
+
+def test_drift_over_the_node_map_names_the_differences(h20_values: dict[str, Any], tmp_path: Path) -> None:
+    """Both nodes are local containers that are not what the plan created: exit 1 and a row per node."""
+    why = docker_ready()
+    if why:
+        pytest.fail(why)
+    plan = plan_of(h20_values, "h20")
+    tag = uuid.uuid4().hex[:8]
+    image = build_image(f"heal-cli-{tag}:1", tmp_path, with_vllm=False)
+    names = {n.name: f"heal-cli-{tag}-{n.name}" for n in plan.nodes}
+    try:
+        for name in names.values():
+            subprocess.run(["docker", "create", "--name", name, image, "python3", "-c", "pass"], check=True,
+                           capture_output=True, timeout=120)
+        mapping = {node: {"docker_host": "unix:///var/run/docker.sock", "container": name}
+                   for node, name in names.items()}
+        out = stacks("drift", "h20", "--json", env={NODE_MAP_ENV: json.dumps(mapping)})
+        assert out.returncode == 1, out.stderr
+        rows = json.loads(out.stdout)
+        for node, name in names.items():
+            kinds = {r["kind"] for r in rows if r["node"] == node and r["container"] == name}
+            assert {"image", "command", "env", "labels", "mounts", "gpus"} <= kinds, (node, kinds)
+    finally:
+        for name in names.values():
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        remove_image(image)
+
+
+def test_bad_flags_and_a_bad_node_map_exit_2_before_anything_runs() -> None:
+    out = stacks("supervise", "h20", "--hang-s", "0")
+    assert out.returncode == 2 and "--hang-s 0.0: must be more than 0" in out.stderr and "Traceback" not in out.stderr
+    out = stacks("drift", "h20", env={NODE_MAP_ENV: '{"h20-1": "not an object"}'})
+    assert out.returncode == 2 and NODE_MAP_ENV in out.stderr and "Traceback" not in out.stderr
+    out = stacks("restart-group", "nosuchstack")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
