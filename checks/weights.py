@@ -23,8 +23,9 @@ Content digests: a complete file is read back once (from the page cache when it 
 before it takes its name; parts arrive out of order, and a sha256 cannot be resumed across runs, so it is not
 computed on the stream. Where the store holds a full-object SHA256 checksum (S3 `ChecksumType` FULL_OBJECT, or a
 single-part object), the digest must equal it or the file fails and is fetched again by the next run. A composite
-checksum (multipart uploads: a digest of the parts' digests) and CRC32C/CRC64NVME (no implementation in Python's
-standard library or the vLLM image) are not digests of the whole file and are not used. `--content` also re-hashes
+checksum (multipart uploads: a digest of the parts' digests) is not a digest of the whole file, and CRC32C /
+CRC64NVME have no implementation in Python's standard library (botocore's optional `awscrt` may be missing from
+the image): neither is used. `--content` also re-hashes
 the files already present, fetches again those whose bytes no longer match, and reports the `content-sha256`.
 """
 
@@ -887,7 +888,7 @@ def _plan(opts: Options, root: Path, entries: list[Entry]) -> Plan:
     hashed: set[str] = set()
     changed: list[str] = []
     if opts.content and present:
-        fresh, unreadable = hash_files(root, present, opts.workers)
+        fresh, unreadable = hash_files(root, present)
         hashed = set(fresh)
         changed = sorted(k for k in present if k in unreadable or (k in digests and fresh.get(k) != digests[k]))
         digests.update({k: v for k, v in fresh.items() if k not in changed})
@@ -1070,7 +1071,7 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     digests = {**plan.digests, **transfer.digests}
     unknown = [e.key for e in entries if e.key not in digests]
     if unknown:  # a manifest of an older version, or files adopted by size: hashed once, then recorded
-        more, unreadable = hash_files(root, unknown, opts.workers)
+        more, unreadable = hash_files(root, unknown)
         if unreadable:
             failed = [f"{k}: {v}" for k, v in sorted(unreadable.items())]
             return Verdict(opts.name, "fail", f"{len(failed)} file(s) present but unreadable: {_list(failed, 3)}",
