@@ -1054,6 +1054,8 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         transfer.run()
     finally:
         stop.set()
+        if reporter is not None:  # joined: a thread still alive at interpreter exit can crash a minimal image
+            reporter.join(timeout=10)
     seconds = time.monotonic() - t0
     fetched = progress.bytes - resumed
     details.update(seconds=round(seconds, 3), mb_per_s=round(fetched / seconds / 1e6, 1) if seconds else 0.0,

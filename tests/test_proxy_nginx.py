@@ -78,6 +78,16 @@ def upstream() -> Iterator[str]:
     with standin("--api-key-env", "STANDIN_KEY", "--first-token-delay-s", str(FIRST_TOKEN_S),
                  "--token-delay-s", str(TOKEN_S), "--dp-size", "2",  # prod's DP: the checks pin each rank
                  env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+        # the stand-in binds its port once its imports are done: slow on a loaded machine
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"the stand-in did not listen on {url} within 60 s"
+                time.sleep(0.1)
         yield url
 
 
