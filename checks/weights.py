@@ -2,8 +2,8 @@
 
     python -m checks.weights sync --source s3://BUCKET/PREFIX --dest DIR [--endpoint-url URL] [--region R]
                                   [--workers N] [--part-size-mb N] [--delete] [--adopt-existing] [--dry-run]
-                                  [--limit-mb-s N] [--progress-s N] [--json]
-    python -m checks.weights verify --dest DIR [--expect-hash HEX] [--json]
+                                  [--limit-mb-s N] [--progress-s N] [--content] [--json]
+    python -m checks.weights verify --dest DIR [--content] [--expect-hash HEX] [--json]
 
 Credentials come from the standard AWS variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN;
 AWS_CA_BUNDLE for a private CA), never from argv. The S3 client is boto3 (botocore signs, retries and
@@ -15,13 +15,24 @@ How a sync stays correct when interrupted: each object is written to `<name>.wei
 a part counts only after its bytes are `fdatasync`ed and recorded in `<name>.weights-partial.json`; the file is
 renamed to its name when complete and recorded in `.weights-sync.journal`. A re-run resumes from those records,
 and a half file never has the final name. When everything is present the manifest (`.weights-manifest.json`:
-source, every key with size and ETag) and its hash (`.weights-manifest.sha256`) are written and the directory
-is verified (`checks.weights_verify`). Exit 0 pass, 1 fail, 2 cannot run (one line naming bucket, key or flag).
+source, every key with size, ETag and sha256) and its hash (`.weights-manifest.sha256`) are written and the
+directory is verified (`checks.weights_verify`). Exit 0 pass, 1 fail, 2 cannot run (one line naming bucket, key or
+flag).
+
+Content digests: a complete file is read back once (from the page cache when it fits) and its sha256 recorded
+before it takes its name; parts arrive out of order, and a sha256 cannot be resumed across runs, so it is not
+computed on the stream. Where the store holds a full-object SHA256 checksum (S3 `ChecksumType` FULL_OBJECT, or a
+single-part object), the digest must equal it or the file fails and is fetched again by the next run. A composite
+checksum (multipart uploads: a digest of the parts' digests) is not a digest of the whole file, and CRC32C /
+CRC64NVME have no implementation in Python's standard library (botocore's optional `awscrt` may be missing from
+the image): neither is used. `--content` also re-hashes
+the files already present, fetches again those whose bytes no longer match, and reports the `content-sha256`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import errno
 import fcntl
@@ -54,6 +65,8 @@ from checks.weights_verify import (
     ManifestError,
     _Parser,
     add_verify_args,
+    file_sha256,
+    hash_files,
     is_own_file,
     read_manifest,
     unsafe_reason,
@@ -119,6 +132,7 @@ class Options:
     limit_bps: float | None
     progress_s: float
     name: str
+    content: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -351,7 +365,7 @@ def options_from(args: argparse.Namespace) -> Options:
     style = args.addressing_style or ("path" if endpoint else "virtual")
     return Options(args.source, bucket, prefix, dest, endpoint, region, style, args.workers,
                    args.part_size_mb * 1024 * 1024, args.delete, args.adopt_existing, args.dry_run,
-                   args.limit_mb_s * 1e6 if args.limit_mb_s else None, args.progress_s, args.name)
+                   args.limit_mb_s * 1e6 if args.limit_mb_s else None, args.progress_s, args.name, args.content)
 
 
 # ---------------------------------------------------------------------------------------------- S3
@@ -419,6 +433,28 @@ def explain(exc: BaseException, opts: Options, client: Any, key: str | None = No
     return f"{type(exc).__name__} talking to {where} about {target}: {exc}"
 
 
+SHA256_LISTED: set[tuple[str, str]] = set()
+"""(bucket, key) of objects the listing said carry a SHA256 checksum (`ChecksumAlgorithm`): only those get a
+HeadObject for its value, so a store without checksums costs no extra request."""
+
+
+def full_object_sha256(head: dict[str, Any], etag: str) -> str | None:
+    """The store's SHA256 of the whole object (hex) from a HeadObject/GetObject answer made with
+    ChecksumMode=ENABLED, or None when it has none or it is composite: `ChecksumType` COMPOSITE, a value ending in
+    `-N`, or (a store that sends no `ChecksumType`) a multipart ETag, whose checksum is a digest of the parts."""
+    value = head.get("ChecksumSHA256")
+    kind = head.get("ChecksumType")
+    if not isinstance(value, str) or "-" in value:
+        return None
+    if kind != "FULL_OBJECT" and (kind is not None or "-" in etag):
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return raw.hex() if len(raw) == 32 else None
+
+
 def list_prefix(client: Any, opts: Options) -> list[Entry]:
     """Every object under the prefix as (path relative to the prefix, size, ETag). Directory markers (keys
     ending in '/', size 0) are skipped; a key that could land outside --dest stops the sync."""
@@ -437,6 +473,8 @@ def list_prefix(client: Any, opts: Options) -> list[Entry]:
                     raise CannotRun(f"bucket {opts.bucket!r} lists key {key!r}: {reason}; refusing to write it "
                                     f"under {opts.dest} (rename the object or narrow --source)")
                 entries.append(Entry(rel, int(obj["Size"]), str(obj.get("ETag", "")).strip('"')))
+                if "SHA256" in (obj.get("ChecksumAlgorithm") or []):
+                    SHA256_LISTED.add((opts.bucket, key))
     except (ClientError, BotoCoreError) as exc:
         raise CannotRun(explain(exc, opts, client)) from exc
     if not entries:
@@ -469,8 +507,10 @@ def read_journal(root: Path) -> dict[str, Entry]:
     for line in lines:
         try:
             raw = json.loads(line)
-            entry = Entry(str(raw["key"]), int(raw["size"]), str(raw["etag"]))
-        except (ValueError, KeyError, TypeError):
+            digest = raw.get("sha256")
+            entry = Entry(str(raw["key"]), int(raw["size"]), str(raw["etag"]),
+                          digest if isinstance(digest, str) and len(digest) == 64 else None)
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
         records[entry.key] = entry
     return records
@@ -604,6 +644,7 @@ class Transfer:
         self.failed: dict[str, str] = {}
         self.journal_lock = threading.Lock()
         self.retries = 0
+        self.digests: dict[str, str] = {}
         self.chunk = CHUNK if opts.limit_bps is None else max(64 * 1024, min(CHUNK, int(opts.limit_bps / 4)))
 
     def run(self) -> None:
@@ -729,8 +770,27 @@ class Transfer:
     def _finish_safely(self, job: Job) -> None:
         try:
             self._finish(job)
+        except FileFailed as exc:
+            self.failed[job.entry.key] = str(exc)
         except OSError as exc:
             self._disk_error(exc, job)
+
+    def _store_sha256(self, job: Job) -> str | None:
+        """The store's full-object SHA256 of this object version (hex), asked only when the listing said it has
+        one; None otherwise or when it is composite (`full_object_sha256`)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        key = self.opts.prefix + job.entry.key
+        if (self.opts.bucket, key) not in SHA256_LISTED:
+            return None
+        request: dict[str, Any] = {"Bucket": self.opts.bucket, "Key": key, "ChecksumMode": "ENABLED"}
+        if job.entry.etag:
+            request["IfMatch"] = f'"{job.entry.etag}"'
+        try:
+            head = self.client.head_object(**request)
+        except (ClientError, BotoCoreError) as exc:
+            raise FileFailed(explain(exc, self.opts, self.client, job.entry.key)) from exc
+        return full_object_sha256(head, job.entry.etag)
 
     def _finish(self, job: Job) -> None:
         """The complete file takes its name; the journal records it (what a re-run trusts). Once per job."""
@@ -746,15 +806,30 @@ class Transfer:
         with job.lock:
             os.close(fd)
             job.fd = -1
+        digest = file_sha256(job.partial)
+        expected = self._store_sha256(job)
+        if expected is not None and expected != digest:
+            for leftover in (job.partial, job.sidecar):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
+            raise FileFailed(f"the bytes written hash to sha256 {digest}, the store's full-object SHA256 is "
+                             f"{expected}: corrupted in transit or on this disk (re-run to fetch it again)")
         os.replace(job.partial, job.final)
         with contextlib.suppress(FileNotFoundError):
             job.sidecar.unlink()
-        line = json.dumps({"key": job.entry.key, "size": job.entry.size, "etag": job.entry.etag}) + "\n"
+        line = _journal_line(job.entry, digest)
+        with self.journal_lock:
+            self.digests[job.entry.key] = digest
         with self.journal_lock, open(self.root / JOURNAL_NAME, "a", encoding="utf-8") as journal:
             journal.write(line)
             journal.flush()
             os.fsync(journal.fileno())
         self.progress.add(0, files=1)
+
+
+def _journal_line(entry: Entry, digest: str | None) -> str:
+    return json.dumps({"key": entry.key, "size": entry.size, "etag": entry.etag,
+                       **({"sha256": digest} if digest else {})}) + "\n"
 
 
 class _ShortRead(Exception):
@@ -775,8 +850,22 @@ def _reporter(progress: Progress, name: str, interval: float, stop: threading.Ev
 # ---------------------------------------------------------------------------------------------- the sync
 
 
-def _plan(opts: Options, root: Path, entries: list[Entry]) -> tuple[list[Job], list[str], list[str]]:
-    """(jobs to fetch, keys already present, keys adopted by size) from the listing and the local records."""
+@dataclass
+class Plan:
+    jobs: list[Job]
+    present: list[str]
+    adopted: list[str]
+    digests: dict[str, str]
+    """sha256 of present files: recorded by an earlier sync, or (with --content) hashed now."""
+    hashed: set[str]
+    """Present files hashed by this run (--content): verify need not read them again."""
+    changed: list[str]
+    """Present files whose bytes no longer match the recorded digest (--content): fetched again."""
+
+
+def _plan(opts: Options, root: Path, entries: list[Entry]) -> Plan:
+    """Jobs to fetch, keys already present (and adopted by size), their digests, from the listing and the local
+    records; with --content the present files are hashed and those whose bytes changed are fetched again."""
     records: dict[str, Entry] = {}
     try:
         manifest = read_manifest(root)
@@ -785,26 +874,39 @@ def _plan(opts: Options, root: Path, entries: list[Entry]) -> tuple[list[Job], l
     if manifest is not None:
         records.update({e.key: e for e in manifest.files})
     records.update(read_journal(root))
-    jobs: list[Job] = []
     present: list[str] = []
     adopted: list[str] = []
+    due: list[Entry] = []
     for entry in entries:
-        parent = _inside(root, entry.key, create=not opts.dry_run)
-        name = entry.key.rsplit("/", 1)[-1]
-        final = parent / name
-        have = _regular_size(final)
+        have = _regular_size(_inside(root, entry.key, create=not opts.dry_run) / entry.key.rsplit("/", 1)[-1])
         if have == entry.size and records.get(entry.key) == entry:
             present.append(entry.key)
-            continue
-        if have == entry.size and opts.adopt_existing and entry.key not in records:
+        elif have == entry.size and opts.adopt_existing and entry.key not in records:
             present.append(entry.key)
             adopted.append(entry.key)
-            continue
+        else:
+            due.append(entry)
+    digests = {k: str(records[k].sha256) for k in present if k in records and records[k].sha256}
+    hashed: set[str] = set()
+    changed: list[str] = []
+    if opts.content and present:
+        fresh, unreadable = hash_files(root, present)
+        hashed = set(fresh)
+        changed = sorted(k for k in present if k in unreadable or (k in digests and fresh.get(k) != digests[k]))
+        digests.update({k: v for k, v in fresh.items() if k not in changed})
+        by_key = {e.key: e for e in entries}
+        due += [by_key[k] for k in changed]
+        present = [k for k in present if k not in changed]
+        adopted = [k for k in adopted if k not in changed]
+    jobs: list[Job] = []
+    for entry in sorted(due, key=lambda e: e.key):
+        parent = _inside(root, entry.key, create=not opts.dry_run)
+        name = entry.key.rsplit("/", 1)[-1]
         parts = [(s, min(s + opts.part_size, entry.size)) for s in range(0, entry.size, opts.part_size)]
-        job = Job(entry, final, parent / (name + PARTIAL_SUFFIX), parent / (name + SIDECAR_SUFFIX), parts)
+        job = Job(entry, parent / name, parent / (name + PARTIAL_SUFFIX), parent / (name + SIDECAR_SUFFIX), parts)
         job.done = _resumable(job, opts.part_size, clean=not opts.dry_run)
         jobs.append(job)
-    return jobs, present, adopted
+    return Plan(jobs, present, adopted, digests, hashed, changed)
 
 
 def _resumable(job: Job, part_size: int, clean: bool) -> set[int]:
@@ -905,7 +1007,8 @@ def sync(opts: Options) -> Verdict:
 
 def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, started: float) -> Verdict:
     entries = list(manifest.files)
-    jobs, present, adopted = _plan(opts, root, entries)
+    plan = _plan(opts, root, entries)
+    jobs, present, adopted = plan.jobs, plan.present, plan.adopted
     total = sum(e.size for e in entries)
     fetch_bytes = sum(job.entry.size for job in jobs)
     resumed = sum(job.resumed_bytes for job in jobs)
@@ -916,15 +1019,16 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         "present_files": len(present),
         "adopted_files": adopted, "fetch_files": [job.entry.key for job in jobs], "fetch_bytes": fetch_bytes,
         "resumed_parts": sum(len(job.done) for job in jobs), "resumed_bytes": resumed,
-        "extra_files": extras, "deleted": [], "seconds": 0.0, "mb_per_s": 0.0,
+        "extra_files": extras, "deleted": [], "seconds": 0.0, "mb_per_s": 0.0, "content_changed": plan.changed,
     }
     if opts.dry_run:
         status = "pass" if not jobs and not (opts.delete and extras) else "fail"
         summary = (f"in sync with {manifest.source}" if status == "pass" else
                    f"{len(jobs)} of {len(entries)} file(s) to fetch ({(fetch_bytes - resumed) / 1e9:.2f} GB)"
                    + (f", {len(extras)} to delete" if opts.delete and extras else ""))
+        changed = [f"content changed in place: {_list(plan.changed)}"] if plan.changed else []
         return Verdict(opts.name, status, f"{summary}; manifest-sha256={manifest.sha256}",
-                       [f"{len(present)} present", f"to fetch: {_list(details['fetch_files']) or 'none'}"],
+                       [f"{len(present)} present", f"to fetch: {_list(details['fetch_files']) or 'none'}", *changed],
                        "run the same command without --dry-run", details)
     free = shutil.disk_usage(root).free
     need = fetch_bytes - resumed
@@ -936,8 +1040,7 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         # From here the journal, not the manifest, says what is present: a crash leaves no stale manifest.
         keep = [e for e in entries if e.key in set(present)]
         header = json.dumps({"source": manifest.source, "endpoint_url": opts.endpoint_url}) + "\n"
-        _write_atomic(root / JOURNAL_NAME, header + "".join(json.dumps({"key": e.key, "size": e.size, "etag": e.etag})
-                                                            + "\n" for e in keep))
+        _write_atomic(root / JOURNAL_NAME, header + "".join(_journal_line(e, plan.digests.get(e.key)) for e in keep))
         for name in (MANIFEST_NAME, HASH_NAME):
             with contextlib.suppress(FileNotFoundError):
                 (root / name).unlink()
@@ -953,6 +1056,8 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         transfer.run()
     finally:
         stop.set()
+        if reporter is not None:  # joined: a thread still alive at interpreter exit can crash a minimal image
+            reporter.join(timeout=10)
     seconds = time.monotonic() - t0
     fetched = progress.bytes - resumed
     details.update(seconds=round(seconds, 3), mb_per_s=round(fetched / seconds / 1e6, 1) if seconds else 0.0,
@@ -967,11 +1072,24 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         return Verdict(opts.name, "fail", f"{len(failed)} of {len(entries)} file(s) not fetched: {_list(failed, 3)}",
                        [f"{progress.files} file(s) fetched ({rate})"],
                        "re-run the same command: finished files and parts are kept", details)
+    digests = {**plan.digests, **transfer.digests}
+    unknown = [e.key for e in entries if e.key not in digests]
+    if unknown:  # a manifest of an older version, or files adopted by size: hashed once, then recorded
+        more, unreadable = hash_files(root, unknown)
+        if unreadable:
+            failed = [f"{k}: {v}" for k, v in sorted(unreadable.items())]
+            return Verdict(opts.name, "fail", f"{len(failed)} file(s) present but unreadable: {_list(failed, 3)}",
+                           [f"{progress.files} file(s) fetched ({rate})"],
+                           "fix or remove the named files and re-run the same command", details)
+        digests.update(more)
+    details["hashed_after_transfer"] = unknown
+    manifest = Manifest(manifest.source, manifest.endpoint_url,
+                        tuple(Entry(e.key, e.size, e.etag, digests[e.key]) for e in entries))
     try:
         current = read_manifest(root)
     except ManifestError:
         current = None
-    if current != manifest:
+    if current is None or current.to_json() != manifest.to_json():
         _write_atomic(root / MANIFEST_NAME, manifest.to_json())
         _write_atomic(root / HASH_NAME, f"{manifest.sha256}  {MANIFEST_NAME}\n")
     with contextlib.suppress(FileNotFoundError):
@@ -979,12 +1097,18 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
     if opts.delete and extras:
         _delete(root, extras)
         details["deleted"] = extras
-    check = verify_dir(opts.dest, manifest.sha256, opts.name)
+    fresh = {k: digests[k] for k in {*transfer.digests, *plan.hashed, *unknown}}
+    check = verify_dir(opts.dest, manifest.sha256, opts.name, content=opts.content, known=fresh)
+    if opts.content:
+        details.update(hash_kind="content-sha256", hash=check.details["hash"])
     details["verify"] = check.details
     details["seconds_total"] = round(time.monotonic() - started, 3)
     evidence = [f"fetched {len(jobs)} file(s), {rate}" + (f"; resumed {details['resumed_parts']} part(s) an "
                 "interrupted run had finished" if details["resumed_parts"] else ""),
                 f"{len(present)} already present" + (f" ({len(adopted)} adopted by size)" if adopted else "")]
+    if plan.changed:
+        evidence.append(f"fetched again {len(plan.changed)} file(s) whose content no longer matched their recorded "
+                        f"sha256: {_list(plan.changed)}")
     if extras:
         evidence.append(f"{'deleted' if opts.delete else 'kept'} {len(extras)} file(s) not in the manifest: "
                         f"{_list(extras)}")
@@ -993,7 +1117,7 @@ def _sync_locked(opts: Options, client: Any, root: Path, manifest: Manifest, sta
         return Verdict(opts.name, check.status, f"synced, but the directory is not a complete model: {check.summary}",
                        evidence, check.next_step, details)
     return Verdict(opts.name, "pass", f"{len(entries)} file(s), {total / 1e9:.2f} GB from {manifest.source} "
-                   f"in {opts.dest}; manifest-sha256={manifest.sha256}", evidence, None, details)
+                   f"in {opts.dest}; {details['hash_kind']}={details['hash']}", evidence, None, details)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -1020,6 +1144,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--limit-mb-s", type=float, help="total download rate ceiling in MB/s")
     run.add_argument("--progress-s", type=float, default=DEFAULT_PROGRESS_S,
                      help=f"seconds between progress lines on stderr; 0 for none [{DEFAULT_PROGRESS_S:g}]")
+    run.add_argument("--content", action="store_true",
+                     help="also re-hash the files already present, fetch again those whose bytes changed, and report "
+                          "the content-sha256 (reads every file once)")
     run.add_argument("--name", default="weights-sync", help="check name in the verdict")
     run.add_argument("--json", action="store_true", help="print one JSON verdict on stdout")
     check = sub.add_parser("verify", help="is the model directory complete? (no network)")
@@ -1038,7 +1165,7 @@ def _on_signal(name: str, as_json: bool) -> Callable[[int, Any], None]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
-        return emit(verify_dir(args.dest, args.expect_hash, args.name), args.json)
+        return emit(verify_dir(args.dest, args.expect_hash, args.name, args.content), args.json)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal(args.name, args.json))
     try:

@@ -3,9 +3,12 @@
     python -m checks.weights_match [--name weights-match] [--json] NODE=HASH [NODE=HASH ...]
 
 Runs on the deploying machine (a `command.local.Command` every engine depends on), with the hashes that
-`checks.weights_node.weights_hash` read from each node's verdict: the manifest hash after a sync (sha256 of the
-sorted [key, size, ETag] list, equal on every node synced from one source) or the listing hash of a directory
-without a manifest (sorted [path, size]). A node whose run printed no hash counts as differing.
+`checks.weights_node.weights_hash` read from each node's verdict. The node commands run with `--content`, so each
+hash is the node's `content-sha256`: sha256 of the sorted [path, size, sha256-of-the-bytes] list, read from its
+disk, equal on every node holding the same bytes whether synced or copied by hand, different when one shard was
+changed in place with its size kept. (Without `--content` a node reports the manifest hash, sorted [key, size,
+ETag], or the listing hash, sorted [path, size], which such a change leaves equal.) A node whose run printed no
+hash counts as differing.
 
 Pass when all are equal. Otherwise fail naming the nodes that differ from the hash most nodes hold (with two
 nodes and two hashes: both), with every node's hash as evidence. Exit 0 pass, 1 fail, 2 bad arguments.

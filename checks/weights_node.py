@@ -41,11 +41,13 @@ PASS_THROUGH = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_pr
 MARKER = "VLLM_CLUSTER_WEIGHTS_EOF"
 SYNC_TIMEOUT_S = 6 * 3600
 """511 GB at 30 MB/s (a slow store) is 4.7 h; a run cut by the timeout resumes where it stopped."""
-VERIFY_TIMEOUT_S = 600
+VERIFY_TIMEOUT_S = 3600
+"""`--content` reads every file: 511 GB in an hour needs 142 MB/s, far below one NVMe drive or a few cores of
+sha256 (docs/weights.md, "Content digests")."""
 _LOCAL_IMPORT = re.compile(r"^from checks\.\w+ import (\([^)]*\)|.*)$\n", re.M)
 _MAIN_GUARD = re.compile(r"^if __name__ == \"__main__\":\n    sys\.exit\(main\(\)\)\n", re.M)
 _FUTURE = "from __future__ import annotations\n"
-_HASH = re.compile(r"\b(?:manifest|listing)-sha256=([0-9a-f]{64})\b")
+_HASH = re.compile(r"\b(?:manifest|listing|content)-sha256=([0-9a-f]{64})\b")
 
 
 @functools.cache  # the same files for every node: read and pasted once per process
@@ -93,8 +95,11 @@ def _docker(image: str, dest: str, network: str, read_only: bool, pull: str, env
 def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | None = None,
                       region: str | None = None, workers: int = DEFAULT_WORKERS, part_size_mb: int = DEFAULT_PART_MB,
                       delete: bool = False, name: str = "weights-sync", timeout_s: int = SYNC_TIMEOUT_S,
-                      pull: str = "missing", as_json: bool = True) -> str:
+                      pull: str = "missing", as_json: bool = True, content: bool = True) -> str:
     """`<read credentials from stdin>; timeout N docker run … IMAGE - sync ARGS <<'EOF' script EOF`.
+
+    With `content` (the default) the sync re-hashes what is already present and reports the `content-sha256`, the
+    hash `weights-match` compares across nodes: a shard changed in place with its size kept makes it differ.
 
     Runs `python -m checks.weights sync` inside `image` with host networking (the node's route to the store) and
     `dest` mounted read-write at the same path. Exit code and verdict are the program's (0/1/2); 124 is the timeout,
@@ -118,6 +123,8 @@ def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | No
         args += ["--region", region]
     if delete:
         args.append("--delete")
+    if content:
+        args.append("--content")
     if as_json:
         args.append("--json")
     docker = _docker(image, dest, "host", False, pull, CREDENTIAL_NAMES + PASS_THROUGH)
@@ -127,9 +134,10 @@ def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | No
 
 def node_verify_command(dest: str, image: str | None = None, expect_hash: str | None = None,
                         name: str = "weights", timeout_s: int = VERIFY_TIMEOUT_S, pull: str = "missing",
-                        as_json: bool = True) -> str:
+                        as_json: bool = True, content: bool = True) -> str:
     """The completeness check, for synced and for hand-copied directories: in `image` with no network and `dest`
-    mounted read-only, or with the node's own `python3` when `image` is None (the preflight's way)."""
+    mounted read-only, or with the node's own `python3` when `image` is None (the preflight's way). With `content`
+    (the default) every file is hashed, so the hash it reports changes when any file's bytes do."""
     try:
         dest = check_dest(dest)
     except CannotRun as exc:
@@ -137,6 +145,8 @@ def node_verify_command(dest: str, image: str | None = None, expect_hash: str | 
     args = ["verify", "--dest", dest, "--name", name]
     if expect_hash:
         args += ["--expect-hash", expect_hash]
+    if content:
+        args.append("--content")
     if as_json:
         args.append("--json")
     runner = f"{_docker(image, dest, 'none', True, pull, ())} " if image else "python3 "
@@ -144,9 +154,9 @@ def node_verify_command(dest: str, image: str | None = None, expect_hash: str | 
 
 
 def weights_hash(stdout: str) -> str | None:
-    """The hash a passing sync or verify run reported (JSON verdict's `details.hash`, else the `manifest-sha256=` /
-    `listing-sha256=` token of a `PASS` line): the value to export per node and compare across nodes. None when the
-    run did not pass, so a broken node never exports a hash that could match."""
+    """The hash a passing sync or verify run reported (JSON verdict's `details.hash`, else the `content-sha256=` /
+    `manifest-sha256=` / `listing-sha256=` token of a `PASS` line): the value to export per node and compare across
+    nodes. None when the run did not pass, so a broken node never exports a hash that could match."""
     for line in reversed(stdout.strip().splitlines()):
         try:
             verdict = json.loads(line)

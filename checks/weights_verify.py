@@ -9,6 +9,13 @@ A directory passes when `config.json` parses, a tokenizer file is there, every s
 `vllm/model_executor/model_loader/weight_utils.py`), and, when the sync's manifest is there, every listed
 file has the manifest's size. The hash printed in the verdict line is the same on every node that holds the
 same weights: the manifest's `files_sha256` after a sync, or a hash of the (path, size) listing otherwise.
+
+With `--content` every file is read and hashed (sha256, files in parallel: hashlib releases the GIL), each digest
+is compared with the one the manifest records (a shard changed in place with its size kept fails, named), and the
+verdict's hash is the `content-sha256`: sha256 of the sorted [path, size, sha256] list, computed the same way with
+or without a manifest, so a synced node and a hand-copied one with the same bytes report the same value. A
+manifest written before digests were recorded (version 1) still loads: `--content` then hashes every file and
+has nothing to compare each digest with (the verdict says so); the next sync records them.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ import json
 import os
 import struct
 import sys
+import time
 import unicodedata
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +61,10 @@ BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800\u180e") | frozenset(ch
 """Characters that render as nothing or as a space though they are letters or marks (Hangul fillers, the
 Braille blank, variation selectors): refused like the non-ASCII spaces (category Zs). Homoglyphs of other
 scripts (a Cyrillic `с` in `сonfig.json`) are not refused: the verify step names every file of the index."""
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""Version 2 records each file's sha256; version 1 manifests (no digests) still load."""
+READ_VERSIONS = (1, 2)
+HASH_CHUNK = 8 * 1024 * 1024
 SHOW = 5
 """How many names a verdict line lists before '… and N more'."""
 
@@ -63,11 +75,14 @@ class ManifestError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One object of the listing: its path relative to the model directory, size in bytes, ETag (no quotes)."""
+    """One object of the listing: its path relative to the model directory, size in bytes, ETag (no quotes), and
+    the sha256 of its content (hex) once known. Equality is (key, size, ETag): the object's identity in the store;
+    the digest is what the bytes on disk are checked against."""
 
     key: str
     size: int
     etag: str
+    sha256: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -80,10 +95,19 @@ class Manifest:
     def sha256(self) -> str:
         return manifest_hash(self.files)
 
+    @property
+    def content_sha256(self) -> str | None:
+        """content_hash of the recorded digests; None unless every file has one."""
+        if any(e.sha256 is None for e in self.files):
+            return None
+        return content_hash((e.key, e.size, str(e.sha256)) for e in self.files)
+
     def to_json(self) -> str:
+        files: list[dict[str, Any]] = []
+        for e in self.files:
+            files.append({"key": e.key, "size": e.size, "etag": e.etag, **({"sha256": e.sha256} if e.sha256 else {})})
         body = {"version": MANIFEST_VERSION, "source": self.source, "endpoint_url": self.endpoint_url,
-                "files": [{"key": e.key, "size": e.size, "etag": e.etag} for e in self.files],
-                "files_sha256": self.sha256}
+                "files": files, "files_sha256": self.sha256, "content_sha256": self.content_sha256}
         return json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -98,6 +122,50 @@ def listing_hash(rows: Iterable[tuple[str, int]]) -> str:
     """sha256 of the sorted (path, size) list: what a directory without a manifest can offer for comparison."""
     canon = sorted([path, size] for path, size in rows)
     return hashlib.sha256(json.dumps(canon, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def content_hash(rows: Iterable[tuple[str, int, str]]) -> str:
+    """sha256 of the sorted (path, size, sha256) list: equal wherever the same bytes sit under the same names."""
+    canon = sorted([path, size, digest] for path, size, digest in rows)
+    return hashlib.sha256(json.dumps(canon, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def file_sha256(path: Path | str) -> str:
+    """sha256 (hex) of a file's content, read in 8 MiB chunks; OSError propagates."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        buffer = bytearray(HASH_CHUNK)
+        view = memoryview(buffer)
+        while count := handle.readinto(buffer):
+            digest.update(view[:count])
+    return digest.hexdigest()
+
+
+def hash_workers() -> int:
+    """Files hashed at once: one per CPU (hashing is CPU-bound once the data is in memory), at most 64."""
+    return max(1, min(64, os.cpu_count() or 1))
+
+
+def hash_files(root: Path, rels: Sequence[str], workers: int | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """({path: sha256}, {path: why it could not be read}) for files under root, hashed in parallel threads."""
+
+    def one(rel: str) -> tuple[str, str | None, str | None]:
+        try:
+            return rel, file_sha256(root / rel), None
+        except OSError as exc:
+            return rel, None, f"unreadable: {exc.strerror or exc}"
+
+    digests: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    if not rels:
+        return digests, errors
+    with ThreadPoolExecutor(min(workers or hash_workers(), len(rels)), thread_name_prefix="hash") as pool:
+        for rel, digest, error in pool.map(one, rels):
+            if digest is not None:
+                digests[rel] = digest
+            else:
+                errors[rel] = str(error)
+    return digests, errors
 
 
 def unsafe_reason(key: str) -> str | None:
@@ -143,14 +211,16 @@ def is_own_file(name: str) -> bool:
 def _entry(raw: Any, where: str) -> Entry:
     if not isinstance(raw, dict):
         raise ManifestError(f"{where}: not an object")
-    key, size, etag = raw.get("key"), raw.get("size"), raw.get("etag")
+    key, size, etag, digest = raw.get("key"), raw.get("size"), raw.get("etag"), raw.get("sha256")
     if not isinstance(key, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0 \
             or not isinstance(etag, str):
         raise ManifestError(f"{where}: needs key (string), size (integer >= 0), etag (string)")
+    if digest is not None and not (isinstance(digest, str) and _is_sha256(digest)):
+        raise ManifestError(f"{where}: sha256 {digest!r} is not 64 lowercase hex digits")
     reason = unsafe_reason(key)
     if reason:
         raise ManifestError(f"{where}: key {key!r}: {reason}")
-    return Entry(key, size, etag)
+    return Entry(key, size, etag, digest)
 
 
 def read_manifest(root: Path) -> Manifest | None:
@@ -167,8 +237,8 @@ def read_manifest(root: Path) -> Manifest | None:
         raw = json.loads(text)
     except ValueError as exc:
         raise ManifestError(f"{path}: not JSON: {exc}") from exc
-    if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION or not isinstance(raw.get("files"), list):
-        raise ManifestError(f"{path}: not a version-{MANIFEST_VERSION} manifest")
+    if not isinstance(raw, dict) or raw.get("version") not in READ_VERSIONS or not isinstance(raw.get("files"), list):
+        raise ManifestError(f"{path}: not a version-{'/'.join(map(str, READ_VERSIONS))} manifest")
     files = tuple(_entry(item, f"{path} files[{i}]") for i, item in enumerate(raw["files"]))
     if len({e.key for e in files}) != len(files):
         raise ManifestError(f"{path}: a key is listed twice")
@@ -177,6 +247,9 @@ def read_manifest(root: Path) -> Manifest | None:
     if raw.get("files_sha256") != manifest.sha256:
         raise ManifestError(f"{path}: files_sha256 {raw.get('files_sha256')!r} does not match its files "
                             f"({manifest.sha256}): edited by hand or half written")
+    if raw.get("version", 1) >= 2 and raw.get("content_sha256") != manifest.content_sha256:
+        raise ManifestError(f"{path}: content_sha256 {raw.get('content_sha256')!r} does not match its files' digests "
+                            f"({manifest.content_sha256}): edited by hand or half written")
     hash_path = root / HASH_NAME
     try:
         recorded = hash_path.read_text(encoding="utf-8").split()
@@ -255,8 +328,10 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights") -> Verdict:
-    """The completeness check (see the module docstring); fail names every missing or wrong file."""
+def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights", content: bool = False,
+               known: Mapping[str, str] | None = None) -> Verdict:
+    """The completeness check (see the module docstring); fail names every missing or wrong file. With `content`
+    every file is hashed, except those in `known` ({path: sha256} a sync computed from the bytes it just wrote)."""
     if not dest.startswith("/"):
         return Verdict(name, "cannot-run", f"--dest {dest!r} is not an absolute path",
                        next_step="pass the model directory as an absolute path (model.host_dir/model.path)")
@@ -353,7 +428,45 @@ def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights")
         digest_kind, digest = "manifest-sha256", manifest.sha256
     else:
         digest_kind, digest = "listing-sha256", listing_hash(files)
-    if expect_hash and digest != expect_hash:
+    content_notes: list[str] = []
+    content_details: dict[str, Any] = {}
+    if content:
+        rows = [(e.key, e.size) for e in manifest.files] if manifest else files
+        on_disk = [(rel, size) for rel, size in rows if present.get(rel) == size]
+        todo = [rel for rel, _ in on_disk if not (known and rel in known)]
+        started = time.monotonic()
+        digests, unreadable = hash_files(root, todo)
+        seconds = time.monotonic() - started
+        digests.update({rel: known[rel] for rel, _ in on_disk if known and rel in known})
+        corrupted = []
+        for entry in manifest.files if manifest else ():
+            got = digests.get(entry.key)
+            if got is not None and entry.sha256 is not None and got != entry.sha256:
+                corrupted.append(f"{entry.key} (sha256 on disk {got[:12]}…, manifest {entry.sha256[:12]}…)")
+        if corrupted:
+            problems.insert(0, f"{len(corrupted)} file(s) whose content differs from the manifest (changed in place, "
+                               f"same size): {_names(sorted(corrupted))}")
+        if unreadable:
+            problems.append(f"{len(unreadable)} unreadable: {_names([f'{k}: {v}' for k, v in unreadable.items()])}")
+        unrecorded = [e.key for e in manifest.files if e.sha256 is None] if manifest else []
+        digest_kind = "content-sha256"
+        digest = content_hash((rel, size, digests.get(rel, "")) for rel, size in rows)
+        hashed = sum(size for rel, size in on_disk if rel in todo)
+        content_notes.append(f"hashed {len(todo)} file(s), {hashed / 1e9:.2f} GB in {seconds:.1f} s"
+                             + (f" ({hashed / seconds / 1e6:.0f} MB/s)" if seconds > 0 and hashed else "")
+                             + (f"; {len(digests) - len(todo)} hashed by this sync as written" if known else ""))
+        if manifest is not None and unrecorded:
+            content_notes.append(f"the manifest records no digest for {len(unrecorded)} file(s) (written by an "
+                                 "older version): their content was hashed but could not be compared; a sync "
+                                 "records the digests")
+        elif manifest is None:
+            content_notes.append("no manifest: nothing to compare each digest with; compare content-sha256 across "
+                                 "nodes")
+        content_details = {"corrupted": sorted(corrupted), "unreadable": unreadable, "unrecorded": unrecorded,
+                           "digests": digests, "hashed_bytes": hashed, "hash_seconds": round(seconds, 3),
+                           "manifest_sha256": manifest.sha256 if manifest else None}
+    accepted = {digest, manifest.sha256 if manifest else listing_hash(files)}
+    if expect_hash and expect_hash not in accepted:
         problems.append(f"{digest_kind} is {digest}, expected {expect_hash}: this node holds other weights")
     evidence = [f"{len(files)} file(s), {total / 1e9:.2f} GB in {dest}",
                 f"{len(shards)} shard(s) indexed, tokenizer: {', '.join(tokenizers) or 'none'}",
@@ -362,14 +475,16 @@ def verify_dir(dest: str, expect_hash: str | None = None, name: str = "weights")
         evidence.insert(1, f"manifest of {manifest.source}: {len(manifest.files)} file(s)")
     if partials:
         evidence.append(f"{len(partials)} interrupted download(s) left: {_names(partials)}")
+    evidence += content_notes
     details: dict[str, Any] = {"dest": dest, "hash_kind": digest_kind, "hash": digest, "files": len(files),
                                "bytes": total, "shards": len(shards), "tokenizer": tokenizers,
                                "manifest": manifest is not None, "missing": sorted(missing),
-                               "wrong_size": sorted(wrong), "short": short, "problems": problems}
+                               "wrong_size": sorted(wrong), "short": short, "problems": problems,
+                               **({"content": content_details} if content else {})}
     if problems:
         return Verdict(name, "fail", "; ".join(problems), evidence,
-                       "re-run python -m checks.weights sync (it fetches only missing or wrong files), or re-copy "
-                       "the named files", details)
+                       "re-run python -m checks.weights sync" + (" --content" if content else "")
+                       + " (it fetches only missing or wrong files), or re-copy the named files", details)
     return Verdict(name, "pass", f"{len(shards)} shard(s), config, tokenizer complete; {digest_kind}={digest}",
                    evidence, None, details)
 
@@ -381,6 +496,8 @@ _Parser = CheckParser
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dest", required=True, help="the model directory (absolute)")
     parser.add_argument("--expect-hash", help="fail unless the directory's hash is this (64 hex)")
+    parser.add_argument("--content", action="store_true",
+                        help="read and hash every file (sha256, in parallel); compare with the manifest's digests")
     parser.add_argument("--name", default="weights", help="check name in the verdict")
     parser.add_argument("--json", action="store_true", help="print one JSON verdict")
 
@@ -389,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m checks.weights_verify", description=VERIFY_DESCRIPTION)
     add_verify_args(parser)
     args = parser.parse_args(argv)
-    return emit(verify_dir(args.dest, args.expect_hash, args.name), args.json)
+    return emit(verify_dir(args.dest, args.expect_hash, args.name, args.content), args.json)
 
 
 if __name__ == "__main__":

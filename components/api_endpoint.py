@@ -13,9 +13,11 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from stacks.planner.proxy import CONF_PATH, TLS_CERT_PATH, TLS_KEY_PATH
+from stacks.planner.proxy import CONF_PATH, FRONT_SOCKET, TLS_CERT_PATH, TLS_KEY_PATH
 
 PROXY_REPLACE_ON_CHANGES = ["uploads", "healthcheck", "command", "image"]
+PROXY_START = f"rm -f {FRONT_SOCKET} && exec nginx -g 'daemon off;'"
+"""The container's command: the stale socket of a killed nginx removed, then nginx in the foreground as PID 1."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,11 @@ class ApiEndpoint(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(file=TLS_KEY_PATH, content=pulumi.Output.secret(args.private_key),
                                            permissions="0600"),
             ]
-        # The nginx image's entrypoint runs its own template scripts first; nginx itself is all we need.
+        # The nginx image's entrypoint runs its own template scripts first; nginx itself is all we need. A socket
+        # file left by a killed nginx would make the restart fail to bind (the container keeps its file system).
         container = docker.Container(
             f"{name}-proxy", name=args.container_name, image=image.image_id,
-            entrypoints=["nginx"], command=["-g", "daemon off;"], network_mode="host", restart="unless-stopped",
+            entrypoints=["/bin/sh", "-c"], command=[PROXY_START], network_mode="host", restart="unless-stopped",
             uploads=uploads, must_run=True, logs=False,
             # `nginx -t` as the healthcheck: a config the image's nginx rejects fails this update at once.
             healthcheck=docker.ContainerHealthcheckArgs(tests=["CMD", "nginx", "-t", "-q"], interval="10s",

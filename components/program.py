@@ -333,7 +333,8 @@ def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
                  ) -> tuple[pulumi.Output[dict[str, str | None]], command.local.Command | None]:
     """Every node's weights hash (the stack output `weights`), and with more than one node the comparison that every
     engine waits for: a node holding other weights fails the update, named with both hashes, before anything
-    moves. The hashes are read from the verdicts the nodes printed (`checks.weights_node.weights_hash`)."""
+    moves. The hashes are read from the verdicts the nodes printed (`checks.weights_node.weights_hash`): each node's
+    content-sha256 (its commands run with `--content`), so a shard changed in place with its size kept differs."""
     names = list(nodes)
     hashes: pulumi.Output[dict[str, str | None]] = pulumi.Output.all(
         *[nodes[n].weights.stdout for n in names]).apply(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from stacks.model.config import ProxyConfig
 from stacks.planner.proxy import FrontDoor, NginxRuntime, render_nginx_conf
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+"""Debian builds the stream module as a dynamic one (package libnginx-mod-stream); the official image has it in."""
 CLIENT_KEYS = {"team-a": "sk-team-a-4f1d9c2b7e8a6d35", "ops": "sk-ops.9b2e+7c1d/5a3f=0e8d"}
 UPSTREAM_KEY = "sk-upstream-b7e3a9c1d5f20846"
 
@@ -44,7 +47,8 @@ def runtime(directory: Path, tls: Tls | None) -> NginxRuntime:
         pid=str(directory / "nginx.pid"), access_log=str(directory / "access.log"),
         error_log=str(directory / "error.log"), temp_dir=str(directory),
         cert=str(tls.cert) if tls else "/nonexistent.crt", key=str(tls.key) if tls else "/nonexistent.key",
-        user="root" if os.geteuid() == 0 else None, worker_processes="1")
+        user="root" if os.geteuid() == 0 else None, worker_processes="1", front_socket=str(directory / "front.sock"),
+        stream_module=STREAM_MODULE if os.path.exists(STREAM_MODULE) else None)
 
 
 def nginx_test(conf_path: Path) -> subprocess.CompletedProcess[str]:
@@ -69,9 +73,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_nginx(conf_path: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+def running_nginx(conf_path: Path, port: int, nofile: int | None = None) -> Iterator[subprocess.Popen[str]]:
+    """nginx in the foreground; `nofile`: its soft open-files limit (a container's is often 1024), the hard one
+    left as it is."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
     proc = subprocess.Popen([NGINX, "-e", "stderr", "-c", str(conf_path), "-g", "daemon off;"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
     try:
         deadline = time.monotonic() + 10
         while True:

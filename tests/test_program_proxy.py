@@ -42,7 +42,8 @@ def test_nginx_container_on_the_head_with_secret_uploads(run: Run) -> None:
     proxy = run.mocks.named("api-proxy")
     assert proxy.typ == CONTAINER and proxy.provider and head.provider._name in proxy.provider
     assert proxy.inputs["name"] == "vllm-proxy" and proxy.inputs["networkMode"] == "host"
-    assert proxy.inputs["entrypoints"] == ["nginx"] and proxy.inputs["command"] == ["-g", "daemon off;"]
+    assert proxy.inputs["entrypoints"] == ["/bin/sh", "-c"]
+    assert proxy.inputs["command"] == ["rm -f /var/run/nginx-vllm-front.sock && exec nginx -g 'daemon off;'"]
     assert proxy.inputs["healthcheck"]["tests"] == ["CMD", "nginx", "-t", "-q"] and proxy.inputs["wait"] is True
     image = run.mocks.named("api-proxy-image")
     assert image.typ == IMAGE and image.inputs == {"name": "nginx:1.27-alpine", "keepLocally": True}

@@ -6,6 +6,7 @@ limits, the body cap, SSE timing against the direct port, the access log, and th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.client
 import json
@@ -77,6 +78,16 @@ def upstream() -> Iterator[str]:
     with standin("--api-key-env", "STANDIN_KEY", "--first-token-delay-s", str(FIRST_TOKEN_S),
                  "--token-delay-s", str(TOKEN_S), "--dp-size", "2",  # prod's DP: the checks pin each rank
                  env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
+        # the stand-in binds its port once its imports are done: slow on a loaded machine
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"the stand-in did not listen on {url} within 60 s"
+                time.sleep(0.1)
         yield url
 
 
@@ -422,3 +433,109 @@ def test_requests_reach_vllm_on_ipv6_loopback(tmp_path: Path, tls: Tls, h20_valu
         with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
                                                       verify=tls_context(tls.pem)) as c:
             assert c.get("/health").status_code == 503
+
+
+# --- slow and half-open clients -------------------------------------------------------------------------------
+
+FLOOD = 4500
+"""More connections than the worker's 4096 of the config before the stream limit: enough to starve it then."""
+
+
+def _half_open_flood(source: str, port: int, count: int, deadline_s: float) -> list[socket.socket]:
+    """`count` TCP connections from `source` to the proxy, each sending the first 3 bytes of a TLS record and
+    nothing more (a half-open TLS handshake); returns the sockets, the caller closes them. Non-blocking connects
+    with one overall deadline: a server that stops accepting cannot hang this."""
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    sockets: list[socket.socket] = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        selector.register(sock, selectors.EVENT_WRITE)
+        sockets.append(sock)
+    pending = len(sockets)
+    deadline = time.monotonic() + deadline_s
+    while pending and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.5):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            selector.unregister(sock)
+            pending -= 1
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                with contextlib.suppress(OSError):
+                    sock.send(b"\x16\x03\x01")
+    selector.close()
+    return sockets
+
+
+def _closed_by_peer(sockets: list[socket.socket], enough: int, deadline_s: float) -> int:
+    """How many of `sockets` the server closed (EOF or reset), waiting until `enough` are or the deadline."""
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    for sock in sockets:
+        with contextlib.suppress(ValueError, OSError):
+            selector.register(sock, selectors.EVENT_READ)
+    closed = 0
+    deadline = time.monotonic() + deadline_s
+    while closed < enough and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.5):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            selector.unregister(sock)
+            try:
+                closed += sock.recv(1) == b""
+            except OSError:
+                closed += 1
+    selector.close()
+    return closed
+
+
+def test_half_open_connections_from_one_address_do_not_stop_another(tmp_path: Path, upstream: str,
+                                                                     tls: Tls) -> None:
+    """One address (127.0.0.2) opens thousands of connections that never finish the TLS handshake; another
+    (127.0.0.3) still gets its answer. nginx runs with the open-files limit a container often gets (soft 1024):
+    before the stream limit the flood took every descriptor (`accept4() failed (24: Too many open files)`) and the
+    other address waited for the flood's 60 s header timeout. Now the stream server counts connections per address
+    as they are accepted and closes all but `connections_per_client` of the flood at once."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < FLOOD + 512:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, FLOOD + 4096), hard))
+    _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(connections_per_client=20))
+    conf_text = conf.read_text()
+    assert "client_header_timeout 10s;" in conf_text and "limit_conn tcp_per_address 20;" in conf_text
+    with running_nginx(conf, port, nofile=1024):
+        flood = _half_open_flood("127.0.0.2", port, FLOOD, deadline_s=30)
+        try:
+            answer: list[httpx.Response | BaseException] = []
+
+            def other_address() -> None:
+                transport = httpx.HTTPTransport(local_address="127.0.0.3", verify=tls_context(tls.pem))
+                try:
+                    with httpx.Client(transport=transport, timeout=60) as other:
+                        answer.append(other.get(f"https://localhost:{port}/v1/models",
+                                                headers=bearer(CLIENT_KEYS["ops"])))
+                except Exception as exc:  # reported by the assertion below
+                    answer.append(exc)
+
+            asking = threading.Thread(target=other_address, daemon=True)
+            asking.start()
+            # Generous: an answer takes well under a second; a starved worker answers only once the flood's
+            # connections time out (60 s, nginx's default header timeout, before this change).
+            asking.join(30)
+            assert answer, "the other address got no answer within 30 s: the flood starved the worker"
+            reply = answer[0]
+            assert isinstance(reply, httpx.Response) and reply.status_code == 200, reply
+            # the flood itself was cut at the limit: nginx closed all but 20 of its connections at once
+            assert _closed_by_peer(flood, FLOOD - 20, deadline_s=30) >= FLOOD - 20
+        finally:
+            for sock in flood:
+                sock.close()
+    log = (tmp_path / "error.log").read_text()
+    refused = [line for line in log.splitlines() if 'limiting connections by zone "tcp_per_address"' in line]
+    assert refused and all("client: 127.0.0.2," in line for line in refused), log[-2000:]

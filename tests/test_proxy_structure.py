@@ -205,7 +205,19 @@ def test_every_stack_variant_has_the_same_shape_as_the_default() -> None:
               if loc.name == "location" and loc.args[0] == "=" and loc.args[1] not in ("/health", "/_vllm_auth")}
     assert len(bodies) == 1
     top = [d.name for d in tree]
-    assert top == ["worker_processes", "pid", "error_log", "events", "http"]
+    assert top == ["worker_processes", "worker_rlimit_nofile", "pid", "error_log", "events", "stream", "http"]
+    # The public port is the stream server's, limited per address before a byte is read; http only on the socket.
+    front = find(tree, "server", "stream")
+    assert len(front) == 1 and front[0].block is not None
+    inner = {d.name: d.args for d in front[0].block}
+    config = door().proxy
+    assert inner["listen"] == [f"{config.bind}:{config.port}"]
+    assert inner["limit_conn"][0] == "tcp_per_address" and inner["proxy_protocol"] == ["on"]
+    assert inner["proxy_pass"][0].startswith("unix:")
+    listens = [d.args for d in server.block if d.name == "listen"]
+    assert listens == [[inner["proxy_pass"][0], "ssl", "proxy_protocol"]], listens
+    http = {d.name: d.args for d in find(tree, "http")[0].block or []}
+    assert http["client_header_timeout"] == ["10s"] and http["client_body_timeout"] == ["10s"]
     assert [d.name for d in server.block if d.name == "server_name"] == ["server_name"]
 
 

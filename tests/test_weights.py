@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from checks.weights_verify import (
     MANIFEST_NAME,
     SIDECAR_SUFFIX,
     Entry,
+    content_hash,
     manifest_hash,
     verify_dir,
 )
@@ -719,3 +721,167 @@ def test_manifest_hash_is_order_free_and_content_bound() -> None:
     assert manifest_hash(entries) == manifest_hash(list(reversed(entries)))
     assert manifest_hash(entries) != manifest_hash([Entry("b.safetensors", 10, "e9"), entries[1]])
     assert manifest_hash(entries) != manifest_hash([Entry("b.safetensors", 11, "e1"), entries[1]])
+
+
+# ---- content digests: a shard changed in place with its size kept
+
+
+def _corrupt_in_place(path: Path, offset: int = 4096) -> None:
+    """Flip bytes inside the file, its size unchanged: what a preallocating copy tool or a bad disk leaves."""
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.seek(min(offset, size - 16))
+        chunk = handle.read(16)
+        handle.seek(min(offset, size - 16))
+        handle.write(bytes(b ^ 0xFF for b in chunk))
+    assert path.stat().st_size == size
+
+
+def test_the_manifest_records_each_files_sha256(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0, verdict
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert manifest["version"] == 2
+    assert {f["key"]: f["sha256"] for f in manifest["files"]} == {k: hashlib.sha256(v).hexdigest()
+                                                                  for k, v in FILES.items()}
+    expected = content_hash((k, len(v), hashlib.sha256(v).hexdigest()) for k, v in FILES.items())
+    assert manifest["content_sha256"] == expected
+    code, check, _ = cli("verify", "--dest", str(dest), "--content")
+    assert code == 0 and check["details"]["hash_kind"] == "content-sha256" and check["details"]["hash"] == expected
+    assert f"content-sha256={expected}" in check["summary"]
+
+
+def test_a_same_size_change_in_place_is_caught_by_verify_content_and_repaired_by_sync_content(
+        moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    _corrupt_in_place(dest / SHARDS[1])
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 0, "sizes and headers alone cannot see it: that is what --content is for"
+    code, check, _ = cli("verify", "--dest", str(dest), "--content")
+    assert code == 1, check
+    assert SHARDS[1] in check["summary"] and "content differs from the manifest" in check["summary"]
+    assert [c.split(" ")[0] for c in check["details"]["content"]["corrupted"]] == [SHARDS[1]]
+    assert "sync --content" in check["next_step"]
+    code, plain, _ = sync(moto, dest)
+    assert code == 0 and plain["details"]["fetch_files"] == [], "a plain sync trusts size and ETag (documented)"
+    code, repaired, _ = sync(moto, dest, "--content")
+    assert code == 0, repaired
+    assert repaired["details"]["content_changed"] == [SHARDS[1]] and repaired["details"]["fetch_files"] == [SHARDS[1]]
+    assert tree(str(dest)) == FILES
+    assert cli("verify", "--dest", str(dest), "--content")[0] == 0
+
+
+def test_weights_match_compares_content_so_a_changed_shard_names_its_node(moto: Moto, wdir: Path) -> None:
+    """Three nodes: two synced, one copied by hand. Same bytes, same content hash (manifest or not); one shard
+    changed in place on a node makes that node's hash differ, and weights-match names it."""
+    from checks.weights_match import compare
+    from checks.weights_node import node_verify_command, weights_hash
+
+    nodes = {"node1": wdir / "n1" / "m", "node2": wdir / "n2" / "m", "node3": wdir / "n3" / "m"}
+    for node in ("node1", "node2"):
+        assert sync(moto, nodes[node], "--content")[0] == 0
+    _local_copy(nodes["node3"])
+
+    def node_hashes() -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for node, dest in nodes.items():
+            done = subprocess.run(["bash", "-c", node_verify_command(str(dest), name=f"weights-{node}")],
+                                  capture_output=True, text=True, timeout=240)
+            assert "Traceback" not in done.stderr, done.stderr
+            out[node] = weights_hash(done.stdout)
+        return out
+
+    before = node_hashes()
+    assert len(set(before.values())) == 1 and None not in before.values(), before
+    assert compare("weights-match", before).status == "pass"
+    twin = wdir / "n3-twin"
+    _local_copy(twin)
+    _corrupt_in_place(nodes["node3"] / SHARDS[0])
+    listing = [cli("verify", "--dest", str(d))[1]["details"] for d in (nodes["node3"], twin)]
+    assert listing[0]["hash_kind"] == "listing-sha256" and listing[0]["hash"] == listing[1]["hash"], \
+        "the listing hash (path, size) cannot see the change: without --content weights-match would pass"
+    after = node_hashes()
+    assert after["node1"] == after["node2"] == before["node1"] and after["node3"] not in (None, before["node1"])
+    verdict = compare("weights-match", after)
+    assert verdict.status == "fail" and verdict.details["differing"] == ["node3"], verdict
+    _corrupt_in_place(nodes["node2"] / SHARDS[2])
+    verdict = compare("weights-match", node_hashes())
+    assert verdict.status == "fail" and "node2" in verdict.details["differing"], "a node whose shard no longer " \
+        "matches its manifest fails its own check and exports no hash"
+
+
+def test_a_manifest_without_digests_still_loads_and_the_next_sync_records_them(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    raw = json.loads((dest / MANIFEST_NAME).read_text())
+    old = {"version": 1, "source": raw["source"], "endpoint_url": raw["endpoint_url"],
+           "files": [{k: f[k] for k in ("key", "size", "etag")} for f in raw["files"]],
+           "files_sha256": raw["files_sha256"]}
+    (dest / MANIFEST_NAME).write_text(json.dumps(old))
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 0 and check["details"]["hash"] == raw["files_sha256"]
+    code, check, _ = cli("verify", "--dest", str(dest), "--content")
+    assert code == 0 and check["details"]["hash"] == raw["content_sha256"]
+    assert sorted(check["details"]["content"]["unrecorded"]) == sorted(FILES)
+    assert any("records no digest" in line for line in check["evidence"])
+    code, verdict, _ = sync(moto, dest)
+    assert code == 0 and verdict["details"]["fetch_files"] == []
+    assert sorted(verdict["details"]["hashed_after_transfer"]) == sorted(FILES)
+    assert json.loads((dest / MANIFEST_NAME).read_text()) == raw
+
+
+def test_a_tampered_digest_in_the_manifest_is_refused(moto: Moto, wdir: Path) -> None:
+    dest = wdir / "model"
+    assert sync(moto, dest)[0] == 0
+    raw = json.loads((dest / MANIFEST_NAME).read_text())
+    raw["files"][0]["sha256"] = "0" * 64
+    (dest / MANIFEST_NAME).write_text(json.dumps(raw))
+    code, check, _ = cli("verify", "--dest", str(dest))
+    assert code == 1 and "content_sha256" in check["summary"] and "manifest cannot be trusted" in check["summary"]
+
+
+def test_the_stores_full_object_sha256_is_used_and_a_composite_one_is_not(wdir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """moto keeps what the upload sent: a single-part object uploaded with ChecksumAlgorithm=SHA256 has the full
+    object's SHA256; a multipart one a digest of the parts' digests (moto sends no `ChecksumType` and no `-N`, so
+    the multipart ETag is what tells them apart)."""
+    from io import BytesIO
+
+    from boto3.s3.transfer import TransferConfig  # type: ignore[import-untyped]
+
+    files = checkpoint([6.0, 1.0], tokenizer_mb=0.1)
+    shards = sorted(k for k in files if k.endswith(".safetensors"))
+    with moto_server() as server:
+        client = server.client()
+        client.create_bucket(Bucket="sums")
+        config = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024)
+        for name, blob in files.items():
+            client.upload_fileobj(BytesIO(blob), "sums", f"m/{name}", Config=config,
+                                  ExtraArgs={"ChecksumAlgorithm": "SHA256"})
+        heads = {name: client.head_object(Bucket="sums", Key=f"m/{name}", ChecksumMode="ENABLED") for name in shards}
+        big, small = shards
+        assert "-" in heads[big]["ETag"] and heads[big].get("ChecksumSHA256"), "multipart, with a composite SHA256"
+        assert weights.full_object_sha256(heads[big], heads[big]["ETag"].strip('"')) is None
+        assert weights.full_object_sha256(heads[small], heads[small]["ETag"].strip('"')) == \
+            hashlib.sha256(files[small]).hexdigest()
+        assert weights.full_object_sha256({**heads[big], "ChecksumType": "COMPOSITE"}, "abc") is None
+        assert weights.full_object_sha256({"ChecksumSHA256": heads[small]["ChecksumSHA256"] + "-3"}, "abc") is None
+        code, verdict, _ = cli("sync", "--source", "s3://sums/m", "--dest", str(wdir / "ok"), "--endpoint-url",
+                               server.endpoint, "--part-size-mb", "2")
+        assert code == 0, verdict
+        # bytes that do not hash to the store's SHA256 fail the file, which keeps no final name
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        real = weights.full_object_sha256
+        monkeypatch.setattr(weights, "full_object_sha256",
+                            lambda head, etag: None if real(head, etag) is None else "f" * 64)
+        dest = wdir / "bad"
+        code = weights.main(["sync", "--source", "s3://sums/m", "--dest", str(dest), "--endpoint-url",
+                             server.endpoint, "--progress-s", "0", "--json"])
+        bad = json.loads(capsys.readouterr().out)
+        assert code == 1 and small in bad["summary"] and "full-object SHA256" in bad["summary"], bad
+        assert big not in bad["details"]["failed"], "the composite checksum was not used"
+        assert not (dest / small).exists() and (dest / big).exists()

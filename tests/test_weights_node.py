@@ -159,12 +159,12 @@ def test_commands_carry_no_credentials_and_refuse_bad_arguments() -> None:
         node_sync_command("s3://bucket/x", "/var", "img")
     with pytest.raises(ValueError, match="names a bucket without a prefix"):
         node_sync_command("s3://bucket", "/data/models/ds", "img")
-    assert node_verify_command("/var").startswith("timeout 600 python3 - verify --dest /var"), "verify only reads"
+    assert node_verify_command("/var").startswith("timeout 3600 python3 - verify --dest /var"), "verify only reads"
     with pytest.raises(ValueError, match="line break"):
         credentials_stdin("AKIA", "secret\nAWS_SESSION_TOKEN=x")
     verify = node_verify_command("/data/models/ds", image="vllm/vllm-openai:v0.33.0")
     assert "--network none" in verify and "-v /data/models/ds:/data/models/ds:ro" in verify
-    assert node_verify_command("/data/models/ds").startswith("timeout 600 python3 - verify --dest /data/models/ds")
+    assert node_verify_command("/data/models/ds").startswith("timeout 3600 python3 - verify --dest /data/models/ds")
 
 
 @pytest.mark.parametrize("sh", ["bash", "dash"])
@@ -183,7 +183,8 @@ def test_sync_runs_in_the_image_with_credentials_from_stdin(images: dict[str, st
     assert verdict["check"] == "weights-node1"
     assert tree(str(dest)) == FILES and (dest / MANIFEST_NAME).exists()
     assert secret not in done.stdout + done.stderr
-    digest = verdict["details"]["manifest_sha256"]
+    digest = verdict["details"]["hash"]
+    assert verdict["details"]["hash_kind"] == "content-sha256" and "--content" in command
     assert weights_hash(done.stdout) == digest
     # the completeness check, in the image without network and on the node's own python3, agrees on the hash
     for image in (images["boto"], None):

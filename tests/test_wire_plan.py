@@ -80,8 +80,8 @@ def test_without_a_source_the_weights_are_verified_before_the_pre_pull_preflight
     command = weights_command(config, plan, check)
     first = command.splitlines()[0]
     # the node's own python3, as every host preflight; the directory the engines mount, read only by the check
-    assert first == ("timeout 600 python3 - verify --dest /mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-"
-                     "Flash --name weights-node1 --json <<'VLLM_CLUSTER_WEIGHTS_EOF'")
+    assert first == ("timeout 3600 python3 - verify --dest /mnt/disk2/modelscope/models/deepseek-ai/DeepSeek-V4.1-"
+                     "Flash --name weights-node1 --content --json <<'VLLM_CLUSTER_WEIGHTS_EOF'")
     assert "docker" not in first
 
 
@@ -103,7 +103,7 @@ def test_with_a_source_the_sync_runs_after_the_pull_and_model_after_it(prod_valu
     for flag, value in (("--endpoint-url", SOURCE["endpoint_url"]), ("--region", "us-east-1"), ("--workers", "16"),
                         ("--part-size-mb", "256"), ("--name", "weights-node2")):
         assert args[args.index(flag) + 1] == value
-    assert "--delete" not in args and "--json" in args
+    assert "--delete" not in args and "--json" in args and "--content" in args  # weights-match compares bytes
     pairs = list(itertools.pairwise(head))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         assert ("-e", name) in pairs  # copied by name from the environment line 1 read from stdin: no value here

@@ -70,7 +70,7 @@ def test_local_weights_are_verified_first_then_pre_pull_then_pull_then_preflight
         assert deps(local, f"{name}-image") == [node.pre_pull]
         assert set(deps(local, f"{name}-preflight")) == {node.image, node.weights}
         weights = local.mocks.named(f"{name}-weights").inputs
-        assert weights["create"].startswith("timeout 600 python3 - verify --dest ") and "stdin" not in weights
+        assert weights["create"].startswith("timeout 3600 python3 - verify --dest ") and "stdin" not in weights
         assert local.mocks.named(f"{name}-pre-pull").inputs["create"].split(" --sections ")[1].startswith(
             "ownership,disk,gpu,model ")
 

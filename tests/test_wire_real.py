@@ -126,7 +126,7 @@ def test_local_directories_are_verified_on_the_host_and_a_difference_is_named(wo
             (host_dir / "ds" / name).write_bytes(variant if variant and name == "tokenizer_config.json" else blob)
         run = run_program("prod", values_for("vllm/vllm-openai:v0.33.0", host_dir))
         command = registered(run, f"{node}-weights")["create"]
-        assert command.startswith("timeout 600 python3 - verify --dest ")
+        assert command.startswith("timeout 3600 python3 - verify --dest ")
         done = shell(command, sh="dash")
         assert done.returncode == 0, done.stdout[-2000:]
         outs[f"{node}-weights"] = done.stdout

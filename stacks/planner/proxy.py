@@ -7,6 +7,13 @@ stacks/planner/data/vllm-<version>-routes.json) and everything else with 404, ch
 rate and concurrency per key and per source address, caps the body and passes SSE through unbuffered. It
 replaces the client's key with vLLM's own upstream, so clients never hold the key that opens the engine.
 
+Slow and half-open clients (docs/front-door.md, "Slow and half-open connections"): the public port is a `stream`
+server that counts TCP connections per source address as they are accepted, before a byte is read (nginx's http
+`limit_conn` counts only requests whose headers have arrived), and passes the rest over a unix socket, with the
+client's address in a PROXY protocol header, to the http server, which terminates TLS and applies the request
+limits. Header and body reads time out after CLIENT_TIMEOUT_S, idle keep-alive connections after
+KEEPALIVE_TIMEOUT_S.
+
 Safe by construction: every value that reaches the file is checked again here, whatever validated it before
 (a config built without validation, a future caller), against the narrow form it must have (a host name, an IP
 literal, an absolute URL path, an int in range, a token68 key) and written inside double quotes. A value that
@@ -55,6 +62,17 @@ ADMIN_ORIGINS: tuple[str, ...] = (
 engine, swapping weights, calling worker methods on every GPU, profiling, loading LoRA adapters, metrics, docs.
 A client key must not reach them unless the stack says so in `api.proxy.admin_paths`."""
 
+CLIENT_TIMEOUT_S = 10
+"""`client_header_timeout` / `client_body_timeout`: the TLS handshake and the request headers must arrive within
+this (nginx's default is 60 s), and the body must not stall longer than this between two reads."""
+KEEPALIVE_TIMEOUT_S = 15
+"""An idle keep-alive connection is closed after this (nginx's default 75 s): it holds a per-address slot."""
+SEND_TIMEOUT_S = 30
+"""A client that reads nothing of the answer for this long is dropped (nginx's default 60 s)."""
+WORKER_CONNECTIONS = 8192
+"""Each client connection costs the worker up to four: stream in, stream to http, http in, http to vLLM."""
+FRONT_SOCKET = "/var/run/nginx-vllm-front.sock"
+"""The unix socket between the stream server (public port) and the http server; only nginx uses it."""
 TLS_CERT_PATH = "/etc/nginx/tls/server.crt"
 TLS_KEY_PATH = "/etc/nginx/tls/server.key"
 CONF_PATH = "/etc/nginx/nginx.conf"
@@ -209,6 +227,10 @@ class NginxRuntime:
     key: str = TLS_KEY_PATH
     user: str | None = None
     worker_processes: str = "auto"
+    front_socket: str = FRONT_SOCKET
+    stream_module: str | None = None
+    """A `load_module` path where nginx builds the stream module as a dynamic one (Debian's
+    libnginx-mod-stream); the official nginx image has it built in."""
 
 
 @dataclass(frozen=True)
@@ -280,12 +302,30 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
         raise ProxyConfigError("api.proxy.allowed_paths is empty: the proxy would pass nothing")
     lines: list[str] = []
     add = lines.append
+    if rt.stream_module is not None:
+        add(f"load_module {_q('stream_module', rt.stream_module)};")
     if rt.user is not None:
         add(f"user {_q('user', rt.user)};")
     add(f"worker_processes {_q('worker_processes', rt.worker_processes)};")
+    add(f"worker_rlimit_nofile {2 * WORKER_CONNECTIONS};")
     add(f"pid {_q('pid', rt.pid)};")
     add(f"error_log {_q('error_log', rt.error_log)} warn;")
-    add("events { worker_connections 4096; }")
+    add(f"events {{ worker_connections {WORKER_CONNECTIONS}; }}")
+    front = "unix:" + rt.front_socket
+    public = _address("api.proxy.bind", proxy.bind, proxy.port)
+    add("stream {")
+    add("    # Counted when the connection is accepted, before TLS or headers: a flood of half-open connections from")
+    add("    # one address is cut at the limit and never reaches the http server's worker connections.")
+    add("    limit_conn_zone $binary_remote_addr zone=tcp_per_address:10m;")
+    add("    server {")
+    add(f"        listen {_q('api.proxy.bind', public)};")
+    add(f"        limit_conn tcp_per_address {conn_client};")
+    add("        proxy_protocol on;")
+    add("        proxy_connect_timeout 5s;")
+    add(f"        proxy_timeout {timeout + CLIENT_TIMEOUT_S}s;")
+    add(f"        proxy_pass {_q('front_socket', front)};")
+    add("    }")
+    add("}")
     add("http {")
     add("    server_tokens off;")
     add("    default_type application/json;")
@@ -310,14 +350,20 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
     add("    limit_req_status 429;")
     add("    limit_conn_status 429;")
     add(f"    client_max_body_size {body_mb}m;")
+    add(f"    client_header_timeout {CLIENT_TIMEOUT_S}s;")
+    add(f"    client_body_timeout {CLIENT_TIMEOUT_S}s;")
+    add(f"    keepalive_timeout {KEEPALIVE_TIMEOUT_S}s;")
+    add(f"    send_timeout {SEND_TIMEOUT_S}s;")
     add("    upstream vllm {")
     upstream = _address("upstream (serving.host)", door.upstream_host, door.upstream_port)
     add(f"        server {_q('upstream', upstream)};")
     add("        keepalive 32;")
     add("    }")
     add("    server {")
-    add(f"        listen {_q('api.proxy.bind', _address('api.proxy.bind', proxy.bind, proxy.port))}"
-        f"{' ssl' if proxy.tls else ''};")
+    # The public port is the stream server's; the client's address arrives in the PROXY protocol header.
+    add(f"        listen {_q('front_socket', front)}{' ssl' if proxy.tls else ''} proxy_protocol;")
+    add("        set_real_ip_from unix:;")
+    add("        real_ip_header proxy_protocol;")
     add(f"        server_name {_q('api.proxy.server_name', _server_name(proxy.server_name))};")
     if proxy.tls:
         add(f"        ssl_certificate {_q('certificate path', rt.cert)};")
