@@ -8,18 +8,35 @@ SET     ?=
 SECRETS ?=
 PLAN_FLAGS = $(foreach s,$(SET),--set $(s)) $(foreach s,$(SECRETS),--assume-secret $(s))
 
-.PHONY: venv test lint typecheck unit plan diff bench up
+# pytest-xdist processes for `make test`; most tests wait on subprocesses, nginx, Docker or Ray, so more workers
+# than cores still pays. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 4
 
+.PHONY: venv venv-plan services test lint typecheck unit plan diff bench up
+
+## One virtualenv, venv/ (Pulumi.yaml runs the program from it), installed in two stages:
+## planning needs only requirements-plan.txt; tests, lint and the Pulumi program need the rest.
+venv-plan: $(VENV)/.plan-installed
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-dev.txt
-	touch $@
+$(VENV)/.plan-installed: requirements-plan.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "cannot create $(VENV)/ with $(PYTHON) -m venv: on Debian, apt-get install python3-venv" >&2; exit 2; }
+	@echo "venv: installing what planning needs into $(VENV)/ (pydantic, PyYAML, ruamel.yaml)..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-plan.txt
+	@touch $@
 
-## make test: lint, type-check against the SDKs' hints, then every test
-test: venv lint typecheck unit
+$(VENV)/.installed: $(VENV)/.plan-installed requirements.txt requirements-dev.txt
+	@echo "venv: installing the Pulumi SDKs and the test tools into $(VENV)/ (torch, Ray, moto...): a few minutes the first time..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+	@touch $@
+
+## make services: the Debian packages and the Docker engine the tests use (root; installs what is missing)
+services:
+	@scripts/test-services.sh
+
+## make test: the machine's test services, lint, type-check against the SDKs' hints, then every test
+test: services venv lint typecheck unit
 
 lint: venv
 	$(BIN)/python -m ruff check .
@@ -28,14 +45,14 @@ typecheck: venv
 	$(BIN)/python -m mypy
 
 unit: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 ## make plan STACK=prod: the offline launch plan of a stack
-plan: venv
+plan: venv-plan
 	$(BIN)/python -m stacks plan $(STACK) $(PLAN_FLAGS)
 
 ## make diff STACK=prod BASE=origin/main: what the working tree's change does to the stack's plan
-diff: venv
+diff: venv-plan
 	$(BIN)/python -m stacks diff $(STACK) --base $(BASE) $(foreach s,$(SECRETS),--assume-secret $(s))
 
 ## make up STACK=prod: pulumi up under the deploy lock the group supervisor takes too (docs/group-restart.md)

@@ -20,6 +20,10 @@ Faults to try the checks against: a slow start (`--start-delay-s`: the port open
 /health 503 before 200 (`--unhealthy-s`), wrong answers (`--answer`, `--wrong-rank`), a rank that fails like a
 dead engine (`--down-rank`: HTTP 500), no reasoning, no [DONE], a proxy that drops the rank header;
 `--control-file` (JSON, read on every request: `wrong_rank`, `down_rank`) changes the faults while it runs.
+
+For tests of streaming through a proxy, a request header `X-Standin-Hold: <path> <seconds>` holds a stream after
+its first token until `<path>` exists (the client creates it once it has read that token) or the seconds pass;
+the next event says which (`{"standin_hold": "released"}` or `"expired"`), so no test has to time chunks.
 """
 
 from __future__ import annotations
@@ -190,9 +194,16 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(ARGS.first_token_delay_s)  # prefill
         if error is not None:
             chunk(f"data: {json.dumps(error)}\n\n")
-        for piece in [text[i:i + 1] for i in range(len(text))]:
+        hold = self.headers.get("X-Standin-Hold")
+        for i, piece in enumerate([text[i:i + 1] for i in range(len(text))]):
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
             chunk(f"data: {json.dumps({'choices': [choice]})}\n\n")
+            if i == 0 and hold:
+                path, seconds = hold.rsplit(" ", 1)
+                deadline = time.monotonic() + float(seconds)
+                while not os.path.exists(path) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                chunk(f"data: {json.dumps({'standin_hold': 'released' if os.path.exists(path) else 'expired'})}\n\n")
             time.sleep(ARGS.token_delay_s)
         if usage:
             chunk(f"data: {json.dumps({'choices': [], 'usage': _usage(text)})}\n\n")

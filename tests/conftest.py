@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -16,6 +17,11 @@ if str(ROOT) not in sys.path:
 from stacks.model.errors import ConfigError, Problem  # noqa: E402
 from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
 from stacks.planner.plan import Plan, build_plan  # noqa: E402
+
+# Property tests judge results, never speed: no per-example deadline and no "too slow" health check, so a loaded
+# machine (or a second test run on the same cores) cannot fail them. Tests that set their own settings keep them.
+settings.register_profile("unhurried", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("unhurried")
 
 
 @pytest.fixture
@@ -59,3 +65,16 @@ def clone_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     new["management_ip"] = f"10.30.8.{index + 1}"
     new["data_ips"] = [f"1.1.{k + 1}.{100 + index}" for k in range(len(node.get("data_ips", [])))]
     return new
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `-n N --dist loadgroup`), a test that uses a module-scoped fixture (an
+    imported Docker image, a running nginx, a Ray head, the replacement matrix) runs on the worker that holds its
+    module's other such tests, so each expensive fixture is built once per run, not once per worker. Everything
+    else is spread test by test. Resource names (network namespaces, containers, images, ports) are unique per
+    process, so workers and a second run on the same machine never collide."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = getattr(info, "name2fixturedefs", {})
+        if any(d and d[-1].scope in ("module", "package") for d in defs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,14 @@ STANDIN = ROOT / "tests" / "vllm_standin"
 FLAGS = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-serve-flags.json"
 REGISTRIES = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-registries.json"
 SITE = "usr/local/lib/python3.11/dist-packages"
+RUN = uuid.uuid4().hex[:8]
+"""In every image tag and container name a test makes: two test runs sharing one Docker engine never touch each
+other's (nor remove the other's images at teardown)."""
 _SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data", "__pycache__", "turtledemo"}
 
 
 def docker_ready() -> str | None:
-    """None when `docker info` answers, else why not (the tests fail with it: .ci/run starts dockerd)."""
+    """None when `docker info` answers, else why not (the tests fail with it: `make services` starts dockerd)."""
     if shutil.which("docker") is None:
         return "no docker CLI"
     done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
@@ -49,7 +53,7 @@ def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, wi
     virtualenv (the vLLM image has httpx and pydantic, for example); `files`: more files, source -> path;
     `libraries_of`: binaries whose shared libraries the image needs too (e.g. `_ssl`'s libssl)."""
     if not PYTHON.exists():
-        raise RuntimeError(f"{PYTHON} is missing: .ci/run installs Debian's python3")
+        raise RuntimeError(f"{PYTHON} is missing: `make services` installs Debian's python3")
     archive = workdir / f"{tag.replace('/', '_').replace(':', '_')}.tar"
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

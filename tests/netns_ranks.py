@@ -1,5 +1,5 @@
 """Test hosts for the collective check: network namespaces on one bridge, each with its own address, and
-`tc tbf` to shape one host's link. Needs root and iproute2 (`.ci/run` installs it).
+`tc tbf` to shape one host's link. Needs root and iproute2 (`make services` installs it).
 
 Layout for n hosts: a switch namespace `<prefix>sw` holding bridge `br0`; per host a namespace `<prefix>h<i>`
 with veth `<prefix>h<i>` (address 10.213.<net>.<i+1>/24) whose peer `p<i>` sits on the bridge. Nothing is

@@ -1,4 +1,4 @@
-"""A real nginx (Debian's, installed by .ci/run) running a generated config, and a throwaway TLS certificate."""
+"""A real nginx (Debian's, from `make services`) running a generated config, and a throwaway TLS certificate."""
 
 from __future__ import annotations
 

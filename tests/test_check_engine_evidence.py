@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -77,34 +83,68 @@ def test_engines_joined_missing_and_dead() -> None:
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent))
 
 
-def _ray(*args: str) -> None:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([str(RAY), *args], check=True, capture_output=True, env=env, timeout=180)
+@dataclass(frozen=True)
+class RayHost:
+    """A network namespace of its own (loopback only) holding a Ray head: its ports cannot collide with another
+    test run's, and stopping it kills only the processes in this namespace (`ray stop` would stop every Ray on the
+    machine)."""
+
+    ns: str
+    temp_dir: Path
+    address: str = "127.0.0.1:6379"
+
+    def run(self, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        return subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=timeout)
+
+    def ray(self, *args: str) -> None:
+        done = self.run(str(RAY), *args, f"--temp-dir={self.temp_dir}", "--num-cpus=1", "--num-gpus=8",
+                        "--node-ip-address=127.0.0.1", "--disable-usage-stats")
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def stop(self) -> None:
+        """SIGKILL whatever runs in the namespace (what `ray stop --force` does, to these processes only) until
+        nothing does; then the namespace."""
+        deadline = time.monotonic() + 60
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=30)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        out = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True, text=True, timeout=30).stdout
+        return [int(p) for p in out.split()]
 
 
 @pytest.fixture(scope="module")
-def ray_head() -> Iterator[str]:
+def ray_head() -> Iterator[RayHost]:
     assert RAY, "ray must be installed (requirements-dev.txt)"
-    _ray("stop", "--force")
-    _ray("start", "--head", "--port=6391", "--num-gpus=8", "--num-cpus=1", "--include-dashboard=false",
-         "--node-ip-address=127.0.0.1", "--disable-usage-stats")
+    ns = f"rayev-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=30)
+    # Ray's AF_UNIX socket paths must stay under 108 bytes: a short directory in /tmp
+    host = RayHost(ns, Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp")))
     try:
-        yield "127.0.0.1:6391"
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True, timeout=30)
+        host.ray("start", "--head", "--port=6379", "--include-dashboard=false")
+        yield host
     finally:
-        _ray("stop", "--force")
+        host.stop()
 
 
-def _check(address: str, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    out = subprocess.run([sys.executable, "-m", "checks.ray_cluster", "--address", address, "--json", *args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+def _check(head: RayHost, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    out = head.run(sys.executable, "-m", "checks.ray_cluster", "--address", head.address, "--json", *args,
+                   timeout=120)
     return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_real_ray_cluster_missing_worker_then_complete(ray_head: str) -> None:
+def test_real_ray_cluster_missing_worker_then_complete(ray_head: RayHost) -> None:
     code, v = _check(ray_head, "--nodes", "2", "--gpus", "16", "--wait-s", "2", "--interval-s", "1")
     assert code == 1 and "1/2 nodes, 8/16 GPUs" in v["summary"]
     assert "worker container" in v["next_step"]
-    _ray("start", f"--address={ray_head}", "--num-gpus=8", "--num-cpus=1", "--node-ip-address=127.0.0.1",
-         "--disable-usage-stats")
-    code, v = _check(ray_head, "--nodes", "2", "--gpus", "16", "--wait-s", "30", "--interval-s", "1")
+    ray_head.ray("start", f"--address={ray_head.address}")
+    code, v = _check(ray_head, "--nodes", "2", "--gpus", "16", "--wait-s", "120", "--interval-s", "1")
     assert code == 0 and v["summary"] == "Ray sees 2 nodes and 16 GPUs"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -188,21 +189,37 @@ esac
     script.chmod(0o755)
 
 
-def _free_gb(path: Path) -> float:
-    return shutil.disk_usage(path).free / 1e9
+@pytest.fixture
+def docker_root(tmp_path: Path) -> Iterator[Path]:
+    """Docker's data root on an empty 100 GiB tmpfs: the free space the disk section reads is the same on every
+    machine (an empty tmpfs has its whole size free, and a size beyond RAM costs nothing while unused)."""
+    path = tmp_path / "docker-root"
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100g", "preflight-test-root", str(path)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, f"mounting a tmpfs needs root (make test runs as root): {done.stderr}"
+    try:
+        assert shutil.disk_usage(path).free == 100 * 2**30
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
-def test_disk_image_already_pulled(tmp_path: Path) -> None:
-    fake_docker(tmp_path / "bin", tmp_path, image_present=True)
+FREE_GB = 100 * 2**30 / 1e9
+"""What the disk section sees free at `docker_root`: 107.4 GB."""
+
+
+def test_disk_image_already_pulled(tmp_path: Path, docker_root: Path) -> None:
+    fake_docker(tmp_path / "bin", docker_root, image_present=True)
     code, v = run(tmp_path, "--sections", "disk", "--image", "vllm/vllm-openai:x", "--disk-headroom-gb", "1")
     assert code == 0, v
-    assert f"free at {tmp_path} (docker root dir), need 1.0 GB" in v["evidence"][0]
+    assert f"{FREE_GB:.1f} GB free at {docker_root} (docker root dir), need 1.0 GB" in v["evidence"][0]
     assert "already on this node: nothing to pull" in v["evidence"][1]
 
 
-def test_disk_size_from_option_fails_with_numbers(tmp_path: Path) -> None:
-    fake_docker(tmp_path / "bin", tmp_path, image_present=False)
-    headroom = _free_gb(tmp_path) - 30 + 5  # the pull needs 10 x 3 = 30 GB: 5 GB short
+def test_disk_size_from_option_fails_with_numbers(tmp_path: Path, docker_root: Path) -> None:
+    fake_docker(tmp_path / "bin", docker_root, image_present=False)
+    headroom = FREE_GB - 30 + 5  # the pull needs 10 x 3 = 30 GB: 5 GB short
     code, v = run(tmp_path, "--sections", "disk", "--image", "vllm/vllm-openai:x", "--image-size-gb", "10",
                   "--disk-headroom-gb", f"{headroom:.3f}")
     text = " ".join(v["evidence"])
@@ -252,17 +269,17 @@ class FakeRegistry(BaseHTTPRequestHandler):
         pass
 
 
-def test_disk_size_from_the_registry(tmp_path: Path) -> None:
+def test_disk_size_from_the_registry(tmp_path: Path, docker_root: Path) -> None:
     """Bearer challenge, token, OCI index, this host's platform, layer sizes: over real HTTP on loopback."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
     FakeRegistry.port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        fake_docker(tmp_path / "bin", tmp_path, image_present=False)
+        fake_docker(tmp_path / "bin", docker_root, image_present=False)
         image = f"127.0.0.1:{FakeRegistry.port}/vllm/vllm-openai:nightly-x"
         pull = 12.5 * 3
         code, v = run(tmp_path, "--sections", "disk", "--image", image,
-                      "--disk-headroom-gb", f"{_free_gb(tmp_path) - pull - 5:.3f}")
+                      "--disk-headroom-gb", f"{FREE_GB - pull - 5:.3f}")
         assert code == 0, v
         assert "image 12.5 GB compressed (2 layers in the 127.0.0.1" in v["evidence"][1]
         assert FakeRegistry.requests == ["/v2/vllm/vllm-openai/manifests/nightly-x",
@@ -270,14 +287,14 @@ def test_disk_size_from_the_registry(tmp_path: Path) -> None:
                                          "/v2/vllm/vllm-openai/manifests/nightly-x",
                                          "/v2/vllm/vllm-openai/manifests/sha256:amd"]
         code, v = run(tmp_path, "--sections", "disk", "--image", image,
-                      "--disk-headroom-gb", f"{_free_gb(tmp_path) - pull + 5:.3f}")
+                      "--disk-headroom-gb", f"{FREE_GB - pull + 5:.3f}")
         assert code == 1 and "pulling needs 37.5 GB" in " ".join(v["evidence"])
     finally:
         server.shutdown()
 
 
-def test_disk_unknown_size_is_assumed_and_said(tmp_path: Path) -> None:
-    fake_docker(tmp_path / "bin", tmp_path, image_present=False)
+def test_disk_unknown_size_is_assumed_and_said(tmp_path: Path, docker_root: Path) -> None:
+    fake_docker(tmp_path / "bin", docker_root, image_present=False)  # 60 GB to pull, 107 GB free
     with socket.socket() as probe:  # a port nothing listens on: the registry cannot be asked
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -325,7 +342,8 @@ def test_hung_docker_ends_in_a_verdict_within_the_budgets(tmp_path: Path, monkey
                            "--image", "img", "--disk-headroom-gb", "0", "--container-names", "engine"])
     took = time.monotonic() - started
     v = json.loads(capsys.readouterr().out)
-    assert took < sum(preflight.SECTION_BUDGET_S[s] for s in sections) + 2, took
+    # 10 s of budgets; each hung call's own timeout is 20 s or more, so < 20 s shows the budgets cut them
+    assert took < sum(preflight.SECTION_BUDGET_S[s] for s in sections) + 9, took
     assert code == 2 and v["status"] == "cannot-run"
     assert "ownership (`docker ps -a -q` did not answer within 2s)" in v["summary"]
     assert "toolkit (skipped: `docker ps" in v["summary"] and "memlock (skipped: `docker ps" in v["summary"]

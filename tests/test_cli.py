@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from stacks.model.field_types import SECRET
@@ -33,13 +32,10 @@ def test_plan_json_has_the_documented_keys() -> None:
         "privileged", "gpus", "ulimits", "shm_size_mb", "volumes", "devices", "restart", "labels"}
 
 
-def test_plan_text_and_speed() -> None:
-    start = time.perf_counter()
+def test_plan_text() -> None:  # its speed: bench/plan_scale.py
     out = _run("plan", "h20")
-    elapsed = time.perf_counter() - start
     assert out.returncode == 0
     assert "start order: h20-1 -> h20-2" in out.stdout and "ray-cluster" in out.stdout
-    assert elapsed < 5  # generous for CI; bench/plan_scale.py measures the real number
 
 
 def test_invalid_override_exits_2_with_all_errors() -> None:

@@ -281,7 +281,7 @@ def numbers(verdict: dict[str, Any]) -> str:
 
 def test_all_reduce_passes_on_a_healthy_link_and_fails_below_the_minimum_when_shaped(
         prod_values: dict[str, Any]) -> None:
-    minimum = 0.5  # Gb/s; the healthy bridge carries 1.7-5 here (2 cores, under load), the shaped link 0.1
+    minimum = 0.3  # Gb/s; the healthy bridge carries 1.7-5 here (2 cores, under load), the shaped link 0.1
     started = time.monotonic()
     with star(3) as hosts:
         values = namespace_stack(prod_values, hosts)
@@ -305,7 +305,7 @@ def test_all_reduce_passes_on_a_healthy_link_and_fails_below_the_minimum_when_sh
     for code, verdict in shaped:
         assert code == 1, verdict
         peak = verdict["details"]["peak_busbw_gbps"]
-        said = re.search(r"peak busbw (\d+\.\d\d) Gb/s below the minimum 0.5 Gb/s \(fabric.min_busbw_gbps\)",
+        said = re.search(rf"peak busbw (\d+\.\d\d) Gb/s below the minimum {minimum:g} Gb/s \(fabric.min_busbw_gbps\)",
                          verdict["summary"])
         assert peak < minimum and said and float(said.group(1)) == pytest.approx(peak, abs=0.006), verdict
         assert verdict["evidence"][0].startswith("1 MiB: busbw ") and "shaping" in verdict["next_step"]
@@ -337,17 +337,15 @@ def test_nodes_started_with_different_arguments_fail_naming_the_difference(prod_
     with star(2) as hosts:
         values = namespace_stack(prod_values, hosts)
         port = DEFAULT_MASTER_PORT + 400 + os.getpid() % 200
-        common = ["--sizes", "1M", "--warmup", "1", "--iters", "2", "--timeout-s", "60", "--min-busbw-gbps", "0.01"]
-        started = time.monotonic()
-        results = verdicts(start_nodes(values, hosts, port, *common, per_node={1: ["--sizes", "1M,4M"]}),
-                           timeout=120)
-        elapsed = time.monotonic() - started
+        # --timeout-s 3600: were it decided by a timeout, the processes would outlive verdicts' 240 s and fail here
+        common = ["--sizes", "1M", "--warmup", "1", "--iters", "2", "--timeout-s", "3600", "--min-busbw-gbps",
+                  "0.01"]
+        results = verdicts(start_nodes(values, hosts, port, *common, per_node={1: ["--sizes", "1M,4M"]}))
     said = "node rank 1 runs --sizes 1M,4M where node rank 0 runs --sizes 1M"
     for code, verdict in results:
         assert code == 1, verdict
         assert verdict["summary"] == f"the nodes run the check with different arguments: {said}", verdict
         assert "--nnodes, --procs-per-node, --backend, --sizes, --warmup and --iters" in verdict["next_step"]
-    assert elapsed < 50, elapsed  # decided at the rendezvous, not by a timeout
 
 
 def test_the_head_names_a_node_rank_claimed_twice_or_out_of_range_and_the_missing_ones() -> None:

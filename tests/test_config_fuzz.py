@@ -14,7 +14,6 @@ import contextlib
 import copy
 import io
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +116,8 @@ def mangled_texts(draw: st.DrawFn) -> tuple[str, str]:
     return stack, "\n".join(lines) + "\n"
 
 
-def _plan_text(stack: str, text: str) -> tuple[int, list[str], float]:
-    """What `plan` does with a stack file's text: (exit code, problem keys, seconds)."""
-    start = time.perf_counter()
+def _plan_text(stack: str, text: str) -> tuple[int, list[str]]:
+    """What `plan` does with a stack file's text: (exit code, problem keys). Its speed: bench/plan_scale.py."""
     try:
         document = parse_stack_text(text, f"Pulumi.{stack}.yaml")
         build_plan(stack, parse_config(stack, document.values, document.positions))
@@ -127,7 +125,7 @@ def _plan_text(stack: str, text: str) -> tuple[int, list[str], float]:
     except ConfigError as exc:
         code, keys = 2, [p.key for p in exc.problems]
         assert all(p.message for p in exc.problems)
-    return code, keys, time.perf_counter() - start
+    return code, keys
 
 
 def _is_config_key(key: str, text: str) -> bool:
@@ -148,20 +146,18 @@ FUZZ = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthC
 @given(mutated_documents())
 def test_mutated_values_give_a_plan_or_named_problems(case: tuple[str, str]) -> None:
     stack, text = case
-    code, keys, seconds = _plan_text(stack, text)
+    code, keys = _plan_text(stack, text)
     assert code in (0, 2)
     assert all(_is_config_key(k, text) for k in keys), keys
-    assert seconds < 1.0
 
 
 @FUZZ
 @given(mangled_texts())
 def test_mangled_yaml_gives_a_plan_or_named_problems(case: tuple[str, str]) -> None:
     stack, text = case
-    code, keys, seconds = _plan_text(stack, text)
+    code, keys = _plan_text(stack, text)
     assert code in (0, 2)
     assert all(_is_config_key(k, text) for k in keys), keys
-    assert seconds < 1.0
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -100,7 +100,7 @@ class Host:
 def host(tmp_path: Path) -> Iterator[Host]:
     problem = docker_ready()
     if problem:
-        pytest.fail(f"these tests need a Docker engine (.ci/run starts dockerd): {problem}")
+        pytest.fail(f"these tests need a Docker engine (`make services` starts dockerd): {problem}")
     h = Host(tmp_path)
     try:
         yield h

@@ -25,17 +25,17 @@ from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config
 from stacks.planner.plan import Plan, build_plan
 from tests.conftest import ROOT
-from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
+from tests.docker_harness import RUN, build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 
-GOOD = "vllm-cluster-test/vllm:0.33.0"
-RENAMED = "vllm-cluster-test/vllm:0.34.0-renamed"
-NO_VLLM = "vllm-cluster-test/python:bare"
+GOOD = f"vllm-cluster-test/vllm:0.33.0-{RUN}"
+RENAMED = f"vllm-cluster-test/vllm:0.34.0-renamed-{RUN}"
+NO_VLLM = f"vllm-cluster-test/python:bare-{RUN}"
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     why = docker_ready()
-    assert why is None, f"these tests need a Docker engine (.ci/run starts dockerd): {why}"
+    assert why is None, f"these tests need a Docker engine (`make services` starts dockerd): {why}"
     work = tmp_path_factory.mktemp("images")
     tags = {
         "good": build_image(GOOD, work),

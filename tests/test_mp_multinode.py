@@ -33,7 +33,7 @@ from stacks.planner.profiles import PROFILES
 from stacks.planner.render import render_plan
 from stacks.planner.validation import DSPARK_PP_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of
-from tests.docker_harness import build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
+from tests.docker_harness import RUN, build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
 from tests.pulumi_harness import Run, run_program
 
 V4 = "/data/models/DeepSeek-V4-Flash"
@@ -420,14 +420,14 @@ def test_the_flag_table_rejects_a_misspelt_multinode_flag() -> None:
 
 # --- the dry run in a real Docker engine ----------------------------------------------------------------------
 
-GOOD = "vllm-cluster-mpexec-test/vllm:0.33.0"
-NO_NNODES = "vllm-cluster-mpexec-test/vllm:no-nnodes"
+GOOD = f"vllm-cluster-mpexec-test/vllm:0.33.0-{RUN}"
+NO_NNODES = f"vllm-cluster-mpexec-test/vllm:no-nnodes-{RUN}"
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     why = docker_ready()
-    assert why is None, f"these tests need a Docker engine (.ci/run starts dockerd): {why}"
+    assert why is None, f"these tests need a Docker engine (`make services` starts dockerd): {why}"
     work = tmp_path_factory.mktemp("mpexec-images")
     tags = {"good": build_image(GOOD, work),
             # a vLLM whose parser has no --nnodes: the dry run must stop the rollout before any engine moves

@@ -16,7 +16,7 @@ from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT, plan_of
 from tests.test_check_api import standin
 
-ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"  # Debian systemd, from .ci/run
+ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"  # Debian systemd, from `make services`
 NASTY = [GoldenPair(prompt="17*19等于多少？只返回数字。", expect="323"),
          GoldenPair(prompt='say "100% $HOME" \\ back\nslash', expect=r"^3\d3$")]
 

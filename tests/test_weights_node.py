@@ -74,7 +74,7 @@ def build_boto_image(tag: str, workdir: Path) -> str:
 @pytest.fixture(scope="module")
 def images() -> Iterator[dict[str, str]]:
     reason = docker_ready()
-    assert reason is None, f"these tests need a Docker engine (.ci/run starts dockerd): {reason}"
+    assert reason is None, f"these tests need a Docker engine (`make services` starts dockerd): {reason}"
     suffix = uuid.uuid4().hex[:8]
     work = Path(tempfile.mkdtemp(prefix="weights-images-"))
     tags = {"boto": f"weights-test-boto:{suffix}", "bare": f"weights-test-bare:{suffix}"}

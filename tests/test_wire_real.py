@@ -52,7 +52,7 @@ def docker(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def work() -> Iterator[Path]:
     reason = docker_ready()
-    assert reason is None, f"these tests need a Docker engine (.ci/run starts dockerd): {reason}"
+    assert reason is None, f"these tests need a Docker engine (`make services` starts dockerd): {reason}"
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -169,7 +169,9 @@ def start_engine(name: str, image: str, labels: dict[str, str], env: dict[str, s
     docker("rm", "-f", name)
     flags = [part for key, value in labels.items() for part in ("--label", f"{key}={value}")]
     flags += [part for key, value in env.items() for part in ("-e", f"{key}={value}")]
-    done = docker("run", "-d", "--name", name, *flags, "--entrypoint", "python3", image, "-c",
+    # --init: a real engine stops on SIGTERM; a bare `python3 -c` as PID 1 would ignore it, and every
+    # `docker stop --time 30` of the guard would wait the whole 30 s
+    done = docker("run", "-d", "--init", "--name", name, *flags, "--entrypoint", "python3", image, "-c",
                   "import time; time.sleep(600)")
     assert done.returncode == 0, done.stderr
 
