@@ -27,7 +27,7 @@ from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
-from stacks.planner.managed import argv_problems, env_problems, table_for
+from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, speculative_fields
@@ -185,12 +185,15 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                         upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
                         fix=f"an image listed for {profile.key} in stacks/planner/images.py"))
         serving = config.serving
-        for key, value in (("tokenizer_mode", serving.tokenizer_mode or profile.tokenizer_mode),
-                           ("tool_call_parser", serving.tool_call_parser or profile.tool_call_parser),
-                           ("reasoning_parser", serving.reasoning_parser or profile.reasoning_parser)):
-            if value is not None and value not in image.parsers and value not in ("auto", "hf", "slow"):
-                add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it",
-                            upstream=_PARSER_ERRORS[key].format(value=value), fix=f"one of {sorted(image.parsers)}"))
+        shipped = image_parsers(config, image)
+        for key, own, default in (("tokenizer_mode", serving.tokenizer_mode, profile.tokenizer_mode),
+                                  ("tool_call_parser", serving.tool_call_parser, profile.tool_call_parser),
+                                  ("reasoning_parser", serving.reasoning_parser, profile.reasoning_parser)):
+            value, names = own or default, shipped[key]
+            if value is not None and value not in names and value not in ("auto", "hf", "slow"):
+                whose = "" if own else f" (the default of model card {profile.key}; set serving.{key} to override)"
+                add(Problem(f"serving.{key}", value, f"image {config.image.ref} does not ship it{whose}",
+                            upstream=_PARSER_ERRORS[key].format(value=value), fix=f"one of {sorted(names)}"))
     if config.serving.max_model_len > profile.max_context and not _long_len_allowed(config):
         add(Problem("serving.max_model_len", config.serving.max_model_len,
                     f"above the model's context of {profile.max_context} ({profile.sources.get('max_model_len', '')})",
@@ -200,6 +203,22 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                     fix=f"at most {profile.max_context}, or VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1' in container.env (RoPE "
                         "past the trained positions gives NaNs)"))
     _family_rules(config, profile, result)
+
+
+def image_parsers(config: StackConfig, image: ImageCapabilities) -> dict[str, frozenset[str]]:
+    """The tokenizer modes, tool-call and reasoning parsers the image ships: from its card's registries (what its
+    vLLM registered, `images/`), else the capability table's list (`stacks/planner/images.py`)."""
+    card, _ = image_card(config)
+    if card is None:
+        return dict.fromkeys(("tokenizer_mode", "tool_call_parser", "reasoning_parser"), image.parsers)
+    registries = card.raw.get("registries") or {}
+    modes = next((o.get("metavar") or o.get("choices") or [] for o in card.raw.get("options", [])
+                  if "--tokenizer-mode" in (o.get("option_strings") or [])), [])
+    # The card lists tokenizer modes only as the option's metavar, which vLLM writes by hand and which misses
+    # some registered modes (deepseek_v41 on 0.33.0): the capability table's names, read from the wheel, count too.
+    return {"tokenizer_mode": frozenset(modes if isinstance(modes, list) else []) | image.parsers,
+            "tool_call_parser": frozenset(registries.get("tool_parsers") or image.parsers),
+            "reasoning_parser": frozenset(registries.get("reasoning_parsers") or image.parsers)}
 
 
 def _long_len_allowed(config: StackConfig) -> bool:
