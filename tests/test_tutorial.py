@@ -4,8 +4,8 @@ Every fenced ```sh block that follows a `<!-- tutorial -->` comment is run, in R
 one shell per block (the environment a block exports is carried to the next, as in the user's terminal), in a
 copy of the tracked and not-ignored files with a fresh git history. A block marked `<!-- tutorial: exit 2 -->`
 must end with exit 2 (a refused config). The one thing that differs from a user's clone is `venv/`: the copy's
-venv links to the interpreter running this test, with its `make venv` stamp newer than the requirements, so
-`make venv` has nothing to do (a fresh install would need the network and minutes)."""
+venv links to the interpreter running this test, with its `make venv-plan` and `make venv` stamps newer than the
+requirements, so neither has anything to do (a fresh install would need the network and minutes)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,15 @@ def fresh_copy(dest: Path) -> None:
             shutil.copy2(source, dest / name)
     venv = dest / "venv"
     venv.mkdir()
+    stamps = (".plan-installed", ".installed")
     for entry in Path(sys.prefix).iterdir():
-        if entry.name != ".installed":
+        if entry.name not in stamps:
             (venv / entry.name).symlink_to(entry)
-    stamp = venv / ".installed"
-    stamp.touch()
-    newest = max((dest / r).stat().st_mtime for r in ("requirements.txt", "requirements-dev.txt"))
-    os.utime(stamp, (newest + 1, newest + 1))
+    newest = max((dest / r).stat().st_mtime
+                 for r in ("requirements-plan.txt", "requirements.txt", "requirements-dev.txt"))
+    for name in stamps:
+        (venv / name).touch()
+        os.utime(venv / name, (newest + 1, newest + 1))
 
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A User",
