@@ -29,12 +29,12 @@ from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner import validation
 from stacks.planner.managed import ELASTIC_EP_MULTINODE_ERROR
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.profiles import PROFILES
+from stacks.planner.profiles import get_profile
 from stacks.planner.render import render_plan
 from stacks.planner.validation import DSPARK_PP_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of
 from tests.docker_harness import RUN, build_image, docker_ready, remove_image, renamed_flag, run_shell, standin_env
-from tests.pulumi_harness import Run, run_program
+from tests.pulumi_harness import Run, run_program, waits_for
 
 V4 = "/data/models/DeepSeek-V4-Flash"
 # Seed 001's serving flags, in the order vllm_args emits them (see tests/test_plan_golden.py for h20 on Ray).
@@ -270,7 +270,9 @@ def test_elastic_ep_refused_with_upstream_error(h20_values: dict[str, Any]) -> N
 def test_dense_model_dp_over_spanning_replicas_refused(h20_values: dict[str, Any],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM 0.33.0 re-forms each dense DP rank as DP1 in its engine core but not on workers-only nodes."""
-    dense = dataclasses.replace(PROFILES["deepseek-v4-flash"], moe=False)
+    base = get_profile("deepseek-v4-flash")
+    assert base is not None
+    dense = dataclasses.replace(base, moe=False)
     monkeypatch.setattr(validation, "get_profile", lambda key: dense)
     values = h20_mp(h20_values, nodes=4, data=2)
     values["parallelism"]["expert"] = False
@@ -528,10 +530,10 @@ def test_program_start_order_edges(four: Run) -> None:
         deps = four.options[f"engine-{name}-vllm-ray"].depends_on or []
         assert not any(c in deps for c in containers.values())  # headless nodes wait on no container
         # …but on every node's collective check, each after every node's dry run
-        assert all(c in deps for c in four.result["collectives"].values())
-    assert all(c in head_deps for c in four.result["collectives"].values())
+        assert all(waits_for(four, containers[name], c) for c in four.result["collectives"].values())
+    assert all(waits_for(four, containers["h20-1"], c) for c in four.result["collectives"].values())
     for c in four.result["collectives"].values():
-        assert all(d in four.all_options[c._name].depends_on for d in engine.dry_runs.values())
+        assert all(waits_for(four, c, d) for d in engine.dry_runs.values())
     assert engine.ray_ready is None and not [r for r in four.mocks.resources if "ray" in r.name and "ready" in r.name]
 
 

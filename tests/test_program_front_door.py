@@ -13,7 +13,7 @@ import pytest
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.firewall import firewall_commands
 from stacks.planner.plan import build_plan
-from tests.pulumi_harness import Run, run_program
+from tests.pulumi_harness import Run, run_program, waits_for
 from tests.test_policy import HOST_KEYS, with_host_keys
 
 REMOTE = "command:remote:Command"
@@ -57,10 +57,10 @@ def test_one_firewall_command_per_node_after_its_preflight_and_before_any_engine
     # every engine container waits for every dry run: directly, or through the collective checks that do
     collectives = list(run.result["collectives"].values())
     for c in collectives:
-        assert all(d in run.all_options[c._name].depends_on for d in run.result["engine"].dry_runs.values())
+        assert all(waits_for(run, c, d) for d in run.result["engine"].dry_runs.values())
     for container in run.result["engine"].containers.values():
-        deps = run.all_options[container._name].depends_on
-        assert all(d in deps for d in collectives or run.result["engine"].dry_runs.values())
+        assert all(waits_for(run, container, d) for d in collectives or run.result["engine"].dry_runs.values())
+        assert all(waits_for(run, container, wall) for wall in walls.values())
 
 
 def test_rules_change_re_runs_the_firewall_and_nothing_else_does() -> None:
