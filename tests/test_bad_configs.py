@@ -471,7 +471,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("transport-without-hcas", "prod", {"nodes.0.hcas": []}, "nodes.0.hcas"),
     ("control-plane-without-data-ips", "prod", {"nodes.0.data_ips": [], "nodes.0.nics": []}, "nodes.0.data_ips"),
     ("mgmt-socket-without-ifname", "h20", {"nodes.0.management_ifname": None}, "nodes.0.management_ifname"),
-    ("parser-not-in-image", "h20", {"serving.reasoning_parser": "qwen3"}, "serving.reasoning_parser"),
+    ("parser-not-in-image", "h20", {"serving.reasoning_parser": "no_such_parser"}, "serving.reasoning_parser"),
     ("dtype-not-a-choice", "h20", {"serving.dtype": "int4"}, "serving.dtype"),
     ("vision-on-v4", "h20", {"vision": True}, "vision"),
     # managed flags in extra_args

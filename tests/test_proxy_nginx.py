@@ -121,7 +121,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain-http": ("prod", {"tls": False, "port": 8080}),
     "ipv6-any": ("h20", {"bind": "::"}),
     "server-name": ("prod", {"server_name": "api.example.internal"}),
-    "wildcard-server-name": ("prod", {"server_name": "*.llm.example.com"}),
+    "wildcard-server-name": ("prod", {"server_name": "*.llm.example.com", "api_public_host": "llm.example.com"}),
     "punycode-server-name": ("prod", {"server_name": "xn--nde1-lra.example"}),
     "more-paths": ("h20", {"allowed_paths": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses",
                                              "/v1/messages", "/v1/models", "/health"]}),
@@ -137,9 +137,12 @@ def test_nginx_accepts_every_generated_config(variant: str, request: pytest.Fixt
     stack, proxy = VARIANTS[variant]
     proxy = dict(proxy)
     host = proxy.pop("serving_host", None)
+    public_host = proxy.pop("api_public_host", None)
     values = with_proxy(request.getfixturevalue(f"{stack}_values"), **proxy)
     if host:
         values["serving"]["host"] = host
+    if public_host:  # a wildcard server_name needs the name the checks call
+        values["api"]["public_host"] = public_host
     config = parse_config(stack, values)
     plan = build_plan(stack, config)
     assert plan.proxy is not None and plan.proxy.upstream == front_door(config).upstream
