@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -217,7 +218,7 @@ def _usage(text: str) -> dict[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m checks.standin", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m checks.standin", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=8000, help="port to listen on, 0 for any free one [8000]")
     p.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1] (::1 for IPv6 loopback)")
@@ -257,6 +258,11 @@ def _problem(args: argparse.Namespace) -> str | None:
             return f"{flag} {value}: must be 0-86400 seconds"
     if not args.served_name.strip():
         return "--served-model-name '': give the name clients ask for, e.g. DeepSeek-V4.1-Flash"
+    if not re.fullmatch(r"[A-Za-z0-9.:%\[\]-]{1,253}", args.host):  # not echoed: it may be a URL with a password
+        return "--host: not an address or host name; give one such as 127.0.0.1, ::1 or localhost"
+    if args.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", args.api_key_env):
+        return ("--api-key-env: not an environment variable's name (the value is not shown: it may be a key); "
+                "give the NAME of the variable that holds the key, e.g. VLLM_API_KEY")
     if args.api_key_env and not os.environ.get(args.api_key_env):
         return (f"--api-key-env {args.api_key_env}: that environment variable is not set or empty; export it with "
                 "the key, or leave --api-key-env out for a server without a key")
@@ -270,7 +276,10 @@ def _interrupted(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     global ARGS, STARTED
     parser = _parser()
-    ARGS = parser.parse_args(argv)
+    ARGS, unknown = parser.parse_known_args(argv)
+    if unknown:  # name the unknown options only: a value after one may be a key (`--api-key sk-…`)
+        flags = [word.split("=", 1)[0] for word in unknown if word.startswith("-")] or ["a word without a flag"]
+        parser.error(f"unknown option(s) {', '.join(flags)} (values not shown); see --help")
     problem = _problem(ARGS)
     if problem:
         parser.print_usage(sys.stderr)

@@ -127,9 +127,9 @@ def _supervise(args: argparse.Namespace) -> int:
     for flag, value in (("--interval-s", args.interval_s), ("--hang-s", args.hang_s),
                         ("--backoff-first-s", args.backoff_first_s), ("--backoff-max-s", args.backoff_max_s),
                         ("--max-per-hour", args.max_per_hour)):
-        if not value > 0:
-            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 (defaults: 30, 600, 60, 1800, 4)",
-                  file=sys.stderr)
+        if not 0 < value <= 7 * 24 * 3600:  # NaN and infinity fail too: a wait that never ends detects nothing
+            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 and at most 604800 (a week) "
+                  "(defaults: 30, 600, 60, 1800, 4)", file=sys.stderr)
             return 2
     config, plan, group = _load(args)
     try:

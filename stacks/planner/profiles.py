@@ -11,6 +11,7 @@ weights load.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -95,6 +96,13 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}: "
                               "regenerate it with python -m stacks model-card")
         w, s = card["weights"], card["serving"]
+        total = float(w["experts_bytes"]) + float(w["dense_bytes"]) + float(w.get("embeddings_bytes") or 0)
+        if not math.isfinite(total) or total < 1e7:  # 10 MB: no model vLLM serves is smaller
+            raise CardProblem(f"{where}: weights add up to {total:g} bytes; regenerate the card from the model's "
+                              "shards (python -m stacks model-card DIR --name NAME)")
+        vram = s.get("min_vram_gb")
+        if vram is not None and not (isinstance(vram, (int, float)) and math.isfinite(vram) and 0 < vram < 10_000):
+            raise CardProblem(f"{where}: serving.min_vram_gb {vram!r} is not a GPU memory size in GB (0 to 10000)")
         split = WeightSplit(experts_gb=w["experts_bytes"] / 1e9,
                             dense_gb=(w["dense_bytes"] + (w.get("embeddings_bytes") or 0)) / 1e9,
                             replicated_gb=w["replicated_bytes"] / 1e9, engram_gb=w["engram_bytes"] / 1e9)
