@@ -178,6 +178,8 @@ def read_config(source: Source) -> tuple[dict[str, Any], dict[str, Any]]:
                         "to its *.safetensors)")
     try:
         raw = json.loads(source.read("config.json"))
+    except RecursionError:
+        raise CardError(f"{source.label}/config.json: nested too deeply to be a model config") from None
     except ValueError as exc:
         raise CardError(f"{source.label}/config.json: not JSON ({exc})") from exc
     if not isinstance(raw, dict):
@@ -436,6 +438,8 @@ def parse_header(data: bytes, where: str, file_size: int | None) -> tuple[dict[s
     """Bytes and dtype of every tensor in one safetensors header."""
     try:
         header = json.loads(data)
+    except RecursionError:
+        raise CardError(f"{where}: the safetensors header is nested too deeply to be one") from None
     except ValueError as exc:
         raise CardError(f"{where}: the safetensors header is not JSON ({exc}): truncated or not a safetensors file") \
             from exc
@@ -488,6 +492,8 @@ def read_index(source: Source) -> dict[str, Any] | None:
         return None
     try:
         index = json.loads(source.read(name))
+    except RecursionError:
+        raise CardError(f"{name}: nested too deeply to be a safetensors index") from None
     except ValueError as exc:
         raise CardError(f"{name}: not JSON ({exc}): truncated?") from exc
     wmap = index.get("weight_map") if isinstance(index, dict) else None
