@@ -92,6 +92,10 @@ def test_a_secret_given_with_set_is_refused_unechoed(tmp_path: Path, key: str) -
     done = _run(["-m", "stacks", "plan", "leak", "--set", f"{key}={planted(key)}"], root)
     _clean(done)
     assert done.returncode == 2
+    # --assume-secret for the same key does not make the plaintext acceptable
+    both = _run(["-m", "stacks", "plan", "leak", "--assume-secret", key, "--set", f"{key}={planted(key)}"], root)
+    _clean(both)
+    assert both.returncode == 2 and "--set cannot give a secret" in both.stderr + both.stdout
 
 
 def test_a_secret_set_in_a_url_valued_key_is_refused_unechoed(tmp_path: Path) -> None:

@@ -116,6 +116,12 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
         if not sep or not path.strip():
             problems.append(Problem("--set", item, "expected KEY.PATH=VALUE", fix="--set parallelism.tensor=16"))
             continue
+        if path.strip().split(".", 1)[0] in SECRET_KEYS + SECRET_OBJECT_KEYS:  # typed in a shell: plain text
+            problems.append(Problem(path.strip(), PLAIN, "--set cannot give a secret (it would be plain text in "
+                                    "argv and the shell's history)",
+                                    fix=f"--assume-secret {path.strip()} to plan as if it were set, or "
+                                    f"pulumi config set --secret {PROJECT}:{path.strip()} <value>"))
+            continue
         try:
             set_path(result, path.strip(), parse_value_text(raw))
         except ValueError as exc:
