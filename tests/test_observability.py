@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from checks.api import WatchMetrics
+from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.observability import (
@@ -427,3 +428,16 @@ def test_the_watch_refuses_bad_metrics_arguments() -> None:
                         (["--info-json", '{"ranks": []}'], "without --metrics-listen")):
         out = subprocess.run([*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and says in out.stdout and "Traceback" not in out.stderr, out.stdout
+
+
+@pytest.mark.parametrize(("port", "field", "key"), [
+    (8030, "watch", "serving.port"),  # the watch unit's listener on the monitoring node clashes with vLLM's API
+    (22, "watch", "observability.ports.watch"),  # the nodes' SSH port
+    (22, "node_exporter", "observability.ports.node_exporter"),
+])
+def test_a_monitoring_port_that_another_listener_or_sshd_holds_is_refused(port: int, field: str, key: str) -> None:
+    values = enabled(read_stack_values("prod"))
+    values["observability"].setdefault("ports", {})[field] = port
+    with pytest.raises(ConfigError) as caught:
+        build_plan("prod", parse_config("prod", values))
+    assert key in [p.key for p in caught.value.problems], caught.value.report()

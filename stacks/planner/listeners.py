@@ -315,6 +315,9 @@ def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
                       SRC_PROMETHEUS, role="monitoring"),
                  _Row(ports.grafana, ip, "Grafana (admin password; SSH tunnel)", "grafana", SRC_GRAFANA,
                       role="monitoring")]
+        if config.observability.watch_address in (None, "", ip):  # the watch unit runs here (its default place)
+            rows += [_Row(ports.watch, ip, "watch unit: golden results and info series (unauthenticated)",
+                          "watch-unit", "checks/api.py --watch --metrics-listen", role="monitoring")]
         if alertmanager_enabled(config):
             rows += [_Row(ports.alertmanager, ip, "Alertmanager API (unauthenticated)", "alertmanager",
                           SRC_ALERTMANAGER, role="monitoring"),

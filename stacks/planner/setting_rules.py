@@ -105,3 +105,19 @@ def endpoint_name_rules(config: StackConfig) -> list[Problem]:
                         fix=f"set api.public_host to the name clients use, e.g. {proxy.server_name[2:]} or "
                             f"llm.{proxy.server_name[2:]}")]
     return []
+
+
+def monitoring_port_rules(config: StackConfig) -> list[Problem]:
+    """A monitoring port that is a node's SSH port: the exporter would take sshd's port (or fail to start), and the
+    deploy reaches every node over SSH."""
+    obs = config.observability
+    if not obs.enabled:
+        return []
+    problems = []
+    for field, port in obs.ports.model_dump().items():
+        nodes = [n.name for n in config.nodes if n.ssh.port == port]
+        if nodes:
+            problems.append(Problem(f"observability.ports.{field}", port,
+                                    f"is the SSH port of {', '.join(nodes)}: the deploy and the checks reach the "
+                                    "nodes over SSH", fix="another port, e.g. the default"))
+    return problems

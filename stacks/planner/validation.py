@@ -35,6 +35,7 @@ from stacks.planner.setting_rules import (
     backend_rules,
     endpoint_name_rules,
     gpu_rules,
+    monitoring_port_rules,
     nccl_log_rules,
     timeout_rules,
 )
@@ -94,6 +95,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     gpu_problems, gpu_warnings = gpu_rules(config)
     nccl_problems, nccl_warnings = nccl_log_rules(config, topology)
     result.problems += gpu_problems + nccl_problems + timeout_rules(config, load_s) + endpoint_name_rules(config)
+    result.problems += monitoring_port_rules(config)
     result.warnings += gpu_warnings + nccl_warnings + backend_rules(config, topology)
     if load_s is not None and config.serving.engine_ready_timeout_s < load_s:
         result.warnings.append(
