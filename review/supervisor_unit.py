@@ -9,30 +9,17 @@ deploy lock's directory, the metrics file's directory and ~/.ssh (OpenSSH's shar
 
 from __future__ import annotations
 
-import re
-
-from review.watch_unit import systemd_quote
-
-_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_BAD_PATH = re.compile(r"[\s\x00-\x1f\x7f\\%$\"']")
+from review.watch_unit import check_unit_inputs, stack_unit_name, systemd_quote
 
 
 def supervisor_unit_name(stack: str) -> str:
-    if not _STACK.match(stack):
-        raise ValueError(f"stack name {stack!r} cannot name a unit: letters, digits, '_', '.', '-'")
-    return f"vllm-cluster-supervisor-{stack}.service"
+    return stack_unit_name(stack, "supervisor")
 
 
 def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: str, user: str | None = None,
                            metrics_file: str | None = None, ca_file: str | None = None) -> str:
-    for label, path in (("--python", python), ("--workdir", workdir), ("--env-file", env_file),
-                        ("--metrics-file", metrics_file), ("--ca-file", ca_file)):
-        if path is not None and not path.startswith("/"):
-            raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
-        if path is not None and _BAD_PATH.search(path):
-            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$`")
-    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
-        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
+    check_unit_inputs({"--python": python, "--workdir": workdir, "--env-file": env_file,
+                       "--metrics-file": metrics_file, "--ca-file": ca_file}, user)
     name = supervisor_unit_name(stack)
     argv = [python, "-m", "stacks", "supervise", stack]
     if metrics_file:

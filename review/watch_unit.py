@@ -21,10 +21,27 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./:,=@+-]+$")
 _STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
-def unit_name(stack: str) -> str:
+def stack_unit_name(stack: str, purpose: str) -> str:
+    """`vllm-cluster-<purpose>-<stack>.service`, for any of the project's units."""
     if not _STACK.match(stack):
         raise ValueError(f"stack name {stack!r} cannot name a unit: letters, digits, '_', '.', '-'")
-    return f"vllm-cluster-watch-{stack}.service"
+    return f"vllm-cluster-{purpose}-{stack}.service"
+
+
+def unit_name(stack: str) -> str:
+    return stack_unit_name(stack, "watch")
+
+
+def check_unit_inputs(paths: dict[str, str | None], user: str | None) -> None:
+    """What a unit file interpolates: absolute paths that cannot add a line or a specifier, a POSIX user name."""
+    for label, path in paths.items():
+        if path is not None and not path.startswith("/"):
+            raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
+        if path is not None and re.search(r"[\s\x00-\x1f\x7f\\%$\"']", path):
+            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$` (a "
+                             "newline would add a line to the unit)")
+    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
+        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
 
 
 def systemd_quote(word: str) -> str:
@@ -64,14 +81,7 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
                       info_json: str | None = None) -> str:
     """The unit file text. `python` is the deployer's venv interpreter and `workdir` the checkout holding
     `checks/` and `stacks/`; `env_file` holds `VLLM_API_KEY=…` (the proxy's check client key when it is on)."""
-    for label, path in (("python", python), ("workdir", workdir), ("env_file", env_file), ("ca_file", ca_file)):
-        if path is not None and not path.startswith("/"):
-            raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
-        if path is not None and re.search(r"[\s\x00-\x1f\x7f\\%$\"']", path):
-            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$` (a "
-                             "newline would add a line to the unit)")
-    if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
-        raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
+    check_unit_inputs({"python": python, "workdir": workdir, "env_file": env_file, "ca_file": ca_file}, user)
     name = unit_name(stack)
     argv = watch_argv(python=python, url=url, served_name=served_name, dp_size=dp_size, rank_nodes=rank_nodes,
                       golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,
