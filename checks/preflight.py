@@ -52,6 +52,7 @@ from checks.verdict import (
     optional_label,
     port,
     port_range,
+    printable_line,
     seconds,
     shown,
 )
@@ -897,13 +898,6 @@ def _ifname(value: str) -> str:
     return value
 
 
-def _text(value: str) -> str:
-    """Free text that lands in a command or an evidence line: one printable line."""
-    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
-    return value
-
-
 SECTIONS: dict[str, Callable[[Context], Section]] = {
     "ownership": check_ownership,
     "disk": check_disk,
@@ -929,9 +923,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--call-timeout-s", type=seconds(3_600), help="cap every external call (tests, slow hosts)")
     g = p.add_argument_group("gpu / toolkit / memlock")
     g.add_argument("--gpus", type=count(64), default=8)
-    g.add_argument("--gpu-model", default="", type=_text)
+    g.add_argument("--gpu-model", default="", type=printable_line)
     g.add_argument("--gpu-memory-gb", type=GB_AMOUNT, default=0.0)
-    g.add_argument("--image", default="", type=_text)
+    g.add_argument("--image", default="", type=printable_line)
     m = p.add_argument_group("model (files; per-GPU memory when --tp is given)")
     m.add_argument("--model-dir", default="", type=optional_abs_path)
     m.add_argument("--heads", type=count(1 << 16))
@@ -946,7 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ranks-on-node", type=count(64), default=8, help="vLLM worker processes on this node")
     m.add_argument("--gpu-memory-utilization", type=number(0, 1), default=0.9)
     m.add_argument("--max-model-len", type=integer(0, 1 << 24), default=0)
-    m.add_argument("--kv-cache-dtype", default="auto", type=_text)
+    m.add_argument("--kv-cache-dtype", default="auto", type=printable_line)
     m.add_argument("--kv-fallback-bytes", type=number(0, 1e12, low_open=False), default=0.0,
                    help="KV bytes/token/GPU when config.json lacks layer_types/compress_rates (the profile's figure)")
     m.add_argument("--reserve-gb", type=number(0, 1e4, " GB", low_open=False), default=RUNTIME_RESERVE_GB)

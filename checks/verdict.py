@@ -156,6 +156,13 @@ def _text(value: str) -> str:
     return value
 
 
+def printable_line(value: str) -> str:
+    """Free text that lands in a command or an evidence line: one printable line."""
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
+    return value
+
+
 def integer(low: int, high: int, what: str = "") -> Callable[[str], int]:
     """An int in [low, high]."""
     def parse(value: str) -> int:

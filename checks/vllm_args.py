@@ -35,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import CheckParser, Verdict, check_name, emit, listed, shown
+from checks.verdict import CheckParser, Verdict, check_name, emit, listed, printable_line, shown
 
 
 class _EngineStartReached(BaseException):
@@ -297,16 +297,10 @@ def _module(value: str) -> str:
     return value
 
 
-def _line(value: str) -> str:
-    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{shown(value)}: one printable line of at most 1024 characters")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = CheckParser(prog="vllm_args", description=__doc__)
     p.add_argument("--name", default="args-dry-run", type=check_name)
-    p.add_argument("--image", default="this image", type=_line)
+    p.add_argument("--image", default="this image", type=printable_line)
     p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE", type=_expectation,
                    help="a parsed field that must come out as planned, e.g. tensor_parallel_size=8")
     p.add_argument("--import-only", default=[], type=listed(_module),
