@@ -8,6 +8,7 @@ everything else echoes its inputs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -54,9 +55,34 @@ def _quiet() -> Iterator[None]:
         logging.disable(previous)
 
 
+@contextlib.contextmanager
+def own_event_loop() -> Iterator[None]:
+    """Run one program under mocks on an event loop of its own, closed afterwards.
+
+    Pulumi's `runtime.test` reuses the thread's loop, so tasks left by an earlier run (one the program refused
+    raises mid-registration) stay scheduled on it; after hundreds of runs in one process (the replacement matrix)
+    a run under load was seen waiting forever with nothing ready. The SDK's own tests hit the same cross-run
+    contamination (pulumi/pulumi#7746). A fresh loop per run leaves nothing behind to wait on.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.close()
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
     """Run components.program.deploy with this config (plain values) and these secret values; every resource it
     registers, with the options that decide replacement. Raises ProgramError when the program refuses."""
+    with own_event_loop():
+        return _register(stack, values, secrets)
+
+
+def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
     from components.program import deploy
 
     mocks = _Mocks()

@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
+from review.registrations import own_event_loop
 from stacks.model.loader import read_stack_values
 
 SECRET_VALUES = {"api_key": "sk-mock-key-123", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----mock"}
@@ -61,6 +62,12 @@ class Run:
 def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool = False,
                 secrets: dict[str, Any] | None = None, stdout: dict[str, str] | None = None) -> Run:
     """Evaluate components.program.deploy under mocks; returns what was registered and with which options."""
+    with own_event_loop():
+        return _run_program(stack, values, preview, secrets, stdout)
+
+
+def _run_program(stack: str, values: dict[str, Any] | None, preview: bool,
+                 secrets: dict[str, Any] | None, stdout: dict[str, str] | None) -> Run:
     from components.program import deploy
 
     values = values if values is not None else read_stack_values(stack)
