@@ -221,12 +221,14 @@ def reach(lab: dict[str, str], *extra: str) -> tuple[int, dict]:  # type: ignore
 def test_every_nic_pair_reachable(lab: dict[str, str]) -> None:
     code, v = reach(lab)
     assert code == 0, v
-    assert "reach: 4 pair(s) from 2 local NIC(s) to 2 NIC(s) on 1 peer node(s), TCP port 9: 4 reachable" in v["evidence"]
+    summary = "reach: 4 pair(s) from 2 local NIC(s) to 2 NIC(s) on 1 peer node(s), TCP port 9: 4 reachable"
+    assert summary in v["evidence"]
     assert "reach: bound to device and address" in v["evidence"]
 
 
 def test_a_dropped_peer_nic_is_named_per_pair(lab: dict[str, str]) -> None:
-    rules = f"table inet dh {{\n chain input {{\n type filter hook input priority 0;\n ip daddr {lab['b1']} drop\n }}\n}}\n"
+    rules = ("table inet dh {\n chain input {\n type filter hook input priority 0;\n"
+             f" ip daddr {lab['b1']} drop\n }}\n}}\n")
     subprocess.run(["ip", "netns", "exec", lab["b"], "nft", "-f", "-"], input=rules, text=True, check=True,
                    capture_output=True, timeout=30)
     code, v = reach(lab)
