@@ -1,7 +1,7 @@
 """What the DeepEP all-to-all backends need from each host, and the NVSHMEM variables each node gets (pure).
 
 vLLM 0.33.0 runs its `deepep_high_throughput` and `deepep_low_latency` backends on DeepEP's `Buffer`
-(vllm/distributed/device_communicators/all2all.py:255-299 and 320-386), which starts NVSHMEM with GPU-initiated
+(vllm/distributed/device_communicators/all2all.py:255-312 and 314-386), which starts NVSHMEM with GPU-initiated
 RDMA (IBGDA) whenever its group has RDMA ranks or runs the low-latency kernels (DeepEP deep_ep/buffers/legacy.py:
 `NVSHMEM_IB_ENABLE_IBGDA=1`). The high-throughput kernels use RDMA only when the EP group spans nodes
 (all2all.py:267, `self.internode`); on one node both backends talk over NVLink, which vLLM's own install notes
