@@ -16,8 +16,7 @@ from checks.weights_node import node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
-from stacks.planner.deepep import reach_targets
-from stacks.planner.fabric import node_env
+from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import LABEL_PREFIX
 from stacks.planner.load_estimate import engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
@@ -94,10 +93,9 @@ def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> st
     for the NIC handler the engine will run (NVSHMEM_IBGDA_NIC_HANDLER from its env, NVSHMEM's `auto` when unset),
     GPU memory registration, and the node's data NICs against every peer's."""
     node = next(n for n in config.nodes if n.name == check.node)
-    env = {**config.container.env, **node_env(config, node)}
-    handler = env.get("NVSHMEM_IBGDA_NIC_HANDLER", "auto")
+    handler = nic_handler(config)
     args = ["--name", check.name, "--sections", ",".join(check.sections)]
-    if handler in ("gpu", "cpu"):
+    if handler != "auto":
         args += ["--nic-handler", handler]
     pairs = 0
     if "reach" in check.sections:

@@ -145,3 +145,18 @@ def test_host_check_edges_stay_linear(backend: str) -> None:
         assert len([n for n in run.all_options if n.endswith("-deepep-host")]) == nodes
         per_node[nodes] = dependency_edges(run) / nodes
     assert per_node[32] <= per_node[8] * 1.1, per_node
+
+
+def test_nic_handler_reaches_the_check_and_a_wrong_one_is_refused(backend: str) -> None:
+    from components.check_commands import deepep_host_command
+
+    values = read_stack_values("prod")
+    values["fabric"] = {**values.get("fabric", {}), "env": {"NVSHMEM_IBGDA_NIC_HANDLER": "cpu"}}
+    config = parse_config("prod", values)
+    plan = build_plan("prod", config)
+    check = next(c for c in plan.checks if c.name == "deepep-host-node2")
+    assert "--sections ibgda,peermem,reach --nic-handler cpu --local" in deepep_host_command(config, plan, check)
+    values["fabric"]["env"] = {"NVSHMEM_IBGDA_NIC_HANDLER": "GPU"}
+    with pytest.raises(ConfigError) as caught:
+        build_plan("prod", parse_config("prod", values))
+    assert "fabric.env.NVSHMEM_IBGDA_NIC_HANDLER" in caught.value.report() and "gpu (needs" in caught.value.report()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacks.model.config import FabricConfig, NodeConfig, StackConfig
+from stacks.model.errors import Problem
 
 NVSHMEM_BACKENDS: dict[str, str] = {
     "deepep_high_throughput": "DeepEP high-throughput kernels: NVLink inside a node, NVSHMEM/IBGDA between nodes",
@@ -107,6 +108,27 @@ def nvshmem_env(node: NodeConfig, fabric: FabricConfig, backend: str | None) -> 
     if ifname:
         env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] = ifname
     return env
+
+
+NIC_HANDLERS = ("auto", "gpu", "cpu")
+"""NVSHMEM_IBGDA_NIC_HANDLER's values (NVSHMEM src/modules/transport/common/env_defs.h, IBGDA_NIC_HANDLER)."""
+
+
+def nic_handler(config: StackConfig) -> str:
+    """NVSHMEM_IBGDA_NIC_HANDLER as the engines run it (fabric.env or container.env; NVSHMEM's `auto` unset)."""
+    return config.fabric.env.get("NVSHMEM_IBGDA_NIC_HANDLER") or \
+        config.container.env.get("NVSHMEM_IBGDA_NIC_HANDLER") or "auto"
+
+
+def nic_handler_problems(config: StackConfig) -> list[Problem]:
+    """A handler NVSHMEM does not know would leave the host check guessing which IBGDA mode the engine runs."""
+    for where, env in (("fabric.env", config.fabric.env), ("container.env", config.container.env)):
+        value = env.get("NVSHMEM_IBGDA_NIC_HANDLER")
+        if value is not None and value not in NIC_HANDLERS:
+            return [Problem(f"{where}.NVSHMEM_IBGDA_NIC_HANDLER", value, "not a NIC handler NVSHMEM knows",
+                            fix="auto (GPU, else CPU), gpu (needs the driver's PeerMappingOverride) or cpu (needs "
+                            "GDRCopy's gdrdrv)")]
+    return []
 
 
 def reach_targets(config: StackConfig, node: NodeConfig) -> tuple[list[str], list[str]]:

@@ -54,6 +54,7 @@ def fabric_problems(config: StackConfig) -> list[Problem]:
                                     f"fabric.transport is {fabric.transport!r} but no HCA is listed; NCCL would "
                                     "pick any HCA or fall back to sockets (NET/Socket)",
                                     fix="e.g. hcas: ['mlx5_0:1'], or fabric.transport: socket"))
+    problems += deepep.nic_handler_problems(config)
     return problems
 
 
