@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 import shlex
 
+from checks import deepep_host
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
+from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import LABEL_PREFIX
 from stacks.planner.load_estimate import engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
@@ -84,6 +86,23 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--nics", ",".join(node.nics)]
     assert node_plan.gpus_present == node.gpus.count
     return heredoc_command("preflight", args, timeout_s=outer_timeout_s(check.sections))
+
+
+def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`deepep-host-<node>` on the node's own python3, before the image pull: the IBGDA driver options or gdrdrv
+    for the NIC handler the engine will run (NVSHMEM_IBGDA_NIC_HANDLER from its env, NVSHMEM's `auto` when unset),
+    GPU memory registration, and the node's data NICs against every peer's."""
+    node = next(n for n in config.nodes if n.name == check.node)
+    handler = nic_handler(config)
+    args = ["--name", check.name, "--sections", ",".join(check.sections)]
+    if handler != "auto":
+        args += ["--nic-handler", handler]
+    pairs = 0
+    if "reach" in check.sections:
+        local, peers = reach_targets(config, node)
+        args += ["--local", ",".join(local), "--peers", ",".join(peers)]
+        pairs = len(local) * len(peers)
+    return heredoc_command("deepep_host", args, timeout_s=deepep_host.outer_timeout_s(pairs))
 
 
 def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:

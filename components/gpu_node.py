@@ -4,10 +4,12 @@ Order on each node (docs/deploy.md), so a node that cannot take the engine fails
 before any engine moves:
 
 - without `model.source`: weights (the completeness check, on the node's python3) -> pre-pull preflight
-  (ownership, disk, gpu, model) -> `RemoteImage` -> preflight (toolkit, memlock);
-- with `model.source`: pre-pull preflight (ownership, disk, gpu) -> `RemoteImage` -> weights (the sync, inside the
-  image just pulled: nodes are assumed to have Docker and the stack's images, nothing else, and boto3 ships in
-  vllm/vllm-openai) -> preflight (model, toolkit, memlock; `model` reads the files the sync wrote).
+  (ownership, disk, gpu, model) and, with a DeepEP all-to-all backend over nodes, the DeepEP host check ->
+  `RemoteImage` -> preflight (toolkit, memlock);
+- with `model.source`: pre-pull preflight (ownership, disk, gpu) and the DeepEP host check -> `RemoteImage` ->
+  weights (the sync, inside the image just pulled: nodes are assumed to have Docker and the stack's images,
+  nothing else, and boto3 ships in vllm/vllm-openai) -> preflight (model, toolkit, memlock; `model` reads the
+  files the sync wrote).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class GpuNodeArgs:
     """`nodes[].ssh.host_key`: the only key the check commands accept (pulumi-command `host_key`)."""
     ssh_opts: list[str] | None = None
     """The Docker provider's ssh options (`components.ssh_trust.docker_ssh_opts`: pinned to the host key)."""
+    host_check_command: str | None = None
+    """`checks.deepep_host` where the all-to-all backend needs NVSHMEM on the hosts: the image pull waits for it."""
 
 
 class GpuNode(pulumi.ComponentResource):
@@ -60,6 +64,7 @@ class GpuNode(pulumi.ComponentResource):
     weights: command.remote.Command
     pre_pull: command.remote.Command
     preflight: command.remote.Command
+    host_check: command.remote.Command | None
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-cluster:index:GpuNode", name, None, opts)
@@ -77,10 +82,17 @@ class GpuNode(pulumi.ComponentResource):
             f"{name}-pre-pull", connection=self.connection, create=args.pre_pull_command,
             triggers=list(args.preflight_triggers),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.weights] if weights_first else []))
+        self.host_check = None
+        if args.host_check_command is not None:
+            self.host_check = command.remote.Command(
+                f"{name}-deepep-host", connection=self.connection, create=args.host_check_command,
+                triggers=list(args.preflight_triggers),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.weights] if weights_first else []))
         # keep_locally: a rollback to this image must not re-pull ~20 GB, and `pulumi destroy` keeps it too.
         self.image = docker.RemoteImage(
             f"{name}-image", name=args.image, keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.pre_pull]))
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[
+                self.pre_pull, *([self.host_check] if self.host_check is not None else [])]))
         if not weights_first:
             self.weights = self._weights(name, args, [self.image])
         self.preflight = command.remote.Command(

@@ -24,6 +24,7 @@ from components.api_endpoint import ApiEndpoint, ApiEndpointArgs, ProxyArgs
 from components.check_commands import (
     api_command,
     collective_command,
+    deepep_host_command,
     dry_run_command,
     engines_command,
     nccl_command,
@@ -214,6 +215,8 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             preflight_command=preflight_command(config, plan, checks[f"preflight-{node.name}"]),
             preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key"),
             host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node),
+            host_check_command=deepep_host_command(config, plan, checks[f"deepep-host-{node.name}"])
+            if f"deepep-host-{node.name}" in checks else None,
             **weights_args(config, plan, checks[f"weights-{node.name}"], secrets)))
         fabric_check = checks.get(f"fabric-{node.name}")
         fabric_args[node.name] = FabricNodeArgs(

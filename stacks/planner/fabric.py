@@ -1,4 +1,5 @@
-"""Per-node network environment: VLLM_HOST_IP, NCCL_* and GLOO_* from the node's NICs, HCAs and GID.
+"""Per-node network environment: VLLM_HOST_IP, NCCL_* and GLOO_* from the node's NICs, HCAs and GID (and NVSHMEM_*
+with a DeepEP all-to-all backend, stacks/planner/deepep.py).
 
 Interface lists get NCCL's `=` prefix by default: without it `ens1` would also match `ens11np0`.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import Problem
+from stacks.planner import deepep
 
 
 def control_ip(config: StackConfig, node: NodeConfig) -> str | None:
@@ -52,6 +54,7 @@ def fabric_problems(config: StackConfig) -> list[Problem]:
                                     f"fabric.transport is {fabric.transport!r} but no HCA is listed; NCCL would "
                                     "pick any HCA or fall back to sockets (NET/Socket)",
                                     fix="e.g. hcas: ['mlx5_0:1'], or fabric.transport: socket"))
+    problems += deepep.nic_handler_problems(config)
     return problems
 
 
@@ -81,5 +84,6 @@ def node_env(config: StackConfig, node: NodeConfig) -> dict[str, str]:
         env["NCCL_IB_DISABLE"] = "0"
     else:
         env["NCCL_IB_DISABLE"] = "1"
+    env.update(deepep.nvshmem_env(node, fabric, deepep.configured_backend(config)))
     env.update(fabric.env)
     return env

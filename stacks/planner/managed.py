@@ -13,6 +13,7 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.planner.deepep import NVSHMEM_ENV
 from stacks.planner.image_cards import ImageCard, card_file_name, card_for
 from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import ArgvItem, OptionTable, card_table, option_table, read_argv, read_serve_argv
@@ -143,11 +144,13 @@ MANAGED_ENV: dict[str, str] = {
                     "table and firewall do not know)",
     "VLLM_ALLOW_INSECURE_SERIALIZATION": "nothing: it lets pickle through the unauthenticated ZMQ sockets",
     "VLLM_DP_SUPERVISOR_PORT": "the listener table",
+    **{name: f"{key}, with a DeepEP all-to-all backend" for name, key in NVSHMEM_ENV.items()},
 }
 """Environment variables the plan sets or depends on, and the config key that controls each."""
 
 OVERRIDABLE_ENV = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
-                             "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG"})
+                             "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_DEBUG", "NVSHMEM_HCA_LIST", "NVSHMEM_IB_GID_INDEX",
+                             "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"})
 """What `container.managed_env_overrides` may override (fabric settings a site may need to pin by hand, one value
 for every node); the rest have a config key of their own, a per-node value (VLLM_HOST_IP, CUDA_VISIBLE_DEVICES),
 or a secret, or would break the topology."""

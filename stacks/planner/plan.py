@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import bracket_host
+from stacks.planner import deepep
 from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
@@ -390,11 +391,12 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
 
 
 def node_checks(config: StackConfig) -> list[CheckSpec]:
-    """Per node, in the order `pulumi up` runs them: the weights (sync or verify), the host preflight before the
-    image pull, the one after it, the fabric preflight; then the cross-node weights comparison and, with more
-    than one node, the collective check."""
+    """Per node, in the order `pulumi up` runs them: the weights (sync or verify), the DeepEP host check (with a
+    DeepEP all-to-all backend over nodes) and the host preflight before the image pull, the one after it, the fabric
+    preflight; then the cross-node weights comparison and, with more than one node, the collective check."""
     before, after = node_preflight_sections(config)
     source = config.model.source
+    needs = deepep.deepep_host_requirements(deepep.configured_backend(config), spans_nodes=len(config.nodes) > 1)
     checks: list[CheckSpec] = []
     for node in config.nodes:
         weights = CheckSpec(
@@ -408,7 +410,8 @@ def node_checks(config: StackConfig) -> list[CheckSpec]:
                         sections=before, proves=_preflight_proves(before) + " (before the image pull)")
         post = CheckSpec(name=f"preflight-{node.name}", node=node.name, runs_on="node", module="checks.preflight",
                          sections=after, proves=_preflight_proves(after) + " (after the image pull)")
-        checks += [pre, weights, post] if source else [weights, pre, post]
+        host = [] if needs is None else [deepep_host_check(config, node, needs)]
+        checks += [*host, pre, weights, post] if source else [weights, *host, pre, post]
         if config.fabric.transport != "socket":
             fabric = fabric_sections(node)
             checks.append(CheckSpec(name=f"fabric-{node.name}", node=node.name, runs_on="node",
@@ -421,6 +424,18 @@ def node_checks(config: StackConfig) -> list[CheckSpec]:
                    "moves before"))
         checks += collective_checks(config)
     return checks
+
+
+def deepep_host_check(config: StackConfig, node: NodeConfig, needs: deepep.DeepEPHostRequirements) -> CheckSpec:
+    """`deepep-host-<node>`: the driver options or GDRCopy for IBGDA, GPU memory registration, and every data NIC
+    reaching every peer's, before the image pull (docs/deepep-hosts.md)."""
+    sections = deepep.host_sections(config, node, needs)
+    proves = {"ibgda": "IBGDA possible (the NVIDIA driver's PeerMappingOverride/EnableStreamMemOPs, or gdrdrv)",
+              "peermem": "GPU memory registrable with the NIC (dma-buf or nvidia_peermem)",
+              "reach": "every data NIC reaches every other node's data NICs"}
+    return CheckSpec(name=f"deepep-host-{node.name}", node=node.name, runs_on="node", module="checks.deepep_host",
+                     sections=sections, proves=f"{needs.backend}: " + "; ".join(proves[s] for s in sections)
+                     + " (before the image pull)")
 
 
 _PREFLIGHT_PROVES = {
