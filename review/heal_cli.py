@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -58,8 +59,23 @@ def check_golden_url(url: str | None) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
             or any(c.isspace() or ord(c) < 32 for c in url):
-        return (f"--golden-metrics-url {url[:80]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
+        shown = (f"{parts.scheme}://(credentials not shown)@{parts.netloc.rpartition('@')[2]}{parts.path}"
+                 if "@" in parts.netloc else url)
+        return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
                 "--metrics-listen address (no credentials, no query); '' turns the signal off")
+    return None
+
+
+def check_ca_file(path: str | None) -> str | None:
+    """Why `--ca-file` cannot be the certificate the health probe and the golden check trust, or None."""
+    if path is None:
+        return None
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        return (f"--ca-file {path[:200]!r}: cannot be read as PEM certificates ({reason}); give the proxy's "
+                "certificate, e.g. the file `python -m stacks watch-unit` names")
     return None
 
 
@@ -121,6 +137,10 @@ def _drift(args: argparse.Namespace) -> int:
 
 
 def _restart_group(args: argparse.Namespace) -> int:
+    problem = check_ca_file(args.ca_file)
+    if problem:
+        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        return 2
     config, plan, group = _load(args)
     print(render_steps(group), end="")
     if not args.yes:
@@ -173,7 +193,7 @@ def _supervise(args: argparse.Namespace) -> int:
         print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
               "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
         return 2
-    problem = check_golden_url(args.golden_metrics_url)
+    problem = check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2

@@ -20,7 +20,6 @@ lone rank, never creates or removes a container, and never changes the topology.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -35,40 +34,14 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from components.deploy_lock import DeployLock, lock_path
 from review.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
 from review.node_access import AccessError, NodeAccess
 
 GAVE_UP = 3
 WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
-
-
-def lock_path(stack: str) -> Path:
-    """The deploy lock both `flock … pulumi up` and the supervisor take (/run/lock is world-writable, sticky)."""
-    return Path("/run/lock") / f"vllm-cluster-{stack}.lock"
-
-
-class DeployLock:
-    """An exclusive `flock(2)` on a file: the same lock `flock FILE pulumi up -s STACK` takes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+__all__ = ["GAVE_UP", "WEBHOOK_ENV", "DeployLock", "Log", "Settings", "Supervisor", "lock_path", "read_golden",
+           "restart_group"]
 
 
 @dataclass
