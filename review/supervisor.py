@@ -191,13 +191,17 @@ def restart_group(group: Group, access: NodeAccess, log: Log, reason: str, setti
     while True:
         down = [f"{r.node}: {w}" for r in group.ranks
                 for ok, w in [_state(access, r.node, access.container(r.node, r.container))] if not ok]
+        if down:  # a rank that exits while the group loads does not come back by itself (restart: no)
+            why = f"a rank stopped while the group was loading: {'; '.join(down)}"
+            log("wait", why, reason)
+            return False, why
         ok, what = http_ok(group.health_url, settings.health_timeout_s, settings.ca_file)
-        if not down and ok:
+        if ok:
             log("wait", f"ready after {time.monotonic() - started:.0f}s: every rank running, {group.health_url} {what}",
                 reason)
             break
         if time.monotonic() > deadline:
-            why = f"not ready within {group.ready_timeout_s}s: {'; '.join(down) or group.health_url + ' ' + what}"
+            why = f"not ready within {group.ready_timeout_s}s: {group.health_url} {what}"
             log("wait", why, reason)
             return False, why
         sleep(min(5.0, max(0.2, settings.interval_s)))
@@ -379,7 +383,11 @@ class Supervisor:
                 self.restarts += 1
                 self.log("restart", f"whole group, start order {' -> '.join(r.node for r in self.group.ranks)} "
                          f"(attempt {len(self.recent())} this hour)", reason)
-                ok, why = restart_group(self.group, self.access, self.log, reason, self.settings, self.sleep)
+                try:
+                    ok, why = restart_group(self.group, self.access, self.log, reason, self.settings, self.sleep)
+                except AccessError as exc:  # a node stopped answering mid-restart: a failed attempt, not a crash
+                    self.log("restart", f"failed: {exc}", reason)
+                    ok, why = False, f"a node did not answer: {exc}"
             finally:
                 self.lock.release()
             self.write_metrics(gave_up=False)

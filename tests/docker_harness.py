@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -108,9 +109,11 @@ def private_dockerd(workdir: Path, deadline_s: float = 120) -> Iterator[str]:
 
     It answers `--gpus` like a GPU node's engine: dockerd registers its NVIDIA device driver when it finds
     `nvidia-container-runtime-hook` on its PATH (moby daemon/nvidia_linux.go), so a do-nothing hook there lets a
-    container created with `--gpus all` start, with `DeviceRequests` as on a real node and no GPU inside. No
-    bridge and no iptables rules (the tests use host networking); containers run on the system's containerd in a
-    namespace of their own, so nothing is shared with the default engine's containers or images."""
+    container created with `--gpus all` start, with `DeviceRequests` as on a real node and no GPU inside. Its
+    default network is a bridge of its own that the harness creates and deletes (never `--bridge=none`: with it,
+    dockerd deletes the host's `docker0`, the default engine's bridge, moby daemon_unix.go
+    `removeDefaultBridgeInterface`), and it writes no iptables rules; containers run on the system's containerd in
+    a namespace of their own, so nothing is shared with the default engine's containers or images."""
     root = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))  # short: a unix socket path has ~107 bytes
     (root / "bin").mkdir()
     hook = root / "bin" / HOOK
@@ -120,10 +123,12 @@ def private_dockerd(workdir: Path, deadline_s: float = 120) -> Iterator[str]:
     ns = f"testd-{RUN}-{uuid.uuid4().hex[:8]}"  # containerd: letters and digits between single separators
     containerd = Path("/var/run/docker/containerd/containerd.sock")
     shared = ["--containerd", str(containerd)] if containerd.exists() else []
+    docker0 = Path("/sys/class/net/docker0").exists()
+    bridge = _own_bridge()
     log = open(workdir / "dockerd.log", "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         ["dockerd", "--data-root", f"{root}/data", "--exec-root", f"{root}/exec", "--pidfile", f"{root}/pid", "-H",
-         sock, "--iptables=false", "--ip-masq=false", "--bridge=none", *shared, "--containerd-namespace", ns,
+         sock, "--iptables=false", "--ip-masq=false", "--bridge", bridge, *shared, "--containerd-namespace", ns,
          "--containerd-plugins-namespace", f"{ns}-p"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PATH": f"{root}/bin:{os.environ['PATH']}"})
     try:
@@ -148,6 +153,24 @@ def private_dockerd(workdir: Path, deadline_s: float = 120) -> Iterator[str]:
                                if len(line.split()) > 1 and line.split()[1].startswith(str(root))]):
             subprocess.run(["umount", "-l", mount], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+    if docker0 and not Path("/sys/class/net/docker0").exists():
+        raise RuntimeError("the host's docker0 bridge vanished while a test's own dockerd ran")
+
+
+def _own_bridge() -> str:
+    """A bridge for a test's own dockerd, on a /24 of 198.18.0.0/15 (RFC 2544, never routed) that no interface
+    of this host uses."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True).stdout
+    name = f"hdbr{uuid.uuid4().hex[:8]}"
+    for third in random.sample(range(256), 256):
+        if f" 198.18.{third}." not in used:
+            subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True, capture_output=True)
+            subprocess.run(["ip", "addr", "add", f"198.18.{third}.1/24", "dev", name], check=True,
+                           capture_output=True)
+            subprocess.run(["ip", "link", "set", name, "up"], check=True, capture_output=True)
+            return name
+    raise RuntimeError("no free /24 in 198.18.0.0/16 for a test's own dockerd")
 
 
 def renamed_flag(old: str, new: str, version: str) -> dict[str, Any]:

@@ -4,12 +4,15 @@ The container runs the plan's own command (`vllm serve`'s arguments after the im
 image's `ENTRYPOINT ["vllm", "serve"]` does). The head (no `--headless`) serves the OpenAI API with
 checks/standin.py on the plan's --host/--port, one rank per --data-parallel-size; a headless rank idles. Both
 stop on SIGTERM, as vLLM does. Each start appends `<VLLM_HOST_IP> <time>` to /root/.cache/starts (the plan's
-cache mount); the head reads faults from /models/control.json (the plan's model mount).
+cache mount); the head reads faults from /models/control.json (the plan's model mount), and a rank whose
+VLLM_HOST_IP is that file's `crash` exits 1 a second after it starts (a crash loop).
 """
 
+import json
 import os
 import signal
 import sys
+import threading
 import time
 
 argv = sys.argv[1:]
@@ -21,6 +24,13 @@ def option(name: str, default: str) -> str:
 
 with open("/root/.cache/starts", "a") as log:
     log.write(f"{os.environ.get('VLLM_HOST_IP', '?')} {time.time():.3f}\n")
+try:
+    with open("/models/control.json") as control:
+        crash = json.load(control).get("crash")
+except (OSError, ValueError):
+    crash = None
+if crash and crash == os.environ.get("VLLM_HOST_IP"):
+    threading.Timer(1, lambda: os._exit(1)).start()
 if "--headless" in argv:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     while True:

@@ -15,6 +15,7 @@ the API's answers and the commands' output lines. Every wait is on a condition w
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shlex
@@ -29,7 +30,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -312,3 +313,50 @@ def test_supervise_treats_a_rank_failing_the_watch_units_golden_set_as_dead(grou
     assert all(after[node] > before[node] for node in group.plan.start_order)
     assert group.starts()[-2:] == list(group.plan.start_order)
     assert answer(group.port) == "323"
+
+
+class Webhook(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        Webhook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_supervise_ends_a_crash_loop_with_an_alert(group: Group) -> None:
+    """node2 dies a second after every start: back-off between restarts, then give-up, the webhook and the metric,
+    and the process exits 3 (the unit does not restart it)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Webhook.received = []
+    node2_ip = group.plan.node("node2").containers[0].env["VLLM_HOST_IP"]
+    group.control({"crash": node2_ip})
+    env = {**group.env, "VLLM_CLUSTER_ALERT_WEBHOOK": f"http://127.0.0.1:{server.server_address[1]}/hook"}
+    supervisor = Lines(group.command("supervise", "--interval-s", "1", "--hang-s", "20", "--backoff-first-s", "1",
+                                     "--backoff-max-s", "60", "--max-per-hour", "3", "--lock",
+                                     str(group.work / "deploy.lock"), "--metrics-file", str(group.work / "group.prom"),
+                                     "--golden-metrics-url", ""),
+                       env, group.work / "supervisor.log")
+    try:
+        wait_for(lambda: supervisor.seen(" start: watching"), "the supervisor's first line")
+        docker(group.hosts["node2"], "kill", group.names["node2"])
+        code = wait_for(lambda: supervisor.proc.poll() is not None and supervisor.proc.returncode, "the give-up")
+    finally:
+        supervisor.stop()
+        server.shutdown()
+    lines = "\n".join(supervisor.lines)
+    assert code == 3, lines
+    assert len(supervisor.seen(" restart: ")) == 3, lines
+    delays = [float(line.split("next restart in ")[1].split("s")[0]) for line in supervisor.seen(" backoff: ")]
+    assert delays == sorted(delays) and len(delays) >= 2 and delays[-1] > delays[0], delays
+    assert "3 restarts in the last hour (limit 3)" in supervisor.seen(" give-up: ")[0]
+    assert supervisor.seen(" alert: webhook 127.0.0.1:")
+    assert len(Webhook.received) == 1 and Webhook.received[0]["event"] == "group-supervisor-gave-up"
+    assert f'vllm_cluster_group_gave_up{{stack="{STACK}"}} 1' in (group.work / "group.prom").read_text()
+    starts = group.starts()
+    assert starts[:2] == ["node2", "node1"] and starts.count("node1") == starts.count("node2"), \
+        "the whole group each time, never node2 alone"
