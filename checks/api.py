@@ -531,6 +531,8 @@ METRIC_HELP = {
     "vllm_cluster_golden_consecutive_failures": ("gauge", "Rounds in a row the rank failed its golden set."),
     "vllm_cluster_golden_latency_seconds": ("gauge", "Seconds the rank's last golden round took."),
     "vllm_cluster_golden_rounds_total": ("counter", "Golden rounds probed on the rank, by result."),
+    "vllm_cluster_golden_last_round_timestamp_seconds": (
+        "gauge", "Unix time the rank's last golden round ended: how fresh its vllm_cluster_golden_ok is."),
 }
 
 
@@ -538,6 +540,12 @@ def _label_text(labels: dict[str, str]) -> str:
     def esc(v: str) -> str:
         return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return "{" + ",".join(f'{k}="{esc(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    """`%g` where it loses nothing (1, 0.25), else every digit: a Unix time in `%g` is off by minutes."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
 
 
 class WatchMetrics:
@@ -552,8 +560,9 @@ class WatchMetrics:
         self.failures: dict[int, int] = {}
         self.latency: dict[int, float] = {}
         self.rounds: dict[tuple[int, str], int] = {}
+        self.last_round: dict[int, float] = {}
 
-    def record(self, target: Target, ok: bool, latency_s: float) -> None:
+    def record(self, target: Target, ok: bool, latency_s: float, at: float | None = None) -> None:
         rank = target.rank or 0
         with self.lock:
             if target.node and rank not in self.nodes:
@@ -563,6 +572,7 @@ class WatchMetrics:
             self.latency[rank] = latency_s
             key = (rank, "pass" if ok else "fail")
             self.rounds[key] = self.rounds.get(key, 0) + 1
+            self.last_round[rank] = time.time() if at is None else at
 
     def _labels(self, rank: int, **more: str) -> dict[str, str]:
         return {"stack": self.stack, "node": self.nodes.get(rank, ""), "dp_rank": str(rank), **more}
@@ -573,7 +583,7 @@ class WatchMetrics:
         def family(name: str, samples: list[tuple[dict[str, str], float]]) -> None:
             kind, text = METRIC_HELP[name]
             lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}"])
-            lines.extend(f"{name}{_label_text(labels)} {value:g}" for labels, value in samples)
+            lines.extend(f"{name}{_label_text(labels)} {_number(value)}" for labels, value in samples)
 
         with self.lock:
             family("vllm_cluster_engine_info", [
@@ -588,6 +598,8 @@ class WatchMetrics:
                    [(self._labels(r), v) for r, v in sorted(self.latency.items())])
             family("vllm_cluster_golden_rounds_total",
                    [(self._labels(r, result=res), v) for (r, res), v in sorted(self.rounds.items())])
+            family("vllm_cluster_golden_last_round_timestamp_seconds",
+                   [(self._labels(r), round(v, 3)) for r, v in sorted(self.last_round.items())])
         return "\n".join(lines) + "\n"
 
 

@@ -116,7 +116,7 @@ def restart_steps(group: Group) -> list[Step]:
     steps += [Step("start", r.node, f"docker start {r.container}; running within {START_RUNNING_S}s")
               for r in group.ranks]
     steps.append(Step("wait", None, f"every rank running and GET {group.health_url} answers 200, within "
-                      f"{group.ready_timeout_s}s"))
+                      f"{group.ready_timeout_s}s (a rank that stops meanwhile fails the restart at once)"))
     steps.append(Step("check", None, shlex.join(group.golden_argv) if group.golden_argv else
                       f"GET {group.health_url} (no golden check configured)"))
     return steps

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
-from review.node_access import AccessError, NodeAccess, access_for, inspect
+from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
 from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, restart_group
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
@@ -34,11 +37,61 @@ def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]
     return tuple(argv)
 
 
+def golden_max_age_s(config: StackConfig, dp_size: int) -> int:
+    """How old a watch unit's golden result may be and still count: three of its rounds, plus one round's worst
+    case (every rank's every golden prompt timing out), since a hung rank slows the round that reports it."""
+    return 3 * config.api.watch_interval_s + dp_size * len(config.api.smoke.golden) * config.api.request_timeout_s
+
+
+def golden_url(plan: Plan, flag: str | None) -> str | None:
+    """The watch unit's `/metrics`: the flag, else where the plan puts it (observability on), else None."""
+    if flag is not None:
+        return flag or None
+    if plan.observability is None:
+        return None
+    return f"http://{plan.observability.watch_target}/metrics"
+
+
+def check_golden_url(url: str | None) -> str | None:
+    """Why `--golden-metrics-url` cannot be used, or None."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
+            or any(c.isspace() or ord(c) < 32 for c in url):
+        shown = (f"{parts.scheme}://(credentials not shown)@{parts.netloc.rpartition('@')[2]}{parts.path}"
+                 if "@" in parts.netloc else url)
+        return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
+                "--metrics-listen address (no credentials, no query); '' turns the signal off")
+    return None
+
+
+def check_ca_file(path: str | None) -> str | None:
+    """Why `--ca-file` cannot be the certificate the health probe and the golden check trust, or None."""
+    if path is None:
+        return None
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        return (f"--ca-file {path[:200]!r}: cannot be read as PEM certificates ({reason}); give the proxy's "
+                "certificate, e.g. the file `python -m stacks watch-unit` names")
+    return None
+
+
 def _load(args: argparse.Namespace) -> tuple[StackConfig, Plan, Group]:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
     python = getattr(args, "python", None) or sys.executable
     return config, plan, group_of(plan, golden_argv(plan, config, python))
+
+
+def mapped_group(group: Group, access: NodeAccess) -> Group:
+    """Under the test node map, each rank's shared-memory directory may be a test's own (its `shm_dir`)."""
+    if not isinstance(access, MappedAccess):
+        return group
+    ranks = tuple(replace(r, shm_dir=access.nodes.get(r.node, {}).get("shm_dir", r.shm_dir)) for r in group.ranks)
+    return replace(group, ranks=ranks)
 
 
 def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
@@ -84,6 +137,10 @@ def _drift(args: argparse.Namespace) -> int:
 
 
 def _restart_group(args: argparse.Namespace) -> int:
+    problem = check_ca_file(args.ca_file)
+    if problem:
+        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        return 2
     config, plan, group = _load(args)
     print(render_steps(group), end="")
     if not args.yes:
@@ -94,6 +151,7 @@ def _restart_group(args: argparse.Namespace) -> int:
     except AccessError as exc:
         print(f"restart-group {args.stack}: {exc}", file=sys.stderr)
         return 2
+    group = mapped_group(group, access)
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     if not lock.try_acquire():
         print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
@@ -131,12 +189,21 @@ def _supervise(args: argparse.Namespace) -> int:
             print(f"supervise {args.stack}: {flag} {value}: must be more than 0 and at most 604800 (a week) "
                   "(defaults: 30, 600, 60, 1800, 4)", file=sys.stderr)
             return 2
+    if args.golden_max_age_s is not None and not 0 < args.golden_max_age_s <= 7 * 24 * 3600:
+        print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
+              "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
+        return 2
+    problem = check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
+    if problem:
+        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        return 2
     config, plan, group = _load(args)
     try:
         access = access_for(args.stack, config)
     except AccessError as exc:
         print(f"supervise {args.stack}: {exc}", file=sys.stderr)
         return 2
+    group = mapped_group(group, access)
     log = Log(sys.stdout, args.stack)
 
     def drift_check() -> list[str]:
@@ -149,7 +216,10 @@ def _supervise(args: argparse.Namespace) -> int:
     settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
                         backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
-                        metrics_file=Path(args.metrics_file) if args.metrics_file else None)
+                        metrics_file=Path(args.metrics_file) if args.metrics_file else None,
+                        golden_url=golden_url(plan, args.golden_metrics_url),
+                        golden_max_age_s=args.golden_max_age_s or golden_max_age_s(
+                            config, dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])[0]))
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     return Supervisor(group, access, log, settings, lock, drift_check).run()
 
@@ -158,13 +228,17 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
     load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    problem = check_golden_url(args.golden_metrics_url)
+    if problem:
+        print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
+        return 2
     try:
         name = supervisor_unit_name(args.stack)
         text = render_supervisor_unit(
             stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
             workdir=args.workdir or str(CODE_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
-            metrics_file=args.metrics_file, ca_file=args.ca_file)
+            metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url)
     except ValueError as exc:
         print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
         return 2
@@ -196,6 +270,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     unit.add_argument("stack")
     for flag in ("--python", "--workdir", "--user", "--env-file", "--metrics-file", "--ca-file"):
         unit.add_argument(flag, default=None)
+    unit.add_argument("--golden-metrics-url", default=None, help="passed to supervise (default: the plan's watch "
+                      "unit address when observability is on)")
     add_overrides(unit)
     unit.set_defaults(func=_supervisor_unit)
     sup = sub.add_parser("supervise", help="run the group supervisor (what the unit starts)")
@@ -209,6 +285,12 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
                      "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
     sup.add_argument("--lock", default=None)
     sup.add_argument("--ca-file", default=None)
+    sup.add_argument("--golden-metrics-url", default=None,
+                     help="the watch unit's /metrics (its per-rank golden results); default: where the plan puts "
+                     "it when observability is on; '' turns the signal off")
+    sup.add_argument("--golden-max-age-s", type=float, default=None,
+                     help="an older golden result is not used (default: three watch rounds plus one round's "
+                     "timeouts)")
     sup.add_argument("--python", default=None, help=argparse.SUPPRESS)
     add_overrides(sup)
     sup.set_defaults(func=_supervise)

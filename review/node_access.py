@@ -6,8 +6,9 @@ In production: OpenSSH with the stack's pinned host keys, the same options the D
 
 For tests only: `VLLM_CLUSTER_NODE_MAP` (JSON) maps node names to a local Docker engine and a local container
 name, `{"node1": {"docker_host": "unix:///var/run/docker.sock", "container": "rank-node1"}}`, so a 2- or 3-node
-group runs as containers of one local engine; shell steps then run with local bash. It is a test seam, not a
-deployment mode: a node that is not in the map is refused.
+group runs as containers of local engines; shell steps then run with local bash, and an optional `shm_dir` is
+the directory the clean step looks at instead of /dev/shm. It is a test seam, not a deployment mode: a node that
+is not in the map is refused.
 """
 
 from __future__ import annotations

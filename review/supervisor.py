@@ -1,11 +1,16 @@
 """The group supervisor: watches every rank, and on any death restarts the whole group in start order.
 
 One loop, one log line per action with its reason (journald keeps them). A rank is dead when its container is
-not running, or when it makes no progress: the head's `/health` (or a rank's Docker health check, or its node's
-Docker engine) failing for `hang_s` in a row while the process may still be alive. Then, with the deploy lock held
-(`DeployLock`: `pulumi up` run through `flock` takes the same file, so neither runs while the other does), and only
-when `drift` finds nothing that would bring back a container the plan did not create, it runs the group restart
-of review/group.py: stop every rank, clean, start in order, wait within the plan's load estimate, golden check.
+not running, or when it makes no progress: the head's `/health` (or a rank's Docker health check, its node's
+Docker engine, or the watch unit's golden result for one of its DP ranks) failing for `hang_s` in a row while the
+process may still be alive. The watch unit's results are read from its `/metrics` (`vllm_cluster_golden_ok` and
+`vllm_cluster_golden_last_round_timestamp_seconds` per DP rank); a result older than `golden_max_age_s`, or from
+before the supervisor's last restart, is not used (a stuck or dead watcher says nothing about the ranks).
+
+Then, with the deploy lock held (`DeployLock`: `pulumi up` run through `flock` takes the same file, so neither
+runs while the other does), and only when `drift` finds nothing that would bring back a container the plan did
+not create, it runs the group restart of review/group.py: stop every rank, clean, start in order, wait within
+the plan's load estimate, golden check.
 
 Attempts back off (`backoff_first_s` doubling to `backoff_max_s`; the count resets after the group has served for
 `backoff_max_s`), at most `max_per_hour` in any hour; then it gives up: one alert to the webhook, the metric
@@ -15,9 +20,9 @@ lone rank, never creates or removes a container, and never changes the topology.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import re
 import ssl
 import subprocess
 import time
@@ -29,40 +34,14 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from components.deploy_lock import DeployLock, lock_path
 from review.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
 from review.node_access import AccessError, NodeAccess
 
 GAVE_UP = 3
 WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
-
-
-def lock_path(stack: str) -> Path:
-    """The deploy lock both `flock … pulumi up` and the supervisor take (/run/lock is world-writable, sticky)."""
-    return Path("/run/lock") / f"vllm-cluster-{stack}.lock"
-
-
-class DeployLock:
-    """An exclusive `flock(2)` on a file: the same lock `flock FILE pulumi up -s STACK` takes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+__all__ = ["GAVE_UP", "WEBHOOK_ENV", "DeployLock", "Log", "Settings", "Supervisor", "lock_path", "read_golden",
+           "restart_group"]
 
 
 @dataclass
@@ -77,6 +56,10 @@ class Settings:
     ca_file: str | None = None
     webhook: str | None = None
     metrics_file: Path | None = None
+    golden_url: str | None = None
+    """The watch unit's `/metrics` (its per-rank golden results); None: that signal is off."""
+    golden_max_age_s: float = 600
+    """A golden result older than this is stale: not used."""
 
 
 @dataclass
@@ -101,6 +84,60 @@ def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[boo
         return False, f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         return False, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+
+
+@dataclass(frozen=True)
+class GoldenResult:
+    """One DP rank's last golden round, as the watch unit serves it."""
+
+    dp_rank: str
+    node: str
+    ok: bool
+    failures: int
+    ended_at: float | None
+    """Unix time the round ended; None when the watch unit does not say (then the result is never used)."""
+
+
+def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
+    """`name{a="x",b="y"} 1.5` (Prometheus text format) -> (name, labels, value); None for anything else."""
+    name, brace, rest = line.partition("{")
+    body, close, value = rest.rpartition("}") if brace else ("", "}", line.partition(" ")[2])
+    if not close:
+        return None
+    labels = {key: re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], text)
+              for key, text in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', body)}
+    try:
+        return name.split()[0], labels, float(value.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def read_golden(url: str, timeout_s: float, ca_file: str | None = None) -> dict[str, GoldenResult]:
+    """The watch unit's golden results by DP rank. OSError/ValueError when it cannot be read."""
+    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+        text = response.read(4 << 20).decode("utf-8", "replace")
+    ok: dict[str, tuple[str, float]] = {}
+    failures: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm_cluster_golden_"):
+            continue
+        sample = _sample(line)
+        if sample is None:
+            continue
+        name, labels, value = sample
+        rank = labels.get("dp_rank", "0")
+        if name == "vllm_cluster_golden_ok":
+            ok[rank] = (labels.get("node", ""), value)
+        elif name == "vllm_cluster_golden_consecutive_failures":
+            failures[rank] = value
+        elif name == "vllm_cluster_golden_last_round_timestamp_seconds":
+            ended[rank] = value
+    if not ok and "vllm_cluster_golden" not in text:
+        raise ValueError("no vllm_cluster_golden_* series (is this the watch unit's --metrics-listen?)")
+    return {rank: GoldenResult(rank, node, value == 1, int(failures.get(rank, 0)), ended.get(rank))
+            for rank, (node, value) in ok.items()}
 
 
 def _state(access: NodeAccess, node: str, container: str) -> tuple[bool, str]:
@@ -154,13 +191,17 @@ def restart_group(group: Group, access: NodeAccess, log: Log, reason: str, setti
     while True:
         down = [f"{r.node}: {w}" for r in group.ranks
                 for ok, w in [_state(access, r.node, access.container(r.node, r.container))] if not ok]
+        if down:  # a rank that exits while the group loads does not come back by itself (restart: no)
+            why = f"a rank stopped while the group was loading: {'; '.join(down)}"
+            log("wait", why, reason)
+            return False, why
         ok, what = http_ok(group.health_url, settings.health_timeout_s, settings.ca_file)
-        if not down and ok:
+        if ok:
             log("wait", f"ready after {time.monotonic() - started:.0f}s: every rank running, {group.health_url} {what}",
                 reason)
             break
         if time.monotonic() > deadline:
-            why = f"not ready within {group.ready_timeout_s}s: {'; '.join(down) or group.health_url + ' ' + what}"
+            why = f"not ready within {group.ready_timeout_s}s: {group.health_url} {what}"
             log("wait", why, reason)
             return False, why
         sleep(min(5.0, max(0.2, settings.interval_s)))
@@ -176,10 +217,15 @@ def restart_group(group: Group, access: NodeAccess, log: Log, reason: str, setti
 class Supervisor:
     def __init__(self, group: Group, access: NodeAccess, log: Log, settings: Settings, lock: DeployLock,
                  drift_check: Callable[[], list[str]] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 wall: Callable[[], float] = time.time) -> None:
         self.group, self.access, self.log, self.settings, self.lock = group, access, log, settings, lock
         self.drift_check = drift_check
-        self.clock, self.sleep = clock, sleep
+        self.clock, self.sleep, self.wall = clock, sleep, wall
+        self.restarted_at = 0.0
+        """Unix time the last restart ended: golden results from before it describe the old group."""
+        self.golden_note = ""
+        """Why the golden signal is not used now, as a key (logged when it changes), or '' while it is used."""
         self.attempts: list[float] = []
         self.failures = 0
         """Attempts since the group last served for backoff_max_s in a row: the back-off's exponent."""
@@ -205,6 +251,7 @@ class Supervisor:
         ok, what = http_ok(self.group.health_url, self.settings.health_timeout_s, self.settings.ca_file)
         if not ok:
             soft.append(f"GET {self.group.health_url}: {what}")
+        soft += self.golden_failures()
         now = self.clock()
         if not soft:
             self.failing_since = None
@@ -215,6 +262,44 @@ class Supervisor:
         if now - self.failing_since >= self.settings.hang_s:
             return f"no progress for {now - self.failing_since:.0f}s: {'; '.join(soft)}"
         return None
+
+    def golden_failures(self) -> list[str]:
+        """The DP ranks whose fresh golden result (from the watch unit) is a failure; [] when the signal is off,
+        unreadable or stale (then one log line says so, and one when it is back)."""
+        url = self.settings.golden_url
+        if not url:
+            return []
+        try:
+            results = read_golden(url, self.settings.health_timeout_s, self.settings.ca_file)
+        except (OSError, ValueError) as exc:
+            self._golden_note("unreadable", f"cannot read {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+            return []
+        now = self.wall()
+        fresh, stale = [], []
+        for result in results.values():
+            if result.ended_at is None or now - result.ended_at > self.settings.golden_max_age_s:
+                age = "no round time" if result.ended_at is None else f"last round {now - result.ended_at:.0f}s ago"
+                stale.append(f"DP rank {result.dp_rank} ({age})")
+            elif result.ended_at >= self.restarted_at:
+                fresh.append(result)
+        if stale:
+            self._golden_note("stale " + " ".join(sorted(s.split(" (")[0] for s in stale)), f"stale results from "
+                              f"{url}: {', '.join(stale)}; older than {self.settings.golden_max_age_s:g}s are not used")
+        elif not results:
+            self._golden_note("empty", f"{url} has no result yet")
+        else:
+            self._golden_note("", "")
+        return [f"watch unit: DP rank {r.dp_rank} on {r.node or '?'} failed its golden set ({r.failures} round(s) "
+                f"in a row, last round {now - (r.ended_at or now):.0f}s ago)" for r in fresh if not r.ok]
+
+    def _golden_note(self, key: str, note: str) -> None:
+        """One log line when the signal's state changes (`key`: '' while it is used), not one per probe."""
+        if key != self.golden_note:
+            if key:
+                self.log("golden", f"signal not used: {note}")
+            else:
+                self.log("golden", f"signal back: reading the watch unit's results from {self.settings.golden_url}")
+            self.golden_note = key
 
     def backoff_s(self) -> float:
         if self.failures == 0:
@@ -298,21 +383,28 @@ class Supervisor:
                 self.restarts += 1
                 self.log("restart", f"whole group, start order {' -> '.join(r.node for r in self.group.ranks)} "
                          f"(attempt {len(self.recent())} this hour)", reason)
-                ok, why = restart_group(self.group, self.access, self.log, reason, self.settings, self.sleep)
+                try:
+                    ok, why = restart_group(self.group, self.access, self.log, reason, self.settings, self.sleep)
+                except AccessError as exc:  # a node stopped answering mid-restart: a failed attempt, not a crash
+                    self.log("restart", f"failed: {exc}", reason)
+                    ok, why = False, f"a node did not answer: {exc}"
             finally:
                 self.lock.release()
             self.write_metrics(gave_up=False)
             if ok:
                 self.log("healed", "the golden check passes again", reason)
                 self.failing_since, self.healthy_since = None, self.clock()
+                self.restarted_at = self.wall()
                 return None
             reason = why
         return None
 
     def run(self) -> int:
+        golden = (f"; golden results {self.settings.golden_url} (used while younger than "
+                  f"{self.settings.golden_max_age_s:g}s)" if self.settings.golden_url else "; golden results: off")
         self.log("start", f"watching {len(self.group.ranks)} rank(s): "
                  + ", ".join(f"{r.node}/{r.container}" for r in self.group.ranks)
-                 + f"; health {self.group.health_url}; no progress after {self.settings.hang_s:g}s")
+                 + f"; health {self.group.health_url}{golden}; no progress after {self.settings.hang_s:g}s")
         self.write_metrics(gave_up=False)
         while not self.stopped:
             reason = self.probe()

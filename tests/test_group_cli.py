@@ -113,3 +113,23 @@ def test_bad_flags_and_a_bad_node_map_exit_2_before_anything_runs() -> None:
     assert out.returncode == 2 and NODE_MAP_ENV in out.stderr and "Traceback" not in out.stderr
     out = stacks("restart-group", "nosuchstack")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["restart-group", "supervise"])
+def test_a_ca_file_that_is_no_certificate_is_exit_2_before_anything_runs(command: str, tmp_path: Path) -> None:
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    for path in (str(not_pem), str(tmp_path / "absent.pem")):
+        # a node map whose engine does not exist: reaching a node would be a different error
+        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=1", "--ca-file", path,
+                     env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"}})})
+        assert out.returncode == 2 and f"--ca-file {path!r}: cannot be read as PEM" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "restart:" not in out.stdout
+
+
+def test_supervise_refuses_a_bad_golden_metrics_url_or_age() -> None:
+    out = stacks("supervise", "h20", "--golden-metrics-url", "http://user:pw@10.0.0.9:9464/metrics")
+    assert out.returncode == 2 and "--golden-metrics-url" in out.stderr and "Traceback" not in out.stderr
+    assert "pw" not in out.stderr and "user" not in out.stderr
+    out = stacks("supervise", "h20", "--golden-max-age-s", "inf")
+    assert out.returncode == 2 and "--golden-max-age-s inf: must be more than 0" in out.stderr

@@ -55,7 +55,8 @@ GOLDEN_OK = "vllm_cluster_golden_ok"
 GOLDEN_FAILURES = "vllm_cluster_golden_consecutive_failures"
 GOLDEN_LATENCY = "vllm_cluster_golden_latency_seconds"
 GOLDEN_ROUNDS = "vllm_cluster_golden_rounds_total"
-WATCH_METRICS = (ENGINE_INFO, GOLDEN_OK, GOLDEN_FAILURES, GOLDEN_LATENCY, GOLDEN_ROUNDS)
+GOLDEN_LAST_ROUND = "vllm_cluster_golden_last_round_timestamp_seconds"
+WATCH_METRICS = (ENGINE_INFO, GOLDEN_OK, GOLDEN_FAILURES, GOLDEN_LATENCY, GOLDEN_ROUNDS, GOLDEN_LAST_ROUND)
 """The series the watch unit serves (checks/watch_metrics.py serves exactly these; a test holds them equal)."""
 
 SRC_PROMETHEUS = "stacks/planner/observability.py (prometheus --web.listen-address=<management IP>:<port>)"
