@@ -282,3 +282,13 @@ def dp_rank_nodes(ranks_by_node: list[tuple[str, list[int]]]) -> tuple[int, list
     if sorted(owner) != list(range(len(owner))):
         raise ValueError(f"DP ranks {sorted(owner)} are not 0..{len(owner) - 1}")
     return len(owner), [owner[r] for r in range(len(owner))]
+
+
+def endpoint_rank_nodes(nodes: list[tuple[str, list[int], str]]) -> tuple[int, list[str]]:
+    """(`--dp-size`, `--rank-nodes`) for checks through the stack's endpoint, from `(name, dp_ranks, role)` per
+    node: every rank pinned with internal load balancing; none with hybrid, where `X-data-parallel-rank` is an
+    index into the ranks of whichever node's API server the proxy picked (vllm/v1/engine/input_processor.py:
+    392-400), so each node's ranks are checked on that node instead (`api-node-<node>`)."""
+    if any(role == Role.DP_API_ENGINE.value for _, _, role in nodes):
+        return 1, []
+    return dp_rank_nodes([(name, ranks) for name, ranks, _ in nodes])
