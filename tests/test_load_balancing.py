@@ -325,3 +325,20 @@ def test_program_registers_an_api_server_and_its_check_on_every_node() -> None:
                            secrets=SECRETS)
     assert internal.error is None, internal.error
     assert not [r for r in internal.mocks.resources if r.name.endswith("-api") and r.name.startswith("api-h20")]
+
+
+def test_prometheus_scrapes_every_nodes_api_server_with_hybrid() -> None:
+    """Each API server reports only the engines it manages (local_engines_only): one target per node."""
+    from stacks.planner.observability import prometheus_config
+    from stacks.planner.topology import derive_topology
+
+    for mode, targets in (("hybrid", [["192.0.2.11:8000"], ["192.0.2.12:8000"]]), ("internal", [["192.0.2.11:8000"]])):
+        values = dp16(mode) | {"observability": {"enabled": True}, "grafana_admin_password": SECRET}
+        config = parse_config("t", values)
+        plan = build_plan("t", config)
+        topo, _ = derive_topology(config)
+        job = prometheus_config("t", config, topo, {n.name: n.containers for n in plan.nodes})["scrape_configs"][0]
+        assert job["job_name"] == "vllm"
+        assert [c["targets"] for c in job["static_configs"]] == targets, mode
+        assert [c["labels"]["dp_ranks"] for c in job["static_configs"]][-1] == (
+            "8,9,10,11,12,13,14,15" if mode == "hybrid" else ",".join(map(str, range(16))))

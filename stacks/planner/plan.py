@@ -601,7 +601,8 @@ def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:
     api = [x for x in table if x.reach == "clients"]
     if not api or "0.0.0.0/0" in api[0].allowed_sources:
         return []
-    return [f"firewall: {api[0].node}:{', '.join(sorted({x.ports for x in api}))} accepts only "
+    nodes = ", ".join(dict.fromkeys(x.node for x in api))  # hybrid load balancing: every node's API port
+    return [f"firewall: {nodes}:{', '.join(sorted({x.ports for x in api}))} accepts only "
             f"{', '.join(api[0].allowed_sources)}; clients, load balancers and the deployer (api-* checks) "
             "elsewhere need firewall.api_sources"]
 
