@@ -1,7 +1,8 @@
 """API verification from where `pulumi up` runs: health, models, chat, thinking, streaming, auth, deny.
 
 With `--dp-size N` the chat, thinking and stream sections run once per data-parallel rank: each request
-carries `X-data-parallel-rank: r` (`r - --first-rank` against one node's API server with hybrid load balancing), which vLLM 0.33.0 reads in `_get_data_parallel_rank`
+carries `X-data-parallel-rank: r` (`r - --first-rank` against one node's API server with hybrid load
+balancing), which vLLM 0.33.0 reads in `_get_data_parallel_rank`
 (`vllm/entrypoints/generate/base/serving.py`) and passes to the engine client, which sends the request to
 engine r instead of the least loaded one (`vllm/v1/engine/core_client.py`, `get_core_engine_for_request`).
 A rank outside [0, N) is refused with HTTP 400 `data_parallel_rank R is out of range [0, N).`

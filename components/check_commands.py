@@ -14,8 +14,8 @@ from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
 from stacks.model.config import StackConfig
-from stacks.model.golden import golden_json
 from stacks.model.field_types import host_port
+from stacks.model.golden import golden_json
 from stacks.planner.launch import LABEL_PREFIX, node_api_host
 from stacks.planner.load_estimate import engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps

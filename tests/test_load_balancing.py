@@ -18,7 +18,6 @@ import pytest
 
 from bench.dp_lb_real_vllm import REFUSED, dp16
 from components.check_commands import api_command, node_api_command
-from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config
 from stacks.planner.image_cards import card_of_version

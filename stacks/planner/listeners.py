@@ -454,7 +454,8 @@ def _clash(a: Listener, b: Listener) -> bool:
             and a.port <= (b.port_end or b.port) and b.port <= (a.port_end or a.port))
 
 
-_KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_API_HYBRID: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
+_KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_API_HYBRID: "serving.port",
+         SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
          SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port", **PORT_KEYS}
 

@@ -175,7 +175,8 @@ def prometheus_config(stack: str, config: StackConfig, topo: Topology,
     all_ranks = [r for n in topo.nodes for r in n.dp_ranks]
     interval = f"{obs.scrape_interval_s}s"
     vllm_targets = [{"targets": [vllm_scrape_address(config)],
-                     "labels": _labels(stack, head.name, head.role.value, all_ranks, generation(containers, head.name))}]
+                     "labels": _labels(stack, head.name, head.role.value, all_ranks,
+                                       generation(containers, head.name))}]
     if topo.hybrid:  # every node's API server reports only its own engines: scrape each
         vllm_targets = [{"targets": [_hybrid_scrape_address(config, t)],
                          "labels": _labels(stack, t.name, t.role.value, t.dp_ranks, generation(containers, t.name))}
