@@ -497,6 +497,8 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
      "serving.extra_args.0"),
     ("xa-hybrid-lb", "prod", {"serving.extra_args": ["--data-parallel-hybrid-lb"]}, "serving.extra_args.0"),
     ("xa-external-lb", "prod", {"serving.extra_args": ["--data-parallel-external-lb"]}, "serving.extra_args.0"),
+    ("xa-multi-port-lb", "prod", {"serving.extra_args": ["-dpm"]}, "serving.extra_args.0"),
+    ("xa-fault-tolerance", "prod", {"serving.extra_args": ["--enable-fault-tolerance"]}, "serving.extra_args.0"),
     ("xa-dpa", "prod", {"serving.extra_args": ["-dpa", "8.8.8.8"]}, "serving.extra_args.0"),
     ("xa-api-key", "prod", {"serving.extra_args": [f"--api_key={PLAIN_SECRET}"]}, "serving.extra_args.0"),
     ("xa-hf-token", "prod", {"serving.extra_args": ["--hf-token", PLAIN_SECRET]}, "serving.extra_args.0"),

@@ -8,15 +8,21 @@ produced by the code under test.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bench.dp_lb_real_vllm import REFUSED, dp16
+from checks.api import tls_context
 from components.check_commands import api_command, node_api_command
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config
@@ -26,10 +32,21 @@ from stacks.planner.plan import Plan, build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.serve_options import card_table, read_serve_argv
 from tests.conftest import ROOT, flag_pairs, plan_of, problems_of
+from tests.nginx_harness import (
+    CLIENT_KEYS,
+    UPSTREAM_KEY,
+    Tls,
+    free_port,
+    make_certificate,
+    nginx_test,
+    running_nginx,
+    write_conf,
+)
 from tests.pulumi_harness import run_program
 from tests.test_check_api import run_api, standin
 from tests.test_mp_multinode import h20_mp
 from tests.test_program_proxy import SECRETS
+from tests.test_proxy_nginx import bearer
 
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-dp-lb.json"
 V4 = "/data/models/DeepSeek-V4-Flash"
@@ -341,3 +358,56 @@ def test_prometheus_scrapes_every_nodes_api_server_with_hybrid() -> None:
         assert [c["targets"] for c in job["static_configs"]] == targets, mode
         assert [c["labels"]["dp_ranks"] for c in job["static_configs"]][-1] == (
             "8,9,10,11,12,13,14,15" if mode == "hybrid" else ",".join(map(str, range(16))))
+
+
+# --- a real nginx over two API servers ---------------------------------------------------------------------------
+
+
+@contextmanager
+def api_server(host: str, port: int, answer: str) -> Iterator[None]:
+    """The stand-in API server on host:port (it checks vLLM's key, as every node's vLLM does)."""
+    proc = subprocess.Popen([sys.executable, "-m", "checks.standin", "--host", host, "--port", str(port),
+                             "--answer", answer, "--api-key-env", "STANDIN_KEY"], cwd=ROOT,
+                            env={**os.environ, "STANDIN_KEY": UPSTREAM_KEY}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        assert ready.startswith("serving "), f"the stand-in did not start: {ready!r}"
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return make_certificate(tmp_path_factory.mktemp("tls"))
+
+
+def test_nginx_spreads_requests_over_every_nodes_api_server(tmp_path: Path, tls: Tls) -> None:
+    """The generated nginx.conf with two upstreams (the head's on 127.0.0.1, the other node's on 127.0.0.2, both
+    loopback here): requests reach both, and with one gone every request still gets an answer."""
+    port, upstream_port = free_port(), free_port()
+    values = proxied(dp16("hybrid"))
+    values["api"]["proxy"] |= {"bind": "127.0.0.1", "port": port}
+    door = dataclasses.replace(front_door(parse_config("t", values)), upstream_port=upstream_port,
+                               more_upstreams=("127.0.0.2",))
+    conf = write_conf(tmp_path, door, 0, tls)
+    assert nginx_test(conf).returncode == 0
+
+    def answers(client: httpx.Client, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            r = client.post("/v1/chat/completions", headers=bearer(CLIENT_KEYS["team-a"]),
+                            json={"model": "DeepSeek-V4.1-Flash", "messages": [{"role": "user", "content": "q"}]})
+            assert r.status_code == 200, r.text
+            out.append(r.json()["choices"][0]["message"]["content"])
+        return out
+
+    with api_server("127.0.0.1", upstream_port, "111"), running_nginx(conf, port), httpx.Client(
+            base_url=f"https://localhost:{port}", verify=tls_context(tls.pem), timeout=60) as client:
+        with api_server("127.0.0.2", upstream_port, "222"):
+            both = answers(client, 6)
+        alone = answers(client, 4)  # the other node's server is gone: nginx passes each request to the head's
+    assert set(both) == {"111", "222"}, both
+    assert alone == ["111"] * 4

@@ -94,6 +94,9 @@ MANAGED_OPTIONS: dict[str, str] = {
     "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
     "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
                           "not know",
+    "enable_fault_tolerance": "nothing yet: fault tolerance needs external load balancing (`Fault tolerance requires "
+                              "external load balancer mode`, vllm/engine/arg_utils.py:2450-2455), which "
+                              "parallelism.dp_load_balancing does not plan yet, and it restarts ranks alone",
     "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
                               "forbids (docs/what-a-change-costs.md: Restarts)",
     "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
