@@ -25,7 +25,7 @@ from bench.dp_lb_real_vllm import REFUSED, dp16
 from checks.api import tls_context
 from components.check_commands import api_command, node_api_command
 from stacks.model.field_types import SECRET
-from stacks.model.loader import parse_config
+from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.image_cards import card_of_version
 from stacks.planner.load_balancing import EXTERNAL_SHAPE, HYBRID_HEADLESS, HYBRID_LOCAL_ONE, HYBRID_ONE_NODE
 from stacks.planner.plan import Plan, build_plan
@@ -45,7 +45,7 @@ from tests.nginx_harness import (
 from tests.pulumi_harness import run_program
 from tests.test_check_api import run_api, standin
 from tests.test_mp_multinode import h20_mp
-from tests.test_program_proxy import SECRETS
+from tests.test_program_proxy import SECRETS, proxied_values
 from tests.test_proxy_nginx import bearer
 
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-dp-lb.json"
@@ -411,3 +411,28 @@ def test_nginx_spreads_requests_over_every_nodes_api_server(tmp_path: Path, tls:
         alone = answers(client, 4)  # the other node's server is gone: nginx passes each request to the head's
     assert set(both) == {"111", "222"}, both
     assert alone == ["111"] * 4
+
+
+# --- the prod policy pack reads every node's API server ----------------------------------------------------------
+
+
+def test_the_policy_pack_holds_every_api_server_to_its_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from tests.test_policy import violations, with_host_keys
+
+    monkeypatch.setattr("components.ssh_trust.deployer_home", lambda: tmp_path)
+    values = with_host_keys(read_stack_values("prod"))
+    values["image"]["digest"] = "sha256:" + "ab" * 32
+    values["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "hybrid"}
+    assert {n: v for n, v in violations(run_program("prod", values), "prod").items() if v} == {}
+    keyless = violations(run_program("prod", values, secrets={"ssh_private_key": "k"}), "prod")
+    assert sorted(r for r, _ in keyless["vllm-api-auth-on-non-loopback"]) == [
+        "engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
+    # behind the proxy node2's vLLM binds its control-plane address: private, firewalled to the cluster, keyed
+    behind = with_host_keys(proxied_values("prod"))
+    behind["image"]["digest"] = "sha256:" + "ab" * 32
+    behind["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "hybrid"}
+    found = violations(run_program("prod", behind, secrets=SECRETS), "prod")
+    assert {n for n, v in found.items() if v} == {"image-pinned-by-digest", "prod-image-pinned-by-digest"}
+    assert {r for n in ("image-pinned-by-digest", "prod-image-pinned-by-digest") for r, _ in found[n]} == {
+        "api-proxy-image"}  # only nginx's unpinned image
