@@ -436,3 +436,14 @@ def test_the_policy_pack_holds_every_api_server_to_its_rules(tmp_path: Path, mon
     assert {n for n, v in found.items() if v} == {"image-pinned-by-digest", "prod-image-pinned-by-digest"}
     assert {r for n in ("image-pinned-by-digest", "prod-image-pinned-by-digest") for r, _ in found[n]} == {
         "api-proxy-image"}  # only nginx's unpinned image
+
+
+def test_stacks_diff_calls_a_mode_change_a_group_restart() -> None:
+    """Every node's argv changes (the flag, the head's start rank, node2's --headless): the whole group moves."""
+    from review.downtime import assess
+    from review.plan_diff import diff_plans, to_markdown
+
+    found = diff_plans("t", "base", plan_of(dp16("internal")).to_json_dict(), plan_of(dp16("hybrid")).to_json_dict())
+    assert assess(found).kind == "group"
+    text = to_markdown(found)
+    assert "added `api-node-h20-2`" in text and "**removed** `api-golden-rank-15`" in text
