@@ -1,7 +1,8 @@
 """API verification from where `pulumi up` runs: health, models, chat, thinking, streaming, auth, deny.
 
 With `--dp-size N` the chat, thinking and stream sections run once per data-parallel rank: each request
-carries `X-data-parallel-rank: r`, which vLLM 0.33.0 reads in `_get_data_parallel_rank`
+carries `X-data-parallel-rank: r` (`r - --first-rank` against one node's API server with hybrid load
+balancing), which vLLM 0.33.0 reads in `_get_data_parallel_rank`
 (`vllm/entrypoints/generate/base/serving.py`) and passes to the engine client, which sends the request to
 engine r instead of the least loaded one (`vllm/v1/engine/core_client.py`, `get_core_engine_for_request`).
 A rank outside [0, N) is refused with HTTP 400 `data_parallel_rank R is out of range [0, N).`
@@ -127,6 +128,14 @@ class Target:
 
     rank: int | None
     node: str | None = None
+    first: int = 0
+    """`--first-rank`: with hybrid load balancing a node's API server numbers its own ranks from 0, so rank r is
+    sent as header r - first (vLLM's range there is [0, local ranks): vllm/v1/engine/input_processor.py:392-400)."""
+
+    @property
+    def header(self) -> int | None:
+        """What `X-data-parallel-rank` carries for this target."""
+        return None if self.rank is None else self.rank - self.first
 
     @property
     def label(self) -> str:
@@ -234,7 +243,7 @@ def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: 
     start = time.monotonic()
     try:
         response = api.request("POST", "/v1/chat/completions", retries=retries,
-                               json=_chat(served, golden.prompt, thinking), headers=api.headers(rank=target.rank))
+                               json=_chat(served, golden.prompt, thinking), headers=api.headers(rank=target.header))
     except httpx.HTTPError as exc:  # transport, and a body httpx cannot decode: a failed probe, never a crash
         probe.error = f"{type(exc).__name__}: {exc}"[:200]
         return probe
@@ -273,7 +282,7 @@ def probe_stream(api: Api, served: str, golden: Golden, target: Target) -> Probe
         start = time.monotonic()
         try:
             with api.client.stream("POST", api.url + "/v1/chat/completions", json=body,
-                                   headers=api.headers(rank=target.rank)) as response:
+                                   headers=api.headers(rank=target.header)) as response:
                 if response.status_code != 200:
                     response.read()
                     probe.error = f"HTTP {response.status_code}: {_error_text(response)}"
@@ -680,14 +689,14 @@ def _url(url: str) -> str:
     return f"{parts.scheme}://{host}"  # rebuilt from the parsed parts: what is checked is what is used
 
 
-def _targets(dp_size: int, rank_nodes: str) -> list[Target]:
+def _targets(dp_size: int, rank_nodes: str, first_rank: int = 0) -> list[Target]:
     nodes = [n.strip() for n in rank_nodes.split(",")] if rank_nodes else []
     if nodes and (len(nodes) != dp_size or not all(nodes)):
         raise ConfigProblem(f"--rank-nodes {rank_nodes!r}: needs one node name per DP rank ({dp_size}), in rank "
                             "order, e.g. node1,node1,node2,node2 for two ranks per node")
     if dp_size == 1:
         return [Target(None, nodes[0] if nodes else None)]  # nothing to pin: no header
-    return [Target(r, nodes[r] if nodes else None) for r in range(dp_size)]
+    return [Target(first_rank + r, nodes[r] if nodes else None, first_rank) for r in range(dp_size)]
 
 
 def _goldens(golden_json: str, prompt: str | None, expect: str | None) -> list[Golden]:
@@ -757,6 +766,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dp-size", type=integer(1, MAX_DP_SIZE), default=1,
                    help="data-parallel ranks: chat, thinking and stream run once per rank (X-data-parallel-rank)")
     p.add_argument("--rank-nodes", default="", help="node of each DP rank in rank order, e.g. node1,node2")
+    p.add_argument("--first-rank", type=integer(0, MAX_DP_SIZE), default=0,
+                   help="the global number of the first rank (hybrid load balancing: the node's start rank); "
+                        "the header carries rank - first-rank, the index the node's own API server expects")
     p.add_argument("--ca-env", default="", type=env_name,
                    help="env var holding a PEM certificate to trust (the proxy's)")
     p.add_argument("--ca-file", default="", type=optional_path,
@@ -773,7 +785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
-        targets = _targets(args.dp_size, args.rank_nodes)
+        targets = _targets(args.dp_size, args.rank_nodes, args.first_rank)
         goldens = _goldens(args.golden_json, args.prompt, args.expect)
         ca_pem = _ca_pem(args.ca_env, args.ca_file)
         args.url = _url(args.url)

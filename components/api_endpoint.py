@@ -6,8 +6,8 @@ on loopback and no proxy they run on the head over SSH (`connection`), where the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
@@ -49,6 +49,9 @@ class ApiEndpointArgs:
     proxy: ProxyArgs | None = None
     connection: command.remote.ConnectionArgs | None = None
     """Run the checks on the head over this connection (vLLM on loopback, no proxy); else where `pulumi up` runs."""
+    node_checks: Mapping[str, tuple[command.remote.ConnectionArgs, str]] = field(default_factory=dict)
+    """Hybrid load balancing: node -> (its connection, `api-node-<node>`): every node's own API server and each
+    of its DP ranks, checked on the node itself, once the engines run."""
 
 
 class ApiEndpoint(pulumi.ComponentResource):
@@ -83,6 +86,11 @@ class ApiEndpoint(pulumi.ComponentResource):
             self.smoke = command.local.Command(
                 f"{name}-smoke", create=args.smoke_command, environment=env or None,
                 triggers=list(args.triggers), opts=pulumi.ResourceOptions(parent=self, depends_on=[self.health]))
+        self.node_checks: dict[str, command.remote.Command] = {
+            node: command.remote.Command(
+                f"{name}-{node}-api", connection=connection, create=check, triggers=list(args.triggers),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)))
+            for node, (connection, check) in args.node_checks.items()}
         self.endpoint = pulumi.Output.from_input(args.endpoint)
         self.served_model = pulumi.Output.from_input(args.served_model)
         self.verification = pulumi.Output.all(self.health.stdout, self.smoke.stdout).apply(

@@ -15,13 +15,14 @@ from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
 from stacks.model.config import StackConfig
+from stacks.model.field_types import host_port
 from stacks.model.golden import golden_json
 from stacks.planner.deepep import nic_handler, reach_targets
-from stacks.planner.launch import LABEL_PREFIX
+from stacks.planner.launch import LABEL_PREFIX, node_api_host
 from stacks.planner.load_estimate import engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
 from stacks.planner.profiles import get_profile
-from stacks.planner.topology import derive_topology, dp_rank_nodes
+from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600
 """Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
@@ -200,7 +201,7 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
     same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
     script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
     container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
-    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
     args = ["--name", name, "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
@@ -220,6 +221,26 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
             requests * config.api.request_timeout_s + 120
         return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(container)} ", timeout_s=budget)
     return shlex.join([API_PYTHON, "-m", "checks.api", *args])
+
+
+def node_api_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`api-node-<node>` (hybrid load balancing): the node's own API server, from inside its engine container
+    over SSH, as `api_on_head` runs the head's. Its ranks are pinned with node-local headers (`--first-rank` =
+    the node's start rank, `--dp-size` = its local ranks); the key is the container's own VLLM_API_KEY."""
+    topo, _ = derive_topology(config)
+    node = plan.node(str(check.node))
+    node_topo = next(n for n in topo.nodes if n.name == node.name)
+    url = f"http://{host_port(node_api_host(config, node_topo), config.serving.port)}"
+    ranks = node.dp_ranks
+    args = ["--name", check.name, "--url", url, "--served-name", config.model.served_name,
+            "--sections", ",".join(check.sections), "--deadline-s", str(health_deadline_s(config)),
+            "--interval-s", str(config.api.progress_interval_s), "--timeout-s", str(config.api.request_timeout_s),
+            "--dp-size", str(len(ranks)), "--first-rank", str(ranks[0]), "--rank-nodes",
+            ",".join([node.name] * len(ranks)), "--golden-json", golden_json(config.api.smoke.golden)]
+    requests = (1 + 3 * len(check.sections)) * len(ranks) * len(config.api.smoke.golden) + 2
+    budget = health_deadline_s(config) + requests * config.api.request_timeout_s + 120
+    return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(node.containers[0].name)} ",
+                           timeout_s=budget)
 
 
 # ---- weights, collective: the commands between the image pull and the engines -------------------------------

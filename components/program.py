@@ -28,6 +28,7 @@ from components.check_commands import (
     dry_run_command,
     engines_command,
     nccl_command,
+    node_api_command,
     preflight_command,
     ray_ready_command,
     weights_command,
@@ -254,7 +255,9 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         triggers=[*engine.check_triggers, api_settings], after=engine.ready, api_key=None if on_head else check_key,
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
         proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None,
-        connection=nodes[config.head.name].connection if on_head else None))
+        connection=nodes[config.head.name].connection if on_head else None,
+        node_checks={str(c.node): (nodes[str(c.node)].connection, node_api_command(config, plan, c))
+                     for c in plan.checks if c.name.startswith("api-node-")}))
     engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),

@@ -138,8 +138,9 @@ class VllmEngine(pulumi.ComponentResource):
             node_plan = plan.node(node_name)
             node = args.nodes[node_name]
             is_head = node_name == plan.head.name
-            # mp: every headless node first, head last: they only dial the head and retry (DP RPC handshake; the
-            # TCPStore on --master-port when a replica spans nodes), the head's waits start once it runs.
+            # mp: every other node first, head last: they only dial the head and retry (DP RPC handshake, also with
+            # hybrid load balancing, whose nodes run their own API servers; the TCPStore on --master-port when a
+            # replica spans nodes), the head's waits start once it runs.
             # ray: head first, workers after.
             if plan.topology["backend"] == "mp":
                 after = [*gates, *(started if is_head else [])]

@@ -85,7 +85,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     put next to it (the key file, the proxy's certificate) on stderr."""
     from review.watch_unit import render_watch_unit, unit_name
     from stacks.planner.plan import check_client
-    from stacks.planner.topology import dp_rank_nodes
+    from stacks.planner.topology import endpoint_rank_nodes
 
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
@@ -94,7 +94,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     env_file = args.env_file or (f"/etc/vllm-cluster/{args.stack}-watch.env" if needs_key else None)
     tls = plan.proxy is not None and plan.proxy.tls
     ca_file = args.ca_file or (f"/etc/vllm-cluster/{args.stack}-ca.pem" if tls else None)
-    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
     metrics_listen, info_json = None, None
     if plan.observability is not None:
         from stacks.planner.observability import engine_info

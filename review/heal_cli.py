@@ -20,14 +20,14 @@ from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.topology import dp_rank_nodes
+from stacks.planner.topology import endpoint_rank_nodes
 
 CODE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]:
     """One round of the API check with the stack's golden set on every DP rank (the watch unit's probe)."""
-    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
     argv = [python, "-m", "checks.api", "--name", f"group-restart-{plan.stack}", "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", "health,models,chat", "--deadline-s", "600",
             "--timeout-s", str(config.api.request_timeout_s), "--golden-json", golden_json(config.api.smoke.golden),
@@ -219,7 +219,7 @@ def _supervise(args: argparse.Namespace) -> int:
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
                         golden_max_age_s=args.golden_max_age_s or golden_max_age_s(
-                            config, dp_rank_nodes([(n.name, n.dp_ranks) for n in plan.nodes])[0]))
+                            config, endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])[0]))
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     return Supervisor(group, access, log, settings, lock, drift_check).run()
 

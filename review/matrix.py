@@ -43,6 +43,8 @@ class Context:
     apply: Callable[[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
     requires: str = ""
     """what switching it on alone takes, for the switch's own row"""
+    on: Any = True
+    """the switch's value when the feature is on (`hybrid` for a mode, true for a flag)"""
 
 
 def _proxy_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -62,6 +64,15 @@ def _observability_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[
                     "alert_webhook_url": "https://hooks.example.com/matrix"}
 
 
+def _hybrid_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Hybrid load balancing, with the layout it requires: mp, one pipeline stage, two DP ranks per node."""
+    values = copy.deepcopy(values)
+    gpus = min(int(n["gpus"]["count"]) for n in values["nodes"])
+    values["parallelism"] |= {"backend": "mp", "pipeline": 1, "tensor": max(1, gpus // 2),
+                              "data": 2 * len(values["nodes"]), "dp_load_balancing": "hybrid"}
+    return values, dict(secrets)
+
+
 CONTEXTS = (
     Context("with the proxy on", "api.proxy.enabled", ("api.proxy.", "tls_certificate", "tls_private_key",
                                                          "proxy_keys"), _proxy_on,
@@ -69,6 +80,8 @@ CONTEXTS = (
     Context("with observability on", "observability.enabled", ("observability.", "grafana_admin_password",
                                                                  "alert_webhook_url"), _observability_on,
             "the grafana_admin_password and alert_webhook_url secrets"),
+    Context("with hybrid load balancing", "parallelism.dp_load_balancing", ("parallelism.dp_load_balancing",),
+            _hybrid_on, "backend mp, pipeline 1 and two DP ranks per node", on="hybrid"),
 )
 
 
@@ -184,7 +197,9 @@ def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]],
             except ConfigError as exc:
                 rows.append(_row(base, leaf.key, "", [], register, exc.problems[0].message))
                 continue
-            change = f"{leaf.key}: false → true (with {switch.requires} it requires)"
+            off = "false" if switch.on is True else _show_value(_switch_value(values, switch))
+            on = "true" if switch.on is True else str(switch.on)
+            change = f"{leaf.key}: {off} → {on} (with {switch.requires} it requires)"
             rows.append(_row(base, leaf.key, "", [Mutation(leaf.key, change, on_values, on_secrets, plan)],
                              register, None))
             continue
@@ -210,11 +225,20 @@ def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]],
     return rows
 
 
-def _is_on(values: dict[str, Any], context: Context) -> bool:
+def _switch_value(values: dict[str, Any], context: Context) -> Any:
     node: Any = values
     for part in context.switch.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return node is True
+    return node
+
+
+def _show_value(value: Any) -> str:
+    return "(unset)" if value is None else str(value)
+
+
+def _is_on(values: dict[str, Any], context: Context) -> bool:
+    node = _switch_value(values, context)
+    return node is True if context.on is True else node == context.on
 
 
 def compute(stacks: dict[str, dict[str, Any]], register: Register, keys: list[Leaf] | None = None) -> list[Row]:

@@ -235,6 +235,12 @@ class ParallelismConfig(_Model):
     backend: Literal["mp", "ray"] = Field(default="mp", description="mp (vLLM internal DP) or ray")
     data_parallel_rpc_port: Port = Field(default=29550, description="DP coordinator RPC port")
     master_port: Port = Field(default=29501, description="--master-port when a replica spans nodes (mp)")
+    dp_load_balancing: Literal["internal", "hybrid", "external"] = Field(
+        default="internal",
+        description="who spreads requests over the DP ranks (mp, DP > 1; docs/load-balancing.md): internal = the "
+        "head's API server over every rank, the other nodes --headless; hybrid = every node runs an API server over "
+        "its own ranks (--data-parallel-hybrid-lb) and the proxy, or your load balancer, spreads requests over the "
+        "nodes; external (one API server per rank) is refused by this version of the tool")
 
 
 class ServingConfig(_Model):

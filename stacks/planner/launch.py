@@ -87,7 +87,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
     if node.role.headless:
         args.append("--headless")
     else:
-        args += ["--host", serving.host, "--port", str(serving.port)]
+        args += ["--host", api_bind(config, node), "--port", str(serving.port)]
     args += ["--served-model-name", config.model.served_name]
     if serving.trust_remote_code:
         args.append("--trust-remote-code")
@@ -106,6 +106,10 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
         args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(local)]
         if node.dp_start_rank is not None:
             args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
+        if topo.hybrid:
+            # Said outright, not left to vLLM's inference from a start rank without --headless
+            # (engine/arg_utils.py:2489-2491, entrypoints/cli/serve.py:90-97): the plan names the mode it runs.
+            args.append("--data-parallel-hybrid-lb")
         args += [
             "--data-parallel-address", str(control_ip(config, config.head)),
             "--data-parallel-rpc-port", str(par.data_parallel_rpc_port),
@@ -143,6 +147,23 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
     return args
 
 
+def api_bind(config: StackConfig, node: NodeTopology) -> str:
+    """The address a node's API server binds: `serving.host` on the head and wherever it is a wildcard. With
+    hybrid load balancing behind the proxy the head's vLLM stays on loopback (only nginx beside it reaches it),
+    while every other node's binds that node's control-plane address, where the head's nginx reaches it (the
+    firewall admits only the cluster there; vLLM still wants api_key)."""
+    host = config.serving.host
+    if node.index == 0 or host in ("0.0.0.0", "::"):
+        return host
+    return str(control_ip(config, config.nodes[node.index]) or config.nodes[node.index].management_ip)
+
+
+def node_api_host(config: StackConfig, node: NodeTopology) -> str:
+    """Where a process on the node itself reaches its API server (loopback when it binds all addresses)."""
+    bind = api_bind(config, node)
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
+
+
 def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:
     """The plain env of a node's engine: GPUs, fabric, timeout, the user's extras, then any override the
     config explicitly allows (`container.managed_env_overrides`, each a plan warning)."""
@@ -163,7 +184,7 @@ def secret_env(config: StackConfig, node_topo: NodeTopology) -> dict[str, str]:
     """Variables whose values are Pulumi secrets: vLLM's key on the node that serves the API, and every
     `env_secrets` entry on every engine."""
     refs = {name: f"env_secrets.{name}" for name in sorted(config.env_secrets or {})}
-    if node_topo.role.is_head and config.api_key is not None:
+    if node_topo.role.serves_api and config.api_key is not None:
         refs["VLLM_API_KEY"] = "api_key"
     return refs
 
@@ -224,8 +245,8 @@ def local_api_host(config: StackConfig) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.serving.host, config.serving.host)
 
 
-def _healthcheck(config: StackConfig) -> HealthcheckSpec:
-    url = f"http://{host_port(local_api_host(config), config.serving.port)}/health"
+def _healthcheck(config: StackConfig, node: NodeTopology) -> HealthcheckSpec:
+    url = f"http://{host_port(node_api_host(config, node), config.serving.port)}/health"
     probe = f"import urllib.request as u; u.urlopen('{url}', timeout=5)"
     return HealthcheckSpec(test=["CMD", "python3", "-c", probe], interval_s=30, timeout_s=10, retries=3,
                            start_period_s=config.serving.engine_ready_timeout_s)
@@ -241,6 +262,8 @@ _PURPOSE = {
     Role.MP_REPLICA_HEAD: "headless: engine core and workers of a replica's first node; joins the head's DP RPC "
                           "port and --master-port",
     Role.MP_WORKER: "headless: TP/PP workers only (no engine core, no API); joins the head's --master-port",
+    Role.DP_API_ENGINE: "vllm API server over this node's own DP engine(s) (hybrid load balancing); the engines "
+                        "join the head's DP RPC port and coordinator",
 }
 
 
@@ -265,7 +288,8 @@ def engine_containers(
             entrypoint, command = None, list(serve)
         draft[node.name] = ContainerSpec(
             name=c.name,
-            purpose=_PURPOSE[role],
+            purpose=_PURPOSE[role] + (" (hybrid load balancing: its API server serves this node's ranks only)"
+                                      if topo.hybrid and role is Role.DP_HEAD else ""),
             image=config.image.pull_ref,
             vllm_args=serve,
             command=command,
@@ -283,7 +307,7 @@ def engine_containers(
             capabilities=list(c.capabilities),
             restart=c.restart,
             labels={},
-            healthcheck=_healthcheck(config) if role.is_head else None,
+            healthcheck=_healthcheck(config, node_topo) if role.serves_api else None,
         )
     generation = group_generation(draft, c.restart_epoch)
     result: dict[str, list[ContainerSpec]] = {}

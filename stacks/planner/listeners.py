@@ -105,6 +105,9 @@ SRC_API = "vllm/entrypoints/launchers/launcher.py:340-353, 378 (bind (--host or 
 SRC_HANDSHAKE = "vllm/v1/engine/utils.py:1348-1363 (ZMQ ROUTER bound at tcp://<DP address>:<DP RPC port>)"
 SRC_FRONTEND_ZMQ = "vllm/v1/engine/utils.py:1150-1160 (tcp://<DP address>:0 when engines are remote)"
 SRC_COORDINATOR = "vllm/v1/engine/coordinator.py:85-97 (tcp://<DP address>:0 when engines are remote)"
+SRC_COORDINATOR_HYBRID = ("vllm/v1/engine/coordinator.py:85-97 (front publish tcp://<DP address>:0 too: hybrid or "
+                          "external LB, local_engines_only)")
+SRC_API_HYBRID = (f"{SRC_API}; one per node with --data-parallel-hybrid-lb (vllm/entrypoints/cli/serve.py:90-123)")
 SRC_COORD_STORE = f"vllm/v1/engine/utils.py:1283-1299 (TCPStore(host, 0, is_master=True)); {TORCH_STORE}"
 SRC_DP_STORE = "vllm/config/parallel.py:697-702 (socket bound to (DP address, 0), handed to the TCPStore)"
 SRC_WORLD_STORE = f"vllm/distributed/parallel_state.py:1892-1906 (create_tcp_store(ip, 0, is_master=True)); " \
@@ -140,7 +143,7 @@ class Listener(BaseModel):
     public: bool
     """Reachable from outside the declared private networks and the cluster's own addresses, firewall included."""
     role: str
-    """dp-head, headless-engine, ray-head, ray-worker, proxy or monitoring."""
+    """dp-head, headless-engine, dp-api-engine, ray-head, ray-worker, proxy or monitoring."""
     process: str
     reach: str
     """Who must connect: clients, cluster (the other nodes) or local (this host only)."""
@@ -211,13 +214,18 @@ def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: Node
 
     if role.is_head:
         rows += _api_rows(config)
+    elif role is Role.DP_API_ENGINE:
+        rows += _hybrid_api_rows(config, node_topo)
     if role in (Role.DP_HEAD, Role.MP_HEAD) and topo.data > 1:
         if role is Role.MP_HEAD or node_topo.dp_local != topo.data:  # engines on other nodes: TCP, not IPC
             rows.append(_Row(config.parallelism.data_parallel_rpc_port, ip,
                              "DP handshake (ZMQ ROUTER, unauthenticated pickle)", "vllm serve (API server)",
                              SRC_HANDSHAKE))
-            eph(ip, "engine input/output (ZMQ ROUTER/PULL)", "vllm serve (API server)", SRC_FRONTEND_ZMQ)
-            eph(ip, "DP coordinator to engines (ZMQ XPUB/PULL)", "vllm DP coordinator", SRC_COORDINATOR)
+            if not topo.hybrid:  # hybrid: each API server talks to its own node's engines over IPC
+                eph(ip, "engine input/output (ZMQ ROUTER/PULL)", "vllm serve (API server)", SRC_FRONTEND_ZMQ)
+            eph(ip, "DP coordinator to engines (ZMQ XPUB/PULL)" if not topo.hybrid else
+                "DP coordinator to engines and to every node's API server (ZMQ XPUB/PULL)", "vllm DP coordinator",
+                SRC_COORDINATOR if not topo.hybrid else SRC_COORDINATOR_HYBRID)
         eph("::", "DP coordination store (torch TCPStore, unauthenticated)", "vllm serve (API server)",
             SRC_COORD_STORE)
         eph(ip, "DP process group store (TCPStore on a bound socket)", "vllm engine core DP0", SRC_DP_STORE)
@@ -267,6 +275,19 @@ def _api_rows(config: StackConfig) -> list[_Row]:
                      "OpenAI API (vLLM; reached through the proxy)" if proxy.enabled else "OpenAI API (vLLM)",
                      "vllm serve (API server)", SRC_API, reach="local" if proxy.enabled else "clients"))
     return rows
+
+
+def _hybrid_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
+    """A node after the head with hybrid load balancing: its own API server, on `serving.port`. Behind the proxy
+    only the head's nginx calls it (it binds the node's control-plane address: a cluster port); without the
+    proxy clients and their load balancer do."""
+    from stacks.planner.launch import api_bind
+
+    proxy = config.api.proxy.enabled
+    return [_Row(config.serving.port, _bind_of(api_bind(config, node)),
+                 "OpenAI API (vLLM, this node's DP ranks; reached through the head's proxy)" if proxy else
+                 "OpenAI API (vLLM, this node's DP ranks)", "vllm serve (API server)", SRC_API_HYBRID,
+                 reach="cluster" if proxy else "clients")]
 
 
 def _ray_rows(config: StackConfig, ip: str, *, head: bool) -> list[_Row]:
@@ -433,7 +454,8 @@ def _clash(a: Listener, b: Listener) -> bool:
             and a.port <= (b.port_end or b.port) and b.port <= (a.port_end or a.port))
 
 
-_KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
+_KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_API_HYBRID: "serving.port",
+         SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
          SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port", **PORT_KEYS}
 

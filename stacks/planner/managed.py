@@ -31,7 +31,8 @@ MANAGED_OPTIONS: dict[str, str] = {
     "grpc": "serving.port (a gRPC server instead of the OpenAI API the checks and proxy expect)",
     "grpc_port": "serving.port (a listener the plan and firewall do not know)",
     "api_key": "api_key (a Pulumi secret: argv is visible in `ps`, `docker inspect` and Pulumi state)",
-    "api_server_count": "the node roles (headless nodes refuse API servers)",
+    "api_server_count": "the node roles (headless nodes refuse API servers; vLLM runs one per local DP rank with "
+                        "hybrid load balancing, one per rank of the whole group on the head with internal)",
     "served_model_name": "model.served_name",
     "trust_remote_code": "serving.trust_remote_code",
     "dtype": "serving.dtype",
@@ -40,14 +41,15 @@ MANAGED_OPTIONS: dict[str, str] = {
     "distributed_executor_backend": "parallelism.backend",
     "data_parallel_size": "parallelism.data",
     "data_parallel_size_local": "nodes[].data_parallel_local",
-    "data_parallel_start_rank": "the node order (start ranks are derived; the head never gets one)",
+    "data_parallel_start_rank": "the node order (start ranks are derived; the head gets one only with "
+                                "parallelism.dp_load_balancing: hybrid)",
     "data_parallel_rank": "the node order (an explicit rank is another load-balancing mode)",
     "data_parallel_address": "fabric.control_plane (the head's control-plane IP)",
     "data_parallel_rpc_port": "parallelism.data_parallel_rpc_port",
     "data_parallel_backend": "parallelism.backend",
-    "data_parallel_hybrid_lb": "the node roles (internal load balancing with headless engines)",
-    "data_parallel_external_lb": "the node roles (internal load balancing with headless engines)",
-    "data_parallel_multi_port_external_lb": "the node roles (internal load balancing with headless engines)",
+    "data_parallel_hybrid_lb": "parallelism.dp_load_balancing (hybrid)",
+    "data_parallel_external_lb": "parallelism.dp_load_balancing (external is refused: not planned yet)",
+    "data_parallel_multi_port_external_lb": "parallelism.dp_load_balancing (external is refused: not planned yet)",
     "nnodes": "the node list",
     "node_rank": "the node order",
     "master_addr": "fabric.control_plane (the head's control-plane IP)",
@@ -93,6 +95,9 @@ MANAGED_OPTIONS: dict[str, str] = {
     "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
     "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
                           "not know",
+    "enable_fault_tolerance": "nothing yet: fault tolerance needs external load balancing (`Fault tolerance requires "
+                              "external load balancer mode`, vllm/engine/arg_utils.py:2450-2455), which "
+                              "parallelism.dp_load_balancing does not plan yet, and it restarts ranks alone",
     "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
                               "forbids (docs/what-a-change-costs.md: Restarts)",
     "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
@@ -105,7 +110,8 @@ MANAGED_OPTIONS: dict[str, str] = {
 
 LB_MODE_OPTIONS = ("data_parallel_start_rank", "data_parallel_rank", "data_parallel_hybrid_lb",
                    "data_parallel_external_lb")
-"""Options that switch vLLM out of internal load balancing, which the head's headless engines need."""
+"""Options that switch vLLM's load-balancing mode behind the plan's back (`parallelism.dp_load_balancing` sets it:
+internal needs the other nodes headless, hybrid refuses them)."""
 
 SECRET_OPTIONS: dict[str, str] = {
     "api_key": "remove it and run: pulumi config set --secret vllm-cluster:api_key <key>",

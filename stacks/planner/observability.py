@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import StackConfig
 from stacks.model.field_types import bracket_host
-from stacks.planner.topology import Topology
+from stacks.planner.topology import NodeTopology, Topology
 
 if TYPE_CHECKING:  # launch imports listeners, which imports this module
     from stacks.planner.launch import ContainerSpec
@@ -123,6 +123,19 @@ def vllm_scrape_address(config: StackConfig) -> str:
     return f"{bracket_host(host)}:{config.serving.port}"
 
 
+def _hybrid_scrape_address(config: StackConfig, node: NodeTopology) -> str:
+    """With hybrid load balancing: where each node's API server is scraped (its bind, or its management address
+    when it binds all)."""
+    from stacks.planner.launch import api_bind
+
+    if node.index == 0:
+        return vllm_scrape_address(config)
+    host = api_bind(config, node)
+    if host in ("0.0.0.0", "::"):
+        host = config.nodes[node.index].management_ip
+    return f"{bracket_host(host)}:{config.serving.port}"
+
+
 def watch_address(config: StackConfig) -> str:
     obs = config.observability
     host = obs.watch_address or management_ip(config, monitor_node(config))
@@ -162,11 +175,15 @@ def prometheus_config(stack: str, config: StackConfig, topo: Topology,
     head = topo.head
     all_ranks = [r for n in topo.nodes for r in n.dp_ranks]
     interval = f"{obs.scrape_interval_s}s"
+    vllm_targets = [{"targets": [vllm_scrape_address(config)],
+                     "labels": _labels(stack, head.name, head.role.value, all_ranks,
+                                       generation(containers, head.name))}]
+    if topo.hybrid:  # every node's API server reports only its own engines: scrape each
+        vllm_targets = [{"targets": [_hybrid_scrape_address(config, t)],
+                         "labels": _labels(stack, t.name, t.role.value, t.dp_ranks, generation(containers, t.name))}
+                        for t in topo.nodes]
     jobs: list[dict[str, Any]] = [
-        {"job_name": "vllm", "metrics_path": "/metrics", "scheme": "http",
-         "static_configs": [{"targets": [vllm_scrape_address(config)],
-                             "labels": _labels(stack, head.name, head.role.value, all_ranks,
-                                               generation(containers, head.name))}],
+        {"job_name": "vllm", "metrics_path": "/metrics", "scheme": "http", "static_configs": vllm_targets,
          # vLLM names the DP rank `engine`; the info series and the dashboards name it `dp_rank`.
          "metric_relabel_configs": [{"source_labels": ["engine"], "regex": "(.+)", "target_label": "dp_rank",
                                      "replacement": "$1", "action": "replace"}]},

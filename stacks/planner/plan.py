@@ -24,7 +24,7 @@ from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_
 from stacks.planner.managed import image_card, rendered_argv_problems
 from stacks.planner.observability import ObservabilityPlan, observability_plan
 from stacks.planner.proxy import front_door
-from stacks.planner.topology import NodeTopology, Role, Topology, dp_rank_nodes
+from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
 from stacks.planner.validation import validate
 
 FABRIC_PREFLIGHT = ("infiniband", "hca", "gid", "sysctl")
@@ -490,7 +490,7 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     on_head = api_on_head(config)
     node, runs_on = (topo.head.name, "node") if on_head else (None, "deployer")
     ranked = [c for c in RANKED_API_CHECKS if _api_check_applies(config, c)]
-    dp_size, rank_nodes = dp_rank_nodes([(n.name, n.dp_ranks) for n in topo.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role.value) for n in topo.nodes])
     golden = config.api.smoke.golden
     pairs = f"{len(golden)} golden pair(s) ({_short(golden[0].prompt)} -> /{golden[0].expect}/"
     pairs += ", …)" if len(golden) > 1 else ")"
@@ -500,7 +500,20 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     extra = "".join(f"; {_RANKED_PROVES[c]}" for c in ranked if c != "chat")
     checks = [CheckSpec(name=f"api-{c}", node=node, runs_on=runs_on, module="checks.api", sections=[c],
                         proves=_API_PROVES[c]) for c in ("health", "models")]
-    if dp_size == 1:
+    if topo.hybrid:
+        checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
+                                sections=ranked, proves=f"whichever node's API server answers {pairs} at temperature "
+                                f"0 with thinking off{extra}; through {endpoint(config)}, which "
+                                + ("spreads requests over every node's API server" if config.api.proxy.enabled else
+                                   "is the head's API server (its own ranks only)")))
+        checks += [CheckSpec(
+            name=f"api-node-{n.name}", node=n.name, runs_on="node", module="checks.api",
+            sections=["health", "models", *ranked],
+            proves=f"{n.name}'s own API server is up and each of its DP ranks {n.dp_ranks[0]}-{n.dp_ranks[-1]} "
+                   f"(X-data-parallel-rank 0-{len(n.dp_ranks) - 1}: a node-local index with hybrid load balancing) "
+                   f"answers {pairs} at temperature 0 with thinking off{extra}; on the node, in its engine container")
+            for n in topo.nodes]
+    elif dp_size == 1:
         checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
                                 sections=ranked, proves=f"the engine answers {pairs} at temperature 0 with "
                                 f"thinking off{extra}; through {endpoint(config)}"))
@@ -603,7 +616,8 @@ def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:
     api = [x for x in table if x.reach == "clients"]
     if not api or "0.0.0.0/0" in api[0].allowed_sources:
         return []
-    return [f"firewall: {api[0].node}:{', '.join(sorted({x.ports for x in api}))} accepts only "
+    nodes = ", ".join(dict.fromkeys(x.node for x in api))  # hybrid load balancing: every node's API port
+    return [f"firewall: {nodes}:{', '.join(sorted({x.ports for x in api}))} accepts only "
             f"{', '.join(api[0].allowed_sources)}; clients, load balancers and the deployer (api-* checks) "
             "elsewhere need firewall.api_sources"]
 

@@ -242,10 +242,13 @@ class FrontDoor:
     """An IP literal: `stacks.planner.launch.local_api_host` (loopback, as the proxy rule requires)."""
     upstream_port: int
     routes: Routes
+    more_upstreams: tuple[str, ...] = ()
+    """Hybrid load balancing: the other nodes' API servers (each node's control-plane IP literal), on
+    `upstream_port` too; nginx spreads requests over them and the head's own (least_conn)."""
 
     @property
     def upstream(self) -> str:
-        return host_port(self.upstream_host, self.upstream_port)
+        return ", ".join(host_port(h, self.upstream_port) for h in (self.upstream_host, *self.more_upstreams))
 
     @classmethod
     def of(cls, proxy: ProxyConfig, upstream_port: int, upstream_host: str = "127.0.0.1") -> FrontDoor:
@@ -259,7 +262,22 @@ class FrontDoor:
 def front_door(config: StackConfig) -> FrontDoor:
     from stacks.planner.launch import local_api_host
 
-    return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config))
+    return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
+                     hybrid_upstreams(config))
+
+
+def hybrid_upstreams(config: StackConfig) -> tuple[str, ...]:
+    """With `parallelism.dp_load_balancing: hybrid` every node after the head serves its own DP ranks behind
+    the proxy, at the address its vLLM binds (stacks.planner.launch.api_bind); otherwise none."""
+    from stacks.planner.launch import api_bind
+    from stacks.planner.topology import derive_topology
+
+    if config.parallelism.dp_load_balancing != "hybrid":
+        return ()
+    topo, _ = derive_topology(config)
+    if not topo.hybrid:
+        return ()
+    return tuple(api_bind(config, n) for n in topo.nodes[1:])
 
 
 class ProxyKeyError(ValueError):
@@ -355,8 +373,11 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
     add(f"    keepalive_timeout {KEEPALIVE_TIMEOUT_S}s;")
     add(f"    send_timeout {SEND_TIMEOUT_S}s;")
     add("    upstream vllm {")
-    upstream = _address("upstream (serving.host)", door.upstream_host, door.upstream_port)
-    add(f"        server {_q('upstream', upstream)};")
+    if door.more_upstreams:
+        add("        least_conn;")  # streamed answers hold a connection for minutes: count them, not requests
+    for host in (door.upstream_host, *door.more_upstreams):
+        upstream = _address("upstream (serving.host)", host, door.upstream_port)
+        add(f"        server {_q('upstream', upstream)};")
     add("        keepalive 32;")
     add("    }")
     add("    server {")

@@ -5,7 +5,8 @@ With `mp` there are two shapes:
 
 - a replica fits one node (vLLM internal DP): every node runs `data_parallel_local` DP ranks of TP x PP GPUs
   each; every node but the head is `--headless` with a start rank equal to the sum of the local DP sizes
-  before it.
+  before it. With `parallelism.dp_load_balancing: hybrid` those nodes run their own API server over their own
+  ranks instead (role `dp-api-engine`), and the head names start rank 0.
 - a replica spans nodes (vLLM 0.33.0's own multi-node executor, no Ray): every node runs `vllm serve` with
   `--nnodes N --node-rank r --master-addr <head> --master-port P`, ranks > 0 `--headless`. Each of the DP
   replicas takes N / DP consecutive nodes (`ParallelConfig.nnodes_within_dp`, vllm/config/parallel.py:811-836);
@@ -40,10 +41,19 @@ class Role(StrEnum):
     head's DP RPC port), its executor leader and workers."""
     MP_WORKER = "mp-worker"
     """`node_rank_within_dp > 0`: headless, workers only; vLLM runs the executor in the serve process."""
+    DP_API_ENGINE = "dp-api-engine"
+    """Hybrid load balancing (`parallelism.dp_load_balancing: hybrid`), a node after the head: its own API
+    server over its own DP ranks (`--data-parallel-hybrid-lb`, not `--headless`); its engines still join the
+    head's DP RPC port and coordinator (vllm/v1/engine/core.py:1296-1345)."""
 
     @property
     def is_head(self) -> bool:
         return self in (Role.DP_HEAD, Role.RAY_HEAD, Role.MP_HEAD)
+
+    @property
+    def serves_api(self) -> bool:
+        """Runs vLLM's OpenAI API server: the head, and with hybrid load balancing every node."""
+        return self.is_head or self is Role.DP_API_ENGINE
 
     @property
     def headless(self) -> bool:
@@ -85,6 +95,13 @@ class Topology:
     start_order: tuple[str, ...]
     replica_nodes: int = 1
     """Nodes one replica spans: vLLM's `nnodes_within_dp` (1 unless TP x PP spans nodes)."""
+    load_balancing: str = "internal"
+    """`parallelism.dp_load_balancing` where it applies (mp with DP > 1, replicas within a node), else internal."""
+
+    @property
+    def hybrid(self) -> bool:
+        """Every node runs an API server over its own DP ranks (`--data-parallel-hybrid-lb`)."""
+        return self.load_balancing == "hybrid"
 
     @property
     def spans_nodes(self) -> bool:
@@ -127,8 +144,9 @@ def derive_topology(config: StackConfig) -> tuple[Topology, list[Problem]]:
     # --master-port), while the head hosts what they dial and starts the clocks that wait for them.
     order = (nodes[0].name, *non_head) if par.backend == "ray" else (*non_head, nodes[0].name)
     expert = par.tensor * par.data if par.expert else None
+    hybrid = par.dp_load_balancing == "hybrid" and any(n.role is Role.DP_API_ENGINE for n in nodes)
     topology = Topology(par.backend, par.tensor, par.pipeline, par.data, expert, tuple(nodes), order,
-                        replica_nodes)
+                        replica_nodes, "hybrid" if hybrid else "internal")
     return topology, problems
 
 
@@ -186,10 +204,13 @@ def _mp_nodes(config: StackConfig) -> tuple[list[NodeTopology], list[Problem]]:
                 fix=f"remove it, or raise parallelism.data to {par.data + node.gpus.count // per_rank}"))
     nodes = []
     start = 0
+    # hybrid: every node names its start rank, the head 0 too (vLLM reads a start rank without --headless as
+    # hybrid load balancing: vllm/engine/arg_utils.py:2489-2491; internal: the head must not get one).
+    hybrid = par.dp_load_balancing == "hybrid"
     for i, (node, local) in enumerate(zip(config.nodes, locals_, strict=True)):
-        role = Role.DP_HEAD if i == 0 else Role.HEADLESS_ENGINE
+        role = Role.DP_HEAD if i == 0 else Role.DP_API_ENGINE if hybrid else Role.HEADLESS_ENGINE
         nodes.append(NodeTopology(node.name, i, role, node.gpus.count, local * per_rank, local,
-                                  None if i == 0 else start))
+                                  start if hybrid or i > 0 else None))
         start += local
     return nodes, problems
 
@@ -261,3 +282,13 @@ def dp_rank_nodes(ranks_by_node: list[tuple[str, list[int]]]) -> tuple[int, list
     if sorted(owner) != list(range(len(owner))):
         raise ValueError(f"DP ranks {sorted(owner)} are not 0..{len(owner) - 1}")
     return len(owner), [owner[r] for r in range(len(owner))]
+
+
+def endpoint_rank_nodes(nodes: list[tuple[str, list[int], str]]) -> tuple[int, list[str]]:
+    """(`--dp-size`, `--rank-nodes`) for checks through the stack's endpoint, from `(name, dp_ranks, role)` per
+    node: every rank pinned with internal load balancing; none with hybrid, where `X-data-parallel-rank` is an
+    index into the ranks of whichever node's API server the proxy picked (vllm/v1/engine/input_processor.py:
+    392-400), so each node's ranks are checked on that node instead (`api-node-<node>`)."""
+    if any(role == Role.DP_API_ENGINE.value for _, _, role in nodes):
+        return 1, []
+    return dp_rank_nodes([(name, ranks) for name, ranks, _ in nodes])

@@ -26,6 +26,7 @@ from stacks.planner.fabric import control_ip, fabric_problems
 from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
+from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
@@ -109,6 +110,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
             "[32768, 60999]: every other service on the nodes listening in it is closed to sources outside the "
             "cluster too; guard the range net.ipv4.ip_local_port_range really has")
     _parallelism_rules(config, topology, result, profile)
+    lb_problems, lb_warnings = load_balancing_rules(config, topology)
+    result.problems += lb_problems
+    result.warnings += lb_warnings
     _uniqueness_rules(config, result)
     _address_rules(config, result)
     _mount_rules(config, result)
