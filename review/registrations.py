@@ -57,7 +57,7 @@ def _quiet() -> Iterator[None]:
 def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
     """Run components.program.deploy with this config (plain values) and these secret values; every resource it
     registers, with the options that decide replacement. Raises ProgramError when the program refuses."""
-    from components.program import deploy
+    from components.program import deploy, restored_gc
 
     mocks = _Mocks()
     pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=False)
@@ -82,7 +82,7 @@ def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> lis
 
     pulumi.CustomResource.__init__ = spy  # type: ignore[method-assign]
     try:
-        with _quiet():
+        with _quiet(), restored_gc():  # deploy() defers full collections for the rest of its process
             program()
     except Exception as exc:  # the program refuses a bad config before anything registers
         raise ProgramError(str(exc)) from None
