@@ -138,7 +138,7 @@ FULL_COLLECTION_THRESHOLD = 1_000_000
 def defer_full_collections() -> None:
     """Every resource the program registers stays alive, with its inputs, futures and pending coroutine, until the
     engine has answered for it, so the heap grows with the nodes and each of CPython's full (oldest-generation)
-    collections walks all of it: at 128 nodes they took a fifth of the program's CPU time, and they were what
+    collections walks all of it: at 128 nodes they took about a third of the program's CPU time, and they were what
     made its time per node grow. The program keeps little cyclic garbage (the heap at 128 nodes is the same
     size with the collector off), so full collections wait until the language host's process ends; young
     collections still run. `restored_gc` puts the settings back for callers that run the program in process."""
