@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from checks import deepep_host
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
-from components.collective_check import COLLECTIVE_TIMEOUT_S, collective_runs
+from components.collective_check import COLLECTIVE_TIMEOUT_S, CollectiveRun, collective_runs
 from stacks.model.config import StackConfig
 from stacks.model.field_types import host_port
 from stacks.model.golden import golden_json
 from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import LABEL_PREFIX, node_api_host
-from stacks.planner.load_estimate import engine_memory
+from stacks.planner.load_estimate import EngineMemory, engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
-from stacks.planner.profiles import get_profile
+from stacks.planner.profiles import ModelProfile, get_profile
 from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600
@@ -106,12 +107,24 @@ def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> st
     return heredoc_command("deepep_host", args, timeout_s=deepep_host.outer_timeout_s(pairs))
 
 
+_MEMORY: list[tuple[StackConfig, ModelProfile, EngineMemory]] = []
+"""The last config's engine memory: the same for every node, and deriving it walks every node (the topology),
+so deriving it once per node's preflight made the program quadratic. Keyed by the (frozen) config and the
+model card it was derived with, both by identity."""
+
+
+def _engine_memory(config: StackConfig, profile: ModelProfile) -> EngineMemory:
+    if not (_MEMORY and _MEMORY[0][0] is config and _MEMORY[0][1] is profile):
+        topo, _ = derive_topology(config)
+        _MEMORY[:] = [(config, profile, engine_memory(config, profile, topo))]
+    return _MEMORY[0][2]
+
+
 def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:
     """What the model section needs to recompute per-GPU memory from the real files, as the planner placed it."""
     profile = get_profile(config.model.profile)
     assert profile is not None
-    topo, _ = derive_topology(config)
-    mem = engine_memory(config, profile, topo)
+    mem = _engine_memory(config, profile)
     par, serving = config.parallelism, config.serving
     data = par.data if par.backend == "mp" else 1
     local = len(plan.node(node_name).dp_ranks) or 1
@@ -271,7 +284,8 @@ COLLECTIVE_STOP_S = 30
 """`docker stop --time`: the engine is about to be replaced anyway (delete_before_replace)."""
 
 
-def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+def collective_command(config: StackConfig, plan: Plan, check: CheckSpec,
+                       runs: Sequence[CollectiveRun] | None = None) -> str:
     """`collective-<node>`: an engine guard, then the all-reduce in the stack's image with the node's fabric env
     (`components/collective_check.py`).
 
@@ -281,9 +295,13 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str
     or other fabric values, this update replaces the group (both are in its generation), so it is stopped here and
     the downtime starts; when it runs this image with these values, only the floor, port or sizes changed, the
     group stays, and the check is skipped rather than stop a group nothing would restart. A container of that
-    name without this stack's label is left alone (the check then refuses: its GPUs are in use)."""
-    floor, _ = min_busbw_gbps(config)
-    runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
+    name without this stack's label is left alone (the check then refuses: its GPUs are in use).
+
+    `runs`: `collective_runs` with the stack's floor and port, when the caller built them already (the program
+    builds every node's command from one list; rebuilding it for each node made the program quadratic)."""
+    if runs is None:
+        floor, _ = min_busbw_gbps(config)
+        runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
     run = next(r for r in runs if r.node == check.node)
     container = plan.node(run.node).containers[0].name
     name, q, image = check.name, shlex.quote, config.image.pull_ref

@@ -83,7 +83,7 @@ def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> lis
 
 
 def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
-    from components.program import deploy
+    from components.program import deploy, restored_gc
 
     mocks = _Mocks()
     pulumi.runtime.set_mocks(mocks, project="vllm-cluster", stack=stack, preview=False)
@@ -108,7 +108,7 @@ def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> li
 
     pulumi.CustomResource.__init__ = spy  # type: ignore[method-assign]
     try:
-        with _quiet():
+        with _quiet(), restored_gc():  # deploy() defers full collections for the rest of its process
             program()
     except Exception as exc:  # the program refuses a bad config before anything registers
         raise ProgramError(str(exc)) from None

@@ -68,7 +68,7 @@ def run_program(stack: str, values: dict[str, Any] | None = None, preview: bool 
 
 def _run_program(stack: str, values: dict[str, Any] | None, preview: bool,
                  secrets: dict[str, Any] | None, stdout: dict[str, str] | None) -> Run:
-    from components.program import deploy
+    from components.program import deploy, restored_gc
 
     values = values if values is not None else read_stack_values(stack)
     secrets = SECRET_VALUES if secrets is None else secrets
@@ -99,7 +99,8 @@ def _run_program(stack: str, values: dict[str, Any] | None, preview: bool,
     docker.Container.__init__ = spy  # type: ignore[method-assign,assignment]
     pulumi.CustomResource.__init__ = spy_all  # type: ignore[method-assign]
     try:
-        program()
+        with restored_gc():  # deploy() defers full collections for the rest of its process
+            program()
     except Exception as exc:  # a bad config must raise before anything registers
         run.error = exc
     finally:
