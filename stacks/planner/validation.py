@@ -344,7 +344,7 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
         _dbo_rules(config, profile, result, dp)
     elif dbo != DboConfig():
         result.warnings.append("parallelism.dbo sets thresholds but dbo.enabled is false: nothing is rendered")
-    if par.expert_placement == "round_robin":
+    if par.expert_placement == "round_robin" and a2a != "moonep":  # MoonEP's own rule below says why
         why = ("expert parallelism is off: placement applies to EP ranks only" if not par.expert else
                "EPLB is on: vLLM logs \"Round-robin expert placement is only supported for models with multiple "
                "expert groups and no redundant experts. Falling back to linear expert placement.\" "
@@ -362,12 +362,40 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                 "parallelism.expert_placement round_robin: vLLM keeps it only for models with expert groups "
                 "(n_group > 1 in config.json) and falls back to linear otherwise (fused_moe/expert_map_manager.py:"
                 "123-137); the model card does not record n_group, so the plan cannot check it")
+    if a2a == "moonep" and profile is not None:
+        _moonep_rules(config, profile, result)
     if par.ep_weight_filter and (not par.expert or eplb.enabled):
         add(Problem("parallelism.ep_weight_filter", True,
                     "does nothing: " + ("expert parallelism is off" if not par.expert else
                                         "with EPLB every rank loads every expert, for its redundant slots") +
                     " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
                     fix="ep_weight_filter: false" + ("" if par.expert else ", or parallelism.expert: true")))
+
+
+def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
+    """MoonEP's own refusals in vLLM 0.33.0 (vllm/config/vllm.py:2106-2143), in that order."""
+    par = config.parallelism
+    add = result.problems.append
+    dtype = config.serving.dtype if config.serving.dtype not in (None, "auto") else profile.dtype
+    if profile.quantization is not None:
+        add(Problem("parallelism.all2all_backend", "moonep", f"{profile.key} is quantized ({profile.quantization})",
+                    upstream="ValueError: The moonep all2all backend currently supports unquantized BF16 models only; "
+                    f"got quantization='{profile.quantization}'. Use a different --all2all-backend for quantized "
+                    "models. (vllm/config/vllm.py:2106-2116)", fix="deepep_low_latency or deepep_high_throughput"))
+    elif dtype not in ("bfloat16", "bf16"):
+        add(Problem("parallelism.all2all_backend", "moonep", f"the model runs in {dtype}, MoonEP in bfloat16 only",
+                    upstream=f"ValueError: The moonep all2all backend currently supports BF16 models only; got "
+                    f"dtype={dtype}. (vllm/config/vllm.py:2117-2125)",
+                    fix="serving.dtype: bfloat16, or another all2all_backend"))
+    if par.eplb.enabled:
+        add(Problem("parallelism.eplb.enabled", True, "MoonEP keeps its own replicated expert layout",
+                    upstream="ValueError: The moonep all2all backend does not support EPLB yet: EPLB rearranges "
+                    "expert parameters in a layout MoonEP's replicated [E+B] weights do not follow. "
+                    "(vllm/config/vllm.py:2126-2132)", fix="eplb.enabled: false, or another all2all_backend"))
+    if par.expert_placement != "linear":
+        add(Problem("parallelism.expert_placement", par.expert_placement, "MoonEP needs each rank's experts in "
+                    "one contiguous range", upstream="ValueError: The moonep all2all backend requires linear expert "
+                    "placement (vllm/config/vllm.py:2133-2140)", fix="linear"))
 
 
 def _dbo_rules(config: StackConfig, profile: ModelProfile | None, result: Validation, dp: int) -> None:
