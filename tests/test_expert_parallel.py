@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from bench.expert_parallel_real_vllm import QWEN, V3, planned_argv, planned_values, refused_argv, variant
+from components.check_commands import preflight_command
 from review.plan_diff import diff_plans, to_markdown
 from stacks.model.config import ALL2ALL_BACKENDS, REFUSED_ALL2ALL_BACKENDS
-from stacks.model.loader import read_stack_values
+from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.image_cards import card_of_version
 from stacks.planner.option_values import option_value_problem
+from stacks.planner.plan import build_plan
 from stacks.planner.serve_options import card_table, read_serve_argv
 from tests.conftest import ROOT, flag_pairs, plan_of, problems_of
 
@@ -275,3 +277,17 @@ def test_stacks_diff_shows_an_expert_parallel_change_restarts_the_group_and_its_
     assert diff["memory"]["weights_gb"][1] == pytest.approx(diff["memory"]["weights_gb"][0] + 275.5 / 256, abs=0.1)
     md = to_markdown(diff)
     assert "--eplb-config" in md and "deepep_high_throughput" in md
+
+
+def test_the_node_preflight_sizes_the_redundant_experts_too() -> None:
+    """The preflight recomputes per-GPU memory from the real headers with the plan's redundant experts and the
+    card's routed experts (tests/test_memory_model.py runs it); without redundant experts it is not told any."""
+    for values, told in ((example(), True), (variant(eplb={"enabled": True}), False)):
+        config = parse_config("mycluster", values)
+        plan = build_plan("mycluster", config)
+        sized = [preflight_command(config, plan, c).split("\n", 1)[0] for c in plan.checks
+                 if c.module == "checks.preflight" and "model" in c.sections]
+        assert len(sized) == 2  # one per node
+        for command in sized:
+            assert ("--redundant-experts 16 --routed-experts 256" in command) is told, command
+            assert ("--redundant-experts" in command) is told
