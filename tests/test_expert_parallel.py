@@ -291,3 +291,9 @@ def test_the_node_preflight_sizes_the_redundant_experts_too() -> None:
         for command in sized:
             assert ("--redundant-experts 16 --routed-experts 256" in command) is told, command
             assert ("--redundant-experts" in command) is told
+
+
+def test_on_a_dense_model_the_keys_are_a_warning() -> None:
+    plan = plan_of(variant(profile="qwen3-8b"))
+    assert any("qwen3-8b is a dense model: vLLM does nothing with them" in w for w in plan.warnings), plan.warnings
+    assert not any("dense model: vLLM does nothing" in w for w in plan_of(example()).warnings)

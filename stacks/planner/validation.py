@@ -362,6 +362,9 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                 "parallelism.expert_placement round_robin: vLLM keeps it only for models with expert groups "
                 "(n_group > 1 in config.json) and falls back to linear otherwise (fused_moe/expert_map_manager.py:"
                 "123-137); the model card does not record n_group, so the plan cannot check it")
+    if profile is not None and not profile.moe and (a2a != "allgather_reducescatter" or eplb.enabled or dbo.enabled):
+        result.warnings.append(f"parallelism.all2all_backend, eplb and dbo act on routed experts, and {profile.key} "
+                               "is a dense model: vLLM does nothing with them")
     if a2a == "moonep" and profile is not None:
         _moonep_rules(config, profile, result)
     if par.ep_weight_filter and (not par.expert or eplb.enabled):
