@@ -313,9 +313,10 @@ def model_memory(root: Path, cfg: dict[str, object], shards: list[str], a: argpa
         kv_source = "the profile (config.json has no layer_types/compress_rates)"
     engram_on_gpu = a.engram == "gpu"
     stages = stage_splits(sizes, layers, pp)
+    per_routed = a.redundant_experts / a.routed_experts if a.routed_experts else 0.0
     per_stage = [gpu_memory(stage, tensor=a.tp, data=a.dp, engram_on_gpu=engram_on_gpu, engram_shards=a.engram_shards,
                             engram_copies_per_node=0, kv_per_token=kv[i], max_model_len=a.max_model_len,
-                            reserve_gb=a.reserve_gb)
+                            reserve_gb=a.reserve_gb, redundant_per_routed=per_routed)
                  for i, stage in enumerate(stages)]
     worst = max(range(pp), key=lambda i: per_stage[i].total)
     gpu = per_stage[worst]
@@ -937,6 +938,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--engram-shards", type=count(1 << 16), default=1, help="TP x the node-local Engram DP group")
     m.add_argument("--engram-copies", type=number(0, 1024), default=1.0,
                    help="copies of the whole model's Engram tables in this node's RAM (with --engram host)")
+    m.add_argument("--redundant-experts", type=integer(0, 1023), default=0,
+                   help="EPLB's redundant experts (each GPU holds (routed + redundant) / EP experts)")
+    m.add_argument("--routed-experts", type=integer(0, 1 << 16), default=0,
+                   help="routed experts per MoE layer (the model card's), to size --redundant-experts")
     m.add_argument("--ranks-on-node", type=count(64), default=8, help="vLLM worker processes on this node")
     m.add_argument("--gpu-memory-utilization", type=number(0, 1), default=0.9)
     m.add_argument("--max-model-len", type=integer(0, 1 << 24), default=0)

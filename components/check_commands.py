@@ -136,7 +136,10 @@ def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:
             "--engram-copies", f"{copies:g}", "--ranks-on-node", str(plan.node(node_name).gpus_used),
             "--gpu-memory-utilization", f"{serving.gpu_memory_utilization:g}",
             "--max-model-len", str(serving.max_model_len), "--kv-cache-dtype", dtype,
-            "--kv-fallback-bytes", f"{mem.gpu.kv_bytes_per_token:.0f}", "--planned-gb", f"{mem.gpu.total:.1f}"]
+            "--kv-fallback-bytes", f"{mem.gpu.kv_bytes_per_token:.0f}", "--planned-gb", f"{mem.gpu.total:.1f}",
+            *(["--redundant-experts", str(par.eplb.num_redundant_experts), "--routed-experts",
+               str(profile.routed_experts)] if par.expert and par.eplb.enabled and par.eplb.num_redundant_experts
+              and profile.routed_experts else [])]
 
 
 def model_mount(config: StackConfig) -> str:

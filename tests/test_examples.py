@@ -20,9 +20,10 @@ from tests.test_policy import HOST_KEYS, violations
 from tests.test_program_proxy import SECRETS as PROXY_SECRETS
 
 EXAMPLES = sorted((ROOT / "examples").glob("Pulumi.*.yaml"))
-ASSUMED = {"three-node": ["api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"], "two-node": []}
+ASSUMED = {"three-node": ["api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"], "two-node": [],
+           "wide-ep": []}
 """The secrets each example needs before it plans (the front door's), as the README's tutorial assumes them."""
-NODES = {"three-node": ["gpu1", "gpu2", "gpu3"], "two-node": ["gpu1", "gpu2"]}
+NODES = {"three-node": ["gpu1", "gpu2", "gpu3"], "two-node": ["gpu1", "gpu2"], "wide-ep": ["gpu1", "gpu2"]}
 
 
 def name_of(path: Path) -> str:
@@ -30,7 +31,7 @@ def name_of(path: Path) -> str:
 
 
 def test_the_examples_are_the_ones_the_readme_names() -> None:
-    assert [name_of(p) for p in EXAMPLES] == ["three-node", "two-node"]
+    assert [name_of(p) for p in EXAMPLES] == ["three-node", "two-node", "wide-ep"]
 
 
 def plan(path: Path, tmp_path: Path, stack: str = "mycluster") -> dict[str, Any]:
@@ -56,6 +57,15 @@ def test_the_two_node_example_plans(tmp_path: Path) -> None:
     p = plan(ROOT / "examples" / "Pulumi.two-node.yaml", tmp_path)
     assert [n["role"] for n in p["nodes"]] == ["dp-head", "headless-engine"]
     assert p["topology"]["label"] == "mp-dp2-tp8-pp1-ep16" and p["proxy"] is None
+
+
+def test_the_wide_ep_example_plans(tmp_path: Path) -> None:
+    """2 x 8 H100, DP16 x TP1 with EP16, DeepEP low-latency and EPLB with one redundant expert per GPU
+    (docs/expert-parallel.md); vLLM 0.33.0's own config code accepted its argv (tests/test_expert_parallel.py)."""
+    p = plan(ROOT / "examples" / "Pulumi.wide-ep.yaml", tmp_path)
+    assert [n["role"] for n in p["nodes"]] == ["dp-head", "headless-engine"]
+    assert p["topology"]["label"] == "mp-dp16-tp1-pp1-ep16"
+    assert p["memory"][0]["weights_split_gb"]["redundant_experts"] > 0
 
 
 def _secrets(path: Path) -> dict[str, Any]:

@@ -338,3 +338,14 @@ def test_slow_filesystem_ends_in_not_run(tmp_path: Path, monkeypatch: pytest.Mon
     code = pf.main(["--json", *MEMORY, "--model-dir", str(model)])
     v = json.loads(capsys.readouterr().out)
     assert code == 2 and v["summary"].startswith("1 not run: model (read 0 of 2 shard headers before the section")
+
+
+def test_redundant_experts_are_counted_on_the_node_as_in_the_plan(tmp_path: Path) -> None:
+    """EPLB's redundant experts from the real headers: 4 routed experts per layer (40 GB over both layers), and 4
+    redundant ones over DP2 x TP2 add 40 x 4/4 / 4 = 10 GB per GPU: the 24 GB GPU that holds the model without
+    them (test_real_sizes_change_the_verdict) no longer does."""
+    model = make_model(tmp_path, 5)
+    code, v = preflight(*MEMORY, "--model-dir", str(model), "--redundant-experts", "4", "--routed-experts", "4")
+    assert code == 1, v
+    assert ("weights do not fit: experts 10.0 + redundant experts 10.0 + dense 3.0 + replicated 1.0 + Engram 5.0 = "
+            "29.0 GB per GPU > 24.0 GB") in " ".join(v["evidence"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
@@ -227,6 +227,80 @@ class FabricConfig(_Model):
         return value
 
 
+All2AllBackend = Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+                         "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
+                         "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"]
+"""vLLM 0.33.0's `All2AllBackend` (vllm/config/parallel.py:45-60) less what it does not run as written
+(REFUSED_ALL2ALL_BACKENDS)."""
+ALL2ALL_BACKENDS: tuple[str, ...] = get_args(All2AllBackend)
+
+REFUSED_ALL2ALL_BACKENDS: dict[str, tuple[str, str]] = {
+    "pplx": ("was removed from vLLM: 0.33.0 still parses it, logs \"The 'pplx' all2all backend has been removed. "
+             "Falling back to 'allgather_reducescatter'.\" and runs that instead (vllm/config/parallel.py:537-543)",
+             "deepep_low_latency or deepep_high_throughput (DeepEP kernels), or allgather_reducescatter"),
+    "naive": ("was removed from vLLM: 0.33.0 still parses it, logs \"The 'naive' all2all backend has been removed. "
+              "Falling back to 'allgather_reducescatter'.\" and runs that instead (vllm/config/parallel.py:537-543)",
+              "allgather_reducescatter (what vLLM would run anyway)"),
+    "flashinfer_all2allv": ("is the deprecated name of flashinfer_nvlink_two_sided (vllm/config/parallel.py:56; "
+                            "distributed/device_communicators/cuda_communicator.py:256-260 warns it will be removed)",
+                            "flashinfer_nvlink_two_sided"),
+    "passthrough": ("is not selectable from vLLM's command line: 0.33.0 removes it from --all2all-backend's "
+                    "choices and binds it from --moe-backend (vllm/engine/arg_utils.py:1157-1161)",
+                    "one of the other backends; passthrough comes with a MoE backend that dispatches itself"),
+}
+"""All-to-all backends vLLM 0.33.0 accepts on its command line but does not run as named, each refused with why."""
+
+class EplbConfig(_Model):
+    """Expert-parallel load balancing: vLLM records each expert's load and, every `step_interval` steps,
+    moves experts (and `num_redundant_experts` extra copies of the hottest ones) between EP ranks.
+    `--enable-eplb` and `--eplb-config` (vLLM 0.33.0 `EPLBConfig`, vllm/config/parallel.py:63-133); only
+    the fields that differ from vLLM's defaults are rendered into the JSON."""
+
+    enabled: bool = Field(default=False, description="--enable-eplb (vllm/config/parallel.py:206); needs "
+                          "parallelism.expert and TP x DP > 1 (parallel.py:563-584)")
+    num_redundant_experts: int = Field(
+        default=0, ge=0, le=1023,
+        description="extra physical copies of experts spread over the EP ranks (parallel.py:77-78); each adds "
+        "weight memory per GPU (docs/expert-parallel.md); routed + redundant must divide by the EP size "
+        "(fused_moe/layer.py:271-279); at most 1023 (distributed/eplb/eplb_state.py:398-402)")
+    window_size: int = Field(default=1000, ge=1, le=1_000_000,
+                             description="steps of expert load recorded (parallel.py:67-68)")
+    step_interval: int = Field(default=3000, ge=1, le=10_000_000,
+                               description="steps between expert rearrangements (parallel.py:69-75)")
+    log_balancedness: bool = Field(default=False, description="log the balancedness every interval; costs "
+                                   "communication (parallel.py:80-84)")
+    log_balancedness_interval: int = Field(default=1, ge=1, le=10_000_000,
+                                           description="steps between balancedness logs (parallel.py:85-88)")
+    use_async: bool = Field(default=True, description="non-blocking rearrangement (parallel.py:89-92)")
+    policy: Literal["default"] = Field(default="default", description="rebalancing policy (parallel.py:40, 94)")
+    communicator: Literal["torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl"] | None = Field(
+        default=None, description="how expert weights move (parallel.py:97-107); unset: nixl when installed, else "
+        "torch_gloo (parallel.py:1116-1134); torch_nccl and pynccl refuse use_async (parallel.py:124-130)")
+    enable_migration_batching: bool = Field(
+        default=False, description="migrate in rounds where each rank talks to one peer; async only "
+        "(parallel.py:109-118)")
+
+    def changed(self) -> dict[str, Any]:
+        """The fields set away from vLLM 0.33.0's defaults (what `--eplb-config` carries), `enabled` aside."""
+        return {name: getattr(self, name) for name, field in type(self).model_fields.items()
+                if name != "enabled" and getattr(self, name) != field.default}
+
+
+class DboConfig(_Model):
+    """Dual-batch overlap: each step is split into two micro-batches so one computes while the other's
+    all-to-all is in flight. `--enable-dbo` and its thresholds (vLLM 0.33.0, vllm/config/parallel.py:258-272)."""
+
+    enabled: bool = Field(default=False, description="--enable-dbo (vllm/config/parallel.py:258); needs "
+                          "expert parallelism with DP > 1 and a DeepEP or nixl_ep all2all_backend "
+                          "(config/vllm.py:2180-2204; v1/worker/dp_utils.py:222-224)")
+    decode_token_threshold: int = Field(
+        default=32, ge=0, le=16_777_216, description="--dbo-decode-token-threshold: decode-only batches above this "
+        "many tokens are split (parallel.py:263-267); at least 2 with DBO on (parallel.py:1178-1187)")
+    prefill_token_threshold: int = Field(
+        default=512, ge=0, le=16_777_216, description="--dbo-prefill-token-threshold: batches with a prefill above "
+        "this many tokens are split (parallel.py:268-272); at least 2 with DBO on (parallel.py:1178-1187)")
+
+
 class ParallelismConfig(_Model):
     tensor: int = Field(ge=1, le=64, description="GPUs per TP group", examples=[8])
     pipeline: int = Field(default=1, ge=1, le=64, description="pipeline stages")
@@ -241,6 +315,29 @@ class ParallelismConfig(_Model):
         "head's API server over every rank, the other nodes --headless; hybrid = every node runs an API server over "
         "its own ranks (--data-parallel-hybrid-lb) and the proxy, or your load balancer, spreads requests over the "
         "nodes; external (one API server per rank) is refused by this version of the tool")
+    all2all_backend: All2AllBackend = Field(
+        default="allgather_reducescatter",
+        description="--all2all-backend: how MoE tokens reach their experts' ranks (vllm/config/parallel.py:220-234); "
+        "used with expert: true and DP > 1 (fused_moe/config.py:1035-1038); pplx and naive (removed), "
+        "flashinfer_all2allv (renamed) and passthrough (not a CLI choice) are refused")
+    eplb: EplbConfig = Field(default_factory=EplbConfig, description="expert-parallel load balancing (EPLB)")
+    dbo: DboConfig = Field(default_factory=DboConfig, description="dual-batch overlap (DBO)")
+    expert_placement: Literal["linear", "round_robin"] = Field(
+        default="linear", description="--expert-placement-strategy (vllm/config/parallel.py:210-219); round_robin "
+        "only for models with expert groups, without EPLB, and with deepep_low_latency or nixl_ep when the "
+        "all-to-all runs (fused_moe/expert_map_manager.py:116-148)")
+    ep_weight_filter: bool = Field(
+        default=False, description="--enable-ep-weight-filter: each rank reads only its own experts from disk "
+        "(vllm/config/parallel.py:199-205); needs expert: true, and does nothing with EPLB on "
+        "(model_loader/default_loader.py:438-450)")
+
+    @field_validator("all2all_backend", mode="before")
+    @classmethod
+    def _runs_as_named(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in REFUSED_ALL2ALL_BACKENDS:
+            why, fix = REFUSED_ALL2ALL_BACKENDS[value]
+            raise refuse(why, fix)
+        return value
 
 
 class ServingConfig(_Model):

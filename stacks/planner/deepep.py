@@ -22,7 +22,6 @@ The other backends (`deepep_v2` on NCCL GIN, `nixl_ep`, `mori_*`, `moonep`, `fla
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from stacks.model.config import FabricConfig, NodeConfig, StackConfig
 from stacks.model.errors import Problem
@@ -71,8 +70,8 @@ def deepep_host_requirements(backend: str | None, *, spans_nodes: bool = True) -
 def configured_backend(config: StackConfig) -> str | None:
     """The stack's all-to-all backend (`parallelism.all2all_backend`), None where vLLM's default runs. The one
     place the program reads it: the planner and the components ask this function."""
-    value: Any = getattr(config.parallelism, "all2all_backend", None)
-    return value if isinstance(value, str) else None
+    backend = config.parallelism.all2all_backend
+    return None if backend == "allgather_reducescatter" else backend
 
 
 def control_ifname(fabric: FabricConfig, node: NodeConfig) -> str | None:

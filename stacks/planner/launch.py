@@ -12,7 +12,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
-from stacks.model.config import NodeConfig, StackConfig
+from stacks.model.config import NodeConfig, ParallelismConfig, StackConfig
 from stacks.model.field_types import host_port
 from stacks.planner.fabric import control_ip, node_env
 from stacks.planner.listeners import RAY_PORTS
@@ -117,6 +117,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
         ]
     if par.expert:
         args.append("--enable-expert-parallel")
+    args += expert_parallel_args(par)
     args += ["--max-model-len", str(serving.max_model_len)]
     if serving.max_num_batched_tokens is not None:
         args += ["--max-num-batched-tokens", str(serving.max_num_batched_tokens)]
@@ -162,6 +163,29 @@ def node_api_host(config: StackConfig, node: NodeTopology) -> str:
     """Where a process on the node itself reaches its API server (loopback when it binds all addresses)."""
     bind = api_bind(config, node)
     return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
+
+
+def expert_parallel_args(par: ParallelismConfig) -> list[str]:
+    """The expert-parallel choices as vLLM 0.33.0 spells them (vllm/engine/arg_utils.py:1313-1358), the same on
+    every node; a key left at vLLM's default renders nothing, so such a stack's argv does not change."""
+    args: list[str] = []
+    if par.all2all_backend != "allgather_reducescatter":
+        args += ["--all2all-backend", par.all2all_backend]
+    if par.eplb.enabled:
+        args.append("--enable-eplb")
+        if changed := par.eplb.changed():
+            args += ["--eplb-config", json.dumps(changed, separators=(",", ":"))]
+    if par.dbo.enabled:
+        args.append("--enable-dbo")
+        for name in ("decode_token_threshold", "prefill_token_threshold"):  # defaults: vllm/config/parallel.py:263, 268
+            value = getattr(par.dbo, name)
+            if value != type(par.dbo).model_fields[name].default:
+                args += [f"--dbo-{name.replace('_', '-')}", str(value)]
+    if par.expert_placement != "linear":
+        args += ["--expert-placement-strategy", par.expert_placement]
+    if par.ep_weight_filter:
+        args.append("--enable-ep-weight-filter")
+    return args
 
 
 def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:

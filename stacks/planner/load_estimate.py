@@ -187,10 +187,13 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) ->
     # mp keeps a DP rank's PP stages on one node; with ray each node is (about) one stage.
     copies = max(local) / edp * (par.pipeline if par.backend == "mp" else 1)
 
+    redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
+    per_routed = redundant / profile.routed_experts if profile.routed_experts else 0.0
+
     def at(i: int, kv_per_token: float) -> GpuMemory:
         return gpu_memory(stages[i], tensor=par.tensor, data=data, engram_on_gpu=on_gpu,
                           engram_shards=par.tensor * edp, engram_copies_per_node=copies, kv_per_token=kv_per_token,
-                          max_model_len=serving.max_model_len)
+                          max_model_len=serving.max_model_len, redundant_per_routed=per_routed)
 
     gpus = [at(i, kv[i]) for i in range(par.pipeline)]
     # equal weight shares (an assumed split): the stage with the most KV decides
@@ -218,7 +221,10 @@ def memory_table(config: StackConfig, profile: ModelProfile, topo: Topology) -> 
             "node": node.name, "gpu_memory_gb": node.gpus.memory_gb, "usable_gb": round(usable, 2),
             "weights_gb": round(gpu.weights, 2),
             "weights_split_gb": {"experts": round(gpu.experts, 2), "dense": round(gpu.dense, 2),
-                                 "replicated": round(gpu.replicated, 2), "engram": round(gpu.engram, 2)},
+                                 "replicated": round(gpu.replicated, 2), "engram": round(gpu.engram, 2),
+                                 # only with EPLB's redundant experts, so other stacks' plans stay as they were
+                                 **({"redundant_experts": round(gpu.redundant_experts, 2)}
+                                    if gpu.redundant_experts else {})},
             "pp_stages": held, "kv_bytes_per_token": round(gpu.kv_bytes_per_token, 1),
             "kv_one_sequence_gb": round(gpu.kv, 2), "reserve_gb": gpu.reserve, "total_gb": round(gpu.total, 2),
             "free_for_kv_gb": round(usable - gpu.total, 2)})

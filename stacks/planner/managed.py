@@ -77,8 +77,17 @@ MANAGED_OPTIONS: dict[str, str] = {
                          "and the checks size once (and 0.33.0 refuses it when a replica spans nodes: "
                          "vllm/distributed/parallel_state.py:1987-1995)",
     "elastic_ep_max_dp_size": "nothing yet: elastic EP is not supported by this tool",
-    "enable_eplb": "nothing yet: EPLB adds redundant experts the memory rule does not count",
-    "eplb_config": "nothing yet: EPLB adds redundant experts the memory rule does not count",
+    "enable_eplb": "parallelism.eplb.enabled",
+    "eplb_config": "parallelism.eplb (its fields other than enabled)",
+    "all2all_backend": "parallelism.all2all_backend",
+    "enable_dbo": "parallelism.dbo.enabled",
+    "dbo_decode_token_threshold": "parallelism.dbo.decode_token_threshold",
+    "dbo_prefill_token_threshold": "parallelism.dbo.prefill_token_threshold",
+    "expert_placement_strategy": "parallelism.expert_placement",
+    "enable_ep_weight_filter": "parallelism.ep_weight_filter",
+    "ubatch_size": "nothing yet: micro-batching without dual-batch overlap (use_ubatching, vllm/config/"
+                   "parallel.py:644-650) needs the all-to-all backends parallelism.dbo is checked against; use "
+                   "parallelism.dbo",
     "kv_cache_memory_bytes": "serving.gpu_memory_utilization (this replaces it, and the memory rule is built on "
                              "it: vllm/v1/worker/gpu_worker.py)",
     "num_gpu_blocks_override": "serving.gpu_memory_utilization (a fixed KV block count bypasses the memory the "

@@ -97,10 +97,12 @@ class GpuMemory:
     engram_host_per_node: float
     max_model_len: int
     kv_bytes_per_token: float
+    redundant_experts: float = 0.0
+    """EPLB's redundant expert copies on this GPU (`parallelism.eplb.num_redundant_experts`)."""
 
     @property
     def weights(self) -> float:
-        return self.experts + self.dense + self.replicated + self.engram
+        return self.experts + self.redundant_experts + self.dense + self.replicated + self.engram
 
     @property
     def total(self) -> float:
@@ -108,8 +110,9 @@ class GpuMemory:
 
     def weights_text(self) -> str:
         engram = f" + Engram {self.engram:.1f}" if self.engram else ""
-        return (f"experts {self.experts:.1f} + dense {self.dense:.1f} + replicated {self.replicated:.1f}{engram} "
-                f"= {self.weights:.1f} GB")
+        redundant = f" + redundant experts {self.redundant_experts:.1f}" if self.redundant_experts else ""
+        return (f"experts {self.experts:.1f}{redundant} + dense {self.dense:.1f} + replicated {self.replicated:.1f}"
+                f"{engram} = {self.weights:.1f} GB")
 
     def text(self) -> str:
         return (f"weights {self.weights_text()}; KV for one {self.max_model_len}-token sequence {self.kv:.1f} GB "
@@ -222,11 +225,15 @@ def engram_dp_shards(data: int, local_ranks: list[int]) -> int:
 
 def gpu_memory(stage: WeightSplit, *, tensor: int, data: int, engram_on_gpu: bool, engram_shards: int,
                engram_copies_per_node: float, kv_per_token: float, max_model_len: int,
-               reserve_gb: float = RUNTIME_RESERVE_GB) -> GpuMemory:
+               reserve_gb: float = RUNTIME_RESERVE_GB, redundant_per_routed: float = 0.0) -> GpuMemory:
     """One GPU of the heaviest PP stage. `stage` holds that stage's whole weights (not yet split over GPUs);
-    `kv_per_token` its layers' KV bytes per token; `engram_shards` = TP x the Engram DP group."""
+    `kv_per_token` its layers' KV bytes per token; `engram_shards` = TP x the Engram DP group.
+    `redundant_per_routed` = EPLB's redundant experts / routed experts: every EP rank holds (routed + redundant) /
+    EP physical experts of one expert's size (fused_moe/layer.py `determine_expert_counts`, global = routed +
+    redundant), so the redundant ones add that share of the routed experts' bytes."""
     engram_gpu = stage.engram_gb / engram_shards if engram_on_gpu else 0.0
     return GpuMemory(
+        redundant_experts=stage.experts_gb * redundant_per_routed / (tensor * data),
         experts=stage.experts_gb / (tensor * data),
         dense=stage.dense_gb / tensor,
         replicated=stage.replicated_gb,

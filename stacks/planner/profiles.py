@@ -78,6 +78,10 @@ class ModelProfile:
     """(block_n, expert FFN size) of an FP8 block-quantized MoE: each rank's FFN slice must fill whole blocks."""
     mxfp4_experts: tuple[int, int] | None = None
     """(hidden_size, expert FFN size) of an MXFP4 MoE: vLLM pads both for its kernels (load_estimate.py)."""
+    quantization: str | None = None
+    """The checkpoint's quantization method (config.json `quantization_config.quant_method`), None if unquantized."""
+    dtype: str = "bfloat16"
+    """The checkpoint's dtype as the card records it (`torch_dtype`)."""
 
 
 class CardProblem(Exception):
@@ -135,7 +139,8 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             if moe and moe.get("expert_ffn_size") and (card.get("quantization") or {}).get("method") == "fp8"
             and card["quantization"].get("block_size") else None,
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
-            if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None)
+            if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
+            quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"))
     except (KeyError, TypeError, ValueError) as exc:
         raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc}); regenerate it with "
                           "python -m stacks model-card") from exc

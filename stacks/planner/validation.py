@@ -11,7 +11,7 @@ import ipaddress
 import math
 from dataclasses import dataclass, field
 
-from stacks.model.config import NodeConfig, StackConfig
+from stacks.model.config import DboConfig, NodeConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import bracket_host, is_ip_literal
 from stacks.planner.exposure import (
@@ -113,6 +113,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     lb_problems, lb_warnings = load_balancing_rules(config, topology)
     result.problems += lb_problems
     result.warnings += lb_warnings
+    _expert_parallel_rules(config, profile, result)
     _uniqueness_rules(config, result)
     _address_rules(config, result)
     _mount_rules(config, result)
@@ -283,6 +284,156 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
         # fused_moe/expert_map_manager.py:67-69: experts // ep_size per rank, the rest one each from rank 0
         result.warnings.append(f"EP{ep} spreads {profile.routed_experts} routed experts of {profile.key}: "
                                f"{ep - profile.routed_experts} ranks hold none")
+
+
+DBO_BACKENDS = ("deepep_low_latency", "deepep_high_throughput", "nixl_ep")
+"""The all-to-all backends vLLM 0.33.0 micro-batches with on CUDA (vllm/config/vllm.py:2190-2196)."""
+ROUND_ROBIN_BACKENDS = ("deepep_low_latency", "nixl_ep")
+"""The backends that keep round-robin expert placement (fused_moe/config.py:1070-1071, needs_round_robin_routing_
+tables); with another one vLLM falls back to linear (fused_moe/expert_map_manager.py:138-148)."""
+
+
+def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, result: Validation) -> None:
+    """The expert-parallel keys (`parallelism.all2all_backend`, `eplb`, `dbo`, `expert_placement`,
+    `ep_weight_filter`) against what vLLM 0.33.0 refuses, or silently ignores or replaces, each quoted with its
+    file:line. EP is TP x DP (prefill context parallelism, the third factor in vLLM, is not modelled: PCP = 1)."""
+    par = config.parallelism
+    add = result.problems.append
+    dp = par.data if par.backend == "mp" else 1
+    ep = par.tensor * dp
+    a2a = par.all2all_backend
+    all2all_runs = par.expert and dp > 1  # fused_moe/config.py:1035-1038 use_all2all_kernels (PCP = 1)
+    eplb, dbo = par.eplb, par.dbo
+    if a2a != "allgather_reducescatter" and not all2all_runs:
+        add(Problem("parallelism.all2all_backend", a2a,
+                    "does nothing here: vLLM runs an all-to-all backend only with expert parallelism and more than "
+                    f"one DP rank (expert {str(par.expert).lower()}, DP{dp}; use_all2all_kernels = use_ep and "
+                    "dp_size > 1, fused_moe/config.py:1035-1038)",
+                    fix="parallelism.expert: true with data > 1 (backend: mp), or remove all2all_backend"))
+    if eplb.enabled and not par.expert:
+        add(Problem("parallelism.eplb.enabled", True, "EPLB balances expert-parallel ranks, and expert "
+                    "parallelism is off", upstream="ValueError: enable_expert_parallel must be True to use EPLB. "
+                    "(vllm/config/parallel.py:569-570)", fix="parallelism.expert: true, or eplb.enabled: false"))
+    if eplb.enabled and ep <= 1:
+        add(Problem("parallelism.eplb.enabled", True, f"EP{ep}: one rank holds every expert, there is nothing to "
+                    "balance", upstream=f"ValueError: EPLB requires tensor, prefill-context, or data parallelism, "
+                    f"but got TP={par.tensor}, PCP=1, DP={dp}. (vllm/config/parallel.py:571-584)",
+                    fix="tensor or data > 1 (backend: mp), or eplb.enabled: false"))
+    redundant = eplb.num_redundant_experts
+    if redundant and not eplb.enabled:
+        add(Problem("parallelism.eplb.num_redundant_experts", redundant, "redundant experts are placed by EPLB, "
+                    "which is off", upstream=f"ValueError: num_redundant_experts is set to {redundant} but EPLB is "
+                    "not enabled. Either enable EPLB or unset num_redundant_experts. (vllm/config/parallel.py:585-"
+                    "592)", fix="parallelism.eplb.enabled: true, or num_redundant_experts: 0"))
+    routed = profile.routed_experts if profile is not None else None
+    if eplb.enabled and par.expert and routed and ep > 1 and (routed + redundant) % ep:
+        good = [r for r in range(redundant, redundant + 2 * ep) if (routed + r) % ep == 0][:2]
+        add(Problem("parallelism.eplb.num_redundant_experts", redundant,
+                    f"{routed} routed experts of {profile.key if profile else ''} + {redundant} redundant = "
+                    f"{routed + redundant} do not divide over EP{ep} (EPLB gives every rank the same number)",
+                    upstream=f"ValueError: EPLB currently only supports even distribution of experts across ranks. "
+                    f"Got {routed + redundant} experts and {ep} EP ranks. (model_executor/layers/fused_moe/"
+                    "layer.py:271-279)", fix=f"num_redundant_experts in {good} (a multiple of EP{ep} in all)"))
+    if eplb.enabled and eplb.use_async and eplb.communicator in ("torch_nccl", "pynccl"):
+        add(Problem("parallelism.eplb.communicator", eplb.communicator, "cannot move experts asynchronously",
+                    upstream=f"ValueError: {eplb.communicator} communicator is incompatible with async EPLB due to "
+                    "NCCL multi-stream conflicts. Use 'torch_gloo' or 'nixl' instead, or leave communicator unset "
+                    "for automatic selection. (vllm/config/parallel.py:124-130)",
+                    fix="torch_gloo or nixl, leave it unset, or eplb.use_async: false"))
+    idle = sorted(set(eplb.changed()) - {"num_redundant_experts"})
+    if not eplb.enabled and idle:
+        result.warnings.append(f"parallelism.eplb sets {', '.join(idle)} but eplb.enabled is false: nothing is "
+                               "rendered and vLLM balances nothing")
+    if dbo.enabled:
+        _dbo_rules(config, profile, result, dp)
+    elif dbo != DboConfig():
+        result.warnings.append("parallelism.dbo sets thresholds but dbo.enabled is false: nothing is rendered")
+    if par.expert_placement == "round_robin" and a2a != "moonep":  # MoonEP's own rule below says why
+        why = ("expert parallelism is off: placement applies to EP ranks only" if not par.expert else
+               "EPLB is on: vLLM logs \"Round-robin expert placement is only supported for models with multiple "
+               "expert groups and no redundant experts. Falling back to linear expert placement.\" "
+               "(fused_moe/expert_map_manager.py:123-137)" if eplb.enabled else
+               f"all2all_backend {a2a} does not keep it: vLLM logs \"Round-robin expert placement currently only "
+               f"supports the DeepEP low-latency or NIXL EP backend, but '{a2a}' was configured. Falling back to "
+               "linear expert placement.\" (fused_moe/expert_map_manager.py:138-148)"
+               if all2all_runs and a2a not in ROUND_ROBIN_BACKENDS else None)
+        if why:
+            add(Problem("parallelism.expert_placement", "round_robin", f"vLLM would place experts linearly: {why}",
+                        fix="linear" + ("" if not par.expert or eplb.enabled else
+                                        ", or all2all_backend: deepep_low_latency or nixl_ep")))
+        else:
+            result.warnings.append(
+                "parallelism.expert_placement round_robin: vLLM keeps it only for models with expert groups "
+                "(n_group > 1 in config.json) and falls back to linear otherwise (fused_moe/expert_map_manager.py:"
+                "123-137); the model card does not record n_group, so the plan cannot check it")
+    if profile is not None and not profile.moe and (a2a != "allgather_reducescatter" or eplb.enabled or dbo.enabled):
+        result.warnings.append(f"parallelism.all2all_backend, eplb and dbo act on routed experts, and {profile.key} "
+                               "is a dense model: vLLM does nothing with them")
+    if a2a == "moonep" and profile is not None:
+        _moonep_rules(config, profile, result)
+    if par.ep_weight_filter and (not par.expert or eplb.enabled):
+        add(Problem("parallelism.ep_weight_filter", True,
+                    "does nothing: " + ("expert parallelism is off" if not par.expert else
+                                        "with EPLB every rank loads every expert, for its redundant slots") +
+                    " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
+                    fix="ep_weight_filter: false" + ("" if par.expert else ", or parallelism.expert: true")))
+
+
+def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
+    """MoonEP's own refusals in vLLM 0.33.0 (vllm/config/vllm.py:2106-2143), in that order."""
+    par = config.parallelism
+    add = result.problems.append
+    dtype = config.serving.dtype if config.serving.dtype not in (None, "auto") else profile.dtype
+    if profile.quantization is not None:
+        add(Problem("parallelism.all2all_backend", "moonep", f"{profile.key} is quantized ({profile.quantization})",
+                    upstream="ValueError: The moonep all2all backend currently supports unquantized BF16 models only; "
+                    f"got quantization='{profile.quantization}'. Use a different --all2all-backend for quantized "
+                    "models. (vllm/config/vllm.py:2106-2116)", fix="deepep_low_latency or deepep_high_throughput"))
+    elif dtype not in ("bfloat16", "bf16"):
+        add(Problem("parallelism.all2all_backend", "moonep", f"the model runs in {dtype}, MoonEP in bfloat16 only",
+                    upstream=f"ValueError: The moonep all2all backend currently supports BF16 models only; got "
+                    f"dtype={dtype}. (vllm/config/vllm.py:2117-2125)",
+                    fix="serving.dtype: bfloat16, or another all2all_backend"))
+    if par.eplb.enabled:
+        add(Problem("parallelism.eplb.enabled", True, "MoonEP keeps its own replicated expert layout",
+                    upstream="ValueError: The moonep all2all backend does not support EPLB yet: EPLB rearranges "
+                    "expert parameters in a layout MoonEP's replicated [E+B] weights do not follow. "
+                    "(vllm/config/vllm.py:2126-2132)", fix="eplb.enabled: false, or another all2all_backend"))
+    if par.expert_placement != "linear":
+        add(Problem("parallelism.expert_placement", par.expert_placement, "MoonEP needs each rank's experts in "
+                    "one contiguous range", upstream="ValueError: The moonep all2all backend requires linear expert "
+                    "placement (vllm/config/vllm.py:2133-2140)", fix="linear"))
+
+
+def _dbo_rules(config: StackConfig, profile: ModelProfile | None, result: Validation, dp: int) -> None:
+    """Dual-batch overlap (`parallelism.dbo.enabled`): what vLLM 0.33.0 asserts, and where it does nothing."""
+    par, dbo = config.parallelism, config.parallelism.dbo
+    add = result.problems.append
+    if not par.expert or dp <= 1:
+        add(Problem("parallelism.dbo.enabled", True,
+                    f"does nothing with expert {str(par.expert).lower()} and DP{dp}: vLLM micro-batches only when "
+                    "its DP ranks agree to, and returns early with one DP rank (v1/worker/dp_utils.py:222-224, "
+                    "v1/worker/gpu/ubatch_utils.py:559-560); the all-to-all it overlaps runs only with expert "
+                    "parallelism (fused_moe/config.py:1035-1038)",
+                    fix="parallelism.expert: true and data > 1 (backend: mp), or dbo.enabled: false"))
+    if par.all2all_backend not in DBO_BACKENDS:
+        add(Problem("parallelism.all2all_backend", par.all2all_backend, "dual-batch overlap needs a DeepEP or "
+                    "nixl_ep all-to-all backend on CUDA",
+                    upstream=f"AssertionError: Microbatching currently only supports the {', '.join(DBO_BACKENDS)} "
+                    f"all2all backends on this platform. {par.all2all_backend} is not supported. "
+                    "(vllm/config/vllm.py:2180-2204)",
+                    fix=" or ".join(DBO_BACKENDS) + " (and their kernels in the image), or dbo.enabled: false"))
+    for name in ("decode_token_threshold", "prefill_token_threshold"):
+        value = getattr(dbo, name)
+        if value < 2:
+            add(Problem(f"parallelism.dbo.{name}", value, "below the 2 micro-batches DBO splits a batch into",
+                        upstream="ValueError: dbo_decode_token_threshold and dbo_prefill_token_threshold must be at "
+                        "least the number of microbatches (2). (vllm/config/parallel.py:1178-1187)", fix="2 or more"))
+    if profile is not None and profile.architecture == "DeepseekV41ForCausalLM" and profile.engram_hash_heads:
+        add(Problem("parallelism.dbo.enabled", True, f"{profile.key} has Engram layers, which vLLM does not "
+                    "micro-batch", upstream="ValueError: DeepSeek V4.1 Engram does not support DBO or "
+                    "microbatching. Disable --enable-dbo and set --ubatch-size to 0. (vllm/config/vllm.py:1473-1483)",
+                    fix="dbo.enabled: false"))
 
 
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
