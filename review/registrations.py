@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,18 @@ def _quiet() -> Iterator[None]:
         logging.disable(previous)
 
 
+class _ProcessThreads(ThreadPoolExecutor):
+    """The mocks' monitor calls run in the loop's default executor, and each of its threads keeps an event loop of
+    its own (pulumi.runtime.sync_await._ensure_event_loop). One pool for the process, which a closing loop may not
+    shut down, so those thread loops are made once rather than orphaned by every run."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Kept for the next run; the threads end with the process."""
+
+
+_MONITOR_THREADS = _ProcessThreads(thread_name_prefix="pulumi-mocks")
+
+
 @contextlib.contextmanager
 def own_event_loop() -> Iterator[None]:
     """Run one program under mocks on an event loop of its own, closed afterwards.
@@ -64,7 +77,12 @@ def own_event_loop() -> Iterator[None]:
     a run under load was seen waiting forever with nothing ready. The SDK's own tests hit the same cross-run
     contamination (pulumi/pulumi#7746). A fresh loop per run leaves nothing behind to wait on.
     """
+    try:
+        previous: asyncio.AbstractEventLoop | None = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # none set in this thread
+        previous = None
     loop = asyncio.new_event_loop()
+    loop.set_default_executor(_MONITOR_THREADS)
     asyncio.set_event_loop(loop)
     try:
         yield
@@ -72,7 +90,7 @@ def own_event_loop() -> Iterator[None]:
         for task in asyncio.all_tasks(loop):
             task.cancel()
         loop.close()
-        asyncio.set_event_loop(asyncio.new_event_loop())
+        asyncio.set_event_loop(previous)  # the caller's loop back: none is left for the collector to close
 
 
 def register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> list[Registration]:
