@@ -64,6 +64,12 @@ REFUSED = [
     ("checks.api", [*API, "--deny-paths", "/x\r\nHost: evil"], "--deny-paths '/x\\r\\nHost: evil'"),
     ("checks.api", [*API, "--max-iterations", "0"], "--max-iterations '0'"),
     ("checks.api", [*API, "--api-key-env", "A=B"], "--api-key-env 'A=B'"),
+    ("checks.api", ["--url", "http://127.0.0.1:99999", "--served-name", "m"],
+     "--url 'http://127.0.0.1:99999': port 99999 out of range; a TCP port 1 to 65535"),
+    ("checks.api", ["--url", "http://127.0.0.1:9", "--served-name", ""], "--served-name '': not a served model name"),
+    ("checks.api", [*API, "--rank-nodes", "x"], "--rank-nodes 'x': names the node of each DP rank, and --dp-size is 1"),
+    ("checks.api", [*API, "--dp-size", "2", "--rank-nodes", "node1,a b"], "--rank-nodes 'node1,a b': not a comma "
+     "list of node names"),
     ("checks.engines", ["--ranks", "0,x", "--log-file", "/dev/null"], "--ranks 'x': not a whole number"),
     ("checks.engines", ["--ranks", "", "--log-file", "/dev/null"], "nothing to check"),
     ("checks.engines", ["--ranks", "0", "--workers", "-1", "--log-file", "/dev/null"], "--workers '-1'"),
