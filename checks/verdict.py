@@ -124,6 +124,12 @@ _CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
 """The stack's `model.served_name` rule (stacks/model/field_types.py ServedModelName), which the program passes."""
+_OPTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A vLLM option value that is a name (stacks/model/field_types.py ParserName): fp8_e4m3, deepseek_v41."""
+_IMAGE_REF = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                        r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                        r"(?:@sha256:[0-9a-f]{64})?")
+"""Docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@sha256:digest]."""
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 """A node's name in the stack (`nodes[].name`) or a host name label."""
 _URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:(?://|\\\\|/\\|\\/)?)([^/\\?#]*)@", re.S)
@@ -277,6 +283,21 @@ def served_name(value: str) -> str:
     if not _SERVED_NAME.fullmatch(_text(value)):
         raise _refuse(value, "not a served model name (1-128 of A-Z a-z 0-9 . _ : / @ + -, no spaces), e.g. "
                              "DeepSeek-V4.1-Flash")
+    return value
+
+
+def option_word(value: str) -> str:
+    """A vLLM option value that is one name (a dtype, a parser): what goes into an argv or a memory table."""
+    if not _OPTION_WORD.fullmatch(_text(value)):
+        raise _refuse(value, "not a vLLM value name (1-64 of A-Z a-z 0-9 _ . -), e.g. fp8 or auto")
+    return value
+
+
+def image_ref(value: str) -> str:
+    """A Docker image reference, '' for none: repository[:tag][@sha256:digest], nothing a shell would split."""
+    if value and (len(value) > 512 or not _IMAGE_REF.fullmatch(value)):
+        raise _refuse(value, "not an image reference (repository[:tag][@sha256:<64 hex>], lower-case repository, "
+                             "no spaces), e.g. vllm/vllm-openai:v0.33.0")
     return value
 
 

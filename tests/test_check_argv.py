@@ -59,6 +59,9 @@ REFUSED = [
     ("checks.preflight", ["--sections", "disk", "--docker-root", "/var/lib\n/docker"], "--docker-root '/var/lib\\n"),
     ("checks.preflight", ["--sections", "gpu", "--gpus", "0"], "--gpus '0'"),
     ("checks.preflight", ["--sections", "model", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization '1.5'"),
+    ("checks.preflight", ["--sections", "model", "--kv-cache-dtype", "x;id"], "--kv-cache-dtype 'x;id': not a vLLM "
+     "value name"),
+    ("checks.preflight", ["--sections", "memlock", "--image", "a b"], "--image 'a b': not an image reference"),
     ("checks.api", [*API, "--deny-paths", "@evil.example/x"], "--deny-paths '@evil.example/x': not an absolute URL"),
     ("checks.api", [*API, "--deny-paths", "//evil.example/x"], "--deny-paths '//evil.example/x'"),
     ("checks.api", [*API, "--deny-paths", "/x\r\nHost: evil"], "--deny-paths '/x\\r\\nHost: evil'"),
