@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
 
+from checks.api import tls_context
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, NodeAccess, access_for, inspect
@@ -83,7 +85,34 @@ def _drift(args: argparse.Namespace) -> int:
     return 1 if rows else 0
 
 
+def ca_file_problem(path: str | None) -> str | None:
+    """Why `--ca-file` cannot be the proxy's certificate, or None: checked before anything acts, so a restart
+    never stops the old group and then fails its health probe on a typo."""
+    if path is None:
+        return None
+    try:
+        pem = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"--ca-file {path!r}: no such file; give the proxy's PEM certificate (tls_certificate)"
+    except IsADirectoryError:
+        return f"--ca-file {path!r}: a directory, not a file; give the proxy's PEM certificate file"
+    except PermissionError:
+        return f"--ca-file {path!r}: not readable by this user; fix its mode or run as its owner"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"--ca-file {path!r}: cannot be read as text ({type(exc).__name__}); give a PEM certificate file"
+    try:
+        tls_context(pem)
+    except (ValueError, ssl.SSLError) as exc:
+        return (f"--ca-file {path!r}: not a PEM certificate ({exc}); give the proxy's certificate, the file that "
+                "starts with -----BEGIN CERTIFICATE-----")
+    return None
+
+
 def _restart_group(args: argparse.Namespace) -> int:
+    problem = ca_file_problem(args.ca_file)
+    if problem is not None:
+        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        return 2
     config, plan, group = _load(args)
     print(render_steps(group), end="")
     if not args.yes:

@@ -18,6 +18,7 @@ from review.node_access import NODE_MAP_ENV, SshAccess
 from stacks.model.loader import parse_config
 from tests.conftest import ROOT, plan_of
 from tests.docker_harness import build_image, docker_ready, remove_image
+from tests.nginx_harness import make_certificate
 
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
 
@@ -113,3 +114,22 @@ def test_bad_flags_and_a_bad_node_map_exit_2_before_anything_runs() -> None:
     assert out.returncode == 2 and NODE_MAP_ENV in out.stderr and "Traceback" not in out.stderr
     out = stacks("restart-group", "nosuchstack")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_restart_group_checks_its_ca_file_before_yes_acts(tmp_path: Path, h20_values: dict[str, Any]) -> None:
+    """A wrong `--ca-file` would let the restart stop the old group and then fail every health probe: it is
+    refused first (exit 2 naming the flag and the file), with or without `--yes`; a real PEM certificate passes."""
+    plan = plan_of(h20_values, "h20")
+    unreachable = json.dumps({n.name: {"docker_host": "unix:///nonexistent/docker.sock"} for n in plan.nodes})
+    (tmp_path / "key.txt").write_text("not a certificate\n")
+    cases = {str(tmp_path / "missing.pem"): "no such file", str(tmp_path): "a directory, not a file",
+             str(tmp_path / "key.txt"): "not a PEM certificate"}
+    for path, why in cases.items():
+        for extra in ([], ["--yes"]):
+            out = stacks("restart-group", "h20", "--ca-file", path, *extra, env={NODE_MAP_ENV: unreachable})
+            assert out.returncode == 2, out.stdout + out.stderr
+            assert f"--ca-file {path!r}: {why}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert "stop" not in out.stdout  # not even the dry run's steps: nothing was read from the stack
+    good = make_certificate(tmp_path)
+    out = stacks("restart-group", "h20", "--ca-file", str(good.cert), env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 0 and "dry run: nothing was touched" in out.stdout, out.stderr
