@@ -24,8 +24,11 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
+
+from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.profiles import CARD_VERSION, FAMILIES, card_path
 
@@ -547,7 +550,21 @@ def weight_split(sizes: dict[str, int], facts: dict[str, Any]) -> dict[str, Any]
             "columns": list(cats)}
 
 
+FACT_TYPES: dict[str, Any] = {
+    "tokenizer_mode": ParserName, "tool_call_parser": ParserName, "reasoning_parser": ParserName,
+    "default_kv_cache_dtype": ParserName, "vision": StrictBool, "supports_pp": StrictBool,
+    "draft_supports_pp": dict[ParserName, StrictBool],
+    "min_vram_gb": Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)],
+    "engram_hash_heads": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+    "weights_split_gb": dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
+    "routed_experts": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+}
+"""Each fact's type, the one the stack file and the planner use for the same value (ParserName for the names
+that go into vLLM's argv, finite bounded numbers): a card never holds a value a stack would refuse."""
+
+
 def parse_facts(items: Iterable[str]) -> dict[str, Any]:
+    """`--fact KEY=VALUE` items, each checked against its fact's type; CardError naming the item and what works."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -562,6 +579,14 @@ def parse_facts(items: Iterable[str]) -> dict[str, Any]:
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise CardError(f"--fact {item!r}: {key} takes a JSON {kind.__name__}")
+        try:
+            value = TypeAdapter(FACT_TYPES[key]).validate_python(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error.get("loc", ()))
+            reason = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            join = " " if reason.startswith("is ") else ": "
+            raise CardError(f"--fact {item!r}: {key}{'.' + where if where else ''}{join}{reason}") from None
         out[key] = value
     return out
 

@@ -161,6 +161,28 @@ def test_cli_writes_under_the_project_root(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "models" / "q.json").read_text())["architecture"] == "Qwen3ForCausalLM"
 
 
+@pytest.mark.parametrize(("fact", "said"), [
+    ("tool_call_parser=a;rm", "--fact 'tool_call_parser=a;rm': tool_call_parser is not a vLLM option value: 1-64"),
+    ("reasoning_parser=", "--fact 'reasoning_parser=': reasoning_parser is not a vLLM option value"),
+    ("default_kv_cache_dtype=fp8 --x", "default_kv_cache_dtype is not a vLLM option value"),
+    ("min_vram_gb=-80", "--fact 'min_vram_gb=-80': min_vram_gb: Input should be greater than 0"),
+    ("min_vram_gb=1e400", "--fact 'min_vram_gb=1e400': min_vram_gb"),
+    ("engram_hash_heads=0", "--fact 'engram_hash_heads=0': engram_hash_heads: Input should be greater than or equal "
+     "to 1"),
+    ("routed_experts=-2", "routed_experts: Input should be greater than or equal to 1"),
+    ('draft_supports_pp={"a b": true}', "draft_supports_pp.a b"),
+    ('draft_supports_pp={"mtp": "yes"}', "draft_supports_pp.mtp: Input should be a valid boolean"),
+    ('weights_split_gb={"experts": "x", "dense": 1, "replicated": 1, "engram": 0}', "weights_split_gb.experts"),
+])
+def test_a_fact_is_checked_by_its_type(tmp_path: Path, fact: str, said: str) -> None:
+    """`--fact` values land in the card and from there in vLLM's argv: each is checked as the stack file checks
+    the same value (a parser name is a ParserName, numbers are finite and in range), and nothing is written."""
+    code, out = _card_exit("tests/fixtures/models/qwen3-8b", "--name", "q", "--synthesize-weights", "--fact", fact,
+                           root=tmp_path)
+    assert code == 2 and said in out and "Traceback" not in out, out
+    assert not (tmp_path / "models" / "q.json").exists()
+
+
 def _bad(tmp_path: Path, mutate: Any) -> str:
     model = _tiny_model(tmp_path)
     _write_shards(model, synthesize({**TINY, **_facts(model)}))
