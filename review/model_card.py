@@ -30,7 +30,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import CARD_VERSION, FAMILIES, card_path
+from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, card_path
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
                "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
@@ -691,6 +691,11 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
          echo: Callable[[str], None]) -> int:
     if not NAME_RE.match(name):
         echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
+        return 2
+    target, shipped = card_path(name, root), SHIPPED / f"{name}.json"
+    if shipped.is_file() and target.resolve() != shipped.resolve():
+        echo(f"--name {name!r}: a card of that name ships with vllm-cluster ({shipped}); {target} would hide it "
+             f"from every stack under {root}. Give another name, e.g. --name {name}-local")
         return 2
     try:
         card = build_card(open_source(src, endpoint_url, region), name, synthesize_weights=synthesize_weights,

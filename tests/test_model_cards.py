@@ -183,6 +183,29 @@ def test_a_fact_is_checked_by_its_type(tmp_path: Path, fact: str, said: str) -> 
     assert not (tmp_path / "models" / "q.json").exists()
 
 
+def test_a_card_that_would_hide_a_shipped_one_is_refused(tmp_path: Path) -> None:
+    """Under a project root of its own, `--name` of a shipped card would silently replace it for every stack
+    there: refused, naming both files, and nothing is written."""
+    code, out = _card_exit("tests/fixtures/models/qwen3-8b", "--name", "qwen3-8b", "--synthesize-weights",
+                           root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"a card of that name ships with vllm-cluster ({ROOT / 'models' / 'qwen3-8b.json'})" in out
+    assert f"{tmp_path / 'models' / 'qwen3-8b.json'} would hide it" in out and "--name qwen3-8b-local" in out
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_card_put_over_a_shipped_one_by_hand_is_named_in_every_plan(tmp_path: Path, h20_values: dict[str, Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    name = h20_values["model"]["profile"]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / f"{name}.json").write_text((ROOT / "models" / f"{name}.json").read_text())
+    assert not [w for w in plan_of(copy.deepcopy(h20_values)).warnings if "hides the shipped card" in w]
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    warning = next(w for w in plan_of(h20_values).warnings if "hides the shipped card" in w)
+    assert f"{tmp_path / 'models' / name}.json is used, and it hides the shipped card " \
+           f"{ROOT / 'models' / name}.json" in warning
+
+
 def _bad(tmp_path: Path, mutate: Any) -> str:
     model = _tiny_model(tmp_path)
     _write_shards(model, synthesize({**TINY, **_facts(model)}))
