@@ -43,6 +43,7 @@ import httpx
 from pydantic import ValidationError
 
 from checks.verdict import (
+    ArgumentProblem,
     CheckParser,
     Section,
     Verdict,
@@ -52,10 +53,13 @@ from checks.verdict import (
     env_name,
     integer,
     listed,
+    node_names,
     optional_path,
     seconds,
+    served_name,
     shown,
     url_path,
+    url_port,
 )
 from stacks.model.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
 
@@ -679,6 +683,10 @@ def _url(url: str) -> str:
         parts = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):
         raise ConfigProblem(f"--url {shown(url)}: not a URL; e.g. https://llm.example.com:443") from None
+    try:
+        url_port(url, parts.port)
+    except ArgumentProblem as exc:
+        raise ConfigProblem(f"--url {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.host:
         raise ConfigProblem(f"--url {shown(url)}: needs http:// or https:// and a host, e.g. http://10.30.8.1:8030")
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.userinfo or re.search(r"[?#@\s]", url):
@@ -689,11 +697,13 @@ def _url(url: str) -> str:
     return f"{parts.scheme}://{host}"  # rebuilt from the parsed parts: what is checked is what is used
 
 
-def _targets(dp_size: int, rank_nodes: str, first_rank: int = 0) -> list[Target]:
-    nodes = [n.strip() for n in rank_nodes.split(",")] if rank_nodes else []
-    if nodes and (len(nodes) != dp_size or not all(nodes)):
-        raise ConfigProblem(f"--rank-nodes {rank_nodes!r}: needs one node name per DP rank ({dp_size}), in rank "
-                            "order, e.g. node1,node1,node2,node2 for two ranks per node")
+def _targets(dp_size: int, nodes: list[str], first_rank: int = 0) -> list[Target]:
+    if nodes and dp_size == 1:  # one rank is the balanced path: no header pins it, so a node name proves nothing
+        raise ConfigProblem(f"--rank-nodes {shown(','.join(nodes))}: names the node of each DP rank, and --dp-size "
+                            "is 1 (nothing to pin); leave it out, or give --dp-size N with N node names")
+    if nodes and len(nodes) != dp_size:
+        raise ConfigProblem(f"--rank-nodes {shown(','.join(nodes))}: needs one node name per DP rank ({dp_size}), "
+                            "in rank order, e.g. node1,node1,node2,node2 for two ranks per node")
     if dp_size == 1:
         return [Target(None, nodes[0] if nodes else None)]  # nothing to pin: no header
     return [Target(first_rank + r, nodes[r] if nodes else None, first_rank) for r in range(dp_size)]
@@ -748,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = CheckParser(prog="api", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--name", default="api", type=check_name)
     p.add_argument("--url", required=True)
-    p.add_argument("--served-name", required=True)
+    p.add_argument("--served-name", required=True, type=served_name)
     p.add_argument("--sections", default="health,models,chat,thinking,stream", type=listed(str, SECTION_NAMES))
     p.add_argument("--api-key-env", default="VLLM_API_KEY", type=env_name,
                    help="env var holding the bearer key (if any)")
@@ -765,7 +775,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "stream use the first")
     p.add_argument("--dp-size", type=integer(1, MAX_DP_SIZE), default=1,
                    help="data-parallel ranks: chat, thinking and stream run once per rank (X-data-parallel-rank)")
-    p.add_argument("--rank-nodes", default="", help="node of each DP rank in rank order, e.g. node1,node2")
+    p.add_argument("--rank-nodes", default=[], type=node_names,
+                   help="node of each DP rank in rank order, e.g. node1,node2 (with --dp-size 2 or more)")
     p.add_argument("--first-rank", type=integer(0, MAX_DP_SIZE), default=0,
                    help="the global number of the first rank (hybrid load balancing: the node's start rank); "
                         "the header carries rank - first-rank, the index the node's own API server expects")
@@ -797,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigProblem("--info-json without --metrics-listen: nothing would serve it")
     except ConfigProblem as exc:
         print(f"{args.name}: {exc}", file=sys.stderr)
-        print(f"CANNOT-RUN {args.name}: bad argument: {exc}")
+        emit(Verdict(args.name, "cannot-run", f"bad argument: {exc}", next_step="api --help"), args.json)
         return 2
     key = os.environ.get(args.api_key_env) or None
     api = Api(args.url, key, args.timeout_s, ca_pem)

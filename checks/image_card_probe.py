@@ -22,7 +22,10 @@ Sections:
   (help text mentions "deprecat"), help (first paragraph), bounds (pydantic ge/gt/le/lt of the config field behind
   the option, when the group is a config class), json_config (the dataclass a JSON-valued option is validated as);
 - config_classes: fields of the dataclasses behind JSON-valued options and behind option groups (recursively:
-  nested dataclasses too): type, default, bounds, nested dataclass;
+  nested dataclasses too): type, default, bounds, nested dataclass, and `shape`: the type as a structure
+  (int/float/str/bool, list with its item shape, union, Literal values, enum members with the inputs the field's
+  own validators accept, tried here against pydantic: the value, the value as a string, the name, the name in
+  lower case);
 - routes: the OpenAI server app's routes (method + path), built with vLLM's own build_app for each task set;
 - registries (cheap extras): quantization methods, tool/reasoning parsers, model architectures, env var names.
 """
@@ -37,10 +40,11 @@ import platform as _platform
 import sys
 import time
 import traceback
+from collections import abc as collections_abc
 from collections.abc import Iterator
 from typing import Any
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 T0 = time.monotonic()
 CARD: dict[str, Any] = {"probe_version": PROBE_VERSION, "errors": {}, "timings_s": {}}
 
@@ -210,6 +214,101 @@ def _nested_dataclasses(tp: Any, found: list[Any]) -> None:
         _nested_dataclasses(a, found)
 
 
+def _before_validators(cls: Any, name: str) -> list[Any]:
+    """The field's pydantic `mode="before"` validators (e.g. CompilationConfig.mode reads enum names)."""
+    found = []
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    for d in getattr(decorators, "field_validators", {}).values():
+        if name in getattr(d.info, "fields", ()) and getattr(d.info, "mode", "") == "before":
+            found.append(d.func)
+    return found
+
+
+def _none_by_validator(cls: Any, name: str) -> bool:
+    """A `mode="wrap"` validator that returns None without validating (vLLM's `_skip_none_validation`)."""
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+
+    def refuse(value: Any) -> Any:
+        raise ValueError("validated")
+
+    for d in getattr(decorators, "field_validators", {}).values():
+        if name in getattr(d.info, "fields", ()) and getattr(d.info, "mode", "") == "wrap":
+            try:
+                if getattr(d.func, "__func__", d.func)(cls, None, refuse) is None:
+                    return True
+            except Exception:
+                continue
+    return False
+
+
+def _enum_inputs(cls: Any, name: str, tp: Any) -> dict[str, bool]:
+    """Which spellings of the enum's first member the field accepts: run the field's own before validators, then
+    pydantic's validation of the type (lax, as vLLM builds its configs)."""
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(tp)
+    validators = _before_validators(cls, name)
+    member = next(iter(tp))
+    value = member.value
+
+    def ok(candidate: Any) -> bool:
+        try:
+            for v in validators:
+                candidate = getattr(v, "__func__", v)(cls, candidate)
+            adapter.validate_python(candidate)
+            return True
+        except Exception:
+            return False
+
+    return {"value": ok(value), "value_string": isinstance(value, int) and ok(str(value)), "name": ok(member.name),
+            "name_lower": member.name.lower() != value and ok(member.name.lower()),  # read as the value otherwise
+            "other_string": ok("__not_a_member__")}
+
+
+def describe_shape(tp: Any, cls: Any = None, name: str = "", depth: int = 0) -> dict[str, Any]:
+    """A type hint as a structure the planner checks JSON and argv values against (pydantic's lax rules)."""
+    import types
+    import typing
+
+    if depth > 6:
+        return {"kind": "any", "type": _type_str(tp)}
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return describe_shape(args[0], cls, name, depth + 1)
+    if tp is type(None) or tp is None:
+        return {"kind": "none"}
+    if tp is typing.Any:
+        return {"kind": "any", "type": "Any"}
+    if origin is typing.Literal:
+        return {"kind": "literal", "values": [jsonsafe(a) for a in args]}
+    if origin is typing.Union or (hasattr(types, "UnionType") and isinstance(tp, types.UnionType)):
+        return {"kind": "union", "options": [describe_shape(a, cls, name, depth + 1) for a in args]}
+    if origin in (list, set, frozenset, tuple, collections_abc.Sequence, collections_abc.Set):
+        items = args[0] if args and (origin is not tuple or (len(args) == 2 and args[1] is Ellipsis)) else None
+        return {"kind": "list", "container": getattr(origin, "__name__", str(origin)),
+                "items": describe_shape(items, cls, name, depth + 1) if items is not None else {"kind": "any"}}
+    if origin in (dict, collections_abc.Mapping):
+        return {"kind": "dict"}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        out: dict[str, Any] = {"kind": "enum", "enum": tp.__name__, "int_enum": issubclass(tp, int),
+                               "members": [{"name": m.name, "value": jsonsafe(m.value)} for m in tp]}
+        try:
+            out["accepts"] = _enum_inputs(cls, name, tp)
+        except Exception as exc:
+            out["accepts_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return out
+    if tp is bool:
+        return {"kind": "bool"}
+    if tp in (int, float, str):
+        return {"kind": tp.__name__}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return {"kind": "dataclass", "name": tp.__name__}
+    if tp is dict or tp is list:
+        return {"kind": "dict"} if tp is dict else {"kind": "list", "container": "list", "items": {"kind": "any"}}
+    return {"kind": "any", "type": _type_str(tp)}
+
+
 def describe_config_class(cls: Any) -> tuple[dict[str, Any], list[Any]]:
     """Fields of a (pydantic) dataclass: type, default, bounds (pydantic Field ge/gt/le/lt), nested dataclasses."""
     import typing
@@ -265,6 +364,13 @@ def describe_config_class(cls: Any) -> tuple[dict[str, Any], list[Any]]:
         if sub:
             entry["dataclasses"] = [s.__name__ for s in sub]
             nested.extend(sub)
+        try:
+            entry["shape"] = describe_shape(tp, cls, f.name)
+            if _none_by_validator(cls, f.name):
+                entry["shape"] = {"kind": "union", "options": [entry["shape"], {"kind": "none"}],
+                                  "none_by_validator": True}
+        except Exception as exc:
+            entry["shape"] = {"kind": "any", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         if not f.init:
             entry["init"] = False
         out["fields"][f.name] = entry

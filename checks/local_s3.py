@@ -23,6 +23,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+from checks.weights import CannotRun, parse_source
+
 ACCESS_KEY_ID = "AKIALOCALS3TRYIT0000"
 SECRET_ACCESS_KEY = "local-s3-dummy-secret"
 """Dummy credentials: moto's server accepts any signature; boto3 only needs some key to sign with."""
@@ -91,6 +93,11 @@ def _problem(args: argparse.Namespace) -> str | None:
         return f"--bucket {args.bucket!r}: 3-63 lower-case letters, digits, dots and hyphens, e.g. models"
     if not PREFIX_RE.fullmatch(args.prefix):
         return f"--prefix {args.prefix!r}: path segments of letters, digits, '.', '_' and '-', e.g. tiny-model"
+    try:  # the sync's own source rule: the command printed below must run ('..' segments, reserved names)
+        parse_source(f"s3://{args.bucket}/{args.prefix}")
+    except CannotRun as exc:
+        why = str(exc).split(": ", 1)[-1]
+        return f"--prefix {args.prefix!r}: the sync it prints would refuse it ({why}); e.g. tiny-model"
     if not args.dest.startswith("/") or any(c.isspace() for c in args.dest):
         return f"--dest {args.dest!r}: an absolute path without spaces, e.g. /tmp/tiny-model"
     return None

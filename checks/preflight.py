@@ -45,9 +45,11 @@ from checks.verdict import (
     container_name,
     count,
     emit,
+    image_ref,
     integer,
     listed,
     number,
+    option_word,
     optional_abs_path,
     optional_label,
     port,
@@ -926,7 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpus", type=count(64), default=8)
     g.add_argument("--gpu-model", default="", type=printable_line)
     g.add_argument("--gpu-memory-gb", type=GB_AMOUNT, default=0.0)
-    g.add_argument("--image", default="", type=printable_line)
+    g.add_argument("--image", default="", type=image_ref)
     m = p.add_argument_group("model (files; per-GPU memory when --tp is given)")
     m.add_argument("--model-dir", default="", type=optional_abs_path)
     m.add_argument("--heads", type=count(1 << 16))
@@ -945,7 +947,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ranks-on-node", type=count(64), default=8, help="vLLM worker processes on this node")
     m.add_argument("--gpu-memory-utilization", type=number(0, 1), default=0.9)
     m.add_argument("--max-model-len", type=integer(0, 1 << 24), default=0)
-    m.add_argument("--kv-cache-dtype", default="auto", type=printable_line)
+    m.add_argument("--kv-cache-dtype", default="auto", type=option_word)
     m.add_argument("--kv-fallback-bytes", type=number(0, 1e12, low_open=False), default=0.0,
                    help="KV bytes/token/GPU when config.json lacks layer_types/compress_rates (the profile's figure)")
     m.add_argument("--reserve-gb", type=number(0, 1e4, " GB", low_open=False), default=RUNTIME_RESERVE_GB)

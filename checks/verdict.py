@@ -122,6 +122,16 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 """Docker's container name rule (`[a-zA-Z0-9][a-zA-Z0-9_.-]+`, daemon/names), at most 128 characters."""
 _CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+"""The stack's `model.served_name` rule (stacks/model/field_types.py ServedModelName), which the program passes."""
+_OPTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A vLLM option value that is a name (stacks/model/field_types.py ParserName): fp8_e4m3, deepseek_v41."""
+_IMAGE_REF = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                        r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                        r"(?:@sha256:[0-9a-f]{64})?")
+"""Docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@sha256:digest]."""
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+"""A node's name in the stack (`nodes[].name`) or a host name label."""
 _URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:(?://|\\\\|/\\|\\/)?)([^/\\?#]*)@", re.S)
 MAX_ARG_CHARS = 4096
 
@@ -185,6 +195,12 @@ def count(high: int = 1_000_000) -> Callable[[str], int]:
 def port(value: str) -> int:
     """A TCP/UDP port: 1 to 65535."""
     return integer(1, 65535, " (a TCP port)")(value)
+
+
+def url_port(url: str, port_number: int | None) -> None:
+    """The port of a URL in 1-65535 (a URL parser may keep 99999 or 0); the refusal names the URL, masked."""
+    if port_number is not None and not 1 <= port_number <= 65535:
+        raise _refuse(url, f"port {port_number} out of range; a TCP port 1 to 65535, e.g. http://10.30.8.1:8030")
 
 
 def number(low: float, high: float, unit: str = "", low_open: bool = True) -> Callable[[str], float]:
@@ -260,6 +276,37 @@ def check_name(value: str) -> str:
     if not _CHECK_NAME.fullmatch(_text(value)):
         raise _refuse(value, "not a check name (letters, digits, _ . : -, at most 64)")
     return value
+
+
+def served_name(value: str) -> str:
+    """The model name clients send (vLLM's --served-model-name): 1-128 of A-Z a-z 0-9 . _ : / @ + -."""
+    if not _SERVED_NAME.fullmatch(_text(value)):
+        raise _refuse(value, "not a served model name (1-128 of A-Z a-z 0-9 . _ : / @ + -, no spaces), e.g. "
+                             "DeepSeek-V4.1-Flash")
+    return value
+
+
+def option_word(value: str) -> str:
+    """A vLLM option value that is one name (a dtype, a parser): what goes into an argv or a memory table."""
+    if not _OPTION_WORD.fullmatch(_text(value)):
+        raise _refuse(value, "not a vLLM value name (1-64 of A-Z a-z 0-9 _ . -), e.g. fp8 or auto")
+    return value
+
+
+def image_ref(value: str) -> str:
+    """A Docker image reference, '' for none: repository[:tag][@sha256:digest], nothing a shell would split."""
+    if value and (len(value) > 512 or not _IMAGE_REF.fullmatch(value)):
+        raise _refuse(value, "not an image reference (repository[:tag][@sha256:<64 hex>], lower-case repository, "
+                             "no spaces), e.g. vllm/vllm-openai:v0.33.0")
+    return value
+
+
+def node_names(value: str) -> list[str]:
+    """A comma list of node names in order, repeats allowed (one per DP rank: node1,node1,node2,node2)."""
+    words = [w.strip() for w in _text(value).split(",")]
+    if not all(_NODE_NAME.fullmatch(w) for w in words):
+        raise _refuse(value, "not a comma list of node names (letters, digits, _ . -), e.g. node1,node2")
+    return words
 
 
 def env_name(value: str) -> str:

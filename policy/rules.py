@@ -45,6 +45,7 @@ from stacks.planner.exposure import (
     sources_for_port,
     trusted_networks,
 )
+from stacks.planner.image_cards import card_for
 from stacks.planner.serve_options import (
     ArgvItem,
     last_values,
@@ -340,6 +341,18 @@ def image_pinned(props: Mapping[str, Any]) -> list[str]:
     return [f"image {name} is not pinned by digest: a tag can be re-pushed; write repo:tag@sha256:<digest>"]
 
 
+def image_carded(props: Mapping[str, Any]) -> list[str]:
+    """The image has a card in images/ (stacks/planner/image_cards.py, the planner's matching rule): without one
+    no flag or extra_args value was checked offline against the image's own vLLM."""
+    name = str(_plain(props.get("name")) or "")
+    repo_tag, _, digest = name.partition("@")
+    card, why = card_for(repo_tag, digest or None)
+    if card is not None:
+        return []
+    return [f"image {name} has no image card ({why or 'no card in images/ describes it'}): its vLLM flags were not "
+            f"checked offline; run `python -m stacks image-card {repo_tag}` and commit images/"]
+
+
 def _ssh_options(words: list[str]) -> dict[str, str]:
     """`-o Key=value` / `-oKey=value` pairs of an ssh argv, keys lower-cased; ssh keeps the first of each."""
     out: dict[str, str] = {}
@@ -401,6 +414,21 @@ def _validator(rule: Callable[[Mapping[str, Any]], list[str]], resource_type: st
     return validate
 
 
+ENGINE_IMAGE_URN = "vllm-cluster:index:GpuNode$" + REMOTE_IMAGE
+"""The engine image is pulled by a GpuNode (components/gpu_node.py); the front door's nginx and the monitoring
+images are other components' and have no vLLM to card."""
+
+
+def _engine_image_validator(rule: Callable[[Mapping[str, Any]], list[str]], stacks_from_config: bool = False
+                            ) -> Callable[[ResourceValidationArgs, ReportViolation], None]:
+    inner = _validator(rule, REMOTE_IMAGE, stacks_from_config)
+
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        if f"::{ENGINE_IMAGE_URN}::" in args.urn:
+            inner(args, report_violation)
+    return validate
+
+
 def _stack_validator(rule: Callable[[list[tuple[str, str, Mapping[str, Any]]]], list[tuple[str, str]]]
                      ) -> Callable[[StackValidationArgs, ReportViolation], None]:
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
@@ -457,6 +485,13 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         name="prod-image-pinned-by-digest", description="images pulled by digest in the listed stacks (prod)",
         enforcement_level=EnforcementLevel.MANDATORY,
         validate=_validator(image_pinned, REMOTE_IMAGE, stacks_from_config=True), config_schema=_STACKS_CONFIG),
+    ResourceValidationPolicy(
+        name="image-has-card", description="the engine image has an image card in images/ (advice everywhere)",
+        enforcement_level=EnforcementLevel.ADVISORY, validate=_engine_image_validator(image_carded)),
+    ResourceValidationPolicy(
+        name="prod-image-has-card", description="the engine image has an image card in the listed stacks (prod): "
+        "no engine whose flags were not checked offline", enforcement_level=EnforcementLevel.MANDATORY,
+        validate=_engine_image_validator(image_carded, stacks_from_config=True), config_schema=_STACKS_CONFIG),
     ResourceValidationPolicy(
         name="ssh-host-key-pinned", description="SSH to the nodes verifies their host keys (advice everywhere)",
         enforcement_level=EnforcementLevel.ADVISORY, validate=_validator(host_key_pinned, SSH_TYPES)),

@@ -320,6 +320,7 @@ def _model_card(args: argparse.Namespace) -> int:
 
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
+                      guard_shipped=True,
                       command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
                       echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
 

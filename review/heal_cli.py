@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from checks.api import tls_context
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
@@ -63,19 +64,6 @@ def check_golden_url(url: str | None) -> str | None:
                  if "@" in parts.netloc else url)
         return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
                 "--metrics-listen address (no credentials, no query); '' turns the signal off")
-    return None
-
-
-def check_ca_file(path: str | None) -> str | None:
-    """Why `--ca-file` cannot be the certificate the health probe and the golden check trust, or None."""
-    if path is None:
-        return None
-    try:
-        ssl.create_default_context(cafile=path)
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        return (f"--ca-file {path[:200]!r}: cannot be read as PEM certificates ({reason}); give the proxy's "
-                "certificate, e.g. the file `python -m stacks watch-unit` names")
     return None
 
 
@@ -136,9 +124,32 @@ def _drift(args: argparse.Namespace) -> int:
     return 1 if rows else 0
 
 
+def ca_file_problem(path: str | None) -> str | None:
+    """Why `--ca-file` cannot be the proxy's certificate, or None: checked before anything acts, so a restart
+    never stops the old group and then fails its health probe on a typo."""
+    if path is None:
+        return None
+    try:
+        pem = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"--ca-file {path!r}: no such file; give the proxy's PEM certificate (tls_certificate)"
+    except IsADirectoryError:
+        return f"--ca-file {path!r}: a directory, not a file; give the proxy's PEM certificate file"
+    except PermissionError:
+        return f"--ca-file {path!r}: not readable by this user; fix its mode or run as its owner"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"--ca-file {path!r}: cannot be read as text ({type(exc).__name__}); give a PEM certificate file"
+    try:
+        tls_context(pem)
+    except (ValueError, ssl.SSLError) as exc:
+        return (f"--ca-file {path!r}: not a PEM certificate ({exc}); give the proxy's certificate, the file that "
+                "starts with -----BEGIN CERTIFICATE-----")
+    return None
+
+
 def _restart_group(args: argparse.Namespace) -> int:
-    problem = check_ca_file(args.ca_file)
-    if problem:
+    problem = ca_file_problem(args.ca_file)
+    if problem is not None:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
@@ -193,7 +204,7 @@ def _supervise(args: argparse.Namespace) -> int:
         print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
               "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
         return 2
-    problem = check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
+    problem = check_golden_url(args.golden_metrics_url) or ca_file_problem(args.ca_file)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2

@@ -24,10 +24,13 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
+
+from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import CARD_VERSION, FAMILIES, card_path
+from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, card_path
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
                "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
@@ -547,7 +550,21 @@ def weight_split(sizes: dict[str, int], facts: dict[str, Any]) -> dict[str, Any]
             "columns": list(cats)}
 
 
+FACT_TYPES: dict[str, Any] = {
+    "tokenizer_mode": ParserName, "tool_call_parser": ParserName, "reasoning_parser": ParserName,
+    "default_kv_cache_dtype": ParserName, "vision": StrictBool, "supports_pp": StrictBool,
+    "draft_supports_pp": dict[ParserName, StrictBool],
+    "min_vram_gb": Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)],
+    "engram_hash_heads": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+    "weights_split_gb": dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
+    "routed_experts": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+}
+"""Each fact's type, the one the stack file and the planner use for the same value (ParserName for the names
+that go into vLLM's argv, finite bounded numbers): a card never holds a value a stack would refuse."""
+
+
 def parse_facts(items: Iterable[str]) -> dict[str, Any]:
+    """`--fact KEY=VALUE` items, each checked against its fact's type; CardError naming the item and what works."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -562,6 +579,14 @@ def parse_facts(items: Iterable[str]) -> dict[str, Any]:
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise CardError(f"--fact {item!r}: {key} takes a JSON {kind.__name__}")
+        try:
+            value = TypeAdapter(FACT_TYPES[key]).validate_python(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error.get("loc", ()))
+            reason = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            join = " " if reason.startswith("is ") else ": "
+            raise CardError(f"--fact {item!r}: {key}{'.' + where if where else ''}{join}{reason}") from None
         out[key] = value
     return out
 
@@ -663,9 +688,14 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why: str | None,
          endpoint_url: str | None, region: str | None, root: Path, command: list[str],
-         echo: Callable[[str], None]) -> int:
+         echo: Callable[[str], None], guard_shipped: bool = False) -> int:
     if not NAME_RE.match(name):
         echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
+        return 2
+    target, shipped = card_path(name, root), SHIPPED / f"{name}.json"  # the command line guards; a test may not
+    if guard_shipped and shipped.is_file() and target.resolve() != shipped.resolve():
+        echo(f"--name {name!r}: a card of that name ships with vllm-cluster ({shipped}); {target} would hide it "
+             f"from every stack under {root}. Give another name, e.g. --name {name}-local")
         return 2
     try:
         card = build_card(open_source(src, endpoint_url, region), name, synthesize_weights=synthesize_weights,

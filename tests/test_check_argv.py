@@ -59,11 +59,20 @@ REFUSED = [
     ("checks.preflight", ["--sections", "disk", "--docker-root", "/var/lib\n/docker"], "--docker-root '/var/lib\\n"),
     ("checks.preflight", ["--sections", "gpu", "--gpus", "0"], "--gpus '0'"),
     ("checks.preflight", ["--sections", "model", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization '1.5'"),
+    ("checks.preflight", ["--sections", "model", "--kv-cache-dtype", "x;id"], "--kv-cache-dtype 'x;id': not a vLLM "
+     "value name"),
+    ("checks.preflight", ["--sections", "memlock", "--image", "a b"], "--image 'a b': not an image reference"),
     ("checks.api", [*API, "--deny-paths", "@evil.example/x"], "--deny-paths '@evil.example/x': not an absolute URL"),
     ("checks.api", [*API, "--deny-paths", "//evil.example/x"], "--deny-paths '//evil.example/x'"),
     ("checks.api", [*API, "--deny-paths", "/x\r\nHost: evil"], "--deny-paths '/x\\r\\nHost: evil'"),
     ("checks.api", [*API, "--max-iterations", "0"], "--max-iterations '0'"),
     ("checks.api", [*API, "--api-key-env", "A=B"], "--api-key-env 'A=B'"),
+    ("checks.api", ["--url", "http://127.0.0.1:99999", "--served-name", "m"],
+     "--url 'http://127.0.0.1:99999': port 99999 out of range; a TCP port 1 to 65535"),
+    ("checks.api", ["--url", "http://127.0.0.1:9", "--served-name", ""], "--served-name '': not a served model name"),
+    ("checks.api", [*API, "--rank-nodes", "x"], "--rank-nodes 'x': names the node of each DP rank, and --dp-size is 1"),
+    ("checks.api", [*API, "--dp-size", "2", "--rank-nodes", "node1,a b"], "--rank-nodes 'node1,a b': not a comma "
+     "list of node names"),
     ("checks.engines", ["--ranks", "0,x", "--log-file", "/dev/null"], "--ranks 'x': not a whole number"),
     ("checks.engines", ["--ranks", "", "--log-file", "/dev/null"], "nothing to check"),
     ("checks.engines", ["--ranks", "0", "--workers", "-1", "--log-file", "/dev/null"], "--workers '-1'"),
@@ -161,6 +170,7 @@ STACKS_FLAGS = {
     "watch-unit": ["--python", "--workdir", "--env-file", "--ca-file", "--user", "--set", "--assume-secret"],
     "plan": ["--set", "--assume-secret"],
     "rollback": ["--to", "--page-size", "--history"],
+    "restart-group": ["--ca-file"],
 }
 
 
@@ -175,3 +185,23 @@ def test_every_stacks_argv_ends_in_an_exit_code_without_a_traceback(command: str
     done = run("stacks", command, "prod", *extra, f"{flag}={value}")
     text = answered(done)
     assert done.returncode != 3, text  # 3: the tool's own bug
+
+
+FACTS = ["tokenizer_mode", "tool_call_parser", "reasoning_parser", "default_kv_cache_dtype", "vision", "supports_pp",
+         "draft_supports_pp", "min_vram_gb", "engram_hash_heads", "weights_split_gb", "routed_experts", "nope"]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(key=st.sampled_from(FACTS), value=st.one_of(st.sampled_from(HOSTILE), st.text(
+    st.characters(exclude_characters="\x00"), max_size=30)))
+def test_every_model_card_fact_ends_in_an_exit_code_without_a_traceback(tmp_path_factory: pytest.TempPathFactory,
+                                                                        key: str, value: str) -> None:
+    """`model-card --fact KEY=VALUE` with a hostile value: exit 0 or 2, never a traceback; a card is written only
+    when the value passed its fact's type."""
+    root = tmp_path_factory.mktemp("root")
+    done = subprocess.run([sys.executable, "-m", "stacks", "model-card", "tests/fixtures/models/qwen3-8b", "--name",
+                           "q", "--synthesize-weights", "--fact", f"{key}={value}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=RUN_LIMIT_S, env={**os.environ, "VLLM_CLUSTER_ROOT": str(root)})
+    text = answered(done)
+    assert done.returncode in (0, 2), text
+    assert (done.returncode == 0) == (root / "models" / "q.json").is_file(), text

@@ -18,6 +18,7 @@ from review.node_access import NODE_MAP_ENV, SshAccess
 from stacks.model.loader import parse_config
 from tests.conftest import ROOT, plan_of
 from tests.docker_harness import build_image, docker_ready, remove_image
+from tests.nginx_harness import make_certificate
 
 ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"
 
@@ -123,7 +124,7 @@ def test_a_ca_file_that_is_no_certificate_is_exit_2_before_anything_runs(command
         # a node map whose engine does not exist: reaching a node would be a different error
         out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=1", "--ca-file", path,
                      env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"}})})
-        assert out.returncode == 2 and f"--ca-file {path!r}: cannot be read as PEM" in out.stderr, out.stderr
+        assert out.returncode == 2 and f"--ca-file {path!r}: " in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and "restart:" not in out.stdout
 
 
@@ -133,3 +134,22 @@ def test_supervise_refuses_a_bad_golden_metrics_url_or_age() -> None:
     assert "pw" not in out.stderr and "user" not in out.stderr
     out = stacks("supervise", "h20", "--golden-max-age-s", "inf")
     assert out.returncode == 2 and "--golden-max-age-s inf: must be more than 0" in out.stderr
+
+
+def test_restart_group_checks_its_ca_file_before_yes_acts(tmp_path: Path, h20_values: dict[str, Any]) -> None:
+    """A wrong `--ca-file` would let the restart stop the old group and then fail every health probe: it is
+    refused first (exit 2 naming the flag and the file), with or without `--yes`; a real PEM certificate passes."""
+    plan = plan_of(h20_values, "h20")
+    unreachable = json.dumps({n.name: {"docker_host": "unix:///nonexistent/docker.sock"} for n in plan.nodes})
+    (tmp_path / "key.txt").write_text("not a certificate\n")
+    cases = {str(tmp_path / "missing.pem"): "no such file", str(tmp_path): "a directory, not a file",
+             str(tmp_path / "key.txt"): "not a PEM certificate"}
+    for path, why in cases.items():
+        for extra in ([], ["--yes"]):
+            out = stacks("restart-group", "h20", "--ca-file", path, *extra, env={NODE_MAP_ENV: unreachable})
+            assert out.returncode == 2, out.stdout + out.stderr
+            assert f"--ca-file {path!r}: {why}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert "stop" not in out.stdout  # not even the dry run's steps: nothing was read from the stack
+    good = make_certificate(tmp_path)
+    out = stacks("restart-group", "h20", "--ca-file", str(good.cert), env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 0 and "dry run: nothing was touched" in out.stdout, out.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from stacks.model.errors import Problem
 from stacks.planner import image_cards
 from stacks.planner.image_cards import all_cards, card_file_name, card_for, card_of_version
 from stacks.planner.managed import NO_CARD
+from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import card_table, read_argv
 from tests.conftest import ROOT, plan_of, problems_of
 from tests.docker_harness import FLAGS, build_image, docker_ready, remove_image, standin_env
@@ -39,31 +41,44 @@ def _one(problems: list[Problem]) -> Problem:
 
 # (extra argv, the problem's text, what works): one row per kind of rule the card holds.
 KINDS = [
-    (["--seed", "abc"], "--seed 'abc': 'abc' is not an int (argparse type int)", "an integer"),
+    (["--seed", "abc"], "--seed: not an int (argparse type int)", "an integer"),
     (["--compilation-config", '{"compile_cache_save_format": "zip"}'],
-     "compile_cache_save_format='zip': CompilationConfig.compile_cache_save_format takes one of binary, unpacked",
-     "one of binary, unpacked"),
-    (["--compilation-config", "{bad"], "--compilation-config '{bad': not JSON (Expecting property name enclosed in "
+     '--compilation-config: compile_cache_save_format: CompilationConfig.compile_cache_save_format takes one of '
+     '"binary", "unpacked"', 'one of "binary", "unpacked"'),
+    (["--compilation-config", "{bad"], "--compilation-config: not JSON (Expecting property name enclosed in "
      "double quotes at line 1 column 2); vLLM parses it as CompilationConfig", "valid JSON"),
     (["--attention-config", '{"flash_attn_versoin": 3}'], "AttentionConfig of vLLM 0.33.0 has no field "
      "'flash_attn_versoin' (it forbids extra fields)", "did you mean 'flash_attn_version'?"),
     (["--compilation-config", '{"pass_config": {"fuse_norm_quantt": true}}'],
      "PassConfig of vLLM 0.33.0 has no field 'pass_config.fuse_norm_quantt'", "did you mean 'fuse_norm_quant'?"),
-    (["--compilation-config.levle", "3"], "--compilation-config.levle '3': CompilationConfig of vLLM 0.33.0 has no "
+    (["--compilation-config.levle", "3"], "--compilation-config.levle: CompilationConfig of vLLM 0.33.0 has no "
      "field 'levle'", "one of backend,"),
     (["--enable-chunked-prefill", "--long-prefill-token-threshold", "-5"],
      "SchedulerConfig.long_prefill_token_threshold must be >= 0", "a value >= 0"),
     (["--enable-chunked-prefill", "--max-num-active-seqs", "0"],
      "SchedulerConfig.max_num_active_seqs must be >= 1", "a value >= 1"),
-    (["--max-logprobs", "1.5"], "'1.5' is not an int", "an integer"),
+    (["--max-logprobs", "1.5"], "--max-logprobs: not an int", "an integer"),
     (["--max-num-queued-tokens", "3.5K"], "decimals are not allowed with binary suffixes like K", "3.5k (decimal)"),
     (["--max-lora-rank", "7"], "--max-lora-rank takes one of 1, 8, 16", "one of 1, 8"),
+    (["-O9"], "-O (--optimization-level): VllmConfig.optimization_level takes one of 0, 1, 2, 3", "one of 0, 1, 2, 3"),
+    (["-Obanana"], "-O (--optimization-level): VllmConfig.optimization_level takes one of 0, 1, 2, 3",
+     "one of 0, 1, 2, 3"),
+    (["--optimization-level", "9"], "--optimization-level: VllmConfig.optimization_level takes one of 0, 1, 2, 3",
+     "one of 0, 1, 2, 3"),
+    (["--compilation-config", '{"mode":"banana"}'], '--compilation-config: mode: CompilationConfig.mode '
+     "takes one of 0, 1, 2, 3, NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, VLLM_COMPILE (names in any case) or null",
+     "one of 0, 1, 2, 3, NONE"),
+    (["--compilation-config", '{"cudagraph_capture_sizes":"x"}'], '--compilation-config: cudagraph_capture_sizes: '
+     "CompilationConfig.cudagraph_capture_sizes takes a JSON list, each item an integer", "a JSON list"),
+    (["--compilation-config", '{"cudagraph_capture_sizes":[1, "x"]}'], "CompilationConfig.cudagraph_capture_sizes "
+     "takes a JSON list, each item an integer", "each item an integer"),
 ]
 
 
 @pytest.mark.parametrize(("words", "message", "fix"), KINDS, ids=[
     "int-type", "literal-choice", "json-parse", "json-unknown-field", "json-nested-field", "dotted-field",
-    "bound-ge0", "bound-ge1", "float-for-int", "human-readable-int", "argparse-choice"])
+    "bound-ge0", "bound-ge1", "float-for-int", "human-readable-int", "argparse-choice", "O-joined-range",
+    "O-joined-text", "optimization-level", "json-enum", "json-list-type", "json-list-item-type"])
 def test_v033_card_refuses_a_wrong_value_offline(words: list[str], message: str, fix: str,
                                                  h20_values: dict[str, Any]) -> None:
     problem = _one(problems_of(_extra(h20_values, *words)))
@@ -72,6 +87,24 @@ def test_v033_card_refuses_a_wrong_value_offline(words: list[str], message: str,
     assert fix in (problem.fix or ""), problem.render()
     if "takes one of 1, 8" not in problem.message:  # argparse's own choice check names no card
         assert "images/vllm_vllm-openai_v0.33.0.json" in problem.message  # the card that holds the rule
+    assert words[-1] in str(problem.value)  # the value once, next to its key; the message names the rule
+    values = [words[-1]] + ([v for v in json.loads(words[-1]).values() if isinstance(v, str)]
+                            if words[-1].startswith('{"') else [])
+    for value in values:
+        assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", problem.message), problem.render()
+
+DECIDED = json.loads((ROOT / "tests" / "fixtures" / "vllm" / "option_values_0.33.0.json").read_text())
+
+
+@pytest.mark.parametrize("case", DECIDED["cases"], ids=[" ".join(c["argv"])[:60] for c in DECIDED["cases"]])
+def test_the_card_decides_as_vllms_own_parser(case: dict[str, Any]) -> None:
+    """Each argv was parsed by vLLM 0.33.0 itself (bench/option_values_real_vllm.py, recorded in the fixture):
+    the offline check against its card accepts and refuses the same values."""
+    table = card_table(card_of_version("0.33.0"))
+    items = read_argv(case["argv"], table)
+    problems = [i.problem for i in items if i.problem] + [
+        bad[0] for i in items if not i.problem and (bad := option_value_problem(i, table)) is not None]
+    assert ("refuse" if problems else "accept") == case["vllm"], problems
 
 
 @pytest.mark.parametrize("words", [
@@ -189,7 +222,7 @@ def test_image_card_with_an_interpreter_writes_a_card_the_planner_reads(tmp_path
         values = _extra(h20_values, "--seed", "abc")
         values["image"] = {"repository": "vllm-cluster-test/vllm", "tag": "0.33.0"}
         problem = _one(problems_of(values))
-        assert "--seed 'abc': 'abc' is not an int (argparse type int)" in problem.message
+        assert "--seed: not an int (argparse type int)" in problem.message
         assert "images/vllm-cluster-test_vllm_0.33.0.json" in problem.message
     finally:
         image_cards.all_cards.cache_clear()

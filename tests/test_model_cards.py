@@ -161,6 +161,51 @@ def test_cli_writes_under_the_project_root(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "models" / "q.json").read_text())["architecture"] == "Qwen3ForCausalLM"
 
 
+@pytest.mark.parametrize(("fact", "said"), [
+    ("tool_call_parser=a;rm", "--fact 'tool_call_parser=a;rm': tool_call_parser is not a vLLM option value: 1-64"),
+    ("reasoning_parser=", "--fact 'reasoning_parser=': reasoning_parser is not a vLLM option value"),
+    ("default_kv_cache_dtype=fp8 --x", "default_kv_cache_dtype is not a vLLM option value"),
+    ("min_vram_gb=-80", "--fact 'min_vram_gb=-80': min_vram_gb: Input should be greater than 0"),
+    ("min_vram_gb=1e400", "--fact 'min_vram_gb=1e400': min_vram_gb"),
+    ("engram_hash_heads=0", "--fact 'engram_hash_heads=0': engram_hash_heads: Input should be greater than or equal "
+     "to 1"),
+    ("routed_experts=-2", "routed_experts: Input should be greater than or equal to 1"),
+    ('draft_supports_pp={"a b": true}', "draft_supports_pp.a b"),
+    ('draft_supports_pp={"mtp": "yes"}', "draft_supports_pp.mtp: Input should be a valid boolean"),
+    ('weights_split_gb={"experts": "x", "dense": 1, "replicated": 1, "engram": 0}', "weights_split_gb.experts"),
+])
+def test_a_fact_is_checked_by_its_type(tmp_path: Path, fact: str, said: str) -> None:
+    """`--fact` values land in the card and from there in vLLM's argv: each is checked as the stack file checks
+    the same value (a parser name is a ParserName, numbers are finite and in range), and nothing is written."""
+    code, out = _card_exit("tests/fixtures/models/qwen3-8b", "--name", "q", "--synthesize-weights", "--fact", fact,
+                           root=tmp_path)
+    assert code == 2 and said in out and "Traceback" not in out, out
+    assert not (tmp_path / "models" / "q.json").exists()
+
+
+def test_a_card_that_would_hide_a_shipped_one_is_refused(tmp_path: Path) -> None:
+    """Under a project root of its own, `--name` of a shipped card would silently replace it for every stack
+    there: refused, naming both files, and nothing is written."""
+    code, out = _card_exit("tests/fixtures/models/qwen3-8b", "--name", "qwen3-8b", "--synthesize-weights",
+                           root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"a card of that name ships with vllm-cluster ({ROOT / 'models' / 'qwen3-8b.json'})" in out
+    assert f"{tmp_path / 'models' / 'qwen3-8b.json'} would hide it" in out and "--name qwen3-8b-local" in out
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_card_put_over_a_shipped_one_by_hand_is_named_in_every_plan(tmp_path: Path, h20_values: dict[str, Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    name = h20_values["model"]["profile"]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / f"{name}.json").write_text((ROOT / "models" / f"{name}.json").read_text())
+    assert not [w for w in plan_of(copy.deepcopy(h20_values)).warnings if "hides the shipped card" in w]
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    warning = next(w for w in plan_of(h20_values).warnings if "hides the shipped card" in w)
+    assert f"{tmp_path / 'models' / name}.json is used, and it hides the shipped card " \
+           f"{ROOT / 'models' / name}.json" in warning
+
+
 def _bad(tmp_path: Path, mutate: Any) -> str:
     model = _tiny_model(tmp_path)
     _write_shards(model, synthesize({**TINY, **_facts(model)}))

@@ -50,7 +50,15 @@ Resource = tuple[str, str, dict[str, Any]]
 
 def registered(run: Run) -> list[Resource]:
     """(type, name, inputs as the analyzer deserializes them) of every resource the program registered."""
+    for name, opts in run.all_options.items():  # each image's URN names its real parent component
+        parent = getattr(opts.parent, "_type", None)
+        if parent and name.endswith("image"):
+            PARENT_TYPES[name] = f"{parent}$docker:index/remoteImage:RemoteImage"
     return [(r.typ, r.name, deserialize_properties(copy.deepcopy(r.inputs))) for r in run.mocks.resources]
+
+
+PARENT_TYPES: dict[str, str] = {}
+"""Resource name -> the type chain of its URN where the parent is known (images: GpuNode, ApiEndpoint …)."""
 
 
 def violations(run: Run | list[Resource], stack: str, config: dict[str, Any] | None = None,
@@ -61,7 +69,7 @@ def violations(run: Run | list[Resource], stack: str, config: dict[str, Any] | N
     found: dict[str, list[tuple[str, str]]] = {name: [] for name in BY_NAME}
 
     def urn_of(typ: str, name: str) -> str:
-        return f"urn:pulumi:{stack}::vllm-cluster::{URN_TYPES.get(typ, typ)}::{name}"
+        return f"urn:pulumi:{stack}::vllm-cluster::{PARENT_TYPES.get(name) or URN_TYPES.get(typ, typ)}::{name}"
 
     for typ, name, props in resources:
         for policy_name, policy in BY_NAME.items():
@@ -84,8 +92,9 @@ def test_levels() -> None:
         "vllm-api-auth-on-non-loopback", "vllm-api-not-public", "vllm-internal-ports-private",
         "vllm-engine-command-readable",
         "vllm-gpu-memory-utilization", "vllm-engine-ready-timeout", "prod-image-pinned-by-digest",
-        "prod-ssh-host-key-pinned"}
+        "prod-ssh-host-key-pinned", "prod-image-has-card"}
     assert BY_NAME["image-pinned-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
+    assert BY_NAME["image-has-card"].enforcement_level == EnforcementLevel.ADVISORY
     assert BY_NAME["ssh-host-key-pinned"].enforcement_level == EnforcementLevel.ADVISORY
     assert stack_of("urn:pulumi:prod::vllm-cluster::docker:index/container:Container::x") == "prod"
 
@@ -98,13 +107,18 @@ SSH_REMOTES = {"node1-preflight", "node2-preflight", "node1-firewall-preflight",
                "collective-node1", "collective-node2"}
 
 
-def test_committed_prod_passes_everything_but_the_digest_and_host_key_rules() -> None:
-    """Seed 000 names neither a digest nor the nodes' host keys: the advisory and the prod-mandatory rules for
-    both fire, on both node images and on every SSH connection (14 remote commands, 2 Docker providers).
+def test_committed_prod_passes_everything_but_the_digest_card_and_host_key_rules() -> None:
+    """The committed prod stack names neither a digest nor the nodes' host keys, and runs a nightly image that has
+    no card: the advisory and the prod-mandatory rules for the three fire, on both node images and on every SSH
+    connection (14 remote commands, 2 Docker providers).
     (The harness sets the api_key secret, as `pulumi config set --secret` would.)"""
     found = violations(run_program("prod"), "prod")
-    assert sorted(n for n, v in found.items() if v) == ["image-pinned-by-digest", "prod-image-pinned-by-digest",
+    assert sorted(n for n, v in found.items() if v) == ["image-has-card", "image-pinned-by-digest",
+                                                        "prod-image-has-card", "prod-image-pinned-by-digest",
                                                         "prod-ssh-host-key-pinned", "ssh-host-key-pinned"]
+    assert sorted(r for r, _ in found["prod-image-has-card"]) == ["node1-image", "node2-image"]
+    assert "has no image card" in found["prod-image-has-card"][0][1]
+    assert "python -m stacks image-card vllm/vllm-openai:nightly-" in found["prod-image-has-card"][0][1]
     assert sorted(r for r, _ in found["prod-image-pinned-by-digest"]) == ["node1-image", "node2-image"]
     assert {r for r, _ in found["prod-ssh-host-key-pinned"]} == SSH_REMOTES
 
@@ -131,11 +145,27 @@ def known_hosts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_prod_with_key_digest_and_host_keys_passes_every_policy(known_hosts_home: Path) -> None:
     values = with_host_keys(read_stack_values("prod"))
-    values["image"]["digest"] = "sha256:" + "ab" * 32
+    values["image"] = {"repository": "vllm/vllm-openai", "tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}
     found = violations(run_program("prod", values), "prod")
     assert {n: v for n, v in found.items() if v} == {}
     assert (known_hosts_home / ".ssh/vllm-cluster/known_hosts.prod").read_text().startswith(
         "node1.prod.vllm-cluster ssh-ed25519 ")
+
+
+def test_the_card_rule_is_mandatory_only_in_the_listed_stacks() -> None:
+    """`prod-image-has-card` refuses an image without a card in the stacks of its `stacks` policy config (prod by
+    default); elsewhere `image-has-card` advises. An image that has a card passes both."""
+    values = copy.deepcopy(read_stack_values("h20"))
+    values["image"] = {"repository": "vllm/vllm-openai", "tag": "v0.99.0"}  # no card in images/
+    uncarded = run_program("h20", values)
+    found = violations(uncarded, "h20")
+    assert found["prod-image-has-card"] == [] and len(found["image-has-card"]) == 2
+    strict = violations(uncarded, "h20", {"stacks": ["h20"]})
+    assert sorted(r for r, _ in strict["prod-image-has-card"]) == ["h20-1-image", "h20-2-image"]
+    assert "vllm/vllm-openai:v0.99.0 has no image card" in strict["prod-image-has-card"][0][1]
+    values["image"]["tag"] = "v0.33.0"
+    carded = violations(run_program("h20", values), "h20", {"stacks": ["h20"]})
+    assert carded["prod-image-has-card"] == [] and carded["image-has-card"] == []
 
 
 def test_h20_is_not_held_to_the_prod_digest_rule() -> None:
@@ -246,8 +276,8 @@ def _struct(inputs: dict[str, Any]) -> Any:
 
 def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) -> None:
     """Analyze() per registered resource, with its wire-form inputs in a protobuf Struct, as `pulumi preview
-    --policy-pack policy` sends them: the committed prod stack gets exactly the two digest rules per image and
-    the two host-key rules per SSH connection (remote commands and the Docker providers)."""
+    --policy-pack policy` sends them: the committed prod stack gets exactly the two digest rules and the two card
+    rules per image and the two host-key rules per SSH connection (remote commands and the Docker providers)."""
     from pulumi.runtime.proto import analyzer_pb2
 
     run = run_program("prod")
@@ -262,6 +292,8 @@ def test_the_engine_path_reports_the_violations_the_rules_find(analyzer: Any) ->
             reported.setdefault(diagnostic.policyName, set()).add(resource.name)
     assert reported == {"image-pinned-by-digest": {"node1-image", "node2-image"},
                         "prod-image-pinned-by-digest": {"node1-image", "node2-image"},
+                        "image-has-card": {"node1-image", "node2-image"},  # the nightly has no card
+                        "prod-image-has-card": {"node1-image", "node2-image"},
                         "ssh-host-key-pinned": SSH_REMOTES, "prod-ssh-host-key-pinned": SSH_REMOTES}
 
 

@@ -148,6 +148,8 @@ def test_a_busy_port_is_exit_2_naming_it(servers: list[Server]) -> None:
     (["--prefix", "a//b"], "--prefix 'a//b'"),
     (["--dest", "relative/dir"], "--dest 'relative/dir'"),
     (["--port", "-1"], "--port -1"),
+    (["--port", "0", "--prefix", "../../etc"], "--prefix '../../etc': the sync it prints would refuse it"),
+    (["--port", "0", "--prefix", "a/./b"], "--prefix 'a/./b': the sync it prints would refuse it"),
 ])
 def test_local_s3_arguments_exit_2(args: list[str], needle: str) -> None:
     done = subprocess.run([sys.executable, "-m", "checks.local_s3", *args], cwd=ROOT, capture_output=True, text=True,

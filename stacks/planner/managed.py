@@ -244,7 +244,8 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     seen: dict[str, int] = {}
     for item in items:
         shown = f"{key}.{item.index}"
-        value = item.word
+        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
+        value = " ".join([item.word, *item.values])[:200] if item.values and credential is None else item.word
         if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
             problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
                                     "the last (and merges dotted forms after any JSON), so what the plan checked "
@@ -255,7 +256,6 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
         if own and item.option is not None and table.options[item.option].deprecated:
             warnings.append(f"{key}.{item.index}: {item.option} is deprecated in vLLM {table.version} "
                             f"({table.source.split(' (')[0]}): a later image may refuse it")
-        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
         if item.dest in SECRET_OPTIONS:
             problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
                                     "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
@@ -278,7 +278,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
             where = f" (vLLM {table.version}, {table.source.split(' (')[0]})" if own and item.dest else ""
             problems.append(Problem(shown, value, item.problem + where, fix=item.fix))
         elif own and (bad := option_value_problem(item, table)) is not None:
-            problems.append(Problem(shown, " ".join([item.word, *item.values])[:200], bad[0], fix=bad[1]))
+            problems.append(Problem(shown, value, bad[0], fix=bad[1]))
         elif credential is not None:
             problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
                                     "URL with a password), visible in `ps`, `docker inspect` and Pulumi state",

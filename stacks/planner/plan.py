@@ -23,6 +23,7 @@ from stacks.planner.listeners import Listener, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed import image_card, rendered_argv_problems
 from stacks.planner.observability import ObservabilityPlan, observability_plan
+from stacks.planner.profiles import shadowed_card
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
 from stacks.planner.validation import validate
@@ -241,7 +242,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         observability=(obs := observability_plan(stack, config, topo, containers)),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
-        + _unpinned_monitoring(obs),
+        + _unpinned_monitoring(obs) + _shadowing_card(config),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
         memory=memory_table(config, profile, topo),
@@ -593,6 +594,16 @@ _API_PROVES = {
     "deny": "paths outside the allowlist (the image's other vLLM paths, an unknown one) get 403/404 from the "
             "proxy, for GET, POST, PUT, PATCH and DELETE",
 }
+
+
+def _shadowing_card(config: StackConfig) -> list[str]:
+    """A project card that hides a shipped card of the same name: both files named, every plan."""
+    both = shadowed_card(config.model.profile)
+    if both is None:
+        return []
+    return [f"model.profile {config.model.profile!r}: {both[0]} is used, and it hides the shipped card {both[1]} "
+            "of the same name; rename yours (python -m stacks model-card SRC --name <another name>) or delete it "
+            "to use the shipped one"]
 
 
 def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:

@@ -162,6 +162,17 @@ def card_names() -> list[str]:
     return sorted(names)
 
 
+def shadowed_card(key: str) -> tuple[Path, Path] | None:
+    """(the project root's card, the shipped card) when `models/<key>.json` exists in both: the project's wins.
+    `model-card` refuses to write such a card; one put there by hand is named in every plan."""
+    if not key or "/" in key or key.startswith("."):
+        return None
+    mine, shipped = card_root() / "models" / f"{key}.json", SHIPPED / f"{key}.json"
+    if mine.is_file() and shipped.is_file() and mine.resolve() != shipped.resolve():
+        return mine, shipped
+    return None
+
+
 def get_profile(key: str) -> ModelProfile | None:
     """The card `models/<key>.json`; None when there is none. A broken card raises CardProblem."""
     if not key or "/" in key or key.startswith("."):

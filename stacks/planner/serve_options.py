@@ -43,6 +43,9 @@ class Option:
     deprecated: bool = False
     json_class: str | None = None
     """The config class a JSON value is validated as (`--compilation-config` -> CompilationConfig)."""
+    field_shape: dict[str, Any] | None = field(default=None, compare=False)
+    """The config field's structured type when it is an enum (`--optimization-level` -> OptimizationLevel: the
+    text argparse passes on is validated when vLLM builds its config)."""
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,13 @@ def _card_table(card: ImageCard) -> OptionTable:
                 name in VALIDATED_FIELDS or pure_literal(str(spec.get("type", "")))):
             field_choices = tuple(str(c) for c in spec["choices"])
         choices = tuple(str(c) for c in entry["choices"]) if entry.get("choices") else None
+        shape = (spec or {}).get("shape")
         action = Option(entry["dest"], entry.get("nargs") != 0, None if entry.get("nargs") is None else
                         str(entry["nargs"]) if entry["nargs"] != 0 else "0", choices,
                         value_type=entry.get("type"), bounds=entry.get("bounds") or (spec or {}).get("bounds"),
                         field_choices=field_choices, field_name=name,
-                        deprecated=bool(entry.get("deprecated")), json_class=_json_class(card, entry))
+                        deprecated=bool(entry.get("deprecated")), json_class=_json_class(card, entry),
+                        field_shape=shape if isinstance(shape, dict) and _has_enum(shape) else None)
         for string in strings:
             options.setdefault(string, action)
     for string in ("-h", "--help"):  # argparse's own, on every parser
@@ -139,6 +144,10 @@ def _card_table(card: ImageCard) -> OptionTable:
     # the positional model.
     options.setdefault("--model", Option("model", True, None, None, value_type={"name": "str", "kind": "builtin"}))
     return OptionTable(card.vllm_version, options, f"{card.path} ({card.taken_with})", card)
+
+
+def _has_enum(shape: dict[str, Any]) -> bool:
+    return shape.get("kind") == "enum" or any(_has_enum(o) for o in shape.get("options") or [])
 
 
 def _json_class(card: ImageCard, entry: dict[str, Any]) -> str | None:
@@ -265,9 +274,18 @@ def read_argv(words: list[str], table: OptionTable) -> list[ArgvItem]:
             continue
         if raw == "-O" and i + 1 < len(words) and words[i + 1] in ("0", "1", "2", "3"):
             name, word = "--optimization-level", "--optimization-level"  # FlexibleArgumentParser: `-O <n>`
+        elif raw == "-O":  # utils/argparse_utils.py:395-406 (0.33.0): argparse then refuses the bare -O
+            items.append(ArgvItem(i, raw, None, None, problem="vLLM reads -O only as -O<level> (-O3) or as -O "
+                                  "followed by 0, 1, 2 or 3; anything else is an unrecognized argument",
+                                  fix="-O0, -O1, -O2 or -O3 (or --optimization-level 3)"))
+            i += 1
+            while i < len(words) and not words[i].startswith("-"):  # its values, whatever they are
+                items[-1].values.append(words[i])
+                i += 1
+            continue
         elif name.startswith("-O"):
             name, word = "--optimization-level", "--optimization-level=" + (word[3:] if word[2:3] == "=" else word[2:])
-        dotted = name.startswith("--") and "." in name
+        dotted = name.startswith("-") and "." in name  # FlexibleArgumentParser: `-cc.mode 3` too
         base = name.split(".", 1)[0] if dotted else word
         option, attached, problem = _lookup(base, table)
         if dotted:
