@@ -422,7 +422,7 @@ def test_the_policy_pack_holds_every_api_server_to_its_rules(tmp_path: Path, mon
 
     monkeypatch.setattr("components.ssh_trust.deployer_home", lambda: tmp_path)
     values = with_host_keys(read_stack_values("prod"))
-    values["image"]["digest"] = "sha256:" + "ab" * 32
+    values["image"] |= {"tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}  # an image with a card
     values["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "hybrid"}
     assert {n: v for n, v in violations(run_program("prod", values), "prod").items() if v} == {}
     keyless = violations(run_program("prod", values, secrets={"ssh_private_key": "k"}), "prod")
@@ -430,7 +430,7 @@ def test_the_policy_pack_holds_every_api_server_to_its_rules(tmp_path: Path, mon
         "engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
     # behind the proxy node2's vLLM binds its control-plane address: private, firewalled to the cluster, keyed
     behind = with_host_keys(proxied_values("prod"))
-    behind["image"]["digest"] = "sha256:" + "ab" * 32
+    behind["image"] |= {"tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}
     behind["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "hybrid"}
     found = violations(run_program("prod", behind, secrets=SECRETS), "prod")
     assert {n for n, v in found.items() if v} == {"image-pinned-by-digest", "prod-image-pinned-by-digest"}
