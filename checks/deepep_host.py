@@ -102,6 +102,27 @@ def modprobe_lines(root: Path) -> list[tuple[str, int, str]]:
     return found
 
 
+def written_option(line: str, option: str) -> bool:
+    """Whether an `options nvidia …` line sets `option` (EnableStreamMemOPs=1 or PeerMappingOverride=1) to exactly
+    1: `NVreg_EnableStreamMemOPs=10` is not 1, nor is `PeerMappingOverride=1` outside NVreg_RegistryDwords."""
+    for word in re.findall(r'(?:[^\s"]|"[^"]*")+', line):
+        name, _, value = word.partition("=")
+        if option == "EnableStreamMemOPs=1" and name == "NVreg_EnableStreamMemOPs":
+            if _number(value.strip('"')) == 1:
+                return True
+        if option == "PeerMappingOverride=1" and name == "NVreg_RegistryDwords":
+            if registry_dwords(value).get("PeerMappingOverride") == 1:
+                return True
+    return False
+
+
+def _number(text: str) -> int | None:
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        return None
+
+
 def check_ibgda(a: argparse.Namespace) -> Section:
     root = Path(a.root)
     params_path = root / "proc" / "driver" / "nvidia" / "params"
@@ -126,12 +147,14 @@ def check_ibgda(a: argparse.Namespace) -> Section:
         ("CPU-assisted (gdrdrv)" if gdr_ok else "")
     if ok:
         return Section("ibgda", True, [f"IBGDA possible: {mode} (NVSHMEM_IBGDA_NIC_HANDLER={handler})", *evidence])
-    written = [f"{f}:{n}: {line}" for f, n, line in modprobe_lines(root)
-               if re.search(r"EnableStreamMemOPs=1|PeerMappingOverride=(0x)?0*1\b", line)]
+    lines = modprobe_lines(root)
+    missing = [w for w, bad in (("EnableStreamMemOPs=1", stream != "1"), ("PeerMappingOverride=1", peer != 1)) if bad]
+    in_files = {w: [f"{f}:{n}: {line}" for f, n, line in lines if written_option(line, w)] for w in missing}
+    written = sorted({place for places in in_files.values() for place in places})
+    unwritten = [w for w in missing if not in_files[w]]
     problems = []
     if handler != "cpu" and not driver_ok:
-        problems.append("the running NVIDIA driver lacks " + " and ".join(
-            w for w, bad in (("EnableStreamMemOPs=1", stream != "1"), ("PeerMappingOverride=1", peer != 1)) if bad))
+        problems.append("the running NVIDIA driver lacks " + " and ".join(missing))
     if handler != "gpu" and not gdr_ok:
         problems.append("GDRCopy's gdrdrv module is not loaded" if not gdr_module.is_dir()
                         else "gdrdrv is loaded but /dev/gdrdrv is missing")
@@ -143,10 +166,11 @@ def check_ibgda(a: argparse.Namespace) -> Section:
     line = DRIVER_OPTIONS if not keep else DRIVER_OPTIONS.replace('"PeerMappingOverride=1;"',
                                                                   f'"{keep}PeerMappingOverride=1;"')
     steps = []
-    if handler != "cpu" and written:
+    if handler != "cpu" and not unwritten:
         steps.append(f"run {REBUILD} and reboot (or reload the nvidia module) so the written option takes effect")
     elif handler != "cpu":
-        steps.append(f"add `{line}` to /etc/modprobe.d/nvidia.conf, run {REBUILD} and reboot")
+        where = " (not in any /etc/modprobe.d/*.conf: " + " and ".join(unwritten) + ")" if written else ""
+        steps.append(f"add `{line}` to /etc/modprobe.d/nvidia.conf{where}, run {REBUILD} and reboot")
     if handler != "gpu":
         steps.append("install GDRCopy's kernel module (the gdrdrv-dkms package from "
                      "https://developer.download.nvidia.com/compute/redist/gdrcopy/, then `modprobe gdrdrv`) for "

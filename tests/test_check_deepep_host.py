@@ -109,6 +109,30 @@ def test_option_written_but_driver_not_reloaded(host: Path) -> None:
     assert v["next_step"].startswith("run update-initramfs -u (dracut --force on RHEL) and reboot")
 
 
+def test_half_written_options_name_what_is_still_missing(host: Path) -> None:
+    """Only EnableStreamMemOPs in the file: a reboot alone would still lack PeerMappingOverride, so the next step
+    says to add it."""
+    conf = host / "etc/modprobe.d/nvidia.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("options nvidia NVreg_EnableStreamMemOPs=1\n")
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1
+    assert f"written in {conf}:1: options nvidia NVreg_EnableStreamMemOPs=1 but not in the running" in text(v)
+    assert v["next_step"].startswith(f"add `{DRIVER_OPTIONS}` to /etc/modprobe.d/nvidia.conf (not in any "
+                                     "/etc/modprobe.d/*.conf: PeerMappingOverride=1), run update-initramfs")
+
+
+@pytest.mark.parametrize("line", ["options nvidia NVreg_EnableStreamMemOPs=10",
+                                  'options nvidia NVreg_RegistryDwords="PeerMappingOverride=10;"',
+                                  'options nvidia NVreg_RegistryDwords="RMPeerMappingOverride=1;"'])
+def test_an_option_with_another_value_is_not_written(host: Path, line: str) -> None:
+    conf = host / "etc/modprobe.d/nvidia.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(line + "\n")
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1 and "written in" not in text(v) and v["next_step"].startswith(f"add `{DRIVER_OPTIONS}`")
+
+
 def test_other_registry_dwords_are_kept_in_the_fix(host: Path) -> None:
     edit_params(host, RegistryDwords='"RMSmallBarP2PPeerBar1=1;"')
     code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
