@@ -91,6 +91,12 @@ def registry_dwords(value: str) -> dict[str, int | None]:
     return out
 
 
+def registry_entries(value: str) -> list[str]:
+    """`"RMFoo=abc;RMBar=0x10;"` -> ["RMFoo=abc", "RMBar=0x10"]: each entry as written, for a fix line that keeps
+    them."""
+    return [entry.strip() for entry in value.strip().strip('"').split(";") if entry.strip()]
+
+
 def modprobe_lines(root: Path) -> list[tuple[str, int, str]]:
     """(file, line number, line) of every `options nvidia …` line in /etc/modprobe.d/*.conf."""
     found = []
@@ -161,8 +167,8 @@ def check_ibgda(a: argparse.Namespace) -> Section:
     if written:
         problems.append(f"written in {'; '.join(written)} but not in the running driver: it was loaded before the "
                         "option was written")
-    others = {k: v for k, v in registry_dwords(dwords_raw).items() if k != "PeerMappingOverride"}
-    keep = "".join(f"{k}={v};" for k, v in others.items())
+    keep = "".join(f"{entry};" for entry in registry_entries(dwords_raw)
+                   if entry.partition("=")[0].strip() != "PeerMappingOverride")
     line = DRIVER_OPTIONS if not keep else DRIVER_OPTIONS.replace('"PeerMappingOverride=1;"',
                                                                   f'"{keep}PeerMappingOverride=1;"')
     steps = []

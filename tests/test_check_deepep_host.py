@@ -139,6 +139,12 @@ def test_other_registry_dwords_are_kept_in_the_fix(host: Path) -> None:
     assert code == 1 and 'NVreg_RegistryDwords="RMSmallBarP2PPeerBar1=1;PeerMappingOverride=1;"' in v["next_step"]
 
 
+def test_other_registry_dwords_are_kept_as_written(host: Path) -> None:
+    edit_params(host, RegistryDwords='"RMFoo=abc;RMBar=0x10;PeerMappingOverride=0;"')
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1 and 'NVreg_RegistryDwords="RMFoo=abc;RMBar=0x10;PeerMappingOverride=1;"' in v["next_step"]
+
+
 def test_registry_dwords_values() -> None:
     assert registry_dwords('"PeerMappingOverride=0x1;RMFoo=2"') == {"PeerMappingOverride": 1, "RMFoo": 2}
     assert registry_dwords('""') == {}
