@@ -27,6 +27,7 @@ import ipaddress
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,13 +60,43 @@ DMABUF_KERNEL = (5, 12)
 MAX_PAIRS = 16384
 """More probes than 64 NICs x 256 peer NICs are refused: a typo, not a cluster."""
 SHOWN_PAIRS = 12
+MAX_READ = 1 << 20
+"""Every file the check reads is a few lines; anything larger is not what the path should hold."""
+
+
+def read_small(path: Path) -> tuple[str | None, str]:
+    """(text, "") of a regular file of at most MAX_READ bytes, else (None, why): a FIFO would block the check and
+    a link to /dev/zero would read until memory runs out, so neither is opened."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return None, ("does not exist" if exc.errno in (errno.ENOENT, errno.ENOTDIR)
+                      else f"cannot be read ({exc.strerror or exc})")
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+                "a directory" if stat.S_ISDIR(mode) else "not a plain file")
+        return None, f"is {kind}, not a regular file: not read"
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_READ + 1)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if len(data) > MAX_READ:
+        return None, f"is larger than {MAX_READ // (1 << 20)} MiB: not read"
+    return data.decode(errors="replace"), ""
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
+    return read_small(path)[0]
+
+
+def existing_dir(value: str) -> str:
+    """--root: an absolute path to a directory (a copied tree or /)."""
+    path = abs_path(value)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: no such directory; a directory holding proc/, sys/, dev/ "
+                                         "and etc/ (default /)")
+    return path
 
 
 def parse_params(text: str) -> dict[str, str]:
@@ -132,7 +163,10 @@ def _number(text: str) -> int | None:
 def check_ibgda(a: argparse.Namespace) -> Section:
     root = Path(a.root)
     params_path = root / "proc" / "driver" / "nvidia" / "params"
-    text = _read(params_path)
+    text, why = read_small(params_path)
+    if text is None and why != "does not exist":
+        return Section("ibgda", None, [f"{params_path} {why}"],
+                       "read the driver's parameters from the real /proc/driver/nvidia/params (or a regular-file copy)")
     if text is None:
         return Section("ibgda", False, [f"{params_path} does not exist: the NVIDIA driver is not loaded"],
                        "install and load the NVIDIA driver (nvidia-smi must answer), then run this check again")
@@ -193,14 +227,15 @@ def check_peermem(a: argparse.Namespace) -> Section:
     root = Path(a.root)
     clients = [str(root / p) for p in PEERMEM_PATHS if (root / p).exists()]
     version_path = root / "proc" / "driver" / "nvidia" / "version"
-    version = _read(version_path)
-    first = (version or "").splitlines()[0].strip() if version else "(not readable)"
+    version, version_why = read_small(version_path)
+    first = (version or "").splitlines()[0].strip() if version else f"({version_why or 'empty'})"
     release_path = root / "proc" / "sys" / "kernel" / "osrelease"
-    release = (_read(release_path) or "").strip()
+    release_text, release_why = read_small(release_path)
+    release = (release_text or "").strip()
     kernel = _kernel(release)
     open_module = "Open Kernel Module" in (version or "")
     dmabuf = open_module and kernel is not None and kernel >= DMABUF_KERNEL
-    evidence = [f"{version_path}: {first}", f"{release_path}: {release or '(not readable)'}",
+    evidence = [f"{version_path}: {first}", f"{release_path}: {release or '(' + (release_why or 'empty') + ')'}",
                 "peer-memory client: " + (", ".join(clients) if clients else
                                           "none of " + ", ".join(str(root / p) for p in PEERMEM_PATHS))]
     if dmabuf or clients:
@@ -307,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sections", default=list(SECTIONS), type=listed(str, tuple(SECTIONS), empty_ok=False),
                    help="comma list of " + ",".join(SECTIONS))
     p.add_argument("--json", action="store_true")
-    p.add_argument("--root", default="/", type=abs_path, help="where /proc, /sys, /dev and /etc are read")
+    p.add_argument("--root", default="/", type=existing_dir, help="where /proc, /sys, /dev and /etc are read")
     p.add_argument("--nic-handler", default="auto", choices=["auto", "gpu", "cpu"],
                    help="NVSHMEM_IBGDA_NIC_HANDLER as the engine runs it")
     r = p.add_argument_group("reach")

@@ -156,6 +156,41 @@ def test_no_driver(tmp_path: Path) -> None:
     assert code == 1 and "the NVIDIA driver is not loaded" in text(v)
 
 
+def test_a_fifo_params_file_is_not_opened(host: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the check must end in a verdict instead (the run's own
+    timeout is far beyond what reading a few files takes)."""
+    params = host / "proc/driver/nvidia/params"
+    params.unlink()
+    os.mkfifo(params)
+    code, v = run("--root", str(host), "--sections", "ibgda")
+    assert code == 2 and f"ibgda: {params} is a FIFO, not a regular file: not read" in v["evidence"]
+
+
+def test_a_link_to_dev_zero_is_not_read(host: Path) -> None:
+    for name in ("params", "version"):
+        (host / f"proc/driver/nvidia/{name}").unlink()
+        (host / f"proc/driver/nvidia/{name}").symlink_to("/dev/zero")
+    code, v = run("--root", str(host), "--sections", "ibgda,peermem")
+    assert code != 0
+    assert f"ibgda: {host}/proc/driver/nvidia/params is a character device, not a regular file: not read" in v[
+        "evidence"]
+    assert f"{host}/proc/driver/nvidia/version: (is a character device, not a regular file: not read)" in text(v)
+
+
+def test_a_huge_file_is_not_read(host: Path) -> None:
+    params = host / "proc/driver/nvidia/params"
+    params.write_text("EnableStreamMemOPs: 1\n" + "x" * (2 << 20))
+    code, v = run("--root", str(host), "--sections", "ibgda")
+    assert code == 2 and f"ibgda: {params} is larger than 1 MiB: not read" in v["evidence"]
+
+
+@pytest.mark.parametrize("root", ["/nonexistent", "/dev/null"])
+def test_root_must_be_a_directory(root: str) -> None:
+    code, v = run("--root", root, "--sections", "ibgda")
+    assert code == 2 and v["summary"] == f"bad argument: --root '{root}': no such directory; a directory holding " \
+        "proc/, sys/, dev/ and etc/ (default /)"
+
+
 def test_peermem_needs_dma_buf_or_nvidia_peermem(host: Path) -> None:
     version = host / "proc/driver/nvidia/version"
     version.write_text(version.read_text().replace("Open Kernel Module", "Kernel Module"))  # the proprietary one
