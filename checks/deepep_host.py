@@ -28,6 +28,7 @@ import os
 import re
 import socket
 import stat
+import struct
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,8 @@ DMABUF_KERNEL = (5, 12)
 MAX_PAIRS = 16384
 """More probes than 64 NICs x 256 peer NICs are refused: a typo, not a cluster."""
 SHOWN_PAIRS = 12
+MAX_PROBE_S = 1800
+"""The reach section's worst case (every probe timing out, in waves of --parallel) is refused beyond 30 min."""
 MAX_READ = 1 << 20
 """Every file the check reads is a few lines; anything larger is not what the path should hold."""
 
@@ -354,6 +357,93 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def interface_addresses() -> dict[str, list[str]]:
+    """Every interface of this network namespace and its addresses, from the kernel's netlink address dump (what
+    `ip addr` prints; RTM_GETADDR, linux/if_addr.h), standard library only. OSError where netlink is unavailable."""
+    names = {index: name for index, name in socket.if_nameindex()}
+    out: dict[str, list[str]] = {name: [] for name in names.values()}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.settimeout(5)
+        # nlmsghdr (len, type RTM_GETADDR=22, flags NLM_F_REQUEST|NLM_F_DUMP, seq, pid) + ifaddrmsg (any family)
+        sock.send(struct.pack("=IHHII", 24, 22, 0x301, 1, 0) + struct.pack("=BBBBI", 0, 0, 0, 0, 0))
+        while True:
+            data = sock.recv(1 << 16)
+            offset = 0
+            while offset + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if kind == 3:  # NLMSG_DONE
+                    return out
+                if kind == 2:  # NLMSG_ERROR
+                    raise OSError("netlink address dump refused")
+                if kind == 20 and length >= 24:  # RTM_NEWADDR
+                    family, _, _, _, index = struct.unpack_from("=BBBBI", data, offset + 16)
+                    found: dict[int, bytes] = {}
+                    at = offset + 24
+                    while at + 4 <= offset + length:
+                        size, attr = struct.unpack_from("=HH", data, at)
+                        if size < 4:
+                            break
+                        found[attr] = data[at + 4:at + size]
+                        at += (size + 3) & ~3
+                    raw = found.get(2) or found.get(1)  # IFA_LOCAL, else IFA_ADDRESS
+                    if raw and family in (socket.AF_INET, socket.AF_INET6) and index in names:
+                        out[names[index]].append(socket.inet_ntop(family, raw))
+                if length < 16:
+                    break
+                offset += (length + 3) & ~3
+
+
+def argument_problem(a: argparse.Namespace) -> str | None:
+    """What makes `--local`/`--peers`/`--parallel` unusable, as a bad-argument message, or None. A pair of
+    families, an address given twice, a NIC this host does not have or an address not on its NIC would all turn
+    into a misleading reach verdict (a PASS by probing itself, a crash, route advice for a typo)."""
+    local: list[Nic] = a.local
+    peers: list[Nic] = a.peers
+    nics = [("--local", n) for n in local] + [("--peers", n) for n in peers]
+    versions = {ipaddress.ip_address(n.ip.split("%")[0]).version for _, n in nics}
+    if len(versions) > 1:
+        v4 = next(f"{flag} {_arg(n)}" for flag, n in nics if ":" not in n.ip)
+        v6 = next(f"{flag} {_arg(n)}" for flag, n in nics if ":" in n.ip)
+        return (f"--local/--peers: IPv4 and IPv6 addresses mixed ({v4}, {v6}); give every data NIC's address in one "
+                "family (the one the data networks route)")
+    seen: dict[str, tuple[str, Nic]] = {}
+    names: set[tuple[str, str]] = set()
+    for flag, nic in nics:
+        if (nic.node, nic.ifname) in names:
+            return f"{flag}: {_arg(nic)}: {nic.node + ':' if nic.node else ''}{nic.ifname} is given twice; once each"
+        names.add((nic.node, nic.ifname))
+        if nic.ip in seen:
+            first_flag, first = seen[nic.ip]
+            why = ("a probe would reach this host itself" if first_flag == "--local" and flag == "--peers" else
+                   "every data NIC has its own address")
+            return f"{flag}: {_arg(nic)}: {nic.ip} is also {first_flag} {_arg(first)}; {why}"
+        seen[nic.ip] = (flag, nic)
+    pairs = len(local) * len(peers)
+    worst = -(-pairs // a.parallel) * a.probe_timeout_s
+    if worst > MAX_PROBE_S:
+        return (f"--parallel/--probe-timeout-s: {pairs} pairs, {a.parallel} at a time, {a.probe_timeout_s:g}s each "
+                f"could take {worst / 60:.0f} min, more than {MAX_PROBE_S // 60}; raise --parallel (up to 256) or "
+                "lower --probe-timeout-s")
+    if not local:
+        return None
+    try:
+        addresses = interface_addresses()
+    except OSError:
+        return None  # no netlink here: a bad NIC still shows as a failed bind in the verdict
+    for nic in local:
+        if nic.ifname not in addresses:
+            return (f"--local: {_arg(nic)}: no interface {nic.ifname} on this host; its interfaces: "
+                    f"{', '.join(sorted(addresses)) or 'none'}")
+        if nic.ip.split("%")[0] not in addresses[nic.ifname]:
+            return (f"--local: {_arg(nic)}: {nic.ip} is not an address of {nic.ifname}; its addresses: "
+                    f"{', '.join(addresses[nic.ifname]) or 'none'}")
+    return None
+
+
+def _arg(nic: Nic) -> str:
+    return f"{nic.node + ':' if nic.node else ''}{nic.ifname}={nic.ip}"
+
+
 def outer_timeout_s(pairs: int, parallel: int = 32, probe_timeout_s: float = 3.0) -> int:
     """The shell `timeout` for one run: start-up and the file sections, plus the probes in waves."""
     waves = -(-pairs // parallel) if pairs else 0
@@ -365,6 +455,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.local) * len(args.peers) > MAX_PAIRS:
         parser.error(f"--local x --peers: {len(args.local) * len(args.peers)} pairs, more than {MAX_PAIRS}")
+    problem = argument_problem(args)
+    if problem:
+        parser.error(problem)
     sections = []
     for name in args.sections:
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from checks.bundle import remote_script
-from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, registry_dwords
+from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, interface_addresses, registry_dwords
 from stacks.planner.deepep import HOST_SECTIONS
 from tests.conftest import ROOT
 
@@ -310,4 +310,41 @@ def test_a_dropped_peer_nic_is_named_per_pair(lab: dict[str, str]) -> None:
 def test_a_local_address_not_on_this_host(lab: dict[str, str]) -> None:
     code, v = run("--sections", "reach", "--local", "a0=10.215.251.9", "--peers", f"node2:b0={lab['b0']}",
                   prefix=("ip", "netns", "exec", lab["a"]))
-    assert code == 1 and "cannot bind 10.215.251.9" in text(v) and "is the address on a0?" in text(v)
+    assert code == 2 and v["summary"].startswith("bad argument: --local: a0=10.215.251.9: 10.215.251.9 is not an "
+                                                 f"address of a0; its addresses: {lab['a0']}, fe80::")
+
+
+def test_a_local_nic_this_host_lacks(lab: dict[str, str]) -> None:
+    """As root, binding to a missing device fails with ENODEV: that must not pass as "bound to address only"."""
+    code, v = run("--sections", "reach", "--local", f"b0={lab['a0']}", "--peers", f"node2:b0={lab['b0']}",
+                  prefix=("ip", "netns", "exec", lab["a"]))
+    assert code == 2 and v["summary"] == (f"bad argument: --local: b0={lab['a0']}: no interface b0 on this host; its "
+                                          "interfaces: a0, a1, lo")
+
+
+@pytest.mark.parametrize(("args", "summary"), [
+    (["--local", "nosuch0=127.0.0.1", "--peers", "n2:lo=127.0.0.2"],
+     "--local: nosuch0=127.0.0.1: no interface nosuch0 on this host; its interfaces: "),
+    (["--local", "lo=10.9.9.9", "--peers", "n2:lo=127.0.0.2"],
+     "--local: lo=10.9.9.9: 10.9.9.9 is not an address of lo; its addresses: 127.0.0.1"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:lo=::1"],
+     "--local/--peers: IPv4 and IPv6 addresses mixed (--local lo=127.0.0.1, --peers n2:lo=::1)"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=127.0.0.1"],
+     "--peers: n2:e0=127.0.0.1: 127.0.0.1 is also --local lo=127.0.0.1; a probe would reach this host itself"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n3:e0=10.0.0.2"],
+     "--peers: n3:e0=10.0.0.2: 10.0.0.2 is also --peers n2:e0=10.0.0.2; every data NIC has its own address"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n2:e1=10.0.0.2"],
+     "--peers: n2:e1=10.0.0.2: 10.0.0.2 is also --peers n2:e0=10.0.0.2"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n2:e0=10.0.0.3"],
+     "--peers: n2:e0=10.0.0.3: n2:e0 is given twice"),
+    (["--local", "lo=127.0.0.1", "--parallel", "1", "--probe-timeout-s", "60", "--peers",
+      ",".join(f"n{i}:e0=10.0.{i // 250}.{i % 250 + 1}" for i in range(31))],
+     "--parallel/--probe-timeout-s: 31 pairs, 1 at a time, 60s each could take 31 min, more than 30"),
+])
+def test_nic_arguments_a_probe_would_misread(args: list[str], summary: str) -> None:
+    code, v = run("--sections", "reach", *args)
+    assert code == 2 and v["summary"].startswith("bad argument: " + summary), v
+
+
+def test_interface_addresses_of_this_host() -> None:
+    assert "127.0.0.1" in interface_addresses()["lo"]
