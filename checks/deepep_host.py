@@ -349,8 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nic-handler", default="auto", choices=["auto", "gpu", "cpu"],
                    help="NVSHMEM_IBGDA_NIC_HANDLER as the engine runs it")
     r = p.add_argument_group("reach")
-    r.add_argument("--local", default=[], type=listed(local_nic), help="this node's data NICs as IFNAME=IP")
-    r.add_argument("--peers", default=[], type=listed(peer_nic), help="the other nodes' data NICs as NODE:IFNAME=IP")
+    r.add_argument("--local", default=[], action="extend", type=listed(local_nic),
+                   help="this node's data NICs as IFNAME=IP (a comma list; repeat the flag for more)")
+    r.add_argument("--peers", default=[], action="extend", type=listed(peer_nic),
+                   help="the other nodes' data NICs as NODE:IFNAME=IP (a comma list; repeat the flag, e.g. once per "
+                   "node)")
     r.add_argument("--probe-port", default=9, type=port, help="TCP port probed on each peer NIC (a refusal counts)")
     r.add_argument("--probe-timeout-s", default=3.0, type=seconds(60))
     r.add_argument("--parallel", default=32, type=integer(1, 256), help="probes at a time")
