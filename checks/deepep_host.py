@@ -29,6 +29,7 @@ import re
 import socket
 import stat
 import struct
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,12 +39,14 @@ from pathlib import Path
 from checks.verdict import (
     CheckParser,
     Section,
+    Verdict,
     abs_path,
     check_name,
     combine,
     emit,
     integer,
     listed,
+    mask_credentials,
     port,
     seconds,
     shown,
@@ -240,10 +243,15 @@ def check_peermem(a: argparse.Namespace) -> Section:
     dmabuf = open_module and kernel is not None and kernel >= DMABUF_KERNEL
     evidence = [f"{version_path}: {first}", f"{release_path}: {release or '(' + (release_why or 'empty') + ')'}",
                 "peer-memory client: " + (", ".join(clients) if clients else
-                                          "none of " + ", ".join(str(root / p) for p in PEERMEM_PATHS))]
+                                          "none of " + ", ".join(PEERMEM_PATHS) + f" under {root}")]
     if dmabuf or clients:
         how = "dma-buf (open kernel module, Linux " + release + ")" if dmabuf else "nvidia_peermem"
         return Section("peermem", True, [f"GPU memory can be registered with the NIC through {how}", *evidence])
+    if version is None and version_why == "does not exist" and not clients:
+        return Section("peermem", False, [f"the NVIDIA driver is not loaded ({version_path} does not exist)",
+                                          *evidence[1:]],
+                       "install and load the NVIDIA driver first; then this section can tell dma-buf from "
+                       "nvidia_peermem")
     why = ("the proprietary kernel module cannot export dma-buf" if not open_module else
            f"Linux {release or '?'} is older than {DMABUF_KERNEL[0]}.{DMABUF_KERNEL[1]} (no RDMA dma-buf)")
     return Section("peermem", False, [f"no dma-buf ({why}) and no nvidia_peermem module", *evidence],
@@ -468,7 +476,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # an unexpected host must still end in a verdict
             sections.append(Section(name, None, [f"crashed: {type(exc).__name__}: {exc}"],
                                     "report this check's failure with its evidence"))
-    return emit(combine(args.name, sections), args.json)
+    verdict = combine(args.name, sections)
+    if args.json:
+        return emit(verdict, True)
+    return emit_lines(verdict, sections)
+
+
+def emit_lines(verdict: Verdict, sections: list[Section]) -> int:
+    """The verdict as a status line, then one line per evidence item and per section's next step: a host without
+    a driver fails every section, and one line of all of it is unreadable."""
+    out = [f"{verdict.status.upper()} {verdict.check}: {verdict.summary}"]
+    out += [f"  evidence: {item}" for item in verdict.evidence]
+    if verdict.status != "pass":
+        out += [f"  next step ({s.name}): {s.next_step}" for s in sections if s.ok is not True and s.next_step]
+    print(mask_credentials("\n".join(out)))
+    sys.stdout.flush()
+    return verdict.exit_code
 
 
 if __name__ == "__main__":

@@ -191,6 +191,25 @@ def test_root_must_be_a_directory(root: str) -> None:
         "proc/, sys/, dev/ and etc/ (default /)"
 
 
+def test_no_driver_says_so_in_short_lines(tmp_path: Path) -> None:
+    """A host without the driver fails every file section: peermem names the missing driver (not the proprietary
+    module), and the text verdict is a status line and one line per item, none of them a wall of text."""
+    code, v = run("--root", str(tmp_path), "--sections", "ibgda,peermem")
+    peer = v["details"]["peermem"]
+    assert code == 1 and peer["evidence"][0] == (f"the NVIDIA driver is not loaded ({tmp_path}/proc/driver/nvidia/"
+                                                 "version does not exist)")
+    assert "proprietary" not in text(v) and peer["next_step"].startswith("install and load the NVIDIA driver")
+    out = subprocess.run([sys.executable, "-m", "checks.deepep_host", "--root", str(tmp_path), "--sections",
+                          "ibgda,peermem"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1 and lines[0] == "FAIL deepep-host: 2 failed: ibgda, peermem"
+    assert f"  evidence: ibgda: {tmp_path}/proc/driver/nvidia/params does not exist: the NVIDIA driver is not " \
+        "loaded" in lines
+    assert "  next step (peermem): install and load the NVIDIA driver first; then this section can tell dma-buf " \
+        "from nvidia_peermem" in lines
+    assert len(lines) == 7 and max(len(line) for line in lines) <= 160 + len(str(tmp_path)), lines
+
+
 def test_peermem_needs_dma_buf_or_nvidia_peermem(host: Path) -> None:
     version = host / "proc/driver/nvidia/version"
     version.write_text(version.read_text().replace("Open Kernel Module", "Kernel Module"))  # the proprietary one
