@@ -243,7 +243,9 @@ def check_peermem(a: argparse.Namespace) -> Section:
     dmabuf = open_module and kernel is not None and kernel >= DMABUF_KERNEL
     evidence = [f"{version_path}: {first}", f"{release_path}: {release or '(' + (release_why or 'empty') + ')'}",
                 "peer-memory client: " + (", ".join(clients) if clients else
-                                          "none of " + ", ".join(PEERMEM_PATHS) + f" under {root}")]
+                                          f"none of {root}/sys/{{" + ", ".join(
+                                              p.removeprefix("sys/").removesuffix("/version") for p in PEERMEM_PATHS)
+                                          + "}/version")]
     if dmabuf or clients:
         how = "dma-buf (open kernel module, Linux " + release + ")" if dmabuf else "nvidia_peermem"
         return Section("peermem", True, [f"GPU memory can be registered with the NIC through {how}", *evidence])
