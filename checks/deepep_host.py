@@ -280,7 +280,9 @@ def probe(local: Nic, peer: Nic, port_number: int, timeout_s: float) -> tuple[bo
         bound = "device and address"
         try:
             sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_BINDTODEVICE", 25), local.ifname.encode())
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EACCES):  # ENODEV: the NIC is gone, not a missing privilege
+                return False, f"cannot bind to device {local.ifname}: {exc.strerror or exc}"
             bound = "address only (binding to a device needs CAP_NET_RAW)"
         try:
             sock.bind((local.ip, 0))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from checks.bundle import remote_script
-from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, interface_addresses, registry_dwords
+from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, Nic, interface_addresses, probe, registry_dwords
 from stacks.planner.deepep import HOST_SECTIONS
 from tests.conftest import ROOT
 
@@ -367,3 +367,12 @@ def test_nic_arguments_a_probe_would_misread(args: list[str], summary: str) -> N
 
 def test_interface_addresses_of_this_host() -> None:
     assert "127.0.0.1" in interface_addresses()["lo"]
+
+
+def test_a_probe_from_a_missing_device_fails() -> None:
+    """The argument check names a missing NIC first; a NIC that goes away before its probe still fails the pair
+    (as root the device bind says ENODEV), never a pass "bound to address only"."""
+    if os.geteuid() != 0:
+        pytest.fail("binding to a device needs root")
+    ok, how = probe(Nic("", "nosuch0", "127.0.0.1"), Nic("n2", "lo", "127.0.0.2"), 9, 3.0)
+    assert (ok, how) == (False, "cannot bind to device nosuch0: No such device")
