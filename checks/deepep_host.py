@@ -150,12 +150,12 @@ def written_option(line: str, option: str) -> bool:
     1: `NVreg_EnableStreamMemOPs=10` is not 1, nor is `PeerMappingOverride=1` outside NVreg_RegistryDwords."""
     for word in re.findall(r'(?:[^\s"]|"[^"]*")+', line):
         name, _, value = word.partition("=")
-        if option == "EnableStreamMemOPs=1" and name == "NVreg_EnableStreamMemOPs":
-            if _number(value.strip('"')) == 1:
-                return True
-        if option == "PeerMappingOverride=1" and name == "NVreg_RegistryDwords":
-            if registry_dwords(value).get("PeerMappingOverride") == 1:
-                return True
+        if option == "EnableStreamMemOPs=1" and name == "NVreg_EnableStreamMemOPs" and \
+                _number(value.strip('"')) == 1:
+            return True
+        if option == "PeerMappingOverride=1" and name == "NVreg_RegistryDwords" and \
+                registry_dwords(value).get("PeerMappingOverride") == 1:
+            return True
     return False
 
 

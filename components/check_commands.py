@@ -104,7 +104,7 @@ def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> st
         local, peers = reach_targets(config, node)
         args += ["--local", ",".join(local)]
         for _, group in groupby(peers, key=lambda peer: peer.split(":", 1)[0]):
-            args += ["--peers", ",".join(group)]  # one argument per peer node: each stays far below the per-argument cap
+            args += ["--peers", ",".join(group)]  # one per peer node: each far below the per-argument cap
         pairs = len(local) * len(peers)
     return heredoc_command("deepep_host", args, timeout_s=deepep_host.outer_timeout_s(pairs))
 
