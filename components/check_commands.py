@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
+from itertools import groupby
 
 from checks import deepep_host
 from checks.bundle import heredoc_command
@@ -102,7 +103,9 @@ def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> st
     pairs = 0
     if "reach" in check.sections:
         local, peers = reach_targets(config, node)
-        args += ["--local", ",".join(local), "--peers", ",".join(peers)]
+        args += ["--local", ",".join(local)]
+        for _, group in groupby(peers, key=lambda peer: peer.split(":", 1)[0]):
+            args += ["--peers", ",".join(group)]  # one per peer node: each far below the per-argument cap
         pairs = len(local) * len(peers)
     return heredoc_command("deepep_host", args, timeout_s=deepep_host.outer_timeout_s(pairs))
 

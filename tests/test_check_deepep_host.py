@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from checks.bundle import remote_script
-from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, registry_dwords
+from checks.deepep_host import DRIVER_OPTIONS, SECTIONS, Nic, interface_addresses, probe, registry_dwords
 from stacks.planner.deepep import HOST_SECTIONS
 from tests.conftest import ROOT
 
@@ -109,10 +109,40 @@ def test_option_written_but_driver_not_reloaded(host: Path) -> None:
     assert v["next_step"].startswith("run update-initramfs -u (dracut --force on RHEL) and reboot")
 
 
+def test_half_written_options_name_what_is_still_missing(host: Path) -> None:
+    """Only EnableStreamMemOPs in the file: a reboot alone would still lack PeerMappingOverride, so the next step
+    says to add it."""
+    conf = host / "etc/modprobe.d/nvidia.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("options nvidia NVreg_EnableStreamMemOPs=1\n")
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1
+    assert f"written in {conf}:1: options nvidia NVreg_EnableStreamMemOPs=1 but not in the running" in text(v)
+    assert v["next_step"].startswith(f"add `{DRIVER_OPTIONS}` to /etc/modprobe.d/nvidia.conf (not in any "
+                                     "/etc/modprobe.d/*.conf: PeerMappingOverride=1), run update-initramfs")
+
+
+@pytest.mark.parametrize("line", ["options nvidia NVreg_EnableStreamMemOPs=10",
+                                  'options nvidia NVreg_RegistryDwords="PeerMappingOverride=10;"',
+                                  'options nvidia NVreg_RegistryDwords="RMPeerMappingOverride=1;"'])
+def test_an_option_with_another_value_is_not_written(host: Path, line: str) -> None:
+    conf = host / "etc/modprobe.d/nvidia.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(line + "\n")
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1 and "written in" not in text(v) and v["next_step"].startswith(f"add `{DRIVER_OPTIONS}`")
+
+
 def test_other_registry_dwords_are_kept_in_the_fix(host: Path) -> None:
     edit_params(host, RegistryDwords='"RMSmallBarP2PPeerBar1=1;"')
     code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
     assert code == 1 and 'NVreg_RegistryDwords="RMSmallBarP2PPeerBar1=1;PeerMappingOverride=1;"' in v["next_step"]
+
+
+def test_other_registry_dwords_are_kept_as_written(host: Path) -> None:
+    edit_params(host, RegistryDwords='"RMFoo=abc;RMBar=0x10;PeerMappingOverride=0;"')
+    code, v = run("--root", str(host), "--sections", "ibgda", "--nic-handler", "gpu")
+    assert code == 1 and 'NVreg_RegistryDwords="RMFoo=abc;RMBar=0x10;PeerMappingOverride=1;"' in v["next_step"]
 
 
 def test_registry_dwords_values() -> None:
@@ -124,6 +154,60 @@ def test_registry_dwords_values() -> None:
 def test_no_driver(tmp_path: Path) -> None:
     code, v = run("--root", str(tmp_path), "--sections", "ibgda")
     assert code == 1 and "the NVIDIA driver is not loaded" in text(v)
+
+
+def test_a_fifo_params_file_is_not_opened(host: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the check must end in a verdict instead (the run's own
+    timeout is far beyond what reading a few files takes)."""
+    params = host / "proc/driver/nvidia/params"
+    params.unlink()
+    os.mkfifo(params)
+    code, v = run("--root", str(host), "--sections", "ibgda")
+    assert code == 2 and f"ibgda: {params} is a FIFO, not a regular file: not read" in v["evidence"]
+
+
+def test_a_link_to_dev_zero_is_not_read(host: Path) -> None:
+    for name in ("params", "version"):
+        (host / f"proc/driver/nvidia/{name}").unlink()
+        (host / f"proc/driver/nvidia/{name}").symlink_to("/dev/zero")
+    code, v = run("--root", str(host), "--sections", "ibgda,peermem")
+    assert code != 0
+    assert f"ibgda: {host}/proc/driver/nvidia/params is a character device, not a regular file: not read" in v[
+        "evidence"]
+    assert f"{host}/proc/driver/nvidia/version: (is a character device, not a regular file: not read)" in text(v)
+
+
+def test_a_huge_file_is_not_read(host: Path) -> None:
+    params = host / "proc/driver/nvidia/params"
+    params.write_text("EnableStreamMemOPs: 1\n" + "x" * (2 << 20))
+    code, v = run("--root", str(host), "--sections", "ibgda")
+    assert code == 2 and f"ibgda: {params} is larger than 1 MiB: not read" in v["evidence"]
+
+
+@pytest.mark.parametrize("root", ["/nonexistent", "/dev/null"])
+def test_root_must_be_a_directory(root: str) -> None:
+    code, v = run("--root", root, "--sections", "ibgda")
+    assert code == 2 and v["summary"] == f"bad argument: --root '{root}': no such directory; a directory holding " \
+        "proc/, sys/, dev/ and etc/ (default /)"
+
+
+def test_no_driver_says_so_in_short_lines(tmp_path: Path) -> None:
+    """A host without the driver fails every file section: peermem names the missing driver (not the proprietary
+    module), and the text verdict is a status line and one line per item, none of them a wall of text."""
+    code, v = run("--root", str(tmp_path), "--sections", "ibgda,peermem")
+    peer = v["details"]["peermem"]
+    assert code == 1 and peer["evidence"][0] == (f"the NVIDIA driver is not loaded ({tmp_path}/proc/driver/nvidia/"
+                                                 "version does not exist)")
+    assert "proprietary" not in text(v) and peer["next_step"].startswith("install and load the NVIDIA driver")
+    out = subprocess.run([sys.executable, "-m", "checks.deepep_host", "--root", str(tmp_path), "--sections",
+                          "ibgda,peermem"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1 and lines[0] == "FAIL deepep-host: 2 failed: ibgda, peermem"
+    assert f"  evidence: ibgda: {tmp_path}/proc/driver/nvidia/params does not exist: the NVIDIA driver is not " \
+        "loaded" in lines
+    assert "  next step (peermem): install and load the NVIDIA driver first; then this section can tell dma-buf " \
+        "from nvidia_peermem" in lines
+    assert len(lines) == 7 and max(len(line) for line in lines) <= 160 + len(str(tmp_path)), lines
 
 
 def test_peermem_needs_dma_buf_or_nvidia_peermem(host: Path) -> None:
@@ -245,4 +329,50 @@ def test_a_dropped_peer_nic_is_named_per_pair(lab: dict[str, str]) -> None:
 def test_a_local_address_not_on_this_host(lab: dict[str, str]) -> None:
     code, v = run("--sections", "reach", "--local", "a0=10.215.251.9", "--peers", f"node2:b0={lab['b0']}",
                   prefix=("ip", "netns", "exec", lab["a"]))
-    assert code == 1 and "cannot bind 10.215.251.9" in text(v) and "is the address on a0?" in text(v)
+    assert code == 2 and v["summary"].startswith("bad argument: --local: a0=10.215.251.9: 10.215.251.9 is not an "
+                                                 f"address of a0; its addresses: {lab['a0']}, fe80::")
+
+
+def test_a_local_nic_this_host_lacks(lab: dict[str, str]) -> None:
+    """As root, binding to a missing device fails with ENODEV: that must not pass as "bound to address only"."""
+    code, v = run("--sections", "reach", "--local", f"b0={lab['a0']}", "--peers", f"node2:b0={lab['b0']}",
+                  prefix=("ip", "netns", "exec", lab["a"]))
+    assert code == 2 and v["summary"] == (f"bad argument: --local: b0={lab['a0']}: no interface b0 on this host; its "
+                                          "interfaces: a0, a1, lo")
+
+
+@pytest.mark.parametrize(("args", "summary"), [
+    (["--local", "nosuch0=127.0.0.1", "--peers", "n2:lo=127.0.0.2"],
+     "--local: nosuch0=127.0.0.1: no interface nosuch0 on this host; its interfaces: "),
+    (["--local", "lo=10.9.9.9", "--peers", "n2:lo=127.0.0.2"],
+     "--local: lo=10.9.9.9: 10.9.9.9 is not an address of lo; its addresses: 127.0.0.1"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:lo=::1"],
+     "--local/--peers: IPv4 and IPv6 addresses mixed (--local lo=127.0.0.1, --peers n2:lo=::1)"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=127.0.0.1"],
+     "--peers: n2:e0=127.0.0.1: 127.0.0.1 is also --local lo=127.0.0.1; a probe would reach this host itself"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n3:e0=10.0.0.2"],
+     "--peers: n3:e0=10.0.0.2: 10.0.0.2 is also --peers n2:e0=10.0.0.2; every data NIC has its own address"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n2:e1=10.0.0.2"],
+     "--peers: n2:e1=10.0.0.2: 10.0.0.2 is also --peers n2:e0=10.0.0.2"),
+    (["--local", "lo=127.0.0.1", "--peers", "n2:e0=10.0.0.2,n2:e0=10.0.0.3"],
+     "--peers: n2:e0=10.0.0.3: n2:e0 is given twice"),
+    (["--local", "lo=127.0.0.1", "--parallel", "1", "--probe-timeout-s", "60", "--peers",
+      ",".join(f"n{i}:e0=10.0.{i // 250}.{i % 250 + 1}" for i in range(31))],
+     "--parallel/--probe-timeout-s: 31 pairs, 1 at a time, 60s each could take 31 min, more than 30"),
+])
+def test_nic_arguments_a_probe_would_misread(args: list[str], summary: str) -> None:
+    code, v = run("--sections", "reach", *args)
+    assert code == 2 and v["summary"].startswith("bad argument: " + summary), v
+
+
+def test_interface_addresses_of_this_host() -> None:
+    assert "127.0.0.1" in interface_addresses()["lo"]
+
+
+def test_a_probe_from_a_missing_device_fails() -> None:
+    """The argument check names a missing NIC first; a NIC that goes away before its probe still fails the pair
+    (as root the device bind says ENODEV), never a pass "bound to address only"."""
+    if os.geteuid() != 0:
+        pytest.fail("binding to a device needs root")
+    ok, how = probe(Nic("", "nosuch0", "127.0.0.1"), Nic("n2", "lo", "127.0.0.2"), 9, 3.0)
+    assert (ok, how) == (False, "cannot bind to device nosuch0: No such device")

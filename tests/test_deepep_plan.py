@@ -5,6 +5,7 @@ gets, the managed names, and (under Pulumi's mocks) the host check before every 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 
 import pytest
@@ -125,7 +126,7 @@ def test_program_runs_the_host_check_before_every_image_pull(backend: str) -> No
         assert create.startswith(f"timeout {outer_timeout_s(4)} python3 - --name deepep-host-{name} "
                                  "--sections ibgda,peermem,reach --local ")
         assert "def check_ibgda(" in create  # the script itself travels in the heredoc
-    assert "--local ens11np0=1.1.1.2,ens13np0=1.1.2.2 --peers node2:ens11np0=1.1.1.1,node2:ens13np0=1.1.2.1" in \
+    assert "--local ens11np0=1.1.1.2,ens13np0=1.1.2.2 --peers node2:ens11np0=1.1.1.1,node2:ens13np0=1.1.2.1 <<" in \
         run.mocks.named("node1-deepep-host").inputs["create"]
 
 
@@ -160,3 +161,34 @@ def test_nic_handler_reaches_the_check_and_a_wrong_one_is_refused(backend: str) 
     with pytest.raises(ConfigError) as caught:
         build_plan("prod", parse_config("prod", values))
     assert "fabric.env.NVSHMEM_IBGDA_NIC_HANDLER" in caught.value.report() and "gpu (needs" in caught.value.report()
+
+
+def test_host_check_arguments_at_128_nodes_of_8_nics(backend: str) -> None:
+    """Every peer NIC of 127 nodes in one argument would be ~30 000 characters, over the check's per-argument cap
+    (checks.verdict.MAX_ARG_CHARS): one --peers per node keeps each short. The command is one argument of the
+    remote shell, so it must also stay under Linux's 128 KiB per-argument limit (MAX_ARG_STRLEN)."""
+    from bench.plan_scale import scaled
+    from checks.deepep_host import argument_problem, build_parser
+    from checks.verdict import MAX_ARG_CHARS
+    from components.check_commands import deepep_host_command
+
+    values = scaled(128)
+    for i, node in enumerate(values["nodes"]):
+        node["nics"] = [f"ens{10 + k}np0" for k in range(8)]
+        node["hcas"] = [f"mlx5_{k}:1" for k in range(8)]
+        node["data_ips"] = [f"10.{100 + k}.{i // 250}.{i % 250 + 1}" for k in range(8)]
+    values["fabric"]["private_networks"] = [f"10.{100 + k}.0.0/16" for k in range(8)] + ["10.30.0.0/16"]
+    values["fabric"].pop("public_private_networks", None)
+    config = parse_config("prod", values)
+    plan = build_plan("prod", config)
+    check = next(c for c in plan.checks if c.name == "deepep-host-node5")
+    command = deepep_host_command(config, plan, check)
+    assert len(command.encode()) < 128 * 1024
+    argv = shlex.split(command.split(" <<", 1)[0])
+    args = argv[argv.index("-") + 1:]
+    assert args.count("--peers") == 127 and max(len(a) for a in args) <= MAX_ARG_CHARS
+    parsed = build_parser().parse_args(args)
+    assert (len(parsed.local), len(parsed.peers)) == (8, 127 * 8)
+    assert "10.100.0.5" not in {nic.ip for nic in parsed.peers} and "10.107.0.128" in {nic.ip for nic in parsed.peers}
+    problem = argument_problem(parsed)  # addresses, families and duration pass; only the NICs are not on this host
+    assert problem is not None and problem.startswith("--local: ens10np0=10.100.0.5: no interface ens10np0")
