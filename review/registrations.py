@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi.runtime.settings import ROOT
 
 from review.matrix import RegisterError
 from review.replacement import REMOTE_IMAGE, Registration
@@ -84,9 +85,11 @@ def own_event_loop() -> Iterator[None]:
     loop = asyncio.new_event_loop()
     loop.set_default_executor(_MONITOR_THREADS)
     asyncio.set_event_loop(loop)
+    ROOT.set(None)  # set_mocks makes a root stack only when none is set: the old one's futures are another loop's
     try:
         yield
     finally:
+        ROOT.set(None)
         for task in asyncio.all_tasks(loop):
             task.cancel()
         loop.close()

@@ -16,6 +16,7 @@ import pytest
 import components.deploy_lock as deploy_lock
 import components.program
 from components.deploy_lock import DeployLock, hold_for_update, lock_path
+from review.registrations import own_event_loop
 from tests.conftest import ROOT
 from tests.pulumi_harness import Mocks
 
@@ -73,8 +74,9 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.mark.parametrize("preview", [True, False])
 def test_the_entry_point_takes_the_lock_for_an_update_only(lock_dir: Path, preview: bool) -> None:
-    pulumi.runtime.set_mocks(Mocks(stdout={}), project="vllm-cluster", stack="lockcheck", preview=preview)
-    runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+    with own_event_loop():  # nothing of this run is left on the worker's loop for the next program test
+        pulumi.runtime.set_mocks(Mocks(stdout={}), project="vllm-cluster", stack="lockcheck", preview=preview)
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
     other = DeployLock(lock_path("lockcheck", lock_dir))
     try:
         assert other.try_acquire() is preview, "an update holds the lock, a preview does not"
