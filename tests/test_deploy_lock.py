@@ -72,7 +72,8 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     deploy_lock._HELD.clear()
 
 
-@pytest.mark.parametrize("preview", [True, False])
+@pytest.mark.filterwarnings("ignore:coroutine 'RPCManager.do_rpc.<locals>.rpc_wrapper' was never awaited")
+@pytest.mark.parametrize("preview", [True, False])  # the entry point runs outside an engine: its RPCs never run
 def test_the_entry_point_takes_the_lock_for_an_update_only(lock_dir: Path, preview: bool) -> None:
     with own_event_loop():  # nothing of this run is left on the worker's loop for the next program test
         pulumi.runtime.set_mocks(Mocks(stdout={}), project="vllm-cluster", stack="lockcheck", preview=preview)
