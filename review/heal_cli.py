@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
-from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, restart_group
+from review.supervisor import (WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url,
+                               restart_group)
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
@@ -63,6 +64,23 @@ def check_golden_url(url: str | None) -> str | None:
                  if "@" in parts.netloc else url)
         return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
                 "--metrics-listen address (no credentials, no query); '' turns the signal off")
+    return None
+
+
+def check_webhook(url: str | None) -> str | None:
+    """Why the alert webhook in VLLM_CLUSTER_ALERT_WEBHOOK cannot be posted to, or None; checked at start so the
+    give-up path, which must not fail, never meets it first. Its path and query are never shown (tokens)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0 \
+            or any(c.isspace() or ord(c) < 32 for c in url):
+        return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
+                "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
     return None
 
 
@@ -193,7 +211,8 @@ def _supervise(args: argparse.Namespace) -> int:
         print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
               "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
         return 2
-    problem = check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
+    problem = (check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
+               or check_webhook(os.environ.get(WEBHOOK_ENV)))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2

@@ -20,11 +20,15 @@ lone rank, never creates or removes a container, and never changes the topology.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -75,15 +79,79 @@ class Log:
         print(line, file=self.out, flush=True)
 
 
-def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[bool, str]:
-    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+FETCH_ERRORS = (OSError, ValueError, http.client.HTTPException)
+"""What a GET of a probe URL may raise: a refused or cut connection, a reply that is not HTTP (an SSH banner:
+BadStatusLine), a header line over 64 KiB (LineTooLong), a malformed URL. Each is a failed signal, never a crash."""
+
+
+def fetch(url: str, timeout_s: float, ca_file: str | None = None, limit: int = 4 << 20) -> tuple[int, bytes]:
+    """GET `url`: (status, at most `limit` bytes of body). The connection gets `timeout_s`, then the whole reply
+    (headers and body) `timeout_s` more in total: a server that trickles a byte a second cannot hold the
+    supervisor, since a socket timeout alone bounds each receive, not the reply. FETCH_ERRORS when it fails."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    conn = (http.client.HTTPSConnection(host, port, timeout=timeout_s,
+                                        context=ssl.create_default_context(cafile=ca_file))
+            if parts.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout_s))
+    cut = threading.Event()
+    held: list[socket.socket] = []  # the connection drops its socket once the reply's header says "close"
+
+    def cut_off() -> None:
+        cut.set()
+        for sock in held:
+            with contextlib.suppress(OSError):  # wakes the blocked receive with an end of file
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, cut_off)
+    timer.daemon = True
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
-            return response.status == 200, f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
+        timer.start()
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                     headers={"User-Agent": "vllm-cluster-group-supervisor"})
+        response = conn.getresponse()
+        body = response.read(limit)
+    except FETCH_ERRORS:
+        if cut.is_set():
+            raise TimeoutError(f"no complete reply within {timeout_s:g}s") from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
+    if cut.is_set():
+        raise TimeoutError(f"no complete reply within {timeout_s:g}s (a partial one came)")
+    return response.status, body
+
+
+def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[bool, str]:
+    try:
+        status, _ = fetch(url, timeout_s, ca_file, limit=64 << 10)
+    except FETCH_ERRORS as exc:
+        return False, failure(exc)
+    return status == 200, f"HTTP {status}"
+
+
+def masked_url(url: str, keep_path: bool = True) -> str:
+    """`url` fit for a log or an error: no user, password, query or fragment (tokens live there), and with
+    `keep_path=False` no path either."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    user = "(credentials not shown)@" if "@" in parts.netloc else ""
+    path = parts.path if keep_path else ("/…" if parts.path.strip("/") else "")
+    query = "?(query not shown)" if parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{user}{netloc}{path}{query}"
+
+
+def failure(exc: BaseException) -> str:
+    """One line for a failed fetch: its type and reason."""
+    return one_line(f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}")[:300]
+
+
+def one_line(text: str) -> str:
+    """Text as one log line: SSH and Docker errors span lines, and journald keeps one entry per line."""
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 @dataclass(frozen=True)
@@ -113,10 +181,11 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
 
 
 def read_golden(url: str, timeout_s: float, ca_file: str | None = None) -> dict[str, GoldenResult]:
-    """The watch unit's golden results by DP rank. OSError/ValueError when it cannot be read."""
-    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
-    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
-        text = response.read(4 << 20).decode("utf-8", "replace")
+    """The watch unit's golden results by DP rank. FETCH_ERRORS when it cannot be read."""
+    status, body = fetch(url, timeout_s, ca_file)
+    if status != 200:
+        raise ValueError(f"HTTP {status}")
+    text = body.decode("utf-8", "replace")
     ok: dict[str, tuple[str, float]] = {}
     failures: dict[str, float] = {}
     ended: dict[str, float] = {}
@@ -271,8 +340,8 @@ class Supervisor:
             return []
         try:
             results = read_golden(url, self.settings.health_timeout_s, self.settings.ca_file)
-        except (OSError, ValueError) as exc:
-            self._golden_note("unreadable", f"cannot read {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+        except FETCH_ERRORS as exc:
+            self._golden_note("unreadable", f"cannot read {url}: {failure(exc)}")
             return []
         now = self.wall()
         fresh, stale = [], []
@@ -329,13 +398,14 @@ class Supervisor:
             return
         body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up", "reason": reason,
                            "attempts_last_hour": len(self.recent())}).encode()
-        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-        where = urlsplit(url).netloc.rpartition("@")[2]  # never a token from the URL's path or user part
+        where = masked_url(url, keep_path=False)  # a webhook's token is often its path (Slack, Teams)
         try:
+            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=15) as response:
                 self.log("alert", f"webhook {where} answered HTTP {response.status}", reason)
-        except (urllib.error.URLError, OSError) as exc:
-            self.log("alert", f"webhook {where} failed: {exc}", reason)
+        except Exception as exc:  # the give-up must finish: log this, set the metric, exit 3
+            what = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else type(exc).__name__
+            self.log("alert", f"webhook {where} failed: {what} (the alert was not sent)", reason)
 
     def give_up(self, reason: str) -> int:
         self.log("give-up", "no more restarts until a person acts (systemctl restart the supervisor after the fix)",

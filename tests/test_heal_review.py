@@ -1,0 +1,158 @@
+"""The group-healing tools against hostile input: replies that trickle or are not HTTP, bad flags and paths,
+credentials in URLs, an unreachable node, and golden results that cannot be trusted."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from review.group import Group, Rank
+from review.supervisor import DeployLock, Log, Settings, Supervisor, http_ok, read_golden
+from tests.conftest import ROOT
+
+DEADLINE_S = 120.0
+"""How long a probe may take here before the test calls it frozen (its own deadline is 1 s)."""
+
+
+def stacks(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **(env or {})})
+
+
+class RawServer:
+    """A TCP server on loopback that answers each connection with `reply(conn)`, whatever it is."""
+
+    def __init__(self, reply: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.stop = threading.Event()
+        self.reply = reply
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/metrics"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                self.reply(conn, self.stop)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def trickle(conn: socket.socket, stop: threading.Event) -> None:
+    """A 200 header, then one byte at a time, never ending (until the test is over)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    while not stop.wait(0.2):
+        conn.sendall(b"#")
+
+
+def ssh_banner(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n")
+
+
+def huge_header(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n")
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[RawServer]:
+    srv = RawServer(request.param)
+    yield srv
+    srv.close()
+
+
+def bare_supervisor(tmp_path: Path, golden: str | None, **settings: object) -> Supervisor:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"),), ready_timeout_s=60,
+                  health_url="http://127.0.0.1:9/health")
+    return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"),
+                      Settings(health_timeout_s=1, golden_url=golden, **settings),  # type: ignore[arg-type]
+                      DeployLock(tmp_path / "lock"), sleep=lambda s: None)
+
+
+class RunningContainers:
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, json.dumps({"Running": True, "Status": "running"}), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("no restart step may run here")
+
+    def container(self, node: str, planned: str) -> str:
+        return planned
+
+
+def finishes(call: Callable[[], object]) -> object:
+    """`call()`'s result; fails the test when it has not returned within DEADLINE_S (a frozen probe)."""
+    out: list[object] = []
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(DEADLINE_S)
+    if raised:
+        raise raised[0]
+    assert out, f"still running after {DEADLINE_S:g}s: the probe has no total deadline"
+    return out[0]
+
+
+@pytest.mark.parametrize("server", [trickle], indirect=True)
+def test_a_reply_that_trickles_is_cut_at_the_deadline_and_not_used(server: RawServer, tmp_path: Path) -> None:
+    with pytest.raises(TimeoutError):
+        finishes(lambda: read_golden(server.url, 1.0))
+    sup = bare_supervisor(tmp_path, server.url)
+    assert finishes(sup.golden_failures) == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and "no complete reply within 1s" in notes[0], notes
+    ok, what = finishes(lambda: http_ok(server.url, 1.0))  # type: ignore[misc]
+    assert not ok and "TimeoutError" in what
+
+
+@pytest.mark.parametrize("server", [ssh_banner, huge_header], indirect=True)
+def test_a_reply_that_is_not_http_is_a_failed_signal_not_a_crash(server: RawServer, tmp_path: Path) -> None:
+    sup = bare_supervisor(tmp_path, server.url)
+    assert finishes(sup.golden_failures) == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and f"cannot read {server.url}" in notes[0], notes
+    ok, what = finishes(lambda: http_ok(server.url, 1.0))  # type: ignore[misc]
+    assert not ok and ("BadStatusLine" in what or "LineTooLong" in what), what
+
+
+def test_a_malformed_webhook_never_crashes_the_give_up_and_never_shows_its_token(tmp_path: Path) -> None:
+    sup = bare_supervisor(tmp_path, None, webhook="https://hooks.example:abc/T0KEN")
+    assert sup.give_up("test") == 3
+    alert = [line for line in sup.log.lines if " alert: " in line]
+    assert len(alert) == 1 and "failed" in alert[0] and "T0KEN" not in "\n".join(sup.log.lines), alert
+
+
+@pytest.mark.parametrize("webhook", ["https://hooks.example:abc/T0KEN", "https://hooks.example:0/T0KEN",
+                                     "ftp://hooks.example/T0KEN?sig=T0KEN", "https:///T0KEN"])
+def test_supervise_refuses_a_malformed_webhook_at_start_masked(webhook: str) -> None:
+    out = stacks("supervise", "h20", env={"VLLM_CLUSTER_ALERT_WEBHOOK": webhook})
+    assert out.returncode == 2 and "VLLM_CLUSTER_ALERT_WEBHOOK" in out.stderr, out.stderr
+    assert "T0KEN" not in out.stderr + out.stdout and "Traceback" not in out.stderr
