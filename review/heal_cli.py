@@ -58,12 +58,16 @@ def check_golden_url(url: str | None) -> str | None:
     if not url:
         return None
     parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
+            or parts.fragment or port is not None and not 1 <= port <= 65535 \
             or any(c.isspace() or ord(c) < 32 for c in url):
-        shown = (f"{parts.scheme}://(credentials not shown)@{parts.netloc.rpartition('@')[2]}{parts.path}"
-                 if "@" in parts.netloc else url)
-        return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
-                "--metrics-listen address (no credentials, no query); '' turns the signal off")
+        return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
+                "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
+                "the signal off")
     return None
 
 

@@ -156,3 +156,20 @@ def test_supervise_refuses_a_malformed_webhook_at_start_masked(webhook: str) -> 
     out = stacks("supervise", "h20", env={"VLLM_CLUSTER_ALERT_WEBHOOK": webhook})
     assert out.returncode == 2 and "VLLM_CLUSTER_ALERT_WEBHOOK" in out.stderr, out.stderr
     assert "T0KEN" not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "abc"])
+def test_a_golden_url_with_no_valid_port_is_exit_2(command: str, port: str) -> None:
+    out = stacks(command, "h20", "--golden-metrics-url", f"http://10.0.0.1:{port}/metrics")
+    assert out.returncode == 2 and f"--golden-metrics-url 'http://10.0.0.1:{port}/metrics'" in out.stderr, out.stderr
+    assert "port from 1 to 65535" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+def test_a_refused_golden_url_never_shows_its_token(command: str) -> None:
+    for url in ("http://10.0.0.1:9464/metrics?token=s3cretTOK", "http://u:s3cretTOK@10.0.0.1:9464/metrics",
+                "http://10.0.0.1:9464/metrics#s3cretTOK"):
+        out = stacks(command, "h20", "--golden-metrics-url", url)
+        assert out.returncode == 2 and "--golden-metrics-url 'http://" in out.stderr, out.stderr
+        assert "s3cretTOK" not in out.stderr + out.stdout
