@@ -230,11 +230,12 @@ def _supervise(args: argparse.Namespace) -> int:
     log = Log(sys.stdout, args.stack)
 
     def drift_check() -> list[str]:
+        """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""
         try:
-            return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}"
-                    for r in drift_rows(plan, access) if r.blocking]
-        except AccessError as exc:
-            return [f"drift cannot run: {exc}"]
+            rows = drift_rows(plan, access)
+        except ValueError as exc:  # a node answered with something that is not docker's JSON
+            raise AccessError(f"unreadable docker inspect output: {exc}") from None
+        return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}" for r in rows if r.blocking]
 
     settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
                         backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,

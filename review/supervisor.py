@@ -420,12 +420,13 @@ class Supervisor:
 
     def heal(self, reason: str) -> int | None:
         """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
+        drift_error = ""  # why drift could not run on the last try: wait and try again, no back-off
         while not self.stopped:
             if len(self.recent()) >= self.settings.max_per_hour:
                 return self.give_up(f"{len(self.recent())} restarts in the last hour (limit "
                                     f"{self.settings.max_per_hour}); last: {reason}")
             wait = self.backoff_s()  # from the death seen, not the last attempt: a restart can take the load time
-            if wait > 0:
+            if wait > 0 and not drift_error:
                 self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
                          reason)
                 self.sleep(wait)
@@ -445,7 +446,17 @@ class Supervisor:
                     if self.probe() is None:
                         return None
                 if self.drift_check is not None:
-                    drift = self.drift_check()
+                    try:
+                        drift = self.drift_check()
+                    except AccessError as exc:  # a node that does not answer says nothing about drift: retry
+                        if str(exc) != drift_error:
+                            self.log("wait", f"drift cannot run: {exc}: no restart until it runs (trying again "
+                                     f"every {self.settings.interval_s:g}s)", reason)
+                        drift_error = str(exc)
+                        continue
+                    if drift_error:
+                        self.log("drift", "runs again: no drift found" if not drift else "runs again", reason)
+                        drift_error = ""
                     if drift:
                         return self.give_up("refusing to restart into a drifted state: " + "; ".join(drift[:5]))
                 self.attempts.append(self.clock())
@@ -460,6 +471,8 @@ class Supervisor:
                     ok, why = False, f"a node did not answer: {exc}"
             finally:
                 self.lock.release()
+                if drift_error:
+                    self.sleep(max(0.2, self.settings.interval_s))
             self.write_metrics(gave_up=False)
             if ok:
                 self.log("healed", "the golden check passes again", reason)

@@ -173,3 +173,31 @@ def test_a_refused_golden_url_never_shows_its_token(command: str) -> None:
         out = stacks(command, "h20", "--golden-metrics-url", url)
         assert out.returncode == 2 and "--golden-metrics-url 'http://" in out.stderr, out.stderr
         assert "s3cretTOK" not in out.stderr + out.stdout
+
+
+def test_drift_that_cannot_run_is_a_wait_and_only_a_real_drift_gives_up(tmp_path: Path) -> None:
+    from review.node_access import AccessError
+
+    answers: list[list[str] | AccessError] = [
+        AccessError("node node2: docker container inspect failed (exit 124): timed out after 120s: ssh …"),
+        AccessError("node node2: docker container inspect failed (exit 124): timed out after 120s: ssh …"),
+        AccessError("node node2: docker container inspect failed (exit 255): ssh: connect to host: refused"),
+        ["node2 engine restart-policy: plan no, found always"]]
+
+    def drift_check() -> list[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, AccessError):
+            raise answer
+        return answer
+
+    sup = bare_supervisor(tmp_path, None)
+    sup.drift_check = drift_check
+    assert sup.heal("rank node2 container engine exited") == 3
+    assert not answers and sup.restarts == 0
+    assert sup.lock.try_acquire(), "the deploy lock is released while it waits"
+    sup.lock.release()
+    waits = [line for line in sup.log.lines if " wait: drift cannot run: " in line]
+    assert len(waits) == 2 and "timed out" in waits[0] and "refused" in waits[1], sup.log.lines
+    gave_up = [line for line in sup.log.lines if " give-up: " in line]
+    assert len(gave_up) == 1 and "drifted state: node2 engine restart-policy" in gave_up[0]
+    assert "drift cannot run" not in gave_up[0]
