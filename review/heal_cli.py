@@ -53,6 +53,44 @@ def golden_url(plan: Plan, flag: str | None) -> str | None:
     return f"http://{plan.observability.watch_target}/metrics"
 
 
+WEEK_S = 7 * 24 * 3600
+DURATIONS = {"--interval-s": 30.0, "--hang-s": 600.0, "--backoff-first-s": 60.0, "--backoff-max-s": 1800.0,
+             "--probe-timeout-s": 10.0}
+"""The supervisor's durations and their defaults (seconds)."""
+MAX_PER_HOUR = (1, 60, 4)
+"""--max-per-hour: lowest, highest, default (restarts in any hour)."""
+
+
+def check_timing(args: argparse.Namespace) -> str | None:
+    """Why the supervisor's timing flags cannot work together, or None. A flag `args` lacks (the unit passes only
+    some) counts as its default. NaN and infinity fail: a wait that never ends detects nothing."""
+    values = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in DURATIONS}
+    for flag, value in values.items():
+        if value is not None and not 0.1 <= value <= WEEK_S:
+            return (f"{flag} {value}: must be at least 0.1 and at most {WEEK_S} seconds (a week); default "
+                    f"{DURATIONS[flag]:g}")
+    at = {flag: DURATIONS[flag] if value is None else value for flag, value in values.items()}
+    age = getattr(args, "golden_max_age_s", None)
+    if age is not None and not 0 < age <= WEEK_S:
+        return (f"--golden-max-age-s {age}: must be more than 0 and at most {WEEK_S} seconds (a week); default: "
+                "three watch rounds plus one round's timeouts")
+    count = getattr(args, "max_per_hour", None)
+    low, high, default = MAX_PER_HOUR
+    if count is not None and not low <= count <= high:
+        return (f"--max-per-hour {count}: must be a whole number of restarts from {low} to {high} in any hour; "
+                f"default {default}")
+    if at["--backoff-first-s"] > at["--backoff-max-s"]:
+        return (f"--backoff-first-s {at['--backoff-first-s']:g} is more than --backoff-max-s "
+                f"{at['--backoff-max-s']:g}: the first wait must be at most the longest (defaults 60 and 1800)")
+    if at["--hang-s"] < at["--interval-s"]:
+        return (f"--hang-s {at['--hang-s']:g} is less than --interval-s {at['--interval-s']:g}: a hang is seen one "
+                "probe at a time, so it must be at least one interval (defaults 600 and 30)")
+    if at["--probe-timeout-s"] > at["--hang-s"]:
+        return (f"--probe-timeout-s {at['--probe-timeout-s']:g} is more than --hang-s {at['--hang-s']:g}: one "
+                "probe must fit in the time that makes a hang (defaults 10 and 600)")
+    return None
+
+
 def check_golden_url(url: str | None) -> str | None:
     """Why `--golden-metrics-url` cannot be used, or None."""
     if not url:
@@ -204,16 +242,9 @@ def _restart_group(args: argparse.Namespace) -> int:
 def _supervise(args: argparse.Namespace) -> int:
     import os
 
-    for flag, value in (("--interval-s", args.interval_s), ("--hang-s", args.hang_s),
-                        ("--backoff-first-s", args.backoff_first_s), ("--backoff-max-s", args.backoff_max_s),
-                        ("--max-per-hour", args.max_per_hour)):
-        if not 0 < value <= 7 * 24 * 3600:  # NaN and infinity fail too: a wait that never ends detects nothing
-            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 and at most 604800 (a week) "
-                  "(defaults: 30, 600, 60, 1800, 4)", file=sys.stderr)
-            return 2
-    if args.golden_max_age_s is not None and not 0 < args.golden_max_age_s <= 7 * 24 * 3600:
-        print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
-              "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
+    problem = check_timing(args)
+    if problem:
+        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
     problem = (check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
                or check_webhook(os.environ.get(WEBHOOK_ENV)))
@@ -239,6 +270,7 @@ def _supervise(args: argparse.Namespace) -> int:
 
     settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
                         backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,
+                        health_timeout_s=args.probe_timeout_s,
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
@@ -252,7 +284,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
     load_stack(args.stack, args.set, assume_secret=args.assume_secret)
-    problem = check_golden_url(args.golden_metrics_url)
+    problem = check_golden_url(args.golden_metrics_url) or check_timing(args)
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -262,7 +294,9 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
             stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
             workdir=args.workdir or str(CODE_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
-            metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url)
+            metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url,
+            timing={"--interval-s": args.interval_s, "--hang-s": args.hang_s,
+                    "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
         print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
         return 2
@@ -296,15 +330,23 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
         unit.add_argument(flag, default=None)
     unit.add_argument("--golden-metrics-url", default=None, help="passed to supervise (default: the plan's watch "
                       "unit address when observability is on)")
+    for flag, what in (("--interval-s", "seconds between probes (supervise's default 30)"),
+                       ("--hang-s", "health failing this long is a death (default 600)"),
+                       ("--golden-max-age-s", "an older golden result is not used (default: three watch rounds "
+                        "plus one round's timeouts)")):
+        unit.add_argument(flag, type=float, default=None, help=f"passed to supervise: {what}")
     add_overrides(unit)
     unit.set_defaults(func=_supervisor_unit)
     sup = sub.add_parser("supervise", help="run the group supervisor (what the unit starts)")
     sup.add_argument("stack")
-    sup.add_argument("--interval-s", type=float, default=30)
-    sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death")
+    sup.add_argument("--interval-s", type=float, default=30, help="seconds between probes")
+    sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death (at least "
+                     "--interval-s)")
     sup.add_argument("--backoff-first-s", type=float, default=60)
-    sup.add_argument("--backoff-max-s", type=float, default=1800)
+    sup.add_argument("--backoff-max-s", type=float, default=1800, help="at least --backoff-first-s")
     sup.add_argument("--max-per-hour", type=int, default=4)
+    sup.add_argument("--probe-timeout-s", type=float, default=10, help="the health and golden probes' "
+                     "deadline (at most --hang-s)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
                      "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
     sup.add_argument("--lock", default=None)

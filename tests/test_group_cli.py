@@ -108,7 +108,7 @@ def test_drift_over_the_node_map_names_the_differences(h20_values: dict[str, Any
 
 def test_bad_flags_and_a_bad_node_map_exit_2_before_anything_runs() -> None:
     out = stacks("supervise", "h20", "--hang-s", "0")
-    assert out.returncode == 2 and "--hang-s 0.0: must be more than 0" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "--hang-s 0.0: must be at least 0.1" in out.stderr and "Traceback" not in out.stderr
     out = stacks("drift", "h20", env={NODE_MAP_ENV: '{"h20-1": "not an object"}'})
     assert out.returncode == 2 and NODE_MAP_ENV in out.stderr and "Traceback" not in out.stderr
     out = stacks("restart-group", "nosuchstack")

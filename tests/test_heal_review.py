@@ -201,3 +201,35 @@ def test_drift_that_cannot_run_is_a_wait_and_only_a_real_drift_gives_up(tmp_path
     gave_up = [line for line in sup.log.lines if " give-up: " in line]
     assert len(gave_up) == 1 and "drifted state: node2 engine restart-policy" in gave_up[0]
     assert "drift cannot run" not in gave_up[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backoff-first-s", "100", "--backoff-max-s", "10"],
+     "--backoff-first-s 100 is more than --backoff-max-s 10: the first wait must be at most the longest"),
+    (["--hang-s", "5", "--interval-s", "60"], "--hang-s 5 is less than --interval-s 60"),
+    (["--hang-s", "5"], "--hang-s 5 is less than --interval-s 30"),
+    (["--probe-timeout-s", "1e-300"], "--probe-timeout-s 1e-300: must be at least 0.1 and at most 604800 seconds"),
+    (["--probe-timeout-s", "700"], "--probe-timeout-s 700 is more than --hang-s 600"),
+    (["--interval-s", "nan"], "--interval-s nan: must be at least 0.1"),
+    (["--max-per-hour", "0"], "--max-per-hour 0: must be a whole number of restarts from 1 to 60 in any hour; "
+                              "default 4"),
+    (["--backoff-max-s", "0"], "--backoff-max-s 0.0: must be at least 0.1 and at most 604800 seconds (a week); "
+                               "default 1800"),
+])
+def test_supervise_refuses_timing_that_cannot_work_naming_the_relation(args: list[str], says: str) -> None:
+    out = stacks("supervise", "h20", *args)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "at most 604800 (a week)" not in out.stderr or "--max-per-hour" not in out.stderr
+
+
+def test_supervisor_unit_passes_the_timing_flags_checked_as_supervise_checks_them(tmp_path: Path) -> None:
+    base = ["supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy"]
+    out = stacks(*base, "--interval-s", "15", "--hang-s", "300", "--golden-max-age-s", "900")
+    assert out.returncode == 0, out.stderr
+    exec_start = next(line for line in out.stdout.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.endswith("supervise h20 --interval-s 15 --hang-s 300 --golden-max-age-s 900"), exec_start
+    for args, says in ((["--hang-s", "5"], "--hang-s 5 is less than --interval-s 30"),
+                       (["--interval-s", "0"], "--interval-s 0.0: must be at least 0.1"),
+                       (["--golden-max-age-s", "inf"], "--golden-max-age-s inf: must be more than 0")):
+        bad = stacks(*base, *args)
+        assert bad.returncode == 2 and says in bad.stderr and "ExecStart" not in bad.stdout, bad.stderr
