@@ -182,8 +182,11 @@ def _drift(args: argparse.Namespace) -> int:
     try:
         rows = drift_rows(plan, access_for(args.stack, config))
     except AccessError as exc:
-        print(f"drift {args.stack}: cannot run: {exc} (next: check `ssh` to that node with the stack's pinned key, "
-              "and that its user may run docker)", file=sys.stderr)
+        next_step = "check `ssh` to that node with the stack's pinned key, and that its user may run docker"
+        if args.json:  # a caller parsing stdout gets an answer either way
+            print(json.dumps({"stack": args.stack, "error": f"cannot run: {exc}", "next": next_step}, indent=2,
+                             ensure_ascii=False))
+        print(f"drift {args.stack}: cannot run: {exc} (next: {next_step})", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))

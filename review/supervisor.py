@@ -73,8 +73,8 @@ class Log:
     lines: list[str] = field(default_factory=list)
 
     def __call__(self, action: str, detail: str, reason: str = "") -> None:
-        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {detail}"
-                + (f" (reason: {reason})" if reason else ""))
+        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {one_line(detail)}"
+                + (f" (reason: {one_line(reason)})" if reason else ""))
         self.lines.append(line)
         print(line, file=self.out, flush=True)
 

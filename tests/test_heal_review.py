@@ -233,3 +233,24 @@ def test_supervisor_unit_passes_the_timing_flags_checked_as_supervise_checks_the
                        (["--golden-max-age-s", "inf"], "--golden-max-age-s inf: must be more than 0")):
         bad = stacks(*base, *args)
         assert bad.returncode == 2 and says in bad.stderr and "ExecStart" not in bad.stdout, bad.stderr
+
+
+def test_a_multi_line_error_stays_one_log_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    log = Log(out, "t")
+    log("restart", "failed: node node2: docker inspect failed (exit 255): kex_exchange_identification:\r\n"
+        "Connection closed by remote host\nConnection closed by 10.0.0.2 port 22\n", "a rank\nexited")
+    assert out.getvalue().count("\n") == 1 and len(log.lines) == 1
+    assert "Connection closed by remote host | Connection closed by 10.0.0.2 port 22" in log.lines[0]
+    assert log.lines[0].endswith("(reason: a rank | exited)")
+
+
+def test_drift_json_that_cannot_run_prints_a_json_error(h20_values: dict[str, object]) -> None:
+    from review.node_access import NODE_MAP_ENV
+
+    unreachable = json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
+                              "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})
+    out = stacks("drift", "h20", "--json", env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 2, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["stack"] == "h20" and answer["error"].startswith("cannot run: node ") and answer["next"]
