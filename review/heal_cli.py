@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import sys
 from dataclasses import replace
@@ -15,8 +16,7 @@ from urllib.parse import urlsplit
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
-from review.supervisor import (WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url,
-                               restart_group)
+from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
@@ -101,7 +101,7 @@ def check_golden_url(url: str | None) -> str | None:
     except ValueError:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
-            or parts.fragment or port is not None and not 1 <= port <= 65535 \
+            or parts.fragment or (port is not None and not 1 <= port <= 65535) \
             or any(c.isspace() or ord(c) < 32 for c in url):
         return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
                 "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
@@ -123,6 +123,21 @@ def check_webhook(url: str | None) -> str | None:
             or any(c.isspace() or ord(c) < 32 for c in url):
         return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
                 "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
+    return None
+
+
+def check_lock(flag: str | None, stack: str) -> str | None:
+    """Why the deploy lock file (`--lock`, else the stack's default) cannot be taken, or None: checked before the
+    first node is touched, since a lock that cannot be opened would otherwise end the run half way."""
+    path = Path(flag) if flag else lock_path(stack)
+    shown = f"--lock {flag!r}" if flag else f"the deploy lock {str(path)!r} (--lock's default)"
+    if not path.parent.is_dir():
+        return f"{shown}: folder {str(path.parent)!r} does not exist; give --lock a file in an existing folder"
+    if path.is_dir():
+        return f"{shown}: is a folder; give --lock a file, e.g. /run/lock/vllm-cluster-{stack}.lock"
+    if not os.access(path if path.exists() else path.parent, os.W_OK | (os.R_OK if path.exists() else 0)):
+        return (f"{shown}: this user may not {'open' if path.exists() else 'create'} it; run as the deploying user "
+                "or give --lock a file it may write")
     return None
 
 
@@ -200,7 +215,7 @@ def _drift(args: argparse.Namespace) -> int:
 
 
 def _restart_group(args: argparse.Namespace) -> int:
-    problem = check_ca_file(args.ca_file)
+    problem = check_ca_file(args.ca_file) or (check_lock(args.lock, args.stack) if args.yes else None)
     if problem:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -216,7 +231,13 @@ def _restart_group(args: argparse.Namespace) -> int:
         return 2
     group = mapped_group(group, access)
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
-    if not lock.try_acquire():
+    try:
+        taken = lock.try_acquire()
+    except OSError as exc:
+        print(f"restart-group {args.stack}: --lock {str(lock.path)!r}: cannot be opened ({exc.strerror}); give "
+              "--lock a file this user may write in an existing folder", file=sys.stderr)
+        return 2
+    if not taken:
         print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
               "working): try again when it is done", file=sys.stderr)
         return 2
@@ -243,14 +264,12 @@ def _restart_group(args: argparse.Namespace) -> int:
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    import os
-
     problem = check_timing(args)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
     problem = (check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
-               or check_webhook(os.environ.get(WEBHOOK_ENV)))
+               or check_webhook(os.environ.get(WEBHOOK_ENV)) or check_lock(args.lock, args.stack))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -302,6 +321,12 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
                     "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
         print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start
+        shown = f"--python {python!r}" if args.python else f"--python's default {python!r} (this checkout's venv)"
+        print(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "
+              "with this project's requirements (e.g. /opt/vllm-cluster/venv/bin/python)", file=sys.stderr)
         return 2
     print(text, end="")
     print(f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && systemctl "

@@ -254,3 +254,24 @@ def test_drift_json_that_cannot_run_prints_a_json_error(h20_values: dict[str, ob
     assert out.returncode == 2, out.stderr
     answer = json.loads(out.stdout)
     assert answer["stack"] == "h20" and answer["error"].startswith("cannot run: node ") and answer["next"]
+
+
+@pytest.mark.parametrize("command", ["restart-group", "supervise"])
+def test_a_lock_in_a_missing_folder_is_exit_2_naming_lock(command: str, tmp_path: Path) -> None:
+    from review.node_access import NODE_MAP_ENV
+
+    for lock, says in ((tmp_path / "nonexistent" / "x.lock", "does not exist"), (tmp_path, "is a folder")):
+        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=60", "--lock", str(lock),
+                     env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
+                                                    "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})})
+        assert out.returncode == 2 and f"--lock {str(lock)!r}: " in out.stderr and says in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "stop:" not in out.stdout
+
+
+def test_supervisor_unit_refuses_a_python_that_is_not_there(tmp_path: Path) -> None:
+    missing = str(tmp_path / "venv" / "bin" / "python")
+    out = stacks("supervisor-unit", "h20", "--user", "deploy", "--python", missing)
+    assert out.returncode == 2 and f"--python {missing!r}: no executable file there" in out.stderr, out.stderr
+    assert "ExecStart" not in out.stdout
+    out = stacks("supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable)
+    assert out.returncode == 0 and f"ExecStart={sys.executable} -m stacks supervise h20" in out.stdout, out.stderr
