@@ -126,6 +126,42 @@ def check_webhook(url: str | None) -> str | None:
     return None
 
 
+SYSTEM_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                "/libx32", "/run/systemd", "/var/lib/dpkg", "/var/lib/systemd")
+"""Folders, with everything under them, that a metrics file never belongs in: the unit opens its folder for
+writing (ReadWritePaths), which would undo ProtectSystem there."""
+SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/root", "/run", "/srv", "/mnt", "/media", "/opt", "/tmp",
+               "/var/tmp")
+"""Folders (not what is under them) too wide to open for writing."""
+METRICS_HEAD = "# HELP vllm_cluster_group_"
+
+
+def check_metrics_file(flag: str | None) -> str | None:
+    """Why `--metrics-file` cannot be the supervisor's node_exporter textfile, or None: a `*.prom` file in an
+    existing folder that is not a system folder, and not another program's file (it is overwritten)."""
+    if flag is None:
+        return None
+    shown = f"--metrics-file {flag[:200]!r}"
+    want = "want a *.prom file in node_exporter's textfile folder, e.g. /var/lib/node_exporter/textfile/vllm.prom"
+    path = Path(flag).resolve()  # a link is judged by where it points
+    if not flag.endswith(".prom") or path.suffix != ".prom":
+        return f"{shown}: not a *.prom file (node_exporter reads only those); {want}"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{shown}: folder {str(folder)!r} does not exist; create it or {want}"
+    if str(folder) in SYSTEM_DIRS or any(str(folder) == t or str(folder).startswith(t + "/") for t in SYSTEM_TREES):
+        return (f"{shown}: {str(folder)!r} is a system folder (the unit would open it for writing); {want}")
+    if path.exists():
+        try:
+            head = path.read_text(errors="replace")[:len(METRICS_HEAD)] if path.is_file() else None
+        except OSError as exc:
+            return f"{shown}: cannot be read ({exc.strerror}); {want}"
+        if head is None or head not in ("", METRICS_HEAD):
+            return (f"{shown}: exists and is not this supervisor's textfile (it would be overwritten); remove it "
+                    f"or {want}")
+    return None
+
+
 def check_lock(flag: str | None, stack: str) -> str | None:
     """Why the deploy lock file (`--lock`, else the stack's default) cannot be taken, or None: checked before the
     first node is touched, since a lock that cannot be opened would otherwise end the run half way."""
@@ -269,7 +305,8 @@ def _supervise(args: argparse.Namespace) -> int:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
     problem = (check_golden_url(args.golden_metrics_url) or check_ca_file(args.ca_file)
-               or check_webhook(os.environ.get(WEBHOOK_ENV)) or check_lock(args.lock, args.stack))
+               or check_webhook(os.environ.get(WEBHOOK_ENV)) or check_lock(args.lock, args.stack)
+               or check_metrics_file(args.metrics_file))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -306,7 +343,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
     load_stack(args.stack, args.set, assume_secret=args.assume_secret)
-    problem = check_golden_url(args.golden_metrics_url) or check_timing(args)
+    problem = check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -321,6 +358,11 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
                     "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
         print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    if args.user is None:
+        print(f"supervisor-unit {args.stack}: --user is missing: the unit would run as root; give the deploying "
+              "user (its ~/.ssh holds the stack's key and pinned known_hosts), or --user root to choose root",
+              file=sys.stderr)
         return 2
     python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
     if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start

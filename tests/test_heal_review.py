@@ -275,3 +275,35 @@ def test_supervisor_unit_refuses_a_python_that_is_not_there(tmp_path: Path) -> N
     assert "ExecStart" not in out.stdout
     out = stacks("supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable)
     assert out.returncode == 0 and f"ExecStart={sys.executable} -m stacks supervise h20" in out.stdout, out.stderr
+
+
+def metrics_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    other = tmp_path / "other.prom"
+    other.write_text("# HELP node_textfile_thing another collector's file\n")
+    link = tmp_path / "link.prom"
+    link.symlink_to("/etc/passwd")
+    return [("/", "not a *.prom file"), ("/etc/passwd", "not a *.prom file"), (str(tmp_path), "not a *.prom file"),
+            ("/etc/vllm.prom", "'/etc' is a system folder"), ("/usr/lib/vllm.prom", "'/usr/lib' is a system folder"),
+            ("/vllm.prom", "'/' is a system folder"), (str(link), "not a *.prom file"),
+            (str(tmp_path / "missing" / "x.prom"), "does not exist"),
+            (str(other), "exists and is not this supervisor's textfile")]
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path) -> None:
+    extra = ["--hang-s=60"] if command == "supervise" else ["--user", "deploy", "--python", sys.executable]
+    for path, says in metrics_cases(tmp_path):
+        out = stacks(command, "h20", *extra, "--metrics-file", path)
+        assert out.returncode == 2 and f"--metrics-file {path!r}: " in out.stderr and says in out.stderr, \
+            (path, out.stderr)
+        assert "Traceback" not in out.stderr and "ReadWritePaths" not in out.stdout
+    assert "HELP node_textfile_thing" in (tmp_path / "other.prom").read_text()
+
+
+def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_path: Path) -> None:
+    prom = tmp_path / "vllm.prom"
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--metrics-file", str(prom))
+    assert out.returncode == 2 and "--user is missing: the unit would run as root" in out.stderr, out.stderr
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy", "--metrics-file", str(prom))
+    assert out.returncode == 0, out.stderr
+    assert f"ReadWritePaths=/run/lock %h/.ssh {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
