@@ -318,6 +318,7 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     group = mapped_group(group, access)
     log = Log(sys.stdout, args.stack)
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
 
     def drift_check() -> list[str]:
         """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""
@@ -333,8 +334,8 @@ def _supervise(args: argparse.Namespace) -> int:
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
-                        golden_max_age_s=args.golden_max_age_s or golden_max_age_s(
-                            config, endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])[0]))
+                        golden_max_age_s=args.golden_max_age_s or golden_max_age_s(config, dp_size),
+                        golden_ranks={str(i): rank_nodes[i] if rank_nodes else "" for i in range(dp_size)})
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     return Supervisor(group, access, log, settings, lock, drift_check).run()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
 import socket
@@ -64,6 +65,14 @@ class Settings:
     """The watch unit's `/metrics` (its per-rank golden results); None: that signal is off."""
     golden_max_age_s: float = 600
     """A golden result older than this is stale: not used."""
+    golden_ranks: dict[str, str] | None = None
+    """The stack's DP ranks and each one's node ('' when the plan names none); a result for any other rank or node
+    (another stack's watch unit, an old topology) is ignored. None: every rank counts."""
+
+
+GOLDEN_SKEW_S = 60.0
+"""A golden round time this far ahead of the supervisor's clock is not used: a clock that is wrong would make the
+result look fresh for ever."""
 
 
 @dataclass
@@ -294,6 +303,8 @@ class Supervisor:
         self.restarted_at = 0.0
         """Unix time the last restart ended: golden results from before it describe the old group."""
         self.golden_note = ""
+        self.golden_ignored = ""
+        """The results for ranks the stack does not have, last logged (logged again only when they change)."""
         """Why the golden signal is not used now, as a key (logged when it changes), or '' while it is used."""
         self.attempts: list[float] = []
         self.failures = 0
@@ -344,22 +355,39 @@ class Supervisor:
             self._golden_note("unreadable", f"cannot read {url}: {failure(exc)}")
             return []
         now = self.wall()
-        fresh, stale = [], []
+        fresh, stale, foreign = [], [], []
+        expected = self.settings.golden_ranks
         for result in results.values():
-            if result.ended_at is None or now - result.ended_at > self.settings.golden_max_age_s:
-                age = "no round time" if result.ended_at is None else f"last round {now - result.ended_at:.0f}s ago"
-                stale.append(f"DP rank {result.dp_rank} ({age})")
-            elif result.ended_at >= self.restarted_at:
+            if expected is not None and (result.dp_rank not in expected or (
+                    expected[result.dp_rank] and result.node and result.node != expected[result.dp_rank])):
+                foreign.append(f"DP rank {result.dp_rank} on {result.node or '?'}")
+                continue
+            ended = result.ended_at
+            if ended is None or not math.isfinite(ended):
+                stale.append(f"DP rank {result.dp_rank} ({'no' if ended is None else f'{ended} as'} round time)")
+            elif ended - now > GOLDEN_SKEW_S:
+                stale.append(f"DP rank {result.dp_rank} (last round {ended - now:.0f}s in the future: a clock "
+                             "ahead?)")
+            elif now - ended > self.settings.golden_max_age_s:
+                stale.append(f"DP rank {result.dp_rank} (last round {now - ended:.0f}s ago)")
+            elif ended >= self.restarted_at:
                 fresh.append(result)
+        if foreign and " ".join(foreign) != self.golden_ignored:
+            have = ", ".join(f"{rank} on {node or 'any node'}" for rank, node in sorted((expected or {}).items()))
+            self.log("golden", f"ignoring results for DP ranks the stack does not have: {', '.join(foreign)} (it "
+                     f"has DP rank {have}): is {url} this stack's watch unit?")
+        self.golden_ignored = " ".join(foreign)
         if stale:
             self._golden_note("stale " + " ".join(sorted(s.split(" (")[0] for s in stale)), f"stale results from "
-                              f"{url}: {', '.join(stale)}; older than {self.settings.golden_max_age_s:g}s are not used")
-        elif not results:
-            self._golden_note("empty", f"{url} has no result yet")
+                              f"{url}: {', '.join(stale)}; a result older than {self.settings.golden_max_age_s:g}s, "
+                              f"more than {GOLDEN_SKEW_S:g}s ahead of this host's clock, or without a valid round "
+                              "time is not used")
+        elif len(foreign) == len(results):  # none at all, or none for this stack
+            self._golden_note("empty", f"{url} has no result for this stack's DP ranks yet")
         else:
             self._golden_note("", "")
         return [f"watch unit: DP rank {r.dp_rank} on {r.node or '?'} failed its golden set ({r.failures} round(s) "
-                f"in a row, last round {now - (r.ended_at or now):.0f}s ago)" for r in fresh if not r.ok]
+                f"in a row, last round {max(0.0, now - (r.ended_at or now)):.0f}s ago)" for r in fresh if not r.ok]
 
     def _golden_note(self, key: str, note: str) -> None:
         """One log line when the signal's state changes (`key`: '' while it is used), not one per probe."""

@@ -307,3 +307,71 @@ def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_pat
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy", "--metrics-file", str(prom))
     assert out.returncode == 0, out.stderr
     assert f"ReadWritePaths=/run/lock %h/.ssh {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+
+
+NOW = 1_764_775_000.0
+
+
+def golden_text(*rows: tuple[str, str, int, str]) -> str:
+    """The watch unit's series for (dp_rank, node, ok, round time as written)."""
+    out = []
+    for rank, node, ok, at in rows:
+        labels = f'{{dp_rank="{rank}",node="{node}"}}'
+        out += [f"vllm_cluster_golden_ok{labels} {ok}", f"vllm_cluster_golden_consecutive_failures{labels} {1 - ok}",
+                f"vllm_cluster_golden_last_round_timestamp_seconds{labels} {at}"]
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture
+def metrics_server() -> Iterator[tuple[str, list[str]]]:
+    body = [""]
+
+    def reply(conn: socket.socket, stop: threading.Event) -> None:
+        data = body[0].encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + str(len(data)).encode() + b"\r\nConnection: close\r\n\r\n" + data)
+
+    srv = RawServer(reply)
+    yield srv.url, body
+    srv.close()
+
+
+def ranked_supervisor(tmp_path: Path, url: str) -> Supervisor:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
+                  health_url=url)  # the metrics server answers 200: health passes
+    settings = Settings(hang_s=30, health_timeout_s=5, golden_url=url, golden_max_age_s=300,
+                        golden_ranks={"0": "node1", "1": "node2"})
+    clock = [1000.0]
+    return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"), settings, DeployLock(tmp_path / "lock"),
+                      clock=lambda: clock[0], wall=lambda: NOW, sleep=lambda s: None)
+
+
+def test_results_for_ranks_the_stack_does_not_have_are_ignored_and_said_once(
+        metrics_server: tuple[str, list[str]], tmp_path: Path) -> None:
+    url, body = metrics_server
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node7", 0, f"{NOW - 5}"),
+                          ("5", "node9", 0, f"{NOW - 5}"))
+    sup = ranked_supervisor(tmp_path, url)
+    for _ in range(3):
+        assert sup.golden_failures() == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "ignoring results for DP ranks the stack does not have" in notes[0], notes
+    assert "DP rank 1 on node7" in notes[0] and "DP rank 5 on node9" in notes[0]
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, f"{NOW - 5}"))
+    failures = sup.golden_failures()
+    assert len(failures) == 1 and "DP rank 1 on node2 failed its golden set" in failures[0]
+
+
+@pytest.mark.parametrize(("at", "says"), [(f"{NOW + 3600}", "last round 3600s in the future"),
+                                          ("NaN", "nan as round time"), ("+Inf", "inf as round time")])
+def test_a_round_time_in_the_future_or_not_a_number_is_not_used(
+        metrics_server: tuple[str, list[str]], tmp_path: Path, at: str, says: str) -> None:
+    url, body = metrics_server
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, at))
+    sup = ranked_supervisor(tmp_path, url)
+    for _ in range(3):
+        assert sup.golden_failures() == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and f"DP rank 1 ({says}" in notes[0], notes
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, f"{NOW + 10}"))  # a little skew: used
+    assert len(sup.golden_failures()) == 1 and "signal back" in sup.log.lines[-1]
