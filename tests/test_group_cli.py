@@ -121,7 +121,7 @@ def test_a_ca_file_that_is_no_certificate_is_exit_2_before_anything_runs(command
     not_pem.write_text("not a certificate\n")
     for path in (str(not_pem), str(tmp_path / "absent.pem")):
         # a node map whose engine does not exist: reaching a node would be a different error
-        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=1", "--ca-file", path,
+        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=60", "--ca-file", path,
                      env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"}})})
         assert out.returncode == 2 and f"--ca-file {path!r}: cannot be read as PEM" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and "restart:" not in out.stdout
