@@ -85,9 +85,9 @@ def check_timing(args: argparse.Namespace) -> str | None:
     if at["--hang-s"] < at["--interval-s"]:
         return (f"--hang-s {at['--hang-s']:g} is less than --interval-s {at['--interval-s']:g}: a hang is seen one "
                 "probe at a time, so it must be at least one interval (defaults 600 and 30)")
-    if at["--probe-timeout-s"] > at["--hang-s"]:
+    if values["--probe-timeout-s"] is not None and at["--probe-timeout-s"] > at["--hang-s"]:
         return (f"--probe-timeout-s {at['--probe-timeout-s']:g} is more than --hang-s {at['--hang-s']:g}: one "
-                "probe must fit in the time that makes a hang (defaults 10 and 600)")
+                "probe must fit in the time that makes a hang (defaults: 10, or --hang-s when shorter, and 600)")
     return None
 
 
@@ -330,7 +330,7 @@ def _supervise(args: argparse.Namespace) -> int:
 
     settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
                         backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,
-                        health_timeout_s=args.probe_timeout_s,
+                        health_timeout_s=args.probe_timeout_s or min(DURATIONS["--probe-timeout-s"], args.hang_s),
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
@@ -416,8 +416,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     sup.add_argument("--backoff-first-s", type=float, default=60)
     sup.add_argument("--backoff-max-s", type=float, default=1800, help="at least --backoff-first-s")
     sup.add_argument("--max-per-hour", type=int, default=4)
-    sup.add_argument("--probe-timeout-s", type=float, default=10, help="the health and golden probes' "
-                     "deadline (at most --hang-s)")
+    sup.add_argument("--probe-timeout-s", type=float, default=None, help="the health and golden probes' "
+                     "deadline (at most --hang-s; default 10, or --hang-s when shorter)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
                      "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
     sup.add_argument("--lock", default=None)

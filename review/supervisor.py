@@ -426,7 +426,7 @@ class Supervisor:
             return
         body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up", "reason": reason,
                            "attempts_last_hour": len(self.recent())}).encode()
-        where = masked_url(url, keep_path=False)  # a webhook's token is often its path (Slack, Teams)
+        where = urlsplit(url).netloc.rpartition("@")[2]  # no token: not its user part, path or query
         try:
             request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=15) as response:

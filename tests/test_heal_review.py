@@ -375,3 +375,13 @@ def test_a_round_time_in_the_future_or_not_a_number_is_not_used(
     assert len(notes) == 1 and "signal not used" in notes[0] and f"DP rank 1 ({says}" in notes[0], notes
     body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, f"{NOW + 10}"))  # a little skew: used
     assert len(sup.golden_failures()) == 1 and "signal back" in sup.log.lines[-1]
+
+
+def test_a_short_hang_without_a_probe_timeout_is_accepted() -> None:
+    """The probe timeout's default (10 s) shrinks to a shorter --hang-s instead of refusing it."""
+    from review.heal_cli import check_timing
+
+    args = type("Args", (), {"interval_s": 1.0, "hang_s": 8.0, "probe_timeout_s": None})()
+    assert check_timing(args) is None  # type: ignore[arg-type]
+    args.probe_timeout_s = 9.0
+    assert "--probe-timeout-s 9 is more than --hang-s 8" in (check_timing(args) or "")  # type: ignore[arg-type]
