@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import sys
 from dataclasses import replace
@@ -16,7 +17,7 @@ from checks.api import tls_context
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
-from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, restart_group
+from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
@@ -53,17 +54,127 @@ def golden_url(plan: Plan, flag: str | None) -> str | None:
     return f"http://{plan.observability.watch_target}/metrics"
 
 
+WEEK_S = 7 * 24 * 3600
+DURATIONS = {"--interval-s": 30.0, "--hang-s": 600.0, "--backoff-first-s": 60.0, "--backoff-max-s": 1800.0,
+             "--probe-timeout-s": 10.0}
+"""The supervisor's durations and their defaults (seconds)."""
+MAX_PER_HOUR = (1, 60, 4)
+"""--max-per-hour: lowest, highest, default (restarts in any hour)."""
+
+
+def check_timing(args: argparse.Namespace) -> str | None:
+    """Why the supervisor's timing flags cannot work together, or None. A flag `args` lacks (the unit passes only
+    some) counts as its default. NaN and infinity fail: a wait that never ends detects nothing."""
+    values = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in DURATIONS}
+    for flag, value in values.items():
+        if value is not None and not 0.1 <= value <= WEEK_S:
+            return (f"{flag} {value}: must be at least 0.1 and at most {WEEK_S} seconds (a week); default "
+                    f"{DURATIONS[flag]:g}")
+    at = {flag: DURATIONS[flag] if value is None else value for flag, value in values.items()}
+    age = getattr(args, "golden_max_age_s", None)
+    if age is not None and not 0 < age <= WEEK_S:
+        return (f"--golden-max-age-s {age}: must be more than 0 and at most {WEEK_S} seconds (a week); default: "
+                "three watch rounds plus one round's timeouts")
+    count = getattr(args, "max_per_hour", None)
+    low, high, default = MAX_PER_HOUR
+    if count is not None and not low <= count <= high:
+        return (f"--max-per-hour {count}: must be a whole number of restarts from {low} to {high} in any hour; "
+                f"default {default}")
+    if at["--backoff-first-s"] > at["--backoff-max-s"]:
+        return (f"--backoff-first-s {at['--backoff-first-s']:g} is more than --backoff-max-s "
+                f"{at['--backoff-max-s']:g}: the first wait must be at most the longest (defaults 60 and 1800)")
+    if at["--hang-s"] < at["--interval-s"]:
+        return (f"--hang-s {at['--hang-s']:g} is less than --interval-s {at['--interval-s']:g}: a hang is seen one "
+                "probe at a time, so it must be at least one interval (defaults 600 and 30)")
+    if values["--probe-timeout-s"] is not None and at["--probe-timeout-s"] > at["--hang-s"]:
+        return (f"--probe-timeout-s {at['--probe-timeout-s']:g} is more than --hang-s {at['--hang-s']:g}: one "
+                "probe must fit in the time that makes a hang (defaults: 10, or --hang-s when shorter, and 600)")
+    return None
+
+
 def check_golden_url(url: str | None) -> str | None:
     """Why `--golden-metrics-url` cannot be used, or None."""
     if not url:
         return None
     parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
+            or parts.fragment or (port is not None and not 1 <= port <= 65535) \
             or any(c.isspace() or ord(c) < 32 for c in url):
-        shown = (f"{parts.scheme}://(credentials not shown)@{parts.netloc.rpartition('@')[2]}{parts.path}"
-                 if "@" in parts.netloc else url)
-        return (f"--golden-metrics-url {shown[:120]!r}: want http(s)://HOST:PORT/metrics, the watch unit's "
-                "--metrics-listen address (no credentials, no query); '' turns the signal off")
+        return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
+                "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
+                "the signal off")
+    return None
+
+
+def check_webhook(url: str | None) -> str | None:
+    """Why the alert webhook in VLLM_CLUSTER_ALERT_WEBHOOK cannot be posted to, or None; checked at start so the
+    give-up path, which must not fail, never meets it first. Its path and query are never shown (tokens)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0 \
+            or any(c.isspace() or ord(c) < 32 for c in url):
+        return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
+                "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
+    return None
+
+
+SYSTEM_TREES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                "/libx32", "/run/systemd", "/var/lib/dpkg", "/var/lib/systemd")
+"""Folders, with everything under them, that a metrics file never belongs in: the unit opens its folder for
+writing (ReadWritePaths), which would undo ProtectSystem there."""
+SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/root", "/run", "/srv", "/mnt", "/media", "/opt", "/tmp",
+               "/var/tmp")
+"""Folders (not what is under them) too wide to open for writing."""
+METRICS_HEAD = "# HELP vllm_cluster_group_"
+
+
+def check_metrics_file(flag: str | None) -> str | None:
+    """Why `--metrics-file` cannot be the supervisor's node_exporter textfile, or None: a `*.prom` file in an
+    existing folder that is not a system folder, and not another program's file (it is overwritten)."""
+    if flag is None:
+        return None
+    shown = f"--metrics-file {flag[:200]!r}"
+    want = "want a *.prom file in node_exporter's textfile folder, e.g. /var/lib/node_exporter/textfile/vllm.prom"
+    path = Path(flag).resolve()  # a link is judged by where it points
+    if not flag.endswith(".prom") or path.suffix != ".prom":
+        return f"{shown}: not a *.prom file (node_exporter reads only those); {want}"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{shown}: folder {str(folder)!r} does not exist; create it or {want}"
+    if str(folder) in SYSTEM_DIRS or any(str(folder) == t or str(folder).startswith(t + "/") for t in SYSTEM_TREES):
+        return (f"{shown}: {str(folder)!r} is a system folder (the unit would open it for writing); {want}")
+    if path.exists():
+        try:
+            head = path.read_text(errors="replace")[:len(METRICS_HEAD)] if path.is_file() else None
+        except OSError as exc:
+            return f"{shown}: cannot be read ({exc.strerror}); {want}"
+        if head is None or head not in ("", METRICS_HEAD):
+            return (f"{shown}: exists and is not this supervisor's textfile (it would be overwritten); remove it "
+                    f"or {want}")
+    return None
+
+
+def check_lock(flag: str | None, stack: str) -> str | None:
+    """Why the deploy lock file (`--lock`, else the stack's default) cannot be taken, or None: checked before the
+    first node is touched, since a lock that cannot be opened would otherwise end the run half way."""
+    path = Path(flag) if flag else lock_path(stack)
+    shown = f"--lock {flag!r}" if flag else f"the deploy lock {str(path)!r} (--lock's default)"
+    if not path.parent.is_dir():
+        return f"{shown}: folder {str(path.parent)!r} does not exist; give --lock a file in an existing folder"
+    if path.is_dir():
+        return f"{shown}: is a folder; give --lock a file, e.g. /run/lock/vllm-cluster-{stack}.lock"
+    if not os.access(path if path.exists() else path.parent, os.W_OK | (os.R_OK if path.exists() else 0)):
+        return (f"{shown}: this user may not {'open' if path.exists() else 'create'} it; run as the deploying user "
+                "or give --lock a file it may write")
     return None
 
 
@@ -110,8 +221,11 @@ def _drift(args: argparse.Namespace) -> int:
     try:
         rows = drift_rows(plan, access_for(args.stack, config))
     except AccessError as exc:
-        print(f"drift {args.stack}: cannot run: {exc} (next: check `ssh` to that node with the stack's pinned key, "
-              "and that its user may run docker)", file=sys.stderr)
+        next_step = "check `ssh` to that node with the stack's pinned key, and that its user may run docker"
+        if args.json:  # a caller parsing stdout gets an answer either way
+            print(json.dumps({"stack": args.stack, "error": f"cannot run: {exc}", "next": next_step}, indent=2,
+                             ensure_ascii=False))
+        print(f"drift {args.stack}: cannot run: {exc} (next: {next_step})", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
@@ -148,8 +262,8 @@ def ca_file_problem(path: str | None) -> str | None:
 
 
 def _restart_group(args: argparse.Namespace) -> int:
-    problem = ca_file_problem(args.ca_file)
-    if problem is not None:
+    problem = ca_file_problem(args.ca_file) or (check_lock(args.lock, args.stack) if args.yes else None)
+    if problem:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
@@ -164,7 +278,13 @@ def _restart_group(args: argparse.Namespace) -> int:
         return 2
     group = mapped_group(group, access)
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
-    if not lock.try_acquire():
+    try:
+        taken = lock.try_acquire()
+    except OSError as exc:
+        print(f"restart-group {args.stack}: --lock {str(lock.path)!r}: cannot be opened ({exc.strerror}); give "
+              "--lock a file this user may write in an existing folder", file=sys.stderr)
+        return 2
+    if not taken:
         print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
               "working): try again when it is done", file=sys.stderr)
         return 2
@@ -191,20 +311,13 @@ def _restart_group(args: argparse.Namespace) -> int:
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    import os
-
-    for flag, value in (("--interval-s", args.interval_s), ("--hang-s", args.hang_s),
-                        ("--backoff-first-s", args.backoff_first_s), ("--backoff-max-s", args.backoff_max_s),
-                        ("--max-per-hour", args.max_per_hour)):
-        if not 0 < value <= 7 * 24 * 3600:  # NaN and infinity fail too: a wait that never ends detects nothing
-            print(f"supervise {args.stack}: {flag} {value}: must be more than 0 and at most 604800 (a week) "
-                  "(defaults: 30, 600, 60, 1800, 4)", file=sys.stderr)
-            return 2
-    if args.golden_max_age_s is not None and not 0 < args.golden_max_age_s <= 7 * 24 * 3600:
-        print(f"supervise {args.stack}: --golden-max-age-s {args.golden_max_age_s}: must be more than 0 and at most "
-              "604800 (a week); default: three watch rounds plus one round's timeouts", file=sys.stderr)
+    problem = check_timing(args)
+    if problem:
+        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
-    problem = check_golden_url(args.golden_metrics_url) or ca_file_problem(args.ca_file)
+    problem = (check_golden_url(args.golden_metrics_url) or ca_file_problem(args.ca_file)
+               or check_webhook(os.environ.get(WEBHOOK_ENV)) or check_lock(args.lock, args.stack)
+               or check_metrics_file(args.metrics_file))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -216,21 +329,24 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     group = mapped_group(group, access)
     log = Log(sys.stdout, args.stack)
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
 
     def drift_check() -> list[str]:
+        """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""
         try:
-            return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}"
-                    for r in drift_rows(plan, access) if r.blocking]
-        except AccessError as exc:
-            return [f"drift cannot run: {exc}"]
+            rows = drift_rows(plan, access)
+        except ValueError as exc:  # a node answered with something that is not docker's JSON
+            raise AccessError(f"unreadable docker inspect output: {exc}") from None
+        return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}" for r in rows if r.blocking]
 
     settings = Settings(interval_s=args.interval_s, hang_s=args.hang_s, backoff_first_s=args.backoff_first_s,
                         backoff_max_s=args.backoff_max_s, max_per_hour=args.max_per_hour, ca_file=args.ca_file,
+                        health_timeout_s=args.probe_timeout_s or min(DURATIONS["--probe-timeout-s"], args.hang_s),
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
-                        golden_max_age_s=args.golden_max_age_s or golden_max_age_s(
-                            config, endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])[0]))
+                        golden_max_age_s=args.golden_max_age_s or golden_max_age_s(config, dp_size),
+                        golden_ranks={str(i): rank_nodes[i] if rank_nodes else "" for i in range(dp_size)})
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     return Supervisor(group, access, log, settings, lock, drift_check).run()
 
@@ -239,7 +355,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
     load_stack(args.stack, args.set, assume_secret=args.assume_secret)
-    problem = check_golden_url(args.golden_metrics_url)
+    problem = check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -249,9 +365,22 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
             stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
             workdir=args.workdir or str(CODE_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
-            metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url)
+            metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url,
+            timing={"--interval-s": args.interval_s, "--hang-s": args.hang_s,
+                    "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
         print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
+        return 2
+    if args.user is None:
+        print(f"supervisor-unit {args.stack}: --user is missing: the unit would run as root; give the deploying "
+              "user (its ~/.ssh holds the stack's key and pinned known_hosts), or --user root to choose root",
+              file=sys.stderr)
+        return 2
+    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start
+        shown = f"--python {python!r}" if args.python else f"--python's default {python!r} (this checkout's venv)"
+        print(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "
+              "with this project's requirements (e.g. /opt/vllm-cluster/venv/bin/python)", file=sys.stderr)
         return 2
     print(text, end="")
     print(f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && systemctl "
@@ -283,15 +412,23 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
         unit.add_argument(flag, default=None)
     unit.add_argument("--golden-metrics-url", default=None, help="passed to supervise (default: the plan's watch "
                       "unit address when observability is on)")
+    for flag, what in (("--interval-s", "seconds between probes (supervise's default 30)"),
+                       ("--hang-s", "health failing this long is a death (default 600)"),
+                       ("--golden-max-age-s", "an older golden result is not used (default: three watch rounds "
+                        "plus one round's timeouts)")):
+        unit.add_argument(flag, type=float, default=None, help=f"passed to supervise: {what}")
     add_overrides(unit)
     unit.set_defaults(func=_supervisor_unit)
     sup = sub.add_parser("supervise", help="run the group supervisor (what the unit starts)")
     sup.add_argument("stack")
-    sup.add_argument("--interval-s", type=float, default=30)
-    sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death")
+    sup.add_argument("--interval-s", type=float, default=30, help="seconds between probes")
+    sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death (at least "
+                     "--interval-s)")
     sup.add_argument("--backoff-first-s", type=float, default=60)
-    sup.add_argument("--backoff-max-s", type=float, default=1800)
+    sup.add_argument("--backoff-max-s", type=float, default=1800, help="at least --backoff-first-s")
     sup.add_argument("--max-per-hour", type=int, default=4)
+    sup.add_argument("--probe-timeout-s", type=float, default=None, help="the health and golden probes' "
+                     "deadline (at most --hang-s; default 10, or --hang-s when shorter)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
                      "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
     sup.add_argument("--lock", default=None)

@@ -20,11 +20,16 @@ lone rank, never creates or removes a container, and never changes the topology.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import math
 import os
 import re
+import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,6 +65,14 @@ class Settings:
     """The watch unit's `/metrics` (its per-rank golden results); None: that signal is off."""
     golden_max_age_s: float = 600
     """A golden result older than this is stale: not used."""
+    golden_ranks: dict[str, str] | None = None
+    """The stack's DP ranks and each one's node ('' when the plan names none); a result for any other rank or node
+    (another stack's watch unit, an old topology) is ignored. None: every rank counts."""
+
+
+GOLDEN_SKEW_S = 60.0
+"""A golden round time this far ahead of the supervisor's clock is not used: a clock that is wrong would make the
+result look fresh for ever."""
 
 
 @dataclass
@@ -69,21 +82,85 @@ class Log:
     lines: list[str] = field(default_factory=list)
 
     def __call__(self, action: str, detail: str, reason: str = "") -> None:
-        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {detail}"
-                + (f" (reason: {reason})" if reason else ""))
+        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {one_line(detail)}"
+                + (f" (reason: {one_line(reason)})" if reason else ""))
         self.lines.append(line)
         print(line, file=self.out, flush=True)
 
 
-def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[bool, str]:
-    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+FETCH_ERRORS = (OSError, ValueError, http.client.HTTPException)
+"""What a GET of a probe URL may raise: a refused or cut connection, a reply that is not HTTP (an SSH banner:
+BadStatusLine), a header line over 64 KiB (LineTooLong), a malformed URL. Each is a failed signal, never a crash."""
+
+
+def fetch(url: str, timeout_s: float, ca_file: str | None = None, limit: int = 4 << 20) -> tuple[int, bytes]:
+    """GET `url`: (status, at most `limit` bytes of body). The connection gets `timeout_s`, then the whole reply
+    (headers and body) `timeout_s` more in total: a server that trickles a byte a second cannot hold the
+    supervisor, since a socket timeout alone bounds each receive, not the reply. FETCH_ERRORS when it fails."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    conn = (http.client.HTTPSConnection(host, port, timeout=timeout_s,
+                                        context=ssl.create_default_context(cafile=ca_file))
+            if parts.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout_s))
+    cut = threading.Event()
+    held: list[socket.socket] = []  # the connection drops its socket once the reply's header says "close"
+
+    def cut_off() -> None:
+        cut.set()
+        for sock in held:
+            with contextlib.suppress(OSError):  # wakes the blocked receive with an end of file
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, cut_off)
+    timer.daemon = True
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
-            return response.status == 200, f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
+        timer.start()
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                     headers={"User-Agent": "vllm-cluster-group-supervisor"})
+        response = conn.getresponse()
+        body = response.read(limit)
+    except FETCH_ERRORS:
+        if cut.is_set():
+            raise TimeoutError(f"no complete reply within {timeout_s:g}s") from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
+    if cut.is_set():
+        raise TimeoutError(f"no complete reply within {timeout_s:g}s (a partial one came)")
+    return response.status, body
+
+
+def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[bool, str]:
+    try:
+        status, _ = fetch(url, timeout_s, ca_file, limit=64 << 10)
+    except FETCH_ERRORS as exc:
+        return False, failure(exc)
+    return status == 200, f"HTTP {status}"
+
+
+def masked_url(url: str, keep_path: bool = True) -> str:
+    """`url` fit for a log or an error: no user, password, query or fragment (tokens live there), and with
+    `keep_path=False` no path either."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    user = "(credentials not shown)@" if "@" in parts.netloc else ""
+    path = parts.path if keep_path else ("/…" if parts.path.strip("/") else "")
+    query = "?(query not shown)" if parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{user}{netloc}{path}{query}"
+
+
+def failure(exc: BaseException) -> str:
+    """One line for a failed fetch: its type and reason."""
+    return one_line(f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}")[:300]
+
+
+def one_line(text: str) -> str:
+    """Text as one log line: SSH and Docker errors span lines, and journald keeps one entry per line."""
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 @dataclass(frozen=True)
@@ -113,10 +190,11 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
 
 
 def read_golden(url: str, timeout_s: float, ca_file: str | None = None) -> dict[str, GoldenResult]:
-    """The watch unit's golden results by DP rank. OSError/ValueError when it cannot be read."""
-    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
-    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
-        text = response.read(4 << 20).decode("utf-8", "replace")
+    """The watch unit's golden results by DP rank. FETCH_ERRORS when it cannot be read."""
+    status, body = fetch(url, timeout_s, ca_file)
+    if status != 200:
+        raise ValueError(f"HTTP {status}")
+    text = body.decode("utf-8", "replace")
     ok: dict[str, tuple[str, float]] = {}
     failures: dict[str, float] = {}
     ended: dict[str, float] = {}
@@ -225,6 +303,8 @@ class Supervisor:
         self.restarted_at = 0.0
         """Unix time the last restart ended: golden results from before it describe the old group."""
         self.golden_note = ""
+        self.golden_ignored = ""
+        """The results for ranks the stack does not have, last logged (logged again only when they change)."""
         """Why the golden signal is not used now, as a key (logged when it changes), or '' while it is used."""
         self.attempts: list[float] = []
         self.failures = 0
@@ -271,26 +351,43 @@ class Supervisor:
             return []
         try:
             results = read_golden(url, self.settings.health_timeout_s, self.settings.ca_file)
-        except (OSError, ValueError) as exc:
-            self._golden_note("unreadable", f"cannot read {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+        except FETCH_ERRORS as exc:
+            self._golden_note("unreadable", f"cannot read {url}: {failure(exc)}")
             return []
         now = self.wall()
-        fresh, stale = [], []
+        fresh, stale, foreign = [], [], []
+        expected = self.settings.golden_ranks
         for result in results.values():
-            if result.ended_at is None or now - result.ended_at > self.settings.golden_max_age_s:
-                age = "no round time" if result.ended_at is None else f"last round {now - result.ended_at:.0f}s ago"
-                stale.append(f"DP rank {result.dp_rank} ({age})")
-            elif result.ended_at >= self.restarted_at:
+            if expected is not None and (result.dp_rank not in expected or (
+                    expected[result.dp_rank] and result.node and result.node != expected[result.dp_rank])):
+                foreign.append(f"DP rank {result.dp_rank} on {result.node or '?'}")
+                continue
+            ended = result.ended_at
+            if ended is None or not math.isfinite(ended):
+                stale.append(f"DP rank {result.dp_rank} ({'no' if ended is None else f'{ended} as'} round time)")
+            elif ended - now > GOLDEN_SKEW_S:
+                stale.append(f"DP rank {result.dp_rank} (last round {ended - now:.0f}s in the future: a clock "
+                             "ahead?)")
+            elif now - ended > self.settings.golden_max_age_s:
+                stale.append(f"DP rank {result.dp_rank} (last round {now - ended:.0f}s ago)")
+            elif ended >= self.restarted_at:
                 fresh.append(result)
+        if foreign and " ".join(foreign) != self.golden_ignored:
+            have = ", ".join(f"{rank} on {node or 'any node'}" for rank, node in sorted((expected or {}).items()))
+            self.log("golden", f"ignoring results for DP ranks the stack does not have: {', '.join(foreign)} (it "
+                     f"has DP rank {have}): is {url} this stack's watch unit?")
+        self.golden_ignored = " ".join(foreign)
         if stale:
             self._golden_note("stale " + " ".join(sorted(s.split(" (")[0] for s in stale)), f"stale results from "
-                              f"{url}: {', '.join(stale)}; older than {self.settings.golden_max_age_s:g}s are not used")
-        elif not results:
-            self._golden_note("empty", f"{url} has no result yet")
+                              f"{url}: {', '.join(stale)}; a result older than {self.settings.golden_max_age_s:g}s, "
+                              f"more than {GOLDEN_SKEW_S:g}s ahead of this host's clock, or without a valid round "
+                              "time is not used")
+        elif len(foreign) == len(results):  # none at all, or none for this stack
+            self._golden_note("empty", f"{url} has no result for this stack's DP ranks yet")
         else:
             self._golden_note("", "")
         return [f"watch unit: DP rank {r.dp_rank} on {r.node or '?'} failed its golden set ({r.failures} round(s) "
-                f"in a row, last round {now - (r.ended_at or now):.0f}s ago)" for r in fresh if not r.ok]
+                f"in a row, last round {max(0.0, now - (r.ended_at or now)):.0f}s ago)" for r in fresh if not r.ok]
 
     def _golden_note(self, key: str, note: str) -> None:
         """One log line when the signal's state changes (`key`: '' while it is used), not one per probe."""
@@ -329,13 +426,14 @@ class Supervisor:
             return
         body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up", "reason": reason,
                            "attempts_last_hour": len(self.recent())}).encode()
-        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-        where = urlsplit(url).netloc.rpartition("@")[2]  # never a token from the URL's path or user part
+        where = urlsplit(url).netloc.rpartition("@")[2]  # no token: not its user part, path or query
         try:
+            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=15) as response:
                 self.log("alert", f"webhook {where} answered HTTP {response.status}", reason)
-        except (urllib.error.URLError, OSError) as exc:
-            self.log("alert", f"webhook {where} failed: {exc}", reason)
+        except Exception as exc:  # the give-up must finish: log this, set the metric, exit 3
+            what = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else type(exc).__name__
+            self.log("alert", f"webhook {where} failed: {what} (the alert was not sent)", reason)
 
     def give_up(self, reason: str) -> int:
         self.log("give-up", "no more restarts until a person acts (systemctl restart the supervisor after the fix)",
@@ -350,12 +448,13 @@ class Supervisor:
 
     def heal(self, reason: str) -> int | None:
         """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
+        drift_error = ""  # why drift could not run on the last try: wait and try again, no back-off
         while not self.stopped:
             if len(self.recent()) >= self.settings.max_per_hour:
                 return self.give_up(f"{len(self.recent())} restarts in the last hour (limit "
                                     f"{self.settings.max_per_hour}); last: {reason}")
             wait = self.backoff_s()  # from the death seen, not the last attempt: a restart can take the load time
-            if wait > 0:
+            if wait > 0 and not drift_error:
                 self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
                          reason)
                 self.sleep(wait)
@@ -375,7 +474,17 @@ class Supervisor:
                     if self.probe() is None:
                         return None
                 if self.drift_check is not None:
-                    drift = self.drift_check()
+                    try:
+                        drift = self.drift_check()
+                    except AccessError as exc:  # a node that does not answer says nothing about drift: retry
+                        if str(exc) != drift_error:
+                            self.log("wait", f"drift cannot run: {exc}: no restart until it runs (trying again "
+                                     f"every {self.settings.interval_s:g}s)", reason)
+                        drift_error = str(exc)
+                        continue
+                    if drift_error:
+                        self.log("drift", "runs again: no drift found" if not drift else "runs again", reason)
+                        drift_error = ""
                     if drift:
                         return self.give_up("refusing to restart into a drifted state: " + "; ".join(drift[:5]))
                 self.attempts.append(self.clock())
@@ -390,6 +499,8 @@ class Supervisor:
                     ok, why = False, f"a node did not answer: {exc}"
             finally:
                 self.lock.release()
+                if drift_error:
+                    self.sleep(max(0.2, self.settings.interval_s))
             self.write_metrics(gave_up=False)
             if ok:
                 self.log("healed", "the golden check passes again", reason)

@@ -18,7 +18,8 @@ def supervisor_unit_name(stack: str) -> str:
 
 def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: str, user: str | None = None,
                            metrics_file: str | None = None, ca_file: str | None = None,
-                           golden_metrics_url: str | None = None) -> str:
+                           golden_metrics_url: str | None = None,
+                           timing: dict[str, float | None] | None = None) -> str:
     check_unit_inputs({"--python": python, "--workdir": workdir, "--env-file": env_file,
                        "--metrics-file": metrics_file, "--ca-file": ca_file}, user)
     name = supervisor_unit_name(stack)
@@ -29,6 +30,9 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         argv += ["--ca-file", ca_file]
     if golden_metrics_url is not None:
         argv += ["--golden-metrics-url", golden_metrics_url]
+    for flag, value in (timing or {}).items():  # checked by the caller as supervise checks them
+        if value is not None:
+            argv += [flag, f"{value:.15g}"]
     writable = ["/run/lock", "%h/.ssh"]
     if metrics_file:
         writable.append(metrics_file.rsplit("/", 1)[0] or "/")

@@ -109,7 +109,7 @@ def test_drift_over_the_node_map_names_the_differences(h20_values: dict[str, Any
 
 def test_bad_flags_and_a_bad_node_map_exit_2_before_anything_runs() -> None:
     out = stacks("supervise", "h20", "--hang-s", "0")
-    assert out.returncode == 2 and "--hang-s 0.0: must be more than 0" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "--hang-s 0.0: must be at least 0.1" in out.stderr and "Traceback" not in out.stderr
     out = stacks("drift", "h20", env={NODE_MAP_ENV: '{"h20-1": "not an object"}'})
     assert out.returncode == 2 and NODE_MAP_ENV in out.stderr and "Traceback" not in out.stderr
     out = stacks("restart-group", "nosuchstack")
@@ -122,7 +122,7 @@ def test_a_ca_file_that_is_no_certificate_is_exit_2_before_anything_runs(command
     not_pem.write_text("not a certificate\n")
     for path in (str(not_pem), str(tmp_path / "absent.pem")):
         # a node map whose engine does not exist: reaching a node would be a different error
-        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=1", "--ca-file", path,
+        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=60", "--ca-file", path,
                      env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"}})})
         assert out.returncode == 2 and f"--ca-file {path!r}: " in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and "restart:" not in out.stdout

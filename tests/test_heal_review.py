@@ -1,0 +1,387 @@
+"""The group-healing tools against hostile input: replies that trickle or are not HTTP, bad flags and paths,
+credentials in URLs, an unreachable node, and golden results that cannot be trusted."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from review.group import Group, Rank
+from review.supervisor import DeployLock, Log, Settings, Supervisor, http_ok, read_golden
+from tests.conftest import ROOT
+
+DEADLINE_S = 120.0
+"""How long a probe may take here before the test calls it frozen (its own deadline is 1 s)."""
+
+
+def stacks(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **(env or {})})
+
+
+class RawServer:
+    """A TCP server on loopback that answers each connection with `reply(conn)`, whatever it is."""
+
+    def __init__(self, reply: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.stop = threading.Event()
+        self.reply = reply
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/metrics"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                self.reply(conn, self.stop)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def trickle(conn: socket.socket, stop: threading.Event) -> None:
+    """A 200 header, then one byte at a time, never ending (until the test is over)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    while not stop.wait(0.2):
+        conn.sendall(b"#")
+
+
+def ssh_banner(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n")
+
+
+def huge_header(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n")
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[RawServer]:
+    srv = RawServer(request.param)
+    yield srv
+    srv.close()
+
+
+def bare_supervisor(tmp_path: Path, golden: str | None, **settings: object) -> Supervisor:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"),), ready_timeout_s=60,
+                  health_url="http://127.0.0.1:9/health")
+    return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"),
+                      Settings(health_timeout_s=1, golden_url=golden, **settings),  # type: ignore[arg-type]
+                      DeployLock(tmp_path / "lock"), sleep=lambda s: None)
+
+
+class RunningContainers:
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, json.dumps({"Running": True, "Status": "running"}), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("no restart step may run here")
+
+    def container(self, node: str, planned: str) -> str:
+        return planned
+
+
+def finishes(call: Callable[[], object]) -> object:
+    """`call()`'s result; fails the test when it has not returned within DEADLINE_S (a frozen probe)."""
+    out: list[object] = []
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(DEADLINE_S)
+    if raised:
+        raise raised[0]
+    assert out, f"still running after {DEADLINE_S:g}s: the probe has no total deadline"
+    return out[0]
+
+
+@pytest.mark.parametrize("server", [trickle], indirect=True)
+def test_a_reply_that_trickles_is_cut_at_the_deadline_and_not_used(server: RawServer, tmp_path: Path) -> None:
+    with pytest.raises(TimeoutError):
+        finishes(lambda: read_golden(server.url, 1.0))
+    sup = bare_supervisor(tmp_path, server.url)
+    assert finishes(sup.golden_failures) == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and "no complete reply within 1s" in notes[0], notes
+    ok, what = finishes(lambda: http_ok(server.url, 1.0))  # type: ignore[misc]
+    assert not ok and "TimeoutError" in what
+
+
+@pytest.mark.parametrize("server", [ssh_banner, huge_header], indirect=True)
+def test_a_reply_that_is_not_http_is_a_failed_signal_not_a_crash(server: RawServer, tmp_path: Path) -> None:
+    sup = bare_supervisor(tmp_path, server.url)
+    assert finishes(sup.golden_failures) == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and f"cannot read {server.url}" in notes[0], notes
+    ok, what = finishes(lambda: http_ok(server.url, 1.0))  # type: ignore[misc]
+    assert not ok and ("BadStatusLine" in what or "LineTooLong" in what), what
+
+
+def test_a_malformed_webhook_never_crashes_the_give_up_and_never_shows_its_token(tmp_path: Path) -> None:
+    sup = bare_supervisor(tmp_path, None, webhook="https://hooks.example:abc/T0KEN")
+    assert sup.give_up("test") == 3
+    alert = [line for line in sup.log.lines if " alert: " in line]
+    assert len(alert) == 1 and "failed" in alert[0] and "T0KEN" not in "\n".join(sup.log.lines), alert
+
+
+@pytest.mark.parametrize("webhook", ["https://hooks.example:abc/T0KEN", "https://hooks.example:0/T0KEN",
+                                     "ftp://hooks.example/T0KEN?sig=T0KEN", "https:///T0KEN"])
+def test_supervise_refuses_a_malformed_webhook_at_start_masked(webhook: str) -> None:
+    out = stacks("supervise", "h20", env={"VLLM_CLUSTER_ALERT_WEBHOOK": webhook})
+    assert out.returncode == 2 and "VLLM_CLUSTER_ALERT_WEBHOOK" in out.stderr, out.stderr
+    assert "T0KEN" not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "abc"])
+def test_a_golden_url_with_no_valid_port_is_exit_2(command: str, port: str) -> None:
+    out = stacks(command, "h20", "--golden-metrics-url", f"http://10.0.0.1:{port}/metrics")
+    assert out.returncode == 2 and f"--golden-metrics-url 'http://10.0.0.1:{port}/metrics'" in out.stderr, out.stderr
+    assert "port from 1 to 65535" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+def test_a_refused_golden_url_never_shows_its_token(command: str) -> None:
+    for url in ("http://10.0.0.1:9464/metrics?token=s3cretTOK", "http://u:s3cretTOK@10.0.0.1:9464/metrics",
+                "http://10.0.0.1:9464/metrics#s3cretTOK"):
+        out = stacks(command, "h20", "--golden-metrics-url", url)
+        assert out.returncode == 2 and "--golden-metrics-url 'http://" in out.stderr, out.stderr
+        assert "s3cretTOK" not in out.stderr + out.stdout
+
+
+def test_drift_that_cannot_run_is_a_wait_and_only_a_real_drift_gives_up(tmp_path: Path) -> None:
+    from review.node_access import AccessError
+
+    answers: list[list[str] | AccessError] = [
+        AccessError("node node2: docker container inspect failed (exit 124): timed out after 120s: ssh …"),
+        AccessError("node node2: docker container inspect failed (exit 124): timed out after 120s: ssh …"),
+        AccessError("node node2: docker container inspect failed (exit 255): ssh: connect to host: refused"),
+        ["node2 engine restart-policy: plan no, found always"]]
+
+    def drift_check() -> list[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, AccessError):
+            raise answer
+        return answer
+
+    sup = bare_supervisor(tmp_path, None)
+    sup.drift_check = drift_check
+    assert sup.heal("rank node2 container engine exited") == 3
+    assert not answers and sup.restarts == 0
+    assert sup.lock.try_acquire(), "the deploy lock is released while it waits"
+    sup.lock.release()
+    waits = [line for line in sup.log.lines if " wait: drift cannot run: " in line]
+    assert len(waits) == 2 and "timed out" in waits[0] and "refused" in waits[1], sup.log.lines
+    gave_up = [line for line in sup.log.lines if " give-up: " in line]
+    assert len(gave_up) == 1 and "drifted state: node2 engine restart-policy" in gave_up[0]
+    assert "drift cannot run" not in gave_up[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backoff-first-s", "100", "--backoff-max-s", "10"],
+     "--backoff-first-s 100 is more than --backoff-max-s 10: the first wait must be at most the longest"),
+    (["--hang-s", "5", "--interval-s", "60"], "--hang-s 5 is less than --interval-s 60"),
+    (["--hang-s", "5"], "--hang-s 5 is less than --interval-s 30"),
+    (["--probe-timeout-s", "1e-300"], "--probe-timeout-s 1e-300: must be at least 0.1 and at most 604800 seconds"),
+    (["--probe-timeout-s", "700"], "--probe-timeout-s 700 is more than --hang-s 600"),
+    (["--interval-s", "nan"], "--interval-s nan: must be at least 0.1"),
+    (["--max-per-hour", "0"], "--max-per-hour 0: must be a whole number of restarts from 1 to 60 in any hour; "
+                              "default 4"),
+    (["--backoff-max-s", "0"], "--backoff-max-s 0.0: must be at least 0.1 and at most 604800 seconds (a week); "
+                               "default 1800"),
+])
+def test_supervise_refuses_timing_that_cannot_work_naming_the_relation(args: list[str], says: str) -> None:
+    out = stacks("supervise", "h20", *args)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "at most 604800 (a week)" not in out.stderr or "--max-per-hour" not in out.stderr
+
+
+def test_supervisor_unit_passes_the_timing_flags_checked_as_supervise_checks_them(tmp_path: Path) -> None:
+    base = ["supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy"]
+    out = stacks(*base, "--interval-s", "15", "--hang-s", "300", "--golden-max-age-s", "900")
+    assert out.returncode == 0, out.stderr
+    exec_start = next(line for line in out.stdout.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.endswith("supervise h20 --interval-s 15 --hang-s 300 --golden-max-age-s 900"), exec_start
+    for args, says in ((["--hang-s", "5"], "--hang-s 5 is less than --interval-s 30"),
+                       (["--interval-s", "0"], "--interval-s 0.0: must be at least 0.1"),
+                       (["--golden-max-age-s", "inf"], "--golden-max-age-s inf: must be more than 0")):
+        bad = stacks(*base, *args)
+        assert bad.returncode == 2 and says in bad.stderr and "ExecStart" not in bad.stdout, bad.stderr
+
+
+def test_a_multi_line_error_stays_one_log_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    log = Log(out, "t")
+    log("restart", "failed: node node2: docker inspect failed (exit 255): kex_exchange_identification:\r\n"
+        "Connection closed by remote host\nConnection closed by 10.0.0.2 port 22\n", "a rank\nexited")
+    assert out.getvalue().count("\n") == 1 and len(log.lines) == 1
+    assert "Connection closed by remote host | Connection closed by 10.0.0.2 port 22" in log.lines[0]
+    assert log.lines[0].endswith("(reason: a rank | exited)")
+
+
+def test_drift_json_that_cannot_run_prints_a_json_error(h20_values: dict[str, object]) -> None:
+    from review.node_access import NODE_MAP_ENV
+
+    unreachable = json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
+                              "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})
+    out = stacks("drift", "h20", "--json", env={NODE_MAP_ENV: unreachable})
+    assert out.returncode == 2, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["stack"] == "h20" and answer["error"].startswith("cannot run: node ") and answer["next"]
+
+
+@pytest.mark.parametrize("command", ["restart-group", "supervise"])
+def test_a_lock_in_a_missing_folder_is_exit_2_naming_lock(command: str, tmp_path: Path) -> None:
+    from review.node_access import NODE_MAP_ENV
+
+    for lock, says in ((tmp_path / "nonexistent" / "x.lock", "does not exist"), (tmp_path, "is a folder")):
+        out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=60", "--lock", str(lock),
+                     env={NODE_MAP_ENV: json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
+                                                    "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})})
+        assert out.returncode == 2 and f"--lock {str(lock)!r}: " in out.stderr and says in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "stop:" not in out.stdout
+
+
+def test_supervisor_unit_refuses_a_python_that_is_not_there(tmp_path: Path) -> None:
+    missing = str(tmp_path / "venv" / "bin" / "python")
+    out = stacks("supervisor-unit", "h20", "--user", "deploy", "--python", missing)
+    assert out.returncode == 2 and f"--python {missing!r}: no executable file there" in out.stderr, out.stderr
+    assert "ExecStart" not in out.stdout
+    out = stacks("supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable)
+    assert out.returncode == 0 and f"ExecStart={sys.executable} -m stacks supervise h20" in out.stdout, out.stderr
+
+
+def metrics_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    other = tmp_path / "other.prom"
+    other.write_text("# HELP node_textfile_thing another collector's file\n")
+    link = tmp_path / "link.prom"
+    link.symlink_to("/etc/passwd")
+    return [("/", "not a *.prom file"), ("/etc/passwd", "not a *.prom file"), (str(tmp_path), "not a *.prom file"),
+            ("/etc/vllm.prom", "'/etc' is a system folder"), ("/usr/lib/vllm.prom", "'/usr/lib' is a system folder"),
+            ("/vllm.prom", "'/' is a system folder"), (str(link), "not a *.prom file"),
+            (str(tmp_path / "missing" / "x.prom"), "does not exist"),
+            (str(other), "exists and is not this supervisor's textfile")]
+
+
+@pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
+def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path) -> None:
+    extra = ["--hang-s=60"] if command == "supervise" else ["--user", "deploy", "--python", sys.executable]
+    for path, says in metrics_cases(tmp_path):
+        out = stacks(command, "h20", *extra, "--metrics-file", path)
+        assert out.returncode == 2 and f"--metrics-file {path!r}: " in out.stderr and says in out.stderr, \
+            (path, out.stderr)
+        assert "Traceback" not in out.stderr and "ReadWritePaths" not in out.stdout
+    assert "HELP node_textfile_thing" in (tmp_path / "other.prom").read_text()
+
+
+def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_path: Path) -> None:
+    prom = tmp_path / "vllm.prom"
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--metrics-file", str(prom))
+    assert out.returncode == 2 and "--user is missing: the unit would run as root" in out.stderr, out.stderr
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy", "--metrics-file", str(prom))
+    assert out.returncode == 0, out.stderr
+    assert f"ReadWritePaths=/run/lock %h/.ssh {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+
+
+NOW = 1_764_775_000.0
+
+
+def golden_text(*rows: tuple[str, str, int, str]) -> str:
+    """The watch unit's series for (dp_rank, node, ok, round time as written)."""
+    out = []
+    for rank, node, ok, at in rows:
+        labels = f'{{dp_rank="{rank}",node="{node}"}}'
+        out += [f"vllm_cluster_golden_ok{labels} {ok}", f"vllm_cluster_golden_consecutive_failures{labels} {1 - ok}",
+                f"vllm_cluster_golden_last_round_timestamp_seconds{labels} {at}"]
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture
+def metrics_server() -> Iterator[tuple[str, list[str]]]:
+    body = [""]
+
+    def reply(conn: socket.socket, stop: threading.Event) -> None:
+        data = body[0].encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + str(len(data)).encode() + b"\r\nConnection: close\r\n\r\n" + data)
+
+    srv = RawServer(reply)
+    yield srv.url, body
+    srv.close()
+
+
+def ranked_supervisor(tmp_path: Path, url: str) -> Supervisor:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
+                  health_url=url)  # the metrics server answers 200: health passes
+    settings = Settings(hang_s=30, health_timeout_s=5, golden_url=url, golden_max_age_s=300,
+                        golden_ranks={"0": "node1", "1": "node2"})
+    clock = [1000.0]
+    return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"), settings, DeployLock(tmp_path / "lock"),
+                      clock=lambda: clock[0], wall=lambda: NOW, sleep=lambda s: None)
+
+
+def test_results_for_ranks_the_stack_does_not_have_are_ignored_and_said_once(
+        metrics_server: tuple[str, list[str]], tmp_path: Path) -> None:
+    url, body = metrics_server
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node7", 0, f"{NOW - 5}"),
+                          ("5", "node9", 0, f"{NOW - 5}"))
+    sup = ranked_supervisor(tmp_path, url)
+    for _ in range(3):
+        assert sup.golden_failures() == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "ignoring results for DP ranks the stack does not have" in notes[0], notes
+    assert "DP rank 1 on node7" in notes[0] and "DP rank 5 on node9" in notes[0]
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, f"{NOW - 5}"))
+    failures = sup.golden_failures()
+    assert len(failures) == 1 and "DP rank 1 on node2 failed its golden set" in failures[0]
+
+
+@pytest.mark.parametrize(("at", "says"), [(f"{NOW + 3600}", "last round 3600s in the future"),
+                                          ("NaN", "nan as round time"), ("+Inf", "inf as round time")])
+def test_a_round_time_in_the_future_or_not_a_number_is_not_used(
+        metrics_server: tuple[str, list[str]], tmp_path: Path, at: str, says: str) -> None:
+    url, body = metrics_server
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, at))
+    sup = ranked_supervisor(tmp_path, url)
+    for _ in range(3):
+        assert sup.golden_failures() == []
+    notes = [line for line in sup.log.lines if " golden: " in line]
+    assert len(notes) == 1 and "signal not used" in notes[0] and f"DP rank 1 ({says}" in notes[0], notes
+    body[0] = golden_text(("0", "node1", 1, f"{NOW - 5}"), ("1", "node2", 0, f"{NOW + 10}"))  # a little skew: used
+    assert len(sup.golden_failures()) == 1 and "signal back" in sup.log.lines[-1]
+
+
+def test_a_short_hang_without_a_probe_timeout_is_accepted() -> None:
+    """The probe timeout's default (10 s) shrinks to a shorter --hang-s instead of refusing it."""
+    from review.heal_cli import check_timing
+
+    args = type("Args", (), {"interval_s": 1.0, "hang_s": 8.0, "probe_timeout_s": None})()
+    assert check_timing(args) is None  # type: ignore[arg-type]
+    args.probe_timeout_s = 9.0
+    assert "--probe-timeout-s 9 is more than --hang-s 8" in (check_timing(args) or "")  # type: ignore[arg-type]
