@@ -85,3 +85,28 @@ def test_fabric_preflight_asks_only_for_sections_with_something_to_check(prod_va
         node["gid_index"] = 3
     fabric = next(c for c in plan_of(values).checks if c.name == "fabric-node1")
     assert fabric.sections == ["infiniband", "hca", "gid", "sysctl"]
+
+
+def _numa(values: dict[str, Any], *words: str) -> dict[str, Any]:
+    changed = copy.deepcopy(values)
+    changed["serving"]["extra_args"] = list(words)
+    return changed
+
+
+def test_numa_binding_lists_need_numa_bind_and_one_entry_per_gpu(prod_values: dict[str, Any]) -> None:
+    """vLLM 0.33.0 refuses the lists without --numa-bind when it builds its config, and fails a worker whose GPU
+    index is past a list's end at start-up: both are decided from the stack alone (prod: 8 GPUs per node)."""
+    from stacks.model.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        plan_of(_numa(prod_values, "--numa-bind-nodes", *"00001111"))
+    assert "without --numa-bind" in str(refused.value) and "parallel.py:556-561" in str(refused.value)
+    with pytest.raises(ConfigError) as short:
+        plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-cpus", "0-3", "4-7"))
+    assert "lists 2 entries and node node1 (nodes.0) has 8 GPUs" in str(short.value)
+    assert "one entry per GPU: 8 entries" in str(short.value)
+    plan = plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-nodes", *"00001111"))
+    assert "--numa-bind-nodes" in (plan.nodes[0].containers[0].vllm_args or [])
+    assert not any("numa" in w for w in plan.warnings)
+    longer = plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-nodes", *"0000111122"))
+    assert any("10 entries and node node1 has 8 GPUs; vLLM uses the first 8" in w for w in longer.warnings)

@@ -121,3 +121,39 @@ def monitoring_port_rules(config: StackConfig) -> list[Problem]:
                                     f"is the SSH port of {', '.join(nodes)}: the deploy and the checks reach the "
                                     "nodes over SSH", fix="another port, e.g. the default"))
     return problems
+
+
+def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
+    """`--numa-bind-nodes` / `--numa-bind-cpus` in `serving.extra_args`, decided without the image: vLLM 0.33.0
+    refuses them without `--numa-bind` (vllm/config/parallel.py:556-561), and a worker whose GPU index is past
+    the end of either list fails at start-up, after the weights are fetched (vllm/utils/numa_utils.py:238-242,
+    314-318: "Ensure the binding lists cover every visible GPU"). Each node sees its `gpus.count` GPUs."""
+    from stacks.planner.managed import table_for  # managed reads the image card; the rules above need none
+    from stacks.planner.serve_options import last_values, read_argv
+
+    values = last_values(read_argv(list(config.serving.extra_args), table_for(config)[0]))
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    lists = {dest: values[dest] for dest in ("numa_bind_nodes", "numa_bind_cpus") if values.get(dest)}
+    if lists and "numa_bind" not in values:
+        flags = " and ".join("--" + d.replace("_", "-") for d in lists)
+        problems.append(Problem("serving.extra_args", " ".join(config.serving.extra_args),
+                                f"{flags} without --numa-bind: vLLM 0.33.0 refuses it (\"numa_bind_nodes and "
+                                "numa_bind_cpus require numa_bind=True\", vllm/config/parallel.py:556-561)",
+                                fix="add --numa-bind, or drop the binding lists"))
+    for dest, items in lists.items():
+        flag = "--" + dest.replace("_", "-")
+        for i, node in enumerate(config.nodes):
+            if len(items) < node.gpus.count:
+                problems.append(Problem(
+                    "serving.extra_args", f"{flag} {' '.join(items)}",
+                    f"lists {len(items)} entries and node {node.name} (nodes.{i}) has {node.gpus.count} GPUs: the "
+                    f"worker of GPU {len(items)} fails at start-up (\"GPU index {len(items)} exceeds {dest} "
+                    f"size {len(items)}\", vllm/utils/numa_utils.py)",
+                    fix=f"one entry per GPU: {node.gpus.count} entries, in GPU order"))
+                break
+            if len(items) > node.gpus.count:
+                warnings.append(f"serving.extra_args {flag}: {len(items)} entries and node {node.name} has "
+                                f"{node.gpus.count} GPUs; vLLM uses the first {node.gpus.count}")
+                break
+    return problems, warnings

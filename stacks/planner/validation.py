@@ -38,6 +38,7 @@ from stacks.planner.setting_rules import (
     gpu_rules,
     monitoring_port_rules,
     nccl_log_rules,
+    numa_rules,
     timeout_rules,
 )
 from stacks.planner.topology import Topology, derive_topology, replica_spans_nodes
@@ -97,6 +98,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     nccl_problems, nccl_warnings = nccl_log_rules(config, topology)
     result.problems += gpu_problems + nccl_problems + timeout_rules(config, load_s) + endpoint_name_rules(config)
     result.problems += monitoring_port_rules(config)
+    numa_problems, numa_warnings = numa_rules(config)
+    result.problems += numa_problems
+    result.warnings += numa_warnings
     result.warnings += gpu_warnings + nccl_warnings + backend_rules(config, topology)
     if load_s is not None and config.serving.engine_ready_timeout_s < load_s:
         result.warnings.append(
