@@ -30,6 +30,7 @@ from stacks.planner.image_cards import card_of_version
 from stacks.planner.load_balancing import EXTERNAL_SHAPE, HYBRID_HEADLESS, HYBRID_LOCAL_ONE, HYBRID_ONE_NODE
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
+from stacks.planner.render import render_plan
 from stacks.planner.serve_options import card_table, read_serve_argv
 from tests.conftest import ROOT, flag_pairs, plan_of, problems_of
 from tests.nginx_harness import (
@@ -163,13 +164,37 @@ def test_behind_the_proxy_nginx_balances_over_every_node() -> None:
     block = block[:block.index("}")]
     assert block.split("\n")[1:4] == ['        least_conn;', '        server "127.0.0.1:8000";',
                                       '        server "192.0.2.12:8000";']
-    # the other node's vLLM port is for the proxy only: a cluster port, not a client one
+    # the other node's vLLM port is for the proxy only: neither a client port nor one for every cluster host
     assert listening(plan, "h20-2")["OpenAI API (vLLM, this node's DP ranks; reached through the head's proxy)"] == (
-        "8000", "cluster")
-    assert plan.firewall.nodes[1].api_ports == [] and "8000" in plan.firewall.nodes[1].internal_ports
+        "8000", "proxy")
+    assert plan.firewall.nodes[1].api_ports == [] and "8000" not in plan.firewall.nodes[1].internal_ports
     internal = build_plan("t", parse_config("t", proxied(dp16("internal"))))
     assert internal.proxy is not None and internal.proxy.upstream == "127.0.0.1:8000"
     assert "least_conn" not in masked_nginx_conf(front_door(parse_config("t", proxied(dp16("internal")))), ["team-a"])
+
+
+def test_behind_the_proxy_the_other_nodes_vllm_admits_only_the_proxy() -> None:
+    """vLLM's key guards only /v1: /invocations, /tokenize, /pause, /metrics, /collective_rpc of node2 must not be
+    open to every cluster host, only to the head's nginx (from its address on the network node2 binds)."""
+    from stacks.planner.firewall import render_table
+
+    plan = build_plan("t", parse_config("t", proxied(dp16("hybrid"))))
+    api = next(x for x in plan.listeners if x.node == "h20-2" and x.port == 8000)
+    assert (api.bind, api.allowed_sources, api.public) == ("192.0.2.12", ["192.0.2.11/32"], False)
+    fw = plan.firewall.nodes[1]
+    assert (fw.upstream_ports, fw.upstream_sources, fw.upstream_who) == (["8000"], ["192.0.2.11/32"], ["h20-1: nginx"])
+    assert "8000" not in ",".join([*fw.internal_ports, *fw.kept_open])
+    table = render_table(fw)
+    assert "elements = { 8000 }" in table and "elements = { 192.0.2.11/32 }" in table
+    assert 'tcp dport @upstream_ports ip saddr != @upstream_v4 counter drop' in table
+    assert 'tcp dport @upstream_ports ip6 saddr != @upstream_v6 counter drop' in table  # no IPv6 source: all dropped
+    text = render_plan(plan)
+    assert "h20-2: " in text and "API behind the proxy 8000 only from 192.0.2.11/32 (h20-1: nginx)" in text
+    # Prometheus (on the head: vLLM there binds loopback) scrapes node2's API server from the same address: named
+    values = proxied(dp16("hybrid")) | {"observability": {"enabled": True}, "grafana_admin_password": SECRET}
+    on_head = build_plan("t", parse_config("t", values)).firewall.nodes[1]
+    assert (on_head.upstream_sources, on_head.upstream_who) == (
+        ["192.0.2.11/32"], ["h20-1: nginx and h20-1: Prometheus"])
 
 
 def test_checks_pin_ranks_per_node_with_local_headers() -> None:
@@ -270,6 +295,16 @@ def test_hybrid_without_a_load_balancer_warns_where_requests_go() -> None:
     warning = next(w for w in plan.warnings if w.startswith("parallelism.dp_load_balancing: hybrid without"))
     assert "192.0.2.12:8000" in warning
     assert not [w for w in plan_of(proxied(dp16("hybrid"))).warnings if "dp_load_balancing" in w]
+
+
+def test_hybrid_behind_the_proxy_without_the_firewall_warns_the_other_nodes_are_open() -> None:
+    values = proxied(dp16("hybrid")) | {"firewall": {"enabled": False}}
+    plan = plan_of(values)
+    warning = next(w for w in plan.warnings if "hybrid behind api.proxy with firewall.enabled: false" in w)
+    assert "192.0.2.12:8000" in warning and "/invocations" in warning
+    assert plan.firewall.nodes == []
+    api = next(x for x in plan.listeners if x.node == "h20-2" and x.port == 8000)
+    assert api.allowed_sources == ["0.0.0.0/0", "::/0"]
 
 
 # --- real vLLM 0.33.0 (captured: bench/dp_lb_real_vllm.py --write) ---------------------------------------------
@@ -428,7 +463,7 @@ def test_the_policy_pack_holds_every_api_server_to_its_rules(tmp_path: Path, mon
     keyless = violations(run_program("prod", values, secrets={"ssh_private_key": "k"}), "prod")
     assert sorted(r for r, _ in keyless["vllm-api-auth-on-non-loopback"]) == [
         "engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
-    # behind the proxy node2's vLLM binds its control-plane address: private, firewalled to the cluster, keyed
+    # behind the proxy node2's vLLM binds its control-plane address: private, firewalled to the proxy, keyed
     behind = with_host_keys(proxied_values("prod"))
     behind["image"] |= {"tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}
     behind["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "hybrid"}

@@ -2,7 +2,9 @@
 
 Every internal port of a node (`stacks.planner.listeners`: Ray's gRPC servers, torch TCPStores, vLLM's ZMQ sockets, and
 the whole ephemeral range for the OS-picked ones) accepts new connections only from the cluster's own addresses
-and `fabric.private_networks`; the API/proxy port only from `firewall.api_sources`. Nothing else is touched:
+and `fabric.private_networks`; the API/proxy port only from `firewall.api_sources`; a vLLM API port behind the
+proxy on a node after the head (hybrid load balancing) only from the head's nginx and Prometheus
+(`stacks.planner.listeners.proxy_upstream_sources`). Nothing else is touched:
 
 - one table, `table inet vllm_cluster`, owned by this project; applied as `add table` + `delete table` + the
   definition in one `nft -f` file, which the kernel applies as one transaction (all or nothing, the old table
@@ -31,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.planner.exposure import ANYWHERE, NFT_MARKER
-from stacks.planner.listeners import Listener, api_sources, internal_sources
+from stacks.planner.listeners import Listener, api_sources, internal_sources, proxy_upstream_sources
 
 FAMILY = "inet"
 TABLE = "vllm_cluster"
@@ -54,9 +56,15 @@ class NodeFirewall(BaseModel):
     cluster_sources: list[str]
     api_sources: list[str]
     kept_open: list[str]
-    """Ports left out of the sets on purpose: SSH and the API ports."""
+    """Ports left out of the cluster-only rule: SSH (not filtered at all) and the API ports (filtered by their
+    own `api_sources`)."""
     sha256: str
     """Of the applied file: the command resource's trigger."""
+    upstream_ports: list[str] = []
+    """vLLM's API port behind the proxy on a node after the head (hybrid): only `upstream_sources` may connect."""
+    upstream_sources: list[str] = []
+    upstream_who: list[str] = []
+    """Who each of `upstream_sources` is (same order): the head's nginx, Prometheus."""
 
 
 class FirewallPlan(BaseModel):
@@ -83,14 +91,18 @@ def node_firewall(config: StackConfig, listeners: list[Listener], node: NodeConf
                   cluster: list[str] | None = None, api: list[str] | None = None) -> NodeFirewall:
     mine = [x for x in listeners if x.node == node.name]
     api_ports = merge([(x.port, x.port_end or x.port) for x in mine if x.reach == "clients"])
+    upstream = merge([(x.port, x.port_end or x.port) for x in mine if x.reach == "proxy"])
     keep = merge([(22, 22), (node.ssh.port, node.ssh.port)])
-    internal = subtract(merge([(x.port, x.port_end or x.port) for x in mine if x.reach != "clients"]),
-                        [*api_ports, *keep])
+    internal = subtract(merge([(x.port, x.port_end or x.port) for x in mine if x.reach not in ("clients", "proxy")]),
+                        [*api_ports, *keep, *upstream])
+    who = proxy_upstream_sources(config, node) if upstream else []
     spec = NodeFirewall(
         node=node.name, internal_ports=[_fmt(r) for r in internal], api_ports=[_fmt(r) for r in api_ports],
         cluster_sources=internal_sources(config) if cluster is None else cluster,
         api_sources=(api_sources(config) if api is None else api) if api_ports else [],
-        kept_open=[_fmt(r) for r in merge([*keep, *api_ports])], sha256="")
+        kept_open=[_fmt(r) for r in merge([*keep, *api_ports])], sha256="",
+        upstream_ports=[_fmt(r) for r in upstream], upstream_sources=[c for c, _ in who],
+        upstream_who=[w for _, w in who])
     return spec.model_copy(update={"sha256": hashlib.sha256(apply_file(spec).encode()).hexdigest()})
 
 
@@ -147,14 +159,17 @@ def render_table(spec: NodeFirewall) -> str:
     """The table definition (nft syntax). Only sets and drops; a source list of "anywhere" gets no rule."""
     sets: list[_Set] = []
     rules = ["\t\tiif \"lo\" accept", "\t\tct state established,related accept"]
+    whys = {"internal": "internal port, source outside the cluster", "api": "API port, source not allowed",
+            "upstream": "API port behind the proxy, source not the proxy"}
     for label, ports, sources in (("internal", spec.internal_ports, spec.cluster_sources),
-                                  ("api", spec.api_ports, spec.api_sources)):
+                                  ("api", spec.api_ports, spec.api_sources),
+                                  ("upstream", spec.upstream_ports, spec.upstream_sources)):
         if not ports or set(ANYWHERE) <= set(sources):
             continue  # anywhere: a rule would drop nothing
         v4, v6 = _split(sources)
         sets += [_Set(f"{label}_ports", "inet_service", ports), _Set(f"{label}_v4", "ipv4_addr", v4),
                  _Set(f"{label}_v6", "ipv6_addr", v6)]
-        why = "internal port, source outside the cluster" if label == "internal" else "API port, source not allowed"
+        why = whys[label]
         rules += [f"\t\ttcp dport @{label}_ports ip saddr != @{label}_v4 counter drop comment \"{why}\"",
                   f"\t\ttcp dport @{label}_ports ip6 saddr != @{label}_v6 counter drop comment \"{why}\""]
     lines = [f"table {FAMILY} {TABLE} {{"]

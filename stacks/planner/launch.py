@@ -151,8 +151,9 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
 def api_bind(config: StackConfig, node: NodeTopology) -> str:
     """The address a node's API server binds: `serving.host` on the head and wherever it is a wildcard. With
     hybrid load balancing behind the proxy the head's vLLM stays on loopback (only nginx beside it reaches it),
-    while every other node's binds that node's control-plane address, where the head's nginx reaches it (the
-    firewall admits only the cluster there; vLLM still wants api_key)."""
+    while every other node's binds that node's `fabric.control_plane` address (`fabric.control_ip`: the first of
+    its data_ips, or its management_ip), where the head's nginx reaches it from the head's own such address (the
+    firewall admits only that address there, `listeners.proxy_upstream_sources`; vLLM still wants api_key)."""
     host = config.serving.host
     if node.index == 0 or host in ("0.0.0.0", "::"):
         return host

@@ -146,7 +146,8 @@ class Listener(BaseModel):
     """dp-head, headless-engine, dp-api-engine, ray-head, ray-worker, proxy or monitoring."""
     process: str
     reach: str
-    """Who must connect: clients, cluster (the other nodes) or local (this host only)."""
+    """Who must connect: clients, cluster (the other nodes), proxy (only the head's nginx and the named
+    scrapers: `proxy_upstream_sources`) or local (this host only)."""
     internal: bool
     ephemeral: bool
     """The port is picked by the OS at bind time: port..port_end is the range it comes from."""
@@ -171,6 +172,8 @@ class _Row:
     port_end: int | None = None
     ephemeral: bool = False
     role: str | None = None
+    sources: tuple[str, ...] | None = None
+    """Who the firewall admits when it is neither the cluster nor `firewall.api_sources` (reach proxy)."""
 
 
 def listener_table(config: StackConfig, topo: Topology, *, multinode_master_port: int | None = None
@@ -194,12 +197,13 @@ class _Sources:
     api: list[str]
     internal_public: bool
     api_public: bool
+    trusted: list[str]
 
     @classmethod
     def of(cls, config: StackConfig) -> _Sources:
         internal, api = internal_sources(config), api_sources(config)
         trusted = collapse([*cluster_addresses(config), *config.fabric.private_networks])
-        return cls(internal, api, admits_outside(internal, trusted), admits_outside(api, trusted))
+        return cls(internal, api, admits_outside(internal, trusted), admits_outside(api, trusted), trusted)
 
 
 def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: NodeTopology,
@@ -279,15 +283,39 @@ def _api_rows(config: StackConfig) -> list[_Row]:
 
 def _hybrid_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
     """A node after the head with hybrid load balancing: its own API server, on `serving.port`. Behind the proxy
-    only the head's nginx calls it (it binds the node's control-plane address: a cluster port); without the
-    proxy clients and their load balancer do."""
+    only the head's nginx (and Prometheus, when it scrapes) may call it: vLLM's key guards only /v1 paths, so
+    /invocations, /tokenize, /metrics... would be open to every cluster host. Without the proxy clients and their
+    load balancer call it."""
     from stacks.planner.launch import api_bind
 
     proxy = config.api.proxy.enabled
+    sources = tuple(c for c, _ in proxy_upstream_sources(config, config.nodes[node.index])) if proxy else None
     return [_Row(config.serving.port, _bind_of(api_bind(config, node)),
                  "OpenAI API (vLLM, this node's DP ranks; reached through the head's proxy)" if proxy else
                  "OpenAI API (vLLM, this node's DP ranks)", "vllm serve (API server)", SRC_API_HYBRID,
-                 reach="cluster" if proxy else "clients")]
+                 reach="proxy" if proxy else "clients", sources=sources)]
+
+
+def proxy_upstream_sources(config: StackConfig, node: NodeConfig) -> list[tuple[str, str]]:
+    """(CIDR, who) allowed to open a connection to a node's API server behind the proxy (hybrid load balancing).
+
+    The node's vLLM binds its control-plane address (`launch.api_bind`); the head's nginx connects to it from
+    the head's control-plane address (same `fabric.control_plane`, so the same network), and Prometheus, when
+    it runs on another node, scrapes it from that node's control-plane address. The node's own checks
+    (`api-node-<node>`) and container healthcheck connect from the node itself, which the firewall's `iif lo`
+    accepts. With the firewall off: anywhere, like every other port."""
+    if not config.firewall.enabled:
+        return [(c, "anywhere (firewall.enabled: false)") for c in ANYWHERE]
+
+    def addr(n: NodeConfig) -> str:
+        return collapse([control_ip(config, n) or n.management_ip])[0]
+
+    who: dict[str, list[str]] = {addr(config.head): [f"{config.head.name}: nginx"]}
+    mon = monitor_node(config)
+    if config.observability.enabled and mon != node.name:
+        mon_cfg = next(n for n in config.nodes if n.name == mon)
+        who.setdefault(addr(mon_cfg), []).append(f"{mon}: Prometheus")
+    return [(c, " and ".join(names)) for c, names in who.items()]
 
 
 def _ray_rows(config: StackConfig, ip: str, *, head: bool) -> list[_Row]:
@@ -371,8 +399,10 @@ def _listener(config: StackConfig, sources: _Sources, node: NodeConfig, node_top
               row: _Row) -> Listener:
     loopback = is_loopback(row.bind)
     clients = row.reach == "clients"
-    allowed = [] if loopback else list(sources.api if clients else sources.internal)
-    admits_public = sources.api_public if clients else sources.internal_public
+    allowed = [] if loopback else list(row.sources if row.sources is not None else
+                                       sources.api if clients else sources.internal)
+    admits_public = (admits_outside(list(row.sources), sources.trusted) if row.sources is not None else
+                     sources.api_public if clients else sources.internal_public)
     return Listener(
         node=node.name, port=row.port, port_end=row.port_end, bind=row.bind, network=_network(node, row.bind),
         purpose=row.purpose,

@@ -88,7 +88,8 @@ def load_balancing_rules(config: StackConfig, topo: Topology) -> tuple[list[Prob
         problems.append(Problem(
             "serving.host", host, f"with {KEY}: hybrid every node runs an API server, and the nodes after the head "
             "cannot bind one of the head's addresses", fix="0.0.0.0 (every node, behind the firewall), or "
-            "127.0.0.1 with api.proxy.enabled (each other node then binds its control-plane address for the proxy)"))
+            "127.0.0.1 with api.proxy.enabled (each other node then binds its fabric.control_plane address, the first "
+            "of its data_ips or its management_ip, where only the head's nginx is admitted)"))
     elif host in LOOPBACK and not proxy:
         problems.append(Problem(
             "serving.host", host, f"with {KEY}: hybrid and no api.proxy, the API servers of the nodes after the head "
@@ -96,6 +97,15 @@ def load_balancing_rules(config: StackConfig, topo: Topology) -> tuple[list[Prob
             fix="api.proxy.enabled: true (nginx on the head spreads requests over every node), or 0.0.0.0 and your "
                 "own load balancer over every node's API port"))
     warnings: list[str] = []
+    if not problems and proxy and not config.firewall.enabled:
+        from stacks.planner.launch import api_bind
+
+        others = ", ".join(f"{api_bind(config, n)}:{config.serving.port}" for n in topo.nodes[1:])
+        warnings.append(
+            f"{KEY}: hybrid behind api.proxy with firewall.enabled: false: the other nodes' vLLM ({others}) admits "
+            "every host that reaches it, and its api_key guards only /v1 paths: /invocations, /tokenize, /pause, "
+            "/metrics, /collective_rpc there bypass the proxy's keys and allowlist; turn the firewall on (it then "
+            "admits only the head's nginx) or filter those ports yourself")
     if not problems and not proxy:
         others = ", ".join(f"{config.nodes[n.index].management_ip}:{config.serving.port}" for n in topo.nodes[1:])
         warnings.append(

@@ -221,6 +221,9 @@ def render_listeners(plan: Plan) -> list[str]:
                  "connections to these ports from other sources; SSH and every other port untouched:")
     for n in fw.nodes:
         api = f"; API {', '.join(n.api_ports)} from {', '.join(n.api_sources)}" if n.api_ports else ""
+        if n.upstream_ports:
+            who = ", ".join(f"{c} ({w})" for c, w in zip(n.upstream_sources, n.upstream_who, strict=True))
+            api += f"; API behind the proxy {', '.join(n.upstream_ports)} only from {who}"
         lines.append(f"   {n.node}: {', '.join(n.internal_ports) or '-'} from {', '.join(n.cluster_sources)}{api}; "
                      f"kept open: {', '.join(n.kept_open)} (sha256 {n.sha256[:12]})")
     return lines
