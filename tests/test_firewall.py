@@ -125,6 +125,19 @@ def test_ssh_and_api_ports_are_never_in_the_internal_set(prod_values: dict[str, 
     assert node1.api_ports == ["45000"] and node1.kept_open == ["22", "40022", "45000"]
 
 
+def test_the_summary_says_what_is_left_out_of_the_cluster_rule_and_why(prod_values: dict[str, Any]) -> None:
+    """`kept_open` is "not in the cluster-only rule", not "open to everyone": the API port has its own sources."""
+    from stacks.planner.render import render_listeners
+
+    prod_values["nodes"][0]["ssh"]["port"] = 40022
+    prod_values["firewall"] = {"api_sources": ["10.30.8.0/25"]}
+    plan = plan_of(prod_values)
+    node1 = next(line for line in render_listeners(plan) if line.startswith("   node1: "))
+    assert "; API 8030 from 10.30.8.0/25; not restricted to the cluster: 22 (ssh), 8030 (API, see its sources), " \
+        "40022 (ssh) (sha256 " in node1
+    assert "kept open" not in node1
+
+
 def test_api_sources_default_and_override(prod_values: dict[str, Any]) -> None:
     prod_values["api"] = {"proxy": {"enabled": True}}
     prod_values["serving"]["host"] = "127.0.0.1"

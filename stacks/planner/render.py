@@ -224,6 +224,8 @@ def render_listeners(plan: Plan) -> list[str]:
         if n.upstream_ports:
             who = ", ".join(f"{c} ({w})" for c, w in zip(n.upstream_sources, n.upstream_who, strict=True))
             api += f"; API behind the proxy {', '.join(n.upstream_ports)} only from {who}"
+        unrestricted = ", ".join(f"{p} (API, see its sources)" if p in n.api_ports else f"{p} (ssh)"
+                                 for p in n.kept_open)
         lines.append(f"   {n.node}: {', '.join(n.internal_ports) or '-'} from {', '.join(n.cluster_sources)}{api}; "
-                     f"kept open: {', '.join(n.kept_open)} (sha256 {n.sha256[:12]})")
+                     f"not restricted to the cluster: {unrestricted} (sha256 {n.sha256[:12]})")
     return lines
