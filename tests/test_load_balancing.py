@@ -262,6 +262,16 @@ def test_external_is_refused_with_what_vllm_needs_for_it() -> None:
     assert problem.upstream == EXTERNAL_SHAPE and problem.fix.startswith("hybrid")
 
 
+def test_a_misspelt_mode_names_only_the_modes_that_work() -> None:
+    out = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--set",
+                          "parallelism.dp_load_balancing=Hybrid"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "vllm-cluster:parallelism.dp_load_balancing = 'Hybrid': is not one of the allowed values" in out.stderr
+    assert "what works: internal or hybrid; external is not supported yet (docs/load-balancing.md)" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_hybrid_where_a_replica_spans_nodes_is_refused(h20_values: dict[str, Any]) -> None:
     values = h20_mp(h20_values, nodes=4, data=2)  # DP2 x (TP8 x PP2) over four nodes
     values["parallelism"]["dp_load_balancing"] = "hybrid"

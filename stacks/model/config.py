@@ -57,6 +57,8 @@ from stacks.model.golden import DEFAULT_GOLDEN, MAX_PAIRS, GoldenPair
 from stacks.model.weights_source import WeightsSource
 
 SECRET_MARKER = SECRET
+WHAT_WORKS = "what_works"
+"""A field's `json_schema_extra` key: the refusal's "what works" when not every allowed value is usable."""
 """What a `secure:` value becomes in the pure model: the plan never sees secret plaintext."""
 
 
@@ -314,7 +316,8 @@ class ParallelismConfig(_Model):
         description="who spreads requests over the DP ranks (mp, DP > 1; docs/load-balancing.md): internal = the "
         "head's API server over every rank, the other nodes --headless; hybrid = every node runs an API server over "
         "its own ranks (--data-parallel-hybrid-lb) and the proxy, or your load balancer, spreads requests over the "
-        "nodes; external (one API server per rank) is refused by this version of the tool")
+        "nodes; external (one API server per rank) is refused by this version of the tool",
+        json_schema_extra={WHAT_WORKS: "internal or hybrid; external is not supported yet (docs/load-balancing.md)"})
     all2all_backend: All2AllBackend = Field(
         default="allgather_reducescatter",
         description="--all2all-backend: how MoE tokens reach their experts' ranks (vllm/config/parallel.py:220-234); "

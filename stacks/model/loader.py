@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
+from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
@@ -345,7 +345,10 @@ def _problem(error: Any) -> Problem:
         return Problem(key, value, f"must be a mapping{what}",
                        fix=f"a mapping with keys {', '.join(keys)}" if keys else "a mapping of name: value")
     if kind in ("literal_error", "enum"):
-        return Problem(key, value, f"is not one of the allowed values{what}", fix=f"one of {ctx.get('expected')}")
+        extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
+        works = extra.get(WHAT_WORKS)
+        return Problem(key, value, f"is not one of the allowed values{what}",
+                       fix=str(works) if works else f"one of {ctx.get('expected')}")
     if kind == "is_instance_of":
         return Problem(key, value, f"must be a Pulumi secret{what}",
                        fix=f"pulumi config set --secret {PROJECT}:{key} <value>")
