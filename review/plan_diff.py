@@ -85,7 +85,7 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
         "proxy": {}, "listeners": {"added": [], "removed": []}, "monitoring": {},
         "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
         "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
-        "memory": {}, "secrets": [],
+        "memory": {}, "secrets": [], "firewall": {},
     }
     if base is None or head is None:
         return result
@@ -146,7 +146,49 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     new_l = {_listener_key(x): x for x in head.get("listeners", [])}
     result["listeners"] = {"added": [new_l[k] for k in new_l if k not in old_l],
                            "removed": [old_l[k] for k in old_l if k not in new_l]}
+    result["firewall"] = firewall_changes(base.get("firewall"), head.get("firewall"))
     return result
+
+
+FIREWALL_RULES = (("internal_ports", "cluster_sources", "internal"), ("api_ports", "api_sources", "API"),
+                  ("upstream_ports", "upstream_sources", "API behind the proxy"))
+"""Per node in the plan's `firewall.nodes`: which ports admit which sources (stacks/planner/firewall.py)."""
+
+
+def _firewall_rules(node: dict[str, Any] | None) -> list[str]:
+    """One line per port (range) and the sources it admits; what a `drop` of the node's table spares."""
+    if node is None:
+        return []
+    out = []
+    for ports_key, sources_key, kind in FIREWALL_RULES:
+        sources = ", ".join(node.get(sources_key) or [])
+        who = node.get("upstream_who") if kind == "API behind the proxy" else None
+        named = f" ({'; '.join(who)})" if who else ""
+        out += [f"{kind} {port} only from {sources}{named}" for port in node.get(ports_key) or []]
+    return out
+
+
+def firewall_changes(base: dict[str, Any] | None, head: dict[str, Any] | None) -> dict[str, Any]:
+    """Per node whose nftables table changes (its sha256, the firewall command's trigger): the port rules added
+    and removed, with their sources. {} when no table changes."""
+    old_fw, new_fw = base or {}, head or {}
+    old = {n["node"]: n for n in old_fw.get("nodes") or []}
+    new = {n["node"]: n for n in new_fw.get("nodes") or []}
+    nodes: dict[str, Any] = {}
+    for name in dict.fromkeys([*new, *old]):
+        a, b = old.get(name), new.get(name)
+        if (a or {}).get("sha256") == (b or {}).get("sha256"):
+            continue
+        before, after = _firewall_rules(a), _firewall_rules(b)
+        nodes[name] = {"sha256": [(a or {}).get("sha256"), (b or {}).get("sha256")],
+                       "added": [r for r in after if r not in before],
+                       "removed": [r for r in before if r not in after]}
+    out: dict[str, Any] = {}
+    if bool(old_fw.get("enabled")) != bool(new_fw.get("enabled")):
+        out["enabled"] = [old_fw.get("enabled"), new_fw.get("enabled")]
+    if nodes:
+        out["nodes"] = nodes
+    return out
 
 
 def _memory(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +367,7 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     if not any([diff["topology"], diff["image"], diff["containers"], diff["nodes"]["added"],
                 diff["nodes"]["removed"], diff["proxy"], diff["listeners"]["added"], diff["listeners"]["removed"],
                 diff.get("replaced"), diff.get("updated_in_place"), diff.get("memory"), diff.get("secrets"),
-                diff.get("monitoring")]):
+                diff.get("monitoring"), diff.get("firewall")]):
         only_checks = any(checks.get(k) for k in ("added", "removed", "changed"))
         lines += ["", "No change to the engines, the proxy or the listeners; only the checks above change."
                   if only_checks else "No change to what gets deployed."]
@@ -372,6 +414,7 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
         for tag, items in (("+", diff["listeners"]["added"]), ("-", diff["listeners"]["removed"])):
             lines += [f"- {tag} {_ports(x)} bind {x['bind']} ({x['network']}) {x['purpose']}"
                       + (" **PUBLIC**" if x["public"] else "") for x in items]
+    lines += _firewall_lines(diff.get("firewall") or {})
     if diff["replaced"]:
         lines += ["", "### Replaced by `pulumi up`", "",
                   "The whole engine group, together (vLLM is fail-stop), after the new image is on every node and "
@@ -383,6 +426,26 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
                   "Only the restart policy changes: `docker update`, no process restarts:"]
         lines += [f"- {_code(n)}" for n in diff["updated_in_place"]]
     return "\n".join(lines) + "\n"
+
+
+def _firewall_lines(firewall: dict[str, Any]) -> list[str]:
+    if not firewall:
+        return []
+    lines = ["", "### Host firewall", ""]
+    if "enabled" in firewall:
+        a, b = firewall["enabled"]
+        lines.append(f"- firewall.enabled: {_v(a)} → {_v(b)}" + (
+            " (**every port below loses its filter**)" if a and not b else ""))
+    if firewall.get("nodes"):
+        lines.append("Each node below gets its `table inet vllm_cluster` re-applied by its firewall command (one nft "
+                     "transaction; no engine restarts for it). Per port, the only sources it admits new connections "
+                     "from (+ added, − removed):")
+    for node, change in (firewall.get("nodes") or {}).items():
+        a, b = change["sha256"]
+        lines.append(f"- {_code(node)}: table sha256 {_v(a and a[:12])} → {_v(b and b[:12])}")
+        lines += [f"  - + {_text(r)}" for r in change["added"]]
+        lines += [f"  - − ~~{_text(r)}~~" for r in change["removed"]]
+    return lines
 
 
 def _memory_lines(memory: dict[str, Any]) -> list[str]:

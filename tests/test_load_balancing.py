@@ -492,3 +492,23 @@ def test_stacks_diff_calls_a_mode_change_a_group_restart() -> None:
     assert assess(found).kind == "group"
     text = to_markdown(found)
     assert "added `api-node-h20-2`" in text and "**removed** `api-golden-rank-15`" in text
+
+
+def test_stacks_diff_shows_the_firewall_rules_hybrid_adds(tmp_path: Path) -> None:
+    """`+ node2:8030` under listening ports is not enough: the reviewer must see who the new port admits and that
+    node2's nftables table changes (markdown and --json)."""
+    from tests.test_review_tools import diff, edit, make_repo
+
+    repo = make_repo(tmp_path)
+    edit(repo, "prod", ("tensor: 8", "tensor: 4"), ("data: 2", "data: 4"),
+         ("backend: mp", "backend: mp\n    dp_load_balancing: hybrid"))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    md = out.stdout
+    section = md[md.index("### Host firewall"):]
+    assert "- `node2`: table sha256 `" in section
+    assert "  - + API 8030 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24\n" in section
+    data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
+    node2 = data["firewall"]["nodes"]["node2"]
+    assert node2["added"] == ["API 8030 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"] and node2["removed"] == []
+    assert node2["sha256"][0] != node2["sha256"][1] and "node1" not in data["firewall"]["nodes"]
