@@ -270,3 +270,33 @@ def test_without_nft_the_command_cannot_run(lab: Lab, tmp_path: Path) -> None:
     done = lab.run("head", ["env", f"PATH={tmp_path}:/bin", "/bin/sh", "-c", command.create], check=False)
     assert done.returncode == 2 and "nft not found" in done.stdout
     assert lab.ruleset("head") == ""
+
+
+def test_hybrid_behind_the_proxy_the_other_nodes_api_admits_only_the_head(lab: Lab, tmp_path: Path) -> None:
+    """vLLM's key guards only /v1: the peer's API port (hybrid load balancing behind the head's nginx) must take
+    connections from the head alone — not from another host of the network — and from the peer itself (its own
+    checks and healthcheck, over lo)."""
+    from bench.dp_lb_real_vllm import dp16
+    from stacks.model.loader import parse_config
+    from tests.test_load_balancing import proxied
+
+    values = proxied(dp16("hybrid"))
+    for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
+        node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
+                    data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
+    values["fabric"] |= {"private_networks": [], "public_private_networks": [], "control_plane": "management",
+                         "nccl_socket": "management"}
+    config = parse_config("lab", values)
+    spec = build_plan("lab", config).firewall.nodes[1]
+    assert (spec.node, spec.upstream_ports, spec.upstream_sources) == ("peer", ["8000"], [f"{lab.v4('head')}/32"])
+    command = firewall_command(spec, config.nodes[1], state_dir=str(tmp_path), unit_dir=str(tmp_path))
+    with listeners(lab, "peer", [("api", lab.v4("peer"), 8000)]):
+        assert lab.connect("out", lab.v4("peer"), 8000) == "ok"   # without the table: open to the network
+        try:
+            applied = run_command(lab, "peer", command.create)
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            assert lab.connect("head", lab.v4("peer"), 8000) == "ok"      # the head's nginx
+            assert lab.connect("out", lab.v4("peer"), 8000) == "timeout"  # any other host: dropped
+            assert lab.connect("peer", lab.v4("peer"), 8000) == "ok"      # the node's own checks (iif lo)
+        finally:
+            assert run_command(lab, "peer", command.delete).returncode == 0
