@@ -864,3 +864,17 @@ def test_a_source_set_on_the_command_line_is_masked_and_not_echoed_as_its_locati
     else:
         assert f"at: --set {key}=…" in report and "***" in report, report
     assert PLAIN_SECRET not in report + repr([p.as_dict() for p in info.value.problems])
+
+
+@pytest.mark.parametrize(("extra", "shown"), [
+    (["-O9"], "-O9"), (["-Obanana"], "-Obanana"), (["-cc.mode=banana"], "-cc.mode=banana"),
+    (["--all2all-backend=deepep_low_latency"], "--all2all-backend=deepep_low_latency"),
+    (["--enable-eplb=true"], "--enable-eplb=true"), (["--max-num-seqs=64;id"], "--max-num-seqs=64;id"),
+    (["--max-num-seqs", "64"], "--max-num-seqs 64"), (["-O", "9"], "-O 9"),
+])
+def test_an_extra_args_refusal_shows_the_words_as_typed_once(extra: list[str], shown: str) -> None:
+    """A value attached to its flag (`--flag=value`, `-O<level>`) is part of that word: the refusal echoes the
+    argv words the option took, not the word and its value again."""
+    problem = next(p for p in _refused(_mutated("h20", {"serving.extra_args": extra})).problems
+                   if p.key == "serving.extra_args.0")
+    assert problem.value == shown, problem.render()

@@ -242,10 +242,13 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     items = read_argv(list(config.serving.extra_args), table)
     problems += scheduler_problems(config, items)
     seen: dict[str, int] = {}
-    for item in items:
+    words = list(config.serving.extra_args)
+    ends = [later.index for later in items[1:]] + [len(words)]
+    for item, end in zip(items, ends):
         shown = f"{key}.{item.index}"
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
-        value = " ".join([item.word, *item.values])[:200] if item.values and credential is None else item.word
+        # the words as typed: a value attached to its flag (`--flag=value`, `-O3`) is shown once, inside its word
+        value = " ".join(words[item.index:end])[:200] if credential is None else item.word
         if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
             problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
                                     "the last (and merges dotted forms after any JSON), so what the plan checked "
