@@ -293,6 +293,12 @@ def test_the_node_preflight_sizes_the_redundant_experts_too() -> None:
             assert ("--redundant-experts" in command) is told
 
 
+def test_a_weight_filter_with_eplb_offers_turning_either_off() -> None:
+    """With EPLB on the filter does nothing; either key resolves it, so the fix names both."""
+    problem = next(p for p in problems_of(variant(ep_weight_filter=True)) if p.key == "parallelism.ep_weight_filter")
+    assert problem.fix == "ep_weight_filter: false, or eplb.enabled: false", problem.render()
+
+
 def test_on_a_dense_model_the_keys_are_a_warning() -> None:
     plan = plan_of(variant(profile="qwen3-8b"))
     assert any("qwen3-8b is a dense model: vLLM does nothing with them" in w for w in plan.warnings), plan.warnings

@@ -380,7 +380,8 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     "does nothing: " + ("expert parallelism is off" if not par.expert else
                                         "with EPLB every rank loads every expert, for its redundant slots") +
                     " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
-                    fix="ep_weight_filter: false" + ("" if par.expert else ", or parallelism.expert: true")))
+                    fix="ep_weight_filter: false" + (", or eplb.enabled: false" if par.expert else
+                                                     ", or parallelism.expert: true")))
 
 
 def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
