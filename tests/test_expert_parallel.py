@@ -299,6 +299,16 @@ def test_a_weight_filter_with_eplb_offers_turning_either_off() -> None:
     assert problem.fix == "ep_weight_filter: false, or eplb.enabled: false", problem.render()
 
 
+@pytest.mark.parametrize("name", ["decode_token_threshold", "prefill_token_threshold"])
+def test_a_negative_dbo_threshold_with_dbo_on_asks_for_2_or_more(name: str) -> None:
+    """0 and 1 pass the schema but are refused while DBO is on: the range offered starts at 2 then."""
+    on = [p for p in problems_of(variant(all2all_backend="deepep_high_throughput", dbo={"enabled": True, name: -3}))
+          if p.key == f"parallelism.dbo.{name}"]
+    assert on and on[0].fix is not None and on[0].fix.startswith("a value from 2 to 16777216"), on
+    off = [p for p in problems_of(variant(dbo={"enabled": False, name: -3})) if p.key == f"parallelism.dbo.{name}"]
+    assert off and off[0].fix == "a value from 0 to 16777216", off
+
+
 def test_on_a_dense_model_the_keys_are_a_warning() -> None:
     plan = plan_of(variant(profile="qwen3-8b"))
     assert any("qwen3-8b is a dense model: vLLM does nothing with them" in w for w in plan.warnings), plan.warnings

@@ -286,6 +286,10 @@ class EplbConfig(_Model):
                 if name != "enabled" and getattr(self, name) != field.default}
 
 
+DBO_MIN_THRESHOLD = 2
+"""With DBO on, each threshold is at least the number of micro-batches (vllm/config/parallel.py:1178-1187)."""
+
+
 class DboConfig(_Model):
     """Dual-batch overlap: each step is split into two micro-batches so one computes while the other's
     all-to-all is in flight. `--enable-dbo` and its thresholds (vLLM 0.33.0, vllm/config/parallel.py:258-272)."""

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
+from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
@@ -286,7 +286,13 @@ def _range_text(low: Any, high: Any) -> str:
     return f"at most {high}" if high is not None else "a number"
 
 
-def _problem(error: Any) -> Problem:
+def _dbo_on(values: dict[str, Any]) -> bool:
+    parallelism = values.get("parallelism")
+    dbo = parallelism.get("dbo") if isinstance(parallelism, dict) else None
+    return isinstance(dbo, dict) and dbo.get("enabled") is True
+
+
+def _problem(error: Any, values: dict[str, Any] | None = None) -> Problem:
     loc = tuple(part for part in error["loc"] if part != "[key]")
     key = ".".join(str(part) for part in loc) or "<root>"
     kind = error["type"]
@@ -315,6 +321,9 @@ def _problem(error: Any) -> Problem:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         if low is None and high is None:  # a list item's own bound: pydantic names only the one it broke
             low, high = ctx.get("ge", ctx.get("gt")), ctx.get("le", ctx.get("lt"))
+        if loc[:2] == ("parallelism", "dbo") and str(loc[-1]).endswith("_threshold") and _dbo_on(values or {}):
+            return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(DBO_MIN_THRESHOLD, high)}"
+                           " (dbo.enabled is true: 0 and 1 are refused, vllm/config/parallel.py:1178-1187)")
         return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}")
     if kind in ("bool_type", "bool_parsing"):
         return Problem(key, value, f"must be true or false{what}",
@@ -386,7 +395,7 @@ def parse_config(stack: str, values: dict[str, Any], positions: dict[tuple[str |
         config = StackConfig.model_validate(clean)
     except ValidationError as exc:
         reported = {p.key for p in problems}
-        problems += [p for p in (_problem(error) for error in exc.errors())
+        problems += [p for p in (_problem(error, clean) for error in exc.errors())
                      if not any(p.key == r or p.key.startswith(f"{r}.") for r in reported)]
         raise ConfigError(stack, locate(problems, positions)) from None
     if problems:
