@@ -878,3 +878,16 @@ def test_an_extra_args_refusal_shows_the_words_as_typed_once(extra: list[str], s
     problem = next(p for p in _refused(_mutated("h20", {"serving.extra_args": extra})).problems
                    if p.key == "serving.extra_args.0")
     assert problem.value == shown, problem.render()
+
+
+@pytest.mark.parametrize("typed", ["99999999999999999999", "-99999999999999999999", "18446744073709551616"])
+def test_a_huge_whole_number_given_with_set_is_echoed_as_typed(typed: str) -> None:
+    """Past 64 bits a YAML reader makes a whole number a float; `--set` keeps the digits the user typed, so the
+    refusal shows them (not 1e20 rounded back to 100000000000000000000)."""
+    from stacks.model.loader import load_stack
+
+    with pytest.raises(ConfigError) as info:
+        load_stack("prod", [f"parallelism.tensor={typed}"], root=ROOT)
+    problem = next(p for p in info.value.problems if p.key == "parallelism.tensor")
+    assert problem.value == int(typed) and isinstance(problem.value, int), problem.render()
+    assert f"parallelism.tensor = {typed}:" in info.value.report()
