@@ -891,3 +891,18 @@ def test_a_huge_whole_number_given_with_set_is_echoed_as_typed(typed: str) -> No
     problem = next(p for p in info.value.problems if p.key == "parallelism.tensor")
     assert problem.value == int(typed) and isinstance(problem.value, int), problem.render()
     assert f"parallelism.tensor = {typed}:" in info.value.report()
+
+
+@pytest.mark.parametrize(("key", "typed", "names"), [
+    ("parallelism.all2all_backend", ".nan", "allgather_reducescatter, deepep_high_throughput"),
+    ("parallelism.eplb.communicator", "-.inf", "torch_nccl, torch_gloo"),
+])
+def test_a_nan_for_a_key_that_takes_names_lists_the_names(key: str, typed: str, names: str) -> None:
+    """`.nan` is a number to YAML; for a key of names the fix is the names, not 'a finite number'."""
+    from stacks.model.loader import load_stack
+
+    with pytest.raises(ConfigError) as info:
+        load_stack("prod", [f"{key}={typed}"], root=ROOT)
+    problem = next(p for p in info.value.problems if p.key == key)
+    assert problem.fix is not None and problem.fix.startswith(f"one of {names}"), problem.render()
+    assert "finite number" not in problem.fix

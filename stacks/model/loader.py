@@ -377,8 +377,15 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
 def _non_finite(value: Any, path: str) -> list[Problem]:
     """Pulumi cannot store NaN or infinity (its config values are JSON): refuse them anywhere."""
     if isinstance(value, float) and not math.isfinite(value):
+        info, _ = field_at(tuple(_path(path)))
+        annotation = _unwrap(info.annotation) if info is not None else None
+        names = [str(a) for a in typing.get_args(annotation) if a is not None] \
+            if typing.get_origin(annotation) is typing.Literal else []
+        if names:  # a key that takes names: YAML read `.nan`/`.inf` as a number
+            return [Problem(path, value, "is not one of the allowed values (YAML reads .nan and .inf as numbers, "
+                            "and Pulumi's JSON config has no NaN or infinity)", fix=f"one of {', '.join(names)}")]
         return [Problem(path, value, "is not a finite number (Pulumi stores config as JSON, which has no "
-                        "infinity or NaN)", fix="a finite number")]
+                        "infinity or NaN)", fix="a quoted string" if annotation is str else "a finite number")]
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in _non_finite(v, f"{path}.{k}")]
     if isinstance(value, list):
