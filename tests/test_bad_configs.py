@@ -906,3 +906,15 @@ def test_a_nan_for_a_key_that_takes_names_lists_the_names(key: str, typed: str, 
     problem = next(p for p in info.value.problems if p.key == key)
     assert problem.fix is not None and problem.fix.startswith(f"one of {names}"), problem.render()
     assert "finite number" not in problem.fix
+
+
+@pytest.mark.parametrize(("extra", "fix"), [
+    (["--enable-e"], "did you mean --enable-eplb? the config manages it: set parallelism.eplb.enabled instead"),
+    (["--enable-eplbb"], "did you mean --enable-eplb? the config manages it: set parallelism.eplb.enabled instead"),
+    (["--enforce-eagr"], "did you mean '--enforce-eager'?"),
+])
+def test_a_misspelt_flag_near_a_managed_one_points_to_its_config_key(extra: list[str], fix: str) -> None:
+    """Suggesting a flag extra_args refuses next sends the user round in a circle: name the key that sets it."""
+    problem = next(p for p in _refused(_mutated("h20", {"serving.extra_args": extra})).problems
+                   if p.key == "serving.extra_args.0")
+    assert problem.fix == fix, problem.render()
