@@ -261,6 +261,17 @@ def test_too_many_redundant_experts_do_not_fit_and_the_refusal_says_so() -> None
     assert "redundant experts 67.8" in memory.message and "out of memory" in (memory.upstream or "")
 
 
+@pytest.mark.parametrize("redundant", [1008, 400, 256])
+def test_the_memory_refusal_names_the_redundant_experts_and_the_most_that_fit(redundant: int) -> None:
+    """Redundant experts that overflow the GPU: the refusal names their key and offers the largest count that
+    both fits and divides over EP16 (240: 256 + 240 = 496 = 16 x 31), and that count plans."""
+    problems = problems_of(variant(eplb={"enabled": True, "num_redundant_experts": redundant}))
+    memory = next(p for p in problems if p.key in ("nodes.0.gpus.memory_gb", "serving.max_model_len"))
+    assert "parallelism.eplb.num_redundant_experts: 240 or fewer" in (memory.fix or ""), memory.render()
+    assert plan_of(variant(eplb={"enabled": True, "num_redundant_experts": 240})).nodes
+    problems_of(variant(eplb={"enabled": True, "num_redundant_experts": 256}))  # the next that divides does not fit
+
+
 def test_stacks_diff_shows_an_expert_parallel_change_restarts_the_group_and_its_memory() -> None:
     """More redundant experts and another backend: a new argv on every node (vLLM is fail-stop: the whole group
     is replaced) and a heavier GPU."""

@@ -28,6 +28,7 @@ from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
+from stacks.planner.memory import GpuMemory
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
@@ -441,6 +442,23 @@ def _dbo_rules(config: StackConfig, profile: ModelProfile | None, result: Valida
                     fix="dbo.enabled: false"))
 
 
+def _redundant_that_fit(config: StackConfig, profile: ModelProfile, gpu: GpuMemory, budget: float) -> int | None:
+    """The most EPLB redundant experts that fit per GPU (weights, KV and reserve) and keep routed + redundant
+    dividing over EP (fused_moe/layer.py:271-279); None when none are set or even 0 does not fit."""
+    redundant = config.parallelism.eplb.num_redundant_experts
+    routed = profile.routed_experts
+    if not redundant or not gpu.redundant_experts or not routed:
+        return None
+    par = config.parallelism
+    ep = par.tensor * (par.data if par.backend == "mp" else 1)
+    per_expert = gpu.redundant_experts / redundant
+    room = budget - (gpu.total - gpu.redundant_experts)
+    if room < 0:
+        return None
+    most = min(redundant - 1, int(room / per_expert))
+    return next((r for r in range(most, -1, -1) if (routed + r) % ep == 0), None)
+
+
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
     """Per GPU (stacks/planner/memory.py):
     experts over DP x TP, dense and Engram weights in every DP rank (split over TP),
@@ -460,12 +478,18 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                f"~{gpu.engram * mem.engram_shards * mem.engram_copies_per_node:.0f} GB of RAM per node)"
                if gpu.engram else "")
     if gpu.weights > budget:
+        fewer = _redundant_that_fit(config, profile, gpu, budget)
         result.problems.append(Problem(
             key, node.gpus.memory_gb,
             f"weights do not fit per GPU of {node.name}: {gpu.weights_text()} > {mem.gpu_gb:g} GB x {util} = "
-            f"{budget:.1f} GB ({layout}{engram})",
+            f"{budget:.1f} GB ({layout}{engram})" + (
+                f"; {config.parallelism.eplb.num_redundant_experts} redundant experts "
+                "(parallelism.eplb.num_redundant_experts) add "
+                f"{gpu.redundant_experts:.1f} GB" if gpu.redundant_experts else ""),
             upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
-            fix=f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
+            fix=(f"parallelism.eplb.num_redundant_experts: {fewer} or fewer (the most that fits; routed + redundant "
+                 "must divide by the EP size), " if fewer is not None else "") +
+            f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
     elif gpu.total > budget:
         fits = gpu.max_len_that_fits(budget)
         gib = 1e9 / 2**30
@@ -477,7 +501,9 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                      f"({serving.max_model_len}), ({gpu.kv * gib:.2f} GiB KV cache is needed, which is larger than "
                      f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB).",
             fix=f"max_model_len <= {fits}" + (", an fp8 kv_cache_dtype" if "fp8" not in (
-                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB"))
+                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB" + (
+                f", or parallelism.eplb.num_redundant_experts: {fewer} or fewer" if (
+                    fewer := _redundant_that_fit(config, profile, gpu, budget)) is not None else "")))
     elif gpu.total > 0.9 * budget:
         result.warnings.append(
             f"per GPU of {node.name}: {gpu.text()} of {budget:.1f} GB: room for only "
