@@ -78,7 +78,9 @@ def test_every_backend_vllm_runs_as_named_is_a_choice_and_was_tried() -> None:
     assert sorted(ALL2ALL_BACKENDS) == sorted(set(choices or ()) - set(REFUSED_ALL2ALL_BACKENDS))
     assert set(REFUSED_ALL2ALL_BACKENDS) - set(choices or ()) == {"passthrough"}  # not even on the CLI
     tried = {c["ok"]["all2all_backend"] for c in CAPTURE["planned"].values()}
-    assert tried == set(ALL2ALL_BACKENDS)
+    other_hardware = {c["ok"]["all2all_backend"] for n, c in CAPTURE["refused"].items() if n.endswith(" GPUs")}
+    assert tried | other_hardware == set(ALL2ALL_BACKENDS) and other_hardware == {"mori_high_throughput",
+                                                                                 "mori_low_latency"}
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.32.0"])
@@ -318,6 +320,42 @@ def test_a_negative_dbo_threshold_with_dbo_on_asks_for_2_or_more(name: str) -> N
     assert on and on[0].fix is not None and on[0].fix.startswith("a value from 2 to 16777216"), on
     off = [p for p in problems_of(variant(dbo={"enabled": False, name: -3})) if p.key == f"parallelism.dbo.{name}"]
     assert off and off[0].fix == "a value from 0 to 16777216", off
+
+
+def _gpus(values: dict[str, Any], model: str, memory_gb: float) -> dict[str, Any]:
+    for node in values["nodes"]:
+        node["gpus"] |= {"model": model, "memory_gb": memory_gb}
+    return values
+
+
+@pytest.mark.parametrize("backend", ["mori_low_latency", "mori_high_throughput"])
+def test_amds_mori_backends_are_refused_on_nvidia_gpus(backend: str) -> None:
+    """vLLM's parser takes them (the capture); its MoRI manager asserts AMD kernels and gfx942/gfx950."""
+    problem = next(p for p in problems_of(variant(all2all_backend=backend)) if p.key == "parallelism.all2all_backend")
+    assert "'NVIDIA H100 80GB HBM3'" in problem.message and "gfx942 and gfx950" in (problem.upstream or "")
+    assert problem.value == backend and "deepep" in (problem.fix or "")
+    assert "ok" in CAPTURE["refused"][f"all2all_backend {backend} on NVIDIA GPUs"]  # vLLM would not stop it
+
+
+@pytest.mark.parametrize("backend", ["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"])
+def test_multi_node_nvlink_backends_across_roce_nodes_are_refused_and_warned_where_undecidable(backend: str) -> None:
+    """Two H100 nodes talk over the fabric, not NVLink: refused naming the GPU. One node, or an NVL72 rack's
+    GB200s: the fabric handles cannot be seen offline, so a warning."""
+    problem = next(p for p in problems_of(variant(all2all_backend=backend)) if p.key == "parallelism.all2all_backend")
+    assert "spans 2 nodes of 'NVIDIA H100 80GB HBM3'" in problem.message and "MNNVL" in problem.message
+    rack = plan_of(_gpus(variant(all2all_backend=backend), "NVIDIA GB200", 186))
+    assert any(w.startswith(f"parallelism.all2all_backend {backend}:") and "'NVIDIA GB200'" in w
+               for w in rack.warnings), rack.warnings
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_xpus_xccl_communicator_is_refused_on_nvidia_gpus(use_async: bool) -> None:
+    """On CUDA vLLM runs torch_xccl as NCCL P2P over the device group, past the async-NCCL check."""
+    problem = next(p for p in problems_of(variant(eplb={"enabled": True, "communicator": "torch_xccl",
+                                                        "use_async": use_async}))
+                   if p.key == "parallelism.eplb.communicator")
+    assert "'NVIDIA H100 80GB HBM3'" in problem.message and "eplb_communicator.py" in problem.message
+    assert ("async EPLB" in problem.message) is use_async and "torch_gloo" in (problem.fix or "")
 
 
 def test_on_a_dense_model_the_keys_are_a_warning() -> None:

@@ -275,7 +275,8 @@ class EplbConfig(_Model):
     policy: Literal["default"] = Field(default="default", description="rebalancing policy (parallel.py:40, 94)")
     communicator: Literal["torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl"] | None = Field(
         default=None, description="how expert weights move (parallel.py:97-107); unset: nixl when installed, else "
-        "torch_gloo (parallel.py:1116-1134); torch_nccl and pynccl refuse use_async (parallel.py:124-130)")
+        "torch_gloo (parallel.py:1116-1134); torch_nccl and pynccl refuse use_async (parallel.py:124-130); torch_xccl "
+        "(Intel XPU) is refused on NVIDIA GPUs")
     enable_migration_batching: bool = Field(
         default=False, description="migrate in rounds where each rank talks to one peer; async only "
         "(parallel.py:109-118)")
@@ -323,7 +324,8 @@ class ParallelismConfig(_Model):
         default="allgather_reducescatter",
         description="--all2all-backend: how MoE tokens reach their experts' ranks (vllm/config/parallel.py:220-234); "
         "used with expert: true and DP > 1 (fused_moe/config.py:1035-1038); pplx and naive (removed), "
-        "flashinfer_all2allv (renamed) and passthrough (not a CLI choice) are refused")
+        "flashinfer_all2allv (renamed) and passthrough (not a CLI choice) are refused; so are AMD's mori_* on NVIDIA "
+        "GPUs, and flashinfer_nvlink_* across nodes that share no NVLink (not GB200/GB300)")
     eplb: EplbConfig = Field(default_factory=EplbConfig, description="expert-parallel load balancing (EPLB)")
     dbo: DboConfig = Field(default_factory=DboConfig, description="dual-batch overlap (DBO)")
     expert_placement: Literal["linear", "round_robin"] = Field(

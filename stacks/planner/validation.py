@@ -23,6 +23,7 @@ from stacks.planner.exposure import (
     private_network_findings,
 )
 from stacks.planner.fabric import control_ip, fabric_problems
+from stacks.planner.gpus import known_gpu
 from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
@@ -315,6 +316,7 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     f"one DP rank (expert {str(par.expert).lower()}, DP{dp}; use_all2all_kernels = use_ep and "
                     "dp_size > 1, fused_moe/config.py:1035-1038)",
                     fix="parallelism.expert: true with data > 1 (backend: mp), or remove all2all_backend"))
+    _hardware_rules(config, all2all_runs, result)
     if eplb.enabled and not par.expert:
         add(Problem("parallelism.eplb.enabled", True, "EPLB balances expert-parallel ranks, and expert "
                     "parallelism is off", upstream="ValueError: enable_expert_parallel must be True to use EPLB. "
@@ -383,6 +385,55 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
                     fix="ep_weight_filter: false" + (", or eplb.enabled: false" if par.expert else
                                                      ", or parallelism.expert: true")))
+
+
+NVLINK_DOMAIN_FAMILIES = ("GB200", "GB300")
+"""GPUs sold in racks whose NVLink spans nodes (NVL72): the only ones where FlashInfer's multi-node NVLink
+all-to-all can reach a GPU of another node (stacks/planner/gpus.py names the family)."""
+
+
+def _hardware_rules(config: StackConfig, all2all_runs: bool, result: Validation) -> None:
+    """Backends vLLM 0.33.0 writes for other hardware (AMD MoRI, XPU's XCCL, multi-node NVLink) against the
+    stack's GPUs: every node runs NVIDIA GPUs (`nodes[].gpus.model` as nvidia-smi prints it)."""
+    par, add = config.parallelism, result.problems.append
+    models = sorted({n.gpus.model for n in config.nodes})
+    gpus = " and ".join(repr(m) for m in models)
+    a2a = par.all2all_backend
+    if all2all_runs and a2a.startswith("mori_"):
+        add(Problem("parallelism.all2all_backend", a2a, f"MoRI is AMD's (ROCm) all-to-all, and the nodes run NVIDIA "
+                    f"GPUs ({gpus}), and MoRI's kernels exist for AMD gfx942 and gfx950 only",
+                    upstream="AssertionError: MoRI kernels not found. Please follow https://github.com/ROCm/mori/blob/"
+                    "main/README.md to install MoRI kernels. (vllm/distributed/device_communicators/all2all.py:924-"
+                    "927); with mori present: mori currently only support arch gfx942 and gfx950 (all2all.py:974-976)",
+                    fix="deepep_low_latency or deepep_high_throughput (the NVIDIA counterparts), or "
+                    "allgather_reducescatter"))
+    if all2all_runs and a2a.startswith("flashinfer_nvlink_"):
+        families = {(known_gpu(m).family if known_gpu(m) else None) for m in models}
+        domain = families <= set(NVLINK_DOMAIN_FAMILIES)
+        why = (f"FlashInfer's {a2a.removeprefix('flashinfer_nvlink_').replace('_', '-')} NVLink all-to-all maps "
+               "every EP rank's GPU memory over NVLink (an MNNVL workspace, vllm/distributed/device_communicators/"
+               f"all2all.py:{'694-707' if a2a.endswith('two_sided') else '842-870'})")
+        if len(config.nodes) > 1 and not domain:
+            add(Problem("parallelism.all2all_backend", a2a, f"{why}, and the EP group spans {len(config.nodes)} "
+                        f"nodes of {gpus}, which reach each other over the fabric (RoCE or InfiniBand), not NVLink: "
+                        "vLLM does not check this, FlashInfer fails when it maps the workspace",
+                        fix="deepep_low_latency or deepep_high_throughput (DeepEP over RDMA), or a GB200/GB300 "
+                        "NVL72 rack"))
+        else:
+            result.warnings.append(
+                f"parallelism.all2all_backend {a2a}: {why}; that needs CUDA fabric memory handles (the IMEX service "
+                f"of an NVLink domain) on {gpus}, which the plan cannot see offline and vLLM does not check: "
+                "without them FlashInfer fails when it maps the workspace")
+    eplb = par.eplb
+    if eplb.enabled and eplb.communicator == "torch_xccl":
+        add(Problem("parallelism.eplb.communicator", "torch_xccl", f"XCCL is Intel XPU's P2P (vllm/config/"
+                    f"parallel.py:102), and the nodes run NVIDIA GPUs ({gpus}): vLLM runs it as NCCL "
+                    "batch_isend_irecv over the device group (vllm/distributed/eplb/eplb_communicator.py:739-743, "
+                    "820-821, 245-300), torch_nccl under another name" + (
+                        ", without the check that refuses NCCL with async EPLB (vllm/config/parallel.py:124-130)"
+                        if eplb.use_async else ""),
+                    fix="torch_gloo or nixl, or leave communicator unset (vLLM picks nixl, else torch_gloo)"
+                    if eplb.use_async else "torch_nccl (what runs), torch_gloo or nixl"))
 
 
 def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
