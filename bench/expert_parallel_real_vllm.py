@@ -154,7 +154,8 @@ def refused_argv() -> dict[str, tuple[str, list[str]]]:
                                              "round_robin"])
     for backend in ("mori_high_throughput", "mori_low_latency"):  # vLLM's parser takes them; the GPUs do not
         out[f"all2all_backend {backend} on NVIDIA GPUs"] = (V3, [  # the example's argv with that backend
-            backend if before == "--all2all-backend" else word for before, word in zip(["", *head], head)])
+            backend if before == "--all2all-backend" else word
+            for before, word in zip(["", *head[:-1]], head, strict=True)])
     return out
 
 

@@ -244,7 +244,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     seen: dict[str, int] = {}
     words = list(config.serving.extra_args)
     ends = [later.index for later in items[1:]] + [len(words)]
-    for item, end in zip(items, ends):
+    for item, end in zip(items, ends, strict=True):
         shown = f"{key}.{item.index}"
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
         # the words as typed: a value attached to its flag (`--flag=value`, `-O3`) is shown once, inside its word

@@ -29,8 +29,8 @@ from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
-from stacks.planner.memory import GpuMemory
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
+from stacks.planner.memory import GpuMemory
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, speculative_fields
@@ -408,7 +408,7 @@ def _hardware_rules(config: StackConfig, all2all_runs: bool, result: Validation)
                     fix="deepep_low_latency or deepep_high_throughput (the NVIDIA counterparts), or "
                     "allgather_reducescatter"))
     if all2all_runs and a2a.startswith("flashinfer_nvlink_"):
-        families = {(known_gpu(m).family if known_gpu(m) else None) for m in models}
+        families = {gpu.family if (gpu := known_gpu(m)) is not None else None for m in models}
         domain = families <= set(NVLINK_DOMAIN_FAMILIES)
         why = (f"FlashInfer's {a2a.removeprefix('flashinfer_nvlink_').replace('_', '-')} NVLink all-to-all maps "
                "every EP rank's GPU memory over NVLink (an MNNVL workspace, vllm/distributed/device_communicators/"
