@@ -243,7 +243,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     problems += scheduler_problems(config, items)
     seen: dict[str, int] = {}
     words = list(config.serving.extra_args)
-    ends = [later.index for later in items[1:]] + [len(words)]
+    ends = [later.index for later in items[1:]] + [len(words)] if items else []
     for item, end in zip(items, ends, strict=True):
         shown = f"{key}.{item.index}"
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
