@@ -358,6 +358,30 @@ def test_xpus_xccl_communicator_is_refused_on_nvidia_gpus(use_async: bool) -> No
     assert ("async EPLB" in problem.message) is use_async and "torch_gloo" in (problem.fix or "")
 
 
+def _moe(values: dict[str, Any], *words: str) -> dict[str, Any]:
+    values["serving"]["extra_args"] = list(words)
+    return values
+
+
+@pytest.mark.parametrize("words", [["--moe-backend=flashinfer_moe_ep_cutedsl"],
+                                   ["--moe-backend", "flashinfer_moe_ep_mega_deep_gemm"]])
+def test_a_self_dispatching_moe_backend_with_an_all2all_backend_is_refused(words: list[str]) -> None:
+    """vLLM's KernelConfig refuses the pair (kernel.py:207-215); with the default it silently runs passthrough."""
+    problem = next(p for p in problems_of(_moe(variant(), *words)) if p.key == "serving.extra_args.0")
+    assert "cannot be paired with all2all_backend='deepep_low_latency'" in (problem.upstream or "")
+    assert "allgather_reducescatter" in (problem.fix or "")
+    plan = plan_of(_moe(variant(all2all_backend="allgather_reducescatter"), *words))
+    assert any("vLLM runs all2all_backend passthrough" in w for w in plan.warnings), plan.warnings
+
+
+def test_the_deep_gemm_moe_ep_backend_on_another_architecture_is_refused() -> None:
+    values = _moe(variant(profile=QWEN, all2all_backend="allgather_reducescatter", eplb={"enabled": False}),
+                  "--moe-backend", "flashinfer_moe_ep_mega_deep_gemm")
+    problem = next(p for p in problems_of(values) if p.key == "serving.extra_args.0")
+    assert "is only supported for DeepSeek-V4 models" in (problem.upstream or "") and "kernel.py:231-243" in (
+        problem.upstream or "")
+
+
 def test_on_a_dense_model_the_keys_are_a_warning() -> None:
     plan = plan_of(variant(profile="qwen3-8b"))
     assert any("qwen3-8b is a dense model: vLLM does nothing with them" in w for w in plan.warnings), plan.warnings

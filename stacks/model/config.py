@@ -245,8 +245,11 @@ REFUSED_ALL2ALL_BACKENDS: dict[str, tuple[str, str]] = {
                             "distributed/device_communicators/cuda_communicator.py:256-260 warns it will be removed)",
                             "flashinfer_nvlink_two_sided"),
     "passthrough": ("is not selectable from vLLM's command line: 0.33.0 removes it from --all2all-backend's "
-                    "choices and binds it from --moe-backend (vllm/engine/arg_utils.py:1157-1161)",
-                    "one of the other backends; passthrough comes with a MoE backend that dispatches itself"),
+                    "choices and binds it from --moe-backend (vllm/engine/arg_utils.py:1157-1161, "
+                    "config/kernel.py:194-229)",
+                    "one of the other backends; for passthrough leave all2all_backend at its default and put "
+                    "--moe-backend flashinfer_moe_ep_cutedsl (or flashinfer_moe_ep_mega_deep_gemm) in "
+                    "serving.extra_args: vLLM binds it then"),
 }
 """All-to-all backends vLLM 0.33.0 accepts on its command line but does not run as named, each refused with why."""
 

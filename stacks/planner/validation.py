@@ -33,7 +33,7 @@ from stacks.planner.managed import argv_problems, env_problems, image_card, tabl
 from stacks.planner.memory import GpuMemory
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
-from stacks.planner.serve_options import engine_values, speculative_fields
+from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
     backend_rules,
     endpoint_name_rules,
@@ -317,6 +317,7 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     "dp_size > 1, fused_moe/config.py:1035-1038)",
                     fix="parallelism.expert: true with data > 1 (backend: mp), or remove all2all_backend"))
     _hardware_rules(config, all2all_runs, result)
+    _moe_backend_rules(config, profile, result)
     if eplb.enabled and not par.expert:
         add(Problem("parallelism.eplb.enabled", True, "EPLB balances expert-parallel ranks, and expert "
                     "parallelism is off", upstream="ValueError: enable_expert_parallel must be True to use EPLB. "
@@ -385,6 +386,47 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
                     fix="ep_weight_filter: false" + (", or eplb.enabled: false" if par.expert else
                                                      ", or parallelism.expert: true")))
+
+
+SELF_DISPATCHING_MOE_BACKENDS = ("flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm")
+"""vLLM 0.33.0's MoE backends that dispatch and combine tokens themselves (vllm/config/kernel.py:149-158): with
+them vLLM binds all2all_backend to passthrough (kernel.py:194-229)."""
+DEEPSEEK_V4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM")
+"""The architectures flashinfer_moe_ep_mega_deep_gemm runs (vllm/config/kernel.py:183-191, 231-243)."""
+
+
+def _moe_backend_rules(config: StackConfig, profile: ModelProfile | None, result: Validation) -> None:
+    """`--moe-backend` in serving.extra_args (not a typed key: it picks expert kernels) against the all-to-all
+    backend and the model, where vLLM 0.33.0 refuses the pair in KernelConfig.set_platform_defaults."""
+    table, _ = table_for(config)
+    items = [i for i in read_argv(list(config.serving.extra_args), table) if i.dest == "moe_backend" and i.values]
+    if not items:
+        return
+    item = items[-1]
+    moe = item.values[-1].lower().replace("-", "_")  # its argparse type (vllm/engine/arg_utils.py:1843-1845)
+    key, a2a = f"serving.extra_args.{item.index}", config.parallelism.all2all_backend
+    if moe not in SELF_DISPATCHING_MOE_BACKENDS:
+        return
+    if a2a != "allgather_reducescatter":
+        result.problems.append(Problem(
+            key, f"{item.word} {moe}" if "=" not in item.word else item.word,
+            f"--moe-backend {moe} dispatches and combines tokens itself, and parallelism.all2all_backend is {a2a}",
+            upstream=f"ValueError: moe_backend='{moe}' dispatches and combines itself and cannot be paired with "
+            f"all2all_backend='{a2a}'; leave --all2all-backend unset. (vllm/config/kernel.py:207-215)",
+            fix="parallelism.all2all_backend: allgather_reducescatter (the default; vLLM then runs passthrough), "
+            "or another --moe-backend"))
+    else:
+        result.warnings.append(f"{key}: --moe-backend {moe} dispatches and combines tokens itself: vLLM runs "
+                               "all2all_backend passthrough instead of allgather_reducescatter (vllm/config/kernel.py:"
+                               "216-222)")
+    if moe == "flashinfer_moe_ep_mega_deep_gemm" and profile is not None and profile.architecture and \
+            profile.architecture not in DEEPSEEK_V4_ARCHITECTURES:
+        result.problems.append(Problem(
+            key, f"{item.word} {moe}" if "=" not in item.word else item.word,
+            f"--moe-backend {moe} runs DeepSeek-V4 models only, and {profile.key} is {profile.architecture}",
+            upstream=f"ValueError: moe_backend='{moe}' is only supported for DeepSeek-V4 models "
+            f"({sorted(DEEPSEEK_V4_ARCHITECTURES)}), but the model is ['{profile.architecture}']. "
+            "(vllm/config/kernel.py:231-243)", fix="another --moe-backend, e.g. flashinfer_moe_ep_cutedsl"))
 
 
 NVLINK_DOMAIN_FAMILIES = ("GB200", "GB300")
