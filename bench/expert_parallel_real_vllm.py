@@ -70,7 +70,14 @@ def planned_values() -> dict[str, tuple[dict[str, Any], str, str]]:
         "wide-ep example, second node": (example_values(), "gpu2", V3),
     }
     for backend in ALL2ALL_BACKENDS:
-        if backend == "moonep":  # unquantized BF16 only, without EPLB (vllm/config/vllm.py:2106-2132)
+        if backend.startswith("mori_"):  # AMD's: refused on the example's NVIDIA GPUs, tried under `refused`
+            continue
+        if backend.startswith("flashinfer_nvlink_"):  # multi-node NVLink: planned on an NVL72 rack's GPUs
+            values = variant(all2all_backend=backend)
+            for node in values["nodes"]:
+                node["gpus"] |= {"model": "NVIDIA GB200", "memory_gb": 186}
+            cases[f"all2all_backend {backend}"] = (values, "gpu1", V3)
+        elif backend == "moonep":  # unquantized BF16 only, without EPLB (vllm/config/vllm.py:2106-2132)
             cases[f"all2all_backend {backend} (Qwen3-30B-A3B card, no EPLB)"] = (variant(
                 profile=QWEN, all2all_backend=backend, eplb={"enabled": False}), "gpu1", QWEN)
         else:
@@ -145,6 +152,10 @@ def refused_argv() -> dict[str, tuple[str, list[str]]]:
     out["moonep with eplb"] = (QWEN, [*qwen, "--all2all-backend", "moonep", "--enable-eplb"])
     out["moonep with round_robin"] = (QWEN, [*qwen, "--all2all-backend", "moonep", "--expert-placement-strategy",
                                              "round_robin"])
+    for backend in ("mori_high_throughput", "mori_low_latency"):  # vLLM's parser takes them; the GPUs do not
+        out[f"all2all_backend {backend} on NVIDIA GPUs"] = (V3, [  # the example's argv with that backend
+            backend if before == "--all2all-backend" else word
+            for before, word in zip(["", *head[:-1]], head, strict=True)])
     return out
 
 

@@ -53,6 +53,7 @@ from checks.verdict import (
     env_name,
     integer,
     listed,
+    mask_credentials,
     node_names,
     optional_path,
     seconds,
@@ -807,7 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if listen is None and info is not None:
             raise ConfigProblem("--info-json without --metrics-listen: nothing would serve it")
     except ConfigProblem as exc:
-        print(f"{args.name}: {exc}", file=sys.stderr)
+        if args.json:  # stdout is one JSON document for a program; the person gets the line on stderr
+            print(mask_credentials(f"{args.name}: bad argument: {exc}"), file=sys.stderr)
         emit(Verdict(args.name, "cannot-run", f"bad argument: {exc}", next_step="api --help"), args.json)
         return 2
     key = os.environ.get(args.api_key_env) or None

@@ -400,9 +400,9 @@ def argument_message(message: str) -> str:
 
 
 class CheckParser(argparse.ArgumentParser):
-    """argparse for the check programs: a bad argument prints `CANNOT-RUN <name>: bad argument: …` (one JSON
-    verdict with --json) on stdout, a copy on stderr, and exits 2. `check` is the verdict's name when --name is
-    not given or not a name."""
+    """argparse for the check programs: a bad argument prints `CANNOT-RUN <name>: bad argument: …` once on stdout
+    (with --json: one JSON verdict there, and the line on stderr for the person) and exits 2. `check` is the
+    verdict's name when --name is not given or not a name."""
 
     def __init__(self, *args: Any, check: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -421,5 +421,6 @@ class CheckParser(argparse.ArgumentParser):
         message = argument_message(message)
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
-        print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
+        if "--json" in argv:  # stdout is one JSON document for a program; the person gets the line on stderr
+            print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
         raise SystemExit(2)

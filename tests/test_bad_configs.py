@@ -864,3 +864,57 @@ def test_a_source_set_on_the_command_line_is_masked_and_not_echoed_as_its_locati
     else:
         assert f"at: --set {key}=…" in report and "***" in report, report
     assert PLAIN_SECRET not in report + repr([p.as_dict() for p in info.value.problems])
+
+
+@pytest.mark.parametrize(("extra", "shown"), [
+    (["-O9"], "-O9"), (["-Obanana"], "-Obanana"), (["-cc.mode=banana"], "-cc.mode=banana"),
+    (["--all2all-backend=deepep_low_latency"], "--all2all-backend=deepep_low_latency"),
+    (["--enable-eplb=true"], "--enable-eplb=true"), (["--max-num-seqs=64;id"], "--max-num-seqs=64;id"),
+    (["--max-num-seqs", "64"], "--max-num-seqs 64"), (["-O", "9"], "-O 9"),
+])
+def test_an_extra_args_refusal_shows_the_words_as_typed_once(extra: list[str], shown: str) -> None:
+    """A value attached to its flag (`--flag=value`, `-O<level>`) is part of that word: the refusal echoes the
+    argv words the option took, not the word and its value again."""
+    problem = next(p for p in _refused(_mutated("h20", {"serving.extra_args": extra})).problems
+                   if p.key == "serving.extra_args.0")
+    assert problem.value == shown, problem.render()
+
+
+@pytest.mark.parametrize("typed", ["99999999999999999999", "-99999999999999999999", "18446744073709551616"])
+def test_a_huge_whole_number_given_with_set_is_echoed_as_typed(typed: str) -> None:
+    """Past 64 bits a YAML reader makes a whole number a float; `--set` keeps the digits the user typed, so the
+    refusal shows them (not 1e20 rounded back to 100000000000000000000)."""
+    from stacks.model.loader import load_stack
+
+    with pytest.raises(ConfigError) as info:
+        load_stack("prod", [f"parallelism.tensor={typed}"], root=ROOT)
+    problem = next(p for p in info.value.problems if p.key == "parallelism.tensor")
+    assert problem.value == int(typed) and isinstance(problem.value, int), problem.render()
+    assert f"parallelism.tensor = {typed}:" in info.value.report()
+
+
+@pytest.mark.parametrize(("key", "typed", "names"), [
+    ("parallelism.all2all_backend", ".nan", "allgather_reducescatter, deepep_high_throughput"),
+    ("parallelism.eplb.communicator", "-.inf", "torch_nccl, torch_gloo"),
+])
+def test_a_nan_for_a_key_that_takes_names_lists_the_names(key: str, typed: str, names: str) -> None:
+    """`.nan` is a number to YAML; for a key of names the fix is the names, not 'a finite number'."""
+    from stacks.model.loader import load_stack
+
+    with pytest.raises(ConfigError) as info:
+        load_stack("prod", [f"{key}={typed}"], root=ROOT)
+    problem = next(p for p in info.value.problems if p.key == key)
+    assert problem.fix is not None and problem.fix.startswith(f"one of {names}"), problem.render()
+    assert "finite number" not in problem.fix
+
+
+@pytest.mark.parametrize(("extra", "fix"), [
+    (["--enable-e"], "did you mean --enable-eplb? the config manages it: set parallelism.eplb.enabled instead"),
+    (["--enable-eplbb"], "did you mean --enable-eplb? the config manages it: set parallelism.eplb.enabled instead"),
+    (["--enforce-eagr"], "did you mean '--enforce-eager'?"),
+])
+def test_a_misspelt_flag_near_a_managed_one_points_to_its_config_key(extra: list[str], fix: str) -> None:
+    """Suggesting a flag extra_args refuses next sends the user round in a circle: name the key that sets it."""
+    problem = next(p for p in _refused(_mutated("h20", {"serving.extra_args": extra})).problems
+                   if p.key == "serving.extra_args.0")
+    assert problem.fix == fix, problem.render()

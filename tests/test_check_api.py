@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import ROOT
 
@@ -474,3 +475,20 @@ def test_watch_survives_a_body_httpx_cannot_decode() -> None:
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert "DecodingError" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("args", [("--url", "http://127.0.0.1:99999", "--served-name", "m"),
+                                  ("--url", "http://127.0.0.1:9")])
+def test_a_bad_argument_is_printed_once(args: tuple[str, ...]) -> None:
+    """One refusal, one line (a terminal shows stdout and stderr together); with --json the verdict is the one
+    JSON document on stdout and the person's line goes to stderr."""
+    plain = subprocess.run([sys.executable, "-m", "checks.api", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    text = plain.stdout + plain.stderr
+    assert plain.returncode == 2 and text.count("bad argument:") == 1, text
+    assert plain.stdout.startswith("CANNOT-RUN api: bad argument:") and not plain.stderr, text
+    done = subprocess.run([sys.executable, "-m", "checks.api", *args, "--json"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    verdict = json.loads(done.stdout)
+    assert done.returncode == 2 and verdict["status"] == "cannot-run" and verdict["exit_code"] == 2, done
+    assert done.stderr.count("bad argument:") == 1, done.stderr

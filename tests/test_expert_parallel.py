@@ -78,7 +78,9 @@ def test_every_backend_vllm_runs_as_named_is_a_choice_and_was_tried() -> None:
     assert sorted(ALL2ALL_BACKENDS) == sorted(set(choices or ()) - set(REFUSED_ALL2ALL_BACKENDS))
     assert set(REFUSED_ALL2ALL_BACKENDS) - set(choices or ()) == {"passthrough"}  # not even on the CLI
     tried = {c["ok"]["all2all_backend"] for c in CAPTURE["planned"].values()}
-    assert tried == set(ALL2ALL_BACKENDS)
+    other_hardware = {c["ok"]["all2all_backend"] for n, c in CAPTURE["refused"].items() if n.endswith(" GPUs")}
+    assert tried | other_hardware == set(ALL2ALL_BACKENDS) and other_hardware == {"mori_high_throughput",
+                                                                                 "mori_low_latency"}
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.32.0"])
@@ -261,6 +263,17 @@ def test_too_many_redundant_experts_do_not_fit_and_the_refusal_says_so() -> None
     assert "redundant experts 67.8" in memory.message and "out of memory" in (memory.upstream or "")
 
 
+@pytest.mark.parametrize("redundant", [1008, 400, 256])
+def test_the_memory_refusal_names_the_redundant_experts_and_the_most_that_fit(redundant: int) -> None:
+    """Redundant experts that overflow the GPU: the refusal names their key and offers the largest count that
+    both fits and divides over EP16 (240: 256 + 240 = 496 = 16 x 31), and that count plans."""
+    problems = problems_of(variant(eplb={"enabled": True, "num_redundant_experts": redundant}))
+    memory = next(p for p in problems if p.key in ("nodes.0.gpus.memory_gb", "serving.max_model_len"))
+    assert "parallelism.eplb.num_redundant_experts: 240 or fewer" in (memory.fix or ""), memory.render()
+    assert plan_of(variant(eplb={"enabled": True, "num_redundant_experts": 240})).nodes
+    problems_of(variant(eplb={"enabled": True, "num_redundant_experts": 256}))  # the next that divides does not fit
+
+
 def test_stacks_diff_shows_an_expert_parallel_change_restarts_the_group_and_its_memory() -> None:
     """More redundant experts and another backend: a new argv on every node (vLLM is fail-stop: the whole group
     is replaced) and a heavier GPU."""
@@ -291,6 +304,82 @@ def test_the_node_preflight_sizes_the_redundant_experts_too() -> None:
         for command in sized:
             assert ("--redundant-experts 16 --routed-experts 256" in command) is told, command
             assert ("--redundant-experts" in command) is told
+
+
+def test_a_weight_filter_with_eplb_offers_turning_either_off() -> None:
+    """With EPLB on the filter does nothing; either key resolves it, so the fix names both."""
+    problem = next(p for p in problems_of(variant(ep_weight_filter=True)) if p.key == "parallelism.ep_weight_filter")
+    assert problem.fix == "ep_weight_filter: false, or eplb.enabled: false", problem.render()
+
+
+@pytest.mark.parametrize("name", ["decode_token_threshold", "prefill_token_threshold"])
+def test_a_negative_dbo_threshold_with_dbo_on_asks_for_2_or_more(name: str) -> None:
+    """0 and 1 pass the schema but are refused while DBO is on: the range offered starts at 2 then."""
+    on = [p for p in problems_of(variant(all2all_backend="deepep_high_throughput", dbo={"enabled": True, name: -3}))
+          if p.key == f"parallelism.dbo.{name}"]
+    assert on and on[0].fix is not None and on[0].fix.startswith("a value from 2 to 16777216"), on
+    off = [p for p in problems_of(variant(dbo={"enabled": False, name: -3})) if p.key == f"parallelism.dbo.{name}"]
+    assert off and off[0].fix == "a value from 0 to 16777216", off
+
+
+def _gpus(values: dict[str, Any], model: str, memory_gb: float) -> dict[str, Any]:
+    for node in values["nodes"]:
+        node["gpus"] |= {"model": model, "memory_gb": memory_gb}
+    return values
+
+
+@pytest.mark.parametrize("backend", ["mori_low_latency", "mori_high_throughput"])
+def test_amds_mori_backends_are_refused_on_nvidia_gpus(backend: str) -> None:
+    """vLLM's parser takes them (the capture); its MoRI manager asserts AMD kernels and gfx942/gfx950."""
+    problem = next(p for p in problems_of(variant(all2all_backend=backend)) if p.key == "parallelism.all2all_backend")
+    assert "'NVIDIA H100 80GB HBM3'" in problem.message and "gfx942 and gfx950" in (problem.upstream or "")
+    assert problem.value == backend and "deepep" in (problem.fix or "")
+    assert "ok" in CAPTURE["refused"][f"all2all_backend {backend} on NVIDIA GPUs"]  # vLLM would not stop it
+
+
+@pytest.mark.parametrize("backend", ["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"])
+def test_multi_node_nvlink_backends_across_roce_nodes_are_refused_and_warned_where_undecidable(backend: str) -> None:
+    """Two H100 nodes talk over the fabric, not NVLink: refused naming the GPU. One node, or an NVL72 rack's
+    GB200s: the fabric handles cannot be seen offline, so a warning."""
+    problem = next(p for p in problems_of(variant(all2all_backend=backend)) if p.key == "parallelism.all2all_backend")
+    assert "spans 2 nodes of 'NVIDIA H100 80GB HBM3'" in problem.message and "MNNVL" in problem.message
+    rack = plan_of(_gpus(variant(all2all_backend=backend), "NVIDIA GB200", 186))
+    assert any(w.startswith(f"parallelism.all2all_backend {backend}:") and "'NVIDIA GB200'" in w
+               for w in rack.warnings), rack.warnings
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_xpus_xccl_communicator_is_refused_on_nvidia_gpus(use_async: bool) -> None:
+    """On CUDA vLLM runs torch_xccl as NCCL P2P over the device group, past the async-NCCL check."""
+    problem = next(p for p in problems_of(variant(eplb={"enabled": True, "communicator": "torch_xccl",
+                                                        "use_async": use_async}))
+                   if p.key == "parallelism.eplb.communicator")
+    assert "'NVIDIA H100 80GB HBM3'" in problem.message and "eplb_communicator.py" in problem.message
+    assert ("async EPLB" in problem.message) is use_async and "torch_gloo" in (problem.fix or "")
+
+
+def _moe(values: dict[str, Any], *words: str) -> dict[str, Any]:
+    values["serving"]["extra_args"] = list(words)
+    return values
+
+
+@pytest.mark.parametrize("words", [["--moe-backend=flashinfer_moe_ep_cutedsl"],
+                                   ["--moe-backend", "flashinfer_moe_ep_mega_deep_gemm"]])
+def test_a_self_dispatching_moe_backend_with_an_all2all_backend_is_refused(words: list[str]) -> None:
+    """vLLM's KernelConfig refuses the pair (kernel.py:207-215); with the default it silently runs passthrough."""
+    problem = next(p for p in problems_of(_moe(variant(), *words)) if p.key == "serving.extra_args.0")
+    assert "cannot be paired with all2all_backend='deepep_low_latency'" in (problem.upstream or "")
+    assert "allgather_reducescatter" in (problem.fix or "")
+    plan = plan_of(_moe(variant(all2all_backend="allgather_reducescatter"), *words))
+    assert any("vLLM runs all2all_backend passthrough" in w for w in plan.warnings), plan.warnings
+
+
+def test_the_deep_gemm_moe_ep_backend_on_another_architecture_is_refused() -> None:
+    values = _moe(variant(profile=QWEN, all2all_backend="allgather_reducescatter", eplb={"enabled": False}),
+                  "--moe-backend", "flashinfer_moe_ep_mega_deep_gemm")
+    problem = next(p for p in problems_of(values) if p.key == "serving.extra_args.0")
+    assert "is only supported for DeepSeek-V4 models" in (problem.upstream or "") and "kernel.py:231-243" in (
+        problem.upstream or "")
 
 
 def test_on_a_dense_model_the_keys_are_a_warning() -> None:

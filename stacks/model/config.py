@@ -247,8 +247,11 @@ REFUSED_ALL2ALL_BACKENDS: dict[str, tuple[str, str]] = {
                             "distributed/device_communicators/cuda_communicator.py:256-260 warns it will be removed)",
                             "flashinfer_nvlink_two_sided"),
     "passthrough": ("is not selectable from vLLM's command line: 0.33.0 removes it from --all2all-backend's "
-                    "choices and binds it from --moe-backend (vllm/engine/arg_utils.py:1157-1161)",
-                    "one of the other backends; passthrough comes with a MoE backend that dispatches itself"),
+                    "choices and binds it from --moe-backend (vllm/engine/arg_utils.py:1157-1161, "
+                    "config/kernel.py:194-229)",
+                    "one of the other backends; for passthrough leave all2all_backend at its default and put "
+                    "--moe-backend flashinfer_moe_ep_cutedsl (or flashinfer_moe_ep_mega_deep_gemm) in "
+                    "serving.extra_args: vLLM binds it then"),
 }
 """All-to-all backends vLLM 0.33.0 accepts on its command line but does not run as named, each refused with why."""
 
@@ -277,7 +280,8 @@ class EplbConfig(_Model):
     policy: Literal["default"] = Field(default="default", description="rebalancing policy (parallel.py:40, 94)")
     communicator: Literal["torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl"] | None = Field(
         default=None, description="how expert weights move (parallel.py:97-107); unset: nixl when installed, else "
-        "torch_gloo (parallel.py:1116-1134); torch_nccl and pynccl refuse use_async (parallel.py:124-130)")
+        "torch_gloo (parallel.py:1116-1134); torch_nccl and pynccl refuse use_async (parallel.py:124-130); torch_xccl "
+        "(Intel XPU) is refused on NVIDIA GPUs")
     enable_migration_batching: bool = Field(
         default=False, description="migrate in rounds where each rank talks to one peer; async only "
         "(parallel.py:109-118)")
@@ -286,6 +290,10 @@ class EplbConfig(_Model):
         """The fields set away from vLLM 0.33.0's defaults (what `--eplb-config` carries), `enabled` aside."""
         return {name: getattr(self, name) for name, field in type(self).model_fields.items()
                 if name != "enabled" and getattr(self, name) != field.default}
+
+
+DBO_MIN_THRESHOLD = 2
+"""With DBO on, each threshold is at least the number of micro-batches (vllm/config/parallel.py:1178-1187)."""
 
 
 class DboConfig(_Model):
@@ -322,7 +330,8 @@ class ParallelismConfig(_Model):
         default="allgather_reducescatter",
         description="--all2all-backend: how MoE tokens reach their experts' ranks (vllm/config/parallel.py:220-234); "
         "used with expert: true and DP > 1 (fused_moe/config.py:1035-1038); pplx and naive (removed), "
-        "flashinfer_all2allv (renamed) and passthrough (not a CLI choice) are refused")
+        "flashinfer_all2allv (renamed) and passthrough (not a CLI choice) are refused; so are AMD's mori_* on NVIDIA "
+        "GPUs, and flashinfer_nvlink_* across nodes that share no NVLink (not GB200/GB300)")
     eplb: EplbConfig = Field(default_factory=EplbConfig, description="expert-parallel load balancing (EPLB)")
     dbo: DboConfig = Field(default_factory=DboConfig, description="dual-batch overlap (DBO)")
     expert_placement: Literal["linear", "round_robin"] = Field(

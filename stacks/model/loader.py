@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
+from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
@@ -286,7 +286,13 @@ def _range_text(low: Any, high: Any) -> str:
     return f"at most {high}" if high is not None else "a number"
 
 
-def _problem(error: Any) -> Problem:
+def _dbo_on(values: dict[str, Any]) -> bool:
+    parallelism = values.get("parallelism")
+    dbo = parallelism.get("dbo") if isinstance(parallelism, dict) else None
+    return isinstance(dbo, dict) and dbo.get("enabled") is True
+
+
+def _problem(error: Any, values: dict[str, Any] | None = None) -> Problem:
     loc = tuple(part for part in error["loc"] if part != "[key]")
     key = ".".join(str(part) for part in loc) or "<root>"
     kind = error["type"]
@@ -315,6 +321,9 @@ def _problem(error: Any) -> Problem:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         if low is None and high is None:  # a list item's own bound: pydantic names only the one it broke
             low, high = ctx.get("ge", ctx.get("gt")), ctx.get("le", ctx.get("lt"))
+        if loc[:2] == ("parallelism", "dbo") and str(loc[-1]).endswith("_threshold") and _dbo_on(values or {}):
+            return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(DBO_MIN_THRESHOLD, high)}"
+                           " (dbo.enabled is true: 0 and 1 are refused, vllm/config/parallel.py:1178-1187)")
         return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}")
     if kind in ("bool_type", "bool_parsing"):
         return Problem(key, value, f"must be true or false{what}",
@@ -371,8 +380,15 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
 def _non_finite(value: Any, path: str) -> list[Problem]:
     """Pulumi cannot store NaN or infinity (its config values are JSON): refuse them anywhere."""
     if isinstance(value, float) and not math.isfinite(value):
+        info, _ = field_at(tuple(_path(path)))
+        annotation = _unwrap(info.annotation) if info is not None else None
+        names = [str(a) for a in typing.get_args(annotation) if a is not None] \
+            if typing.get_origin(annotation) is typing.Literal else []
+        if names:  # a key that takes names: YAML read `.nan`/`.inf` as a number
+            return [Problem(path, value, "is not one of the allowed values (YAML reads .nan and .inf as numbers, "
+                            "and Pulumi's JSON config has no NaN or infinity)", fix=f"one of {', '.join(names)}")]
         return [Problem(path, value, "is not a finite number (Pulumi stores config as JSON, which has no "
-                        "infinity or NaN)", fix="a finite number")]
+                        "infinity or NaN)", fix="a quoted string" if annotation is str else "a finite number")]
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in _non_finite(v, f"{path}.{k}")]
     if isinstance(value, list):
@@ -389,7 +405,7 @@ def parse_config(stack: str, values: dict[str, Any], positions: dict[tuple[str |
         config = StackConfig.model_validate(clean)
     except ValidationError as exc:
         reported = {p.key for p in problems}
-        problems += [p for p in (_problem(error) for error in exc.errors())
+        problems += [p for p in (_problem(error, clean) for error in exc.errors())
                      if not any(p.key == r or p.key.startswith(f"{r}.") for r in reported)]
         raise ConfigError(stack, locate(problems, positions)) from None
     if problems:

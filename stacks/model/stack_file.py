@@ -446,11 +446,17 @@ def split_config_key(key: str, project: str = PROJECT) -> tuple[str | None, str]
     return None, key
 
 
+_TYPED_INT = re.compile(r"[-+]?(0|[1-9][0-9_]*)")
+"""A plain decimal whole number on the command line: it stays an int whatever its size, so a refusal shows it."""
+
+
 def parse_value_text(text: str) -> Any:
     """One `--set` value, resolved like a value in the stack file (`{secure: …}` stays a plain mapping: a
     secret cannot be typed on the command line; `--assume-secret` plans as if one were set)."""
     if not text.strip():
         return ""
+    if _TYPED_INT.fullmatch(text.strip()):  # beyond 64 bits Go reads a float; echo the whole number as typed
+        return int(text.strip().replace("_", ""))
     try:
         root = _compose(text)
         return _json_number(_Builder("--set").build(root, ())) if root is not None else None

@@ -242,10 +242,13 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     items = read_argv(list(config.serving.extra_args), table)
     problems += scheduler_problems(config, items)
     seen: dict[str, int] = {}
-    for item in items:
+    words = list(config.serving.extra_args)
+    ends = [later.index for later in items[1:]] + [len(words)] if items else []
+    for item, end in zip(items, ends, strict=True):
         shown = f"{key}.{item.index}"
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
-        value = " ".join([item.word, *item.values])[:200] if item.values and credential is None else item.word
+        # the words as typed: a value attached to its flag (`--flag=value`, `-O3`) is shown once, inside its word
+        value = " ".join(words[item.index:end])[:200] if credential is None else item.word
         if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
             problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
                                     "the last (and merges dotted forms after any JSON), so what the plan checked "
@@ -276,7 +279,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                             f"table known here; the argument dry run checks it against {config.image.ref}")
         elif item.problem:
             where = f" (vLLM {table.version}, {table.source.split(' (')[0]})" if own and item.dest else ""
-            problems.append(Problem(shown, value, item.problem + where, fix=item.fix))
+            problems.append(Problem(shown, value, item.problem + where, fix=_managed_suggestion(item.fix, table)))
         elif own and (bad := option_value_problem(item, table)) is not None:
             problems.append(Problem(shown, value, bad[0], fix=bad[1]))
         elif credential is not None:
@@ -285,6 +288,22 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                                     fix="pass it through env_secrets (pulumi config set --secret --path "
                                     "'vllm-cluster:env_secrets.<NAME>' <value>) or a file the image reads"))
     return problems, warnings
+
+
+_SUGGESTION = re.compile(r"did you mean '(-[^']+)'\?")
+
+
+def _managed_suggestion(fix: str | None, table: OptionTable) -> str | None:
+    """A misspelt or ambiguous flag's nearest option may itself be managed: point to the config key that sets
+    it (or say it is not supported), not to a flag extra_args would refuse next."""
+    match = _SUGGESTION.fullmatch(fix or "")
+    action = table.options.get(match.group(1)) if match else None
+    if match is None or action is None or action.dest not in MANAGED_OPTIONS:
+        return fix
+    why = MANAGED_OPTIONS[action.dest]
+    if why.startswith("nothing"):
+        return f"remove it ({match.group(1)}, the nearest option, is not supported by this tool either)"
+    return f"did you mean {match.group(1)}? the config manages it: set {why} instead"
 
 
 APPENDING_OPTIONS = frozenset({"middleware", "allowed_origins", "allowed_methods", "allowed_headers",

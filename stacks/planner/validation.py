@@ -23,15 +23,17 @@ from stacks.planner.exposure import (
     private_network_findings,
 )
 from stacks.planner.fabric import control_ip, fabric_problems
+from stacks.planner.gpus import known_gpu
 from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
+from stacks.planner.memory import GpuMemory
 from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
 from stacks.planner.proxy import routes_problems
-from stacks.planner.serve_options import engine_values, speculative_fields
+from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
     backend_rules,
     endpoint_name_rules,
@@ -314,6 +316,8 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     f"one DP rank (expert {str(par.expert).lower()}, DP{dp}; use_all2all_kernels = use_ep and "
                     "dp_size > 1, fused_moe/config.py:1035-1038)",
                     fix="parallelism.expert: true with data > 1 (backend: mp), or remove all2all_backend"))
+    _hardware_rules(config, all2all_runs, result)
+    _moe_backend_rules(config, profile, result)
     if eplb.enabled and not par.expert:
         add(Problem("parallelism.eplb.enabled", True, "EPLB balances expert-parallel ranks, and expert "
                     "parallelism is off", upstream="ValueError: enable_expert_parallel must be True to use EPLB. "
@@ -380,7 +384,98 @@ def _expert_parallel_rules(config: StackConfig, profile: ModelProfile | None, re
                     "does nothing: " + ("expert parallelism is off" if not par.expert else
                                         "with EPLB every rank loads every expert, for its redundant slots") +
                     " (vllm/model_executor/model_loader/default_loader.py:438-450 returns before filtering)",
-                    fix="ep_weight_filter: false" + ("" if par.expert else ", or parallelism.expert: true")))
+                    fix="ep_weight_filter: false" + (", or eplb.enabled: false" if par.expert else
+                                                     ", or parallelism.expert: true")))
+
+
+SELF_DISPATCHING_MOE_BACKENDS = ("flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm")
+"""vLLM 0.33.0's MoE backends that dispatch and combine tokens themselves (vllm/config/kernel.py:149-158): with
+them vLLM binds all2all_backend to passthrough (kernel.py:194-229)."""
+DEEPSEEK_V4_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM")
+"""The architectures flashinfer_moe_ep_mega_deep_gemm runs (vllm/config/kernel.py:183-191, 231-243)."""
+
+
+def _moe_backend_rules(config: StackConfig, profile: ModelProfile | None, result: Validation) -> None:
+    """`--moe-backend` in serving.extra_args (not a typed key: it picks expert kernels) against the all-to-all
+    backend and the model, where vLLM 0.33.0 refuses the pair in KernelConfig.set_platform_defaults."""
+    table, _ = table_for(config)
+    items = [i for i in read_argv(list(config.serving.extra_args), table) if i.dest == "moe_backend" and i.values]
+    if not items:
+        return
+    item = items[-1]
+    moe = item.values[-1].lower().replace("-", "_")  # its argparse type (vllm/engine/arg_utils.py:1843-1845)
+    key, a2a = f"serving.extra_args.{item.index}", config.parallelism.all2all_backend
+    if moe not in SELF_DISPATCHING_MOE_BACKENDS:
+        return
+    if a2a != "allgather_reducescatter":
+        result.problems.append(Problem(
+            key, f"{item.word} {moe}" if "=" not in item.word else item.word,
+            f"--moe-backend {moe} dispatches and combines tokens itself, and parallelism.all2all_backend is {a2a}",
+            upstream=f"ValueError: moe_backend='{moe}' dispatches and combines itself and cannot be paired with "
+            f"all2all_backend='{a2a}'; leave --all2all-backend unset. (vllm/config/kernel.py:207-215)",
+            fix="parallelism.all2all_backend: allgather_reducescatter (the default; vLLM then runs passthrough), "
+            "or another --moe-backend"))
+    else:
+        result.warnings.append(f"{key}: --moe-backend {moe} dispatches and combines tokens itself: vLLM runs "
+                               "all2all_backend passthrough instead of allgather_reducescatter (vllm/config/kernel.py:"
+                               "216-222)")
+    if moe == "flashinfer_moe_ep_mega_deep_gemm" and profile is not None and profile.architecture and \
+            profile.architecture not in DEEPSEEK_V4_ARCHITECTURES:
+        result.problems.append(Problem(
+            key, f"{item.word} {moe}" if "=" not in item.word else item.word,
+            f"--moe-backend {moe} runs DeepSeek-V4 models only, and {profile.key} is {profile.architecture}",
+            upstream=f"ValueError: moe_backend='{moe}' is only supported for DeepSeek-V4 models "
+            f"({sorted(DEEPSEEK_V4_ARCHITECTURES)}), but the model is ['{profile.architecture}']. "
+            "(vllm/config/kernel.py:231-243)", fix="another --moe-backend, e.g. flashinfer_moe_ep_cutedsl"))
+
+
+NVLINK_DOMAIN_FAMILIES = ("GB200", "GB300")
+"""GPUs sold in racks whose NVLink spans nodes (NVL72): the only ones where FlashInfer's multi-node NVLink
+all-to-all can reach a GPU of another node (stacks/planner/gpus.py names the family)."""
+
+
+def _hardware_rules(config: StackConfig, all2all_runs: bool, result: Validation) -> None:
+    """Backends vLLM 0.33.0 writes for other hardware (AMD MoRI, XPU's XCCL, multi-node NVLink) against the
+    stack's GPUs: every node runs NVIDIA GPUs (`nodes[].gpus.model` as nvidia-smi prints it)."""
+    par, add = config.parallelism, result.problems.append
+    models = sorted({n.gpus.model for n in config.nodes})
+    gpus = " and ".join(repr(m) for m in models)
+    a2a = par.all2all_backend
+    if all2all_runs and a2a.startswith("mori_"):
+        add(Problem("parallelism.all2all_backend", a2a, f"MoRI is AMD's (ROCm) all-to-all, and the nodes run NVIDIA "
+                    f"GPUs ({gpus}), and MoRI's kernels exist for AMD gfx942 and gfx950 only",
+                    upstream="AssertionError: MoRI kernels not found. Please follow https://github.com/ROCm/mori/blob/"
+                    "main/README.md to install MoRI kernels. (vllm/distributed/device_communicators/all2all.py:924-"
+                    "927); with mori present: mori currently only support arch gfx942 and gfx950 (all2all.py:974-976)",
+                    fix="deepep_low_latency or deepep_high_throughput (the NVIDIA counterparts), or "
+                    "allgather_reducescatter"))
+    if all2all_runs and a2a.startswith("flashinfer_nvlink_"):
+        families = {gpu.family if (gpu := known_gpu(m)) is not None else None for m in models}
+        domain = families <= set(NVLINK_DOMAIN_FAMILIES)
+        why = (f"FlashInfer's {a2a.removeprefix('flashinfer_nvlink_').replace('_', '-')} NVLink all-to-all maps "
+               "every EP rank's GPU memory over NVLink (an MNNVL workspace, vllm/distributed/device_communicators/"
+               f"all2all.py:{'694-707' if a2a.endswith('two_sided') else '842-870'})")
+        if len(config.nodes) > 1 and not domain:
+            add(Problem("parallelism.all2all_backend", a2a, f"{why}, and the EP group spans {len(config.nodes)} "
+                        f"nodes of {gpus}, which reach each other over the fabric (RoCE or InfiniBand), not NVLink: "
+                        "vLLM does not check this, FlashInfer fails when it maps the workspace",
+                        fix="deepep_low_latency or deepep_high_throughput (DeepEP over RDMA), or a GB200/GB300 "
+                        "NVL72 rack"))
+        else:
+            result.warnings.append(
+                f"parallelism.all2all_backend {a2a}: {why}; that needs CUDA fabric memory handles (the IMEX service "
+                f"of an NVLink domain) on {gpus}, which the plan cannot see offline and vLLM does not check: "
+                "without them FlashInfer fails when it maps the workspace")
+    eplb = par.eplb
+    if eplb.enabled and eplb.communicator == "torch_xccl":
+        add(Problem("parallelism.eplb.communicator", "torch_xccl", f"XCCL is Intel XPU's P2P (vllm/config/"
+                    f"parallel.py:102), and the nodes run NVIDIA GPUs ({gpus}): vLLM runs it as NCCL "
+                    "batch_isend_irecv over the device group (vllm/distributed/eplb/eplb_communicator.py:739-743, "
+                    "820-821, 245-300), torch_nccl under another name" + (
+                        ", without the check that refuses NCCL with async EPLB (vllm/config/parallel.py:124-130)"
+                        if eplb.use_async else ""),
+                    fix="torch_gloo or nixl, or leave communicator unset (vLLM picks nixl, else torch_gloo)"
+                    if eplb.use_async else "torch_nccl (what runs), torch_gloo or nixl"))
 
 
 def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
@@ -440,6 +535,23 @@ def _dbo_rules(config: StackConfig, profile: ModelProfile | None, result: Valida
                     fix="dbo.enabled: false"))
 
 
+def _redundant_that_fit(config: StackConfig, profile: ModelProfile, gpu: GpuMemory, budget: float) -> int | None:
+    """The most EPLB redundant experts that fit per GPU (weights, KV and reserve) and keep routed + redundant
+    dividing over EP (fused_moe/layer.py:271-279); None when none are set or even 0 does not fit."""
+    redundant = config.parallelism.eplb.num_redundant_experts
+    routed = profile.routed_experts
+    if not redundant or not gpu.redundant_experts or not routed:
+        return None
+    par = config.parallelism
+    ep = par.tensor * (par.data if par.backend == "mp" else 1)
+    per_expert = gpu.redundant_experts / redundant
+    room = budget - (gpu.total - gpu.redundant_experts)
+    if room < 0:
+        return None
+    most = min(redundant - 1, int(room / per_expert))
+    return next((r for r in range(most, -1, -1) if (routed + r) % ep == 0), None)
+
+
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
     """Per GPU (stacks/planner/memory.py):
     experts over DP x TP, dense and Engram weights in every DP rank (split over TP),
@@ -459,12 +571,18 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                f"~{gpu.engram * mem.engram_shards * mem.engram_copies_per_node:.0f} GB of RAM per node)"
                if gpu.engram else "")
     if gpu.weights > budget:
+        fewer = _redundant_that_fit(config, profile, gpu, budget)
         result.problems.append(Problem(
             key, node.gpus.memory_gb,
             f"weights do not fit per GPU of {node.name}: {gpu.weights_text()} > {mem.gpu_gb:g} GB x {util} = "
-            f"{budget:.1f} GB ({layout}{engram})",
+            f"{budget:.1f} GB ({layout}{engram})" + (
+                f"; {config.parallelism.eplb.num_redundant_experts} redundant experts "
+                "(parallelism.eplb.num_redundant_experts) add "
+                f"{gpu.redundant_experts:.1f} GB" if gpu.redundant_experts else ""),
             upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
-            fix=f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
+            fix=(f"parallelism.eplb.num_redundant_experts: {fewer} or fewer (the most that fits; routed + redundant "
+                 "must divide by the EP size), " if fewer is not None else "") +
+            f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
     elif gpu.total > budget:
         fits = gpu.max_len_that_fits(budget)
         gib = 1e9 / 2**30
@@ -476,7 +594,9 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                      f"({serving.max_model_len}), ({gpu.kv * gib:.2f} GiB KV cache is needed, which is larger than "
                      f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB).",
             fix=f"max_model_len <= {fits}" + (", an fp8 kv_cache_dtype" if "fp8" not in (
-                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB"))
+                serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB" + (
+                f", or parallelism.eplb.num_redundant_experts: {fewer} or fewer" if (
+                    fewer := _redundant_that_fit(config, profile, gpu, budget)) is not None else "")))
     elif gpu.total > 0.9 * budget:
         result.warnings.append(
             f"per GPU of {node.name}: {gpu.text()} of {budget:.1f} GB: room for only "
