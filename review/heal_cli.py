@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from checks.api import tls_context
 from review.drift import DriftRow, compare_container, foreign_containers, table
@@ -92,18 +92,23 @@ def check_timing(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _not_plain_http_url(url: str, parts: SplitResult) -> bool:
+    """True unless `url` is http(s) with a host, a port (when given) from 1 to 65535 and no whitespace or control
+    characters: what both URL flags the supervisor posts to or reads from need."""
+    try:
+        port = parts.port  # a port above 65535 or not a number raises
+    except ValueError:
+        return True
+    return (parts.scheme not in ("http", "https") or not parts.hostname or port == 0
+            or any(c.isspace() or ord(c) < 32 for c in url))
+
+
 def check_golden_url(url: str | None) -> str | None:
     """Why `--golden-metrics-url` cannot be used, or None."""
     if not url:
         return None
     parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
-            or parts.fragment or (port is not None and not 1 <= port <= 65535) \
-            or any(c.isspace() or ord(c) < 32 for c in url):
+    if _not_plain_http_url(url, parts) or "@" in parts.netloc or parts.query or parts.fragment:
         return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
                 "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
                 "the signal off")
@@ -116,12 +121,7 @@ def check_webhook(url: str | None) -> str | None:
     if not url:
         return None
     parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0 \
-            or any(c.isspace() or ord(c) < 32 for c in url):
+    if _not_plain_http_url(url, parts):
         return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
                 "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
     return None
