@@ -26,15 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.mp_multinode_real_vllm import TINY_MOE
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.plan import build_plan
-
-TINY_MOE = {
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 8, "num_hidden_layers": 4, "vocab_size": 256,
-    "num_local_experts": 16, "num_experts_per_tok": 2, "max_position_embeddings": 2097152, "rms_norm_eps": 1e-5,
-    "torch_dtype": "bfloat16",
-}
 
 DERIVE = r'''
 import copy, json, sys, types
@@ -124,7 +118,7 @@ def run(python: str) -> dict[str, Any]:
     version = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True, env=env).stdout.strip()
     return {"origin": {"vllm": version, "produced_by": "bench/dp_lb_real_vllm.py", "model": "tiny MoE config.json "
-                       "(bench/dp_lb_real_vllm.py TINY_MOE)", "seconds": round(time.monotonic() - start)},
+                       "(TINY_MOE of bench/mp_multinode_real_vllm.py)", "seconds": round(time.monotonic() - start)},
             "argv": argv, "vllm": results}
 
 
