@@ -13,8 +13,9 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,21 @@ def run_shell(command: str, timeout_s: int = 180) -> subprocess.CompletedProcess
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout_s,
                           env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                "HOME": str(Path.home())})
+
+
+def wait_for(condition: Callable[[], Any], what: str, deadline_s: float) -> Any:
+    """The condition's first truthy value, polled until the deadline; an AssertionError naming `what` after it."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {deadline_s}s: {what}")
+
+
+def parse_started_at(text: str) -> datetime:
+    """Docker's `State.StartedAt` (RFC 3339 in UTC; Go trims the nanoseconds' trailing zeros) as a datetime, to
+    order container starts by what Docker itself recorded."""
+    head, _, fraction = text.strip().rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{fraction[:6].ljust(6, '0')}+00:00")

@@ -16,8 +16,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +29,8 @@ from review.group import Group, Rank
 from review.node_access import MappedAccess
 from review.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
 from tests.conftest import ROOT
-from tests.docker_harness import build_image, docker_ready, remove_image
+from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
+from tests.docker_harness import wait_for as harness_wait_for
 
 RANK = ROOT / "tests" / "group_rank.py"
 DEADLINE_S = 240
@@ -71,10 +74,8 @@ class Cluster:
         """Nodes in the order Docker last started their containers (State.StartedAt): the order the supervisor
         controls. A rank's own start line can come later than the next rank's on a loaded machine (its interpreter
         is slower to reach it), so the start log counts starts and this gives their order."""
-        def started(name: str) -> tuple[str, str]:
-            stamp = docker("inspect", "-f", "{{.State.StartedAt}}", name).strip().rstrip("Z")
-            whole, _, fraction = stamp.partition(".")
-            return whole, fraction.ljust(9, "0")  # Go trims trailing zeros of the nanoseconds
+        def started(name: str) -> datetime:
+            return parse_started_at(docker("inspect", "-f", "{{.State.StartedAt}}", name))
         return [node for _, node in sorted((started(name), node) for name, node in zip(
             self.names, [r.node for r in self.group.ranks], strict=True))]
 
@@ -117,14 +118,7 @@ def cluster(image: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
             docker("rm", "-f", name, check=False)
 
 
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {deadline_s}s: {what}")
+wait_for = partial(harness_wait_for, deadline_s=DEADLINE_S)
 
 
 class Running:

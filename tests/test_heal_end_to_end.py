@@ -25,10 +25,11 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,7 +42,8 @@ from stacks.planner.launch import ContainerSpec
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT
-from tests.docker_harness import build_image, docker_ready, private_dockerd
+from tests.docker_harness import build_image, docker_ready, parse_started_at, private_dockerd
+from tests.docker_harness import wait_for as harness_wait_for
 from tests.nginx_harness import free_port
 
 STACK = "prod"
@@ -102,19 +104,10 @@ def create_args(spec: ContainerSpec, name: str) -> list[str]:
 
 
 def started_at(host: str, name: str) -> datetime:
-    text = docker(host, "inspect", "-f", "{{.State.StartedAt}}", name).strip()
-    head, _, frac = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{head}.{frac[:6].ljust(6, '0')}+00:00")
+    return parse_started_at(docker(host, "inspect", "-f", "{{.State.StartedAt}}", name))
 
 
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"not within {deadline_s}s: {what}")
+wait_for = partial(harness_wait_for, deadline_s=DEADLINE_S)
 
 
 def answer(port: int) -> str | None:
