@@ -67,6 +67,7 @@ def clone_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     return new
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n N --dist loadgroup`), a test that uses a module-scoped fixture (an
     imported Docker image, a running nginx, a Ray head, the replacement matrix) runs on the worker that holds its
@@ -78,3 +79,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = getattr(info, "name2fixturedefs", {})
         if any(d and d[-1].scope in ("module", "package") for d in defs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+
