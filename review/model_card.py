@@ -714,8 +714,27 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     return 0
 
 
+def _weights_from(card: dict[str, Any], root: Path) -> str:
+    """Where a card's bytes come from, and for a synthesized one what real figures checked it: the published index
+    beside its config.json, or `published-shards.json` there (sizes and digests of the real checkpoint's shard files,
+    which tests/test_model_cards.py rebuilds from the card's tensors)."""
+    w = card["weights"]
+    if w["source"].startswith("assumed"):
+        return "assumed (--fact)"
+    if not w["source"].startswith("synthesized"):
+        return "safetensors headers"
+    if w.get("index_total_size") == w["total_bytes"]:
+        return "synthesized from config.json; = the published index's total_size"
+    shards = root / str(card["source"]) / "published-shards.json"
+    if shards.is_file():
+        model = json.loads(shards.read_text())["model"]
+        return f"synthesized from config.json; checked against the shard files of {model}"
+    return "synthesized from config.json; nothing published to check it against"
+
+
 def support_matrix(models_dir: Path) -> str:
-    """The Markdown table of docs/your-model.md: one row per committed card."""
+    """The Markdown table of docs/your-model.md: one row per committed card (`source` paths are relative to the
+    project root above `models_dir`)."""
     rows = ["| card | architecture | family | layers | heads / KV heads | experts (active) | max_model_len | "
             "weights GB | weights from |", "|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(models_dir.glob("*.json")):
@@ -723,9 +742,7 @@ def support_matrix(models_dir: Path) -> str:
         moe = c.get("moe") or {}
         experts = f"{moe['routed_experts']} ({moe.get('active_experts') or '?'})" if moe else "dense"
         kv = "MLA" if c.get("mla") else "compressed MLA" if c["family"] == "deepseek-v4" else str(c["kv_heads"])
-        src = c["weights"]["source"]
-        where = ("synthesized from config.json" if src.startswith("synthesized") else
-                 "assumed (--fact)" if src.startswith("assumed") else "safetensors headers")
+        where = _weights_from(c, models_dir.parent)
         rows.append(f"| {c['name']} | {c['architecture']} | {c['family']} | {c['layers']} | "
                     f"{c['attention_heads']} / {kv} | {experts} | {c['max_model_len']} | "
                     f"{c['weights']['total_bytes'] / 1e9:.1f} | {where} |")

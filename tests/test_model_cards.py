@@ -10,6 +10,8 @@ The fixtures' origins are in tests/fixtures/models/ORIGINS.md.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 import math
 import shlex
@@ -20,10 +22,27 @@ from typing import Any
 
 import pytest
 
-from review.model_card import CardError, LocalSource, build_card, main, synthesize
+from review.model_card import (
+    CardError,
+    LocalSource,
+    Tensors,
+    _bytes,
+    build_card,
+    main,
+    model_facts,
+    synthesize,
+)
 from stacks.model.errors import ConfigError, Problem
 from stacks.planner.memory import gqa_kv_bytes_per_layer, mla_kv_bytes_per_layer, pp_partition
 from stacks.planner.profiles import get_profile
+from tests.checkpoint_layout import (
+    QWEN3_MAX_SHARD_SIZE,
+    header_bounds,
+    published,
+    qwen3_save_order,
+    safetensors_header,
+    shard_names,
+)
 from tests.conftest import ROOT, clone_node, plan_of
 
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
@@ -71,12 +90,132 @@ def test_synthesized_gpt_oss_matches_the_published_index() -> None:
     assert "every name matches" in card["weights"]["source"]
 
 
-def test_synthesized_sizes_match_the_published_sizes() -> None:
-    """Sizes published next to the checkpoints (ORIGINS.md): DeepSeek-V3's 163 shards hold 688,586,727,753 bytes
-    (tensors plus headers and the MTP layer)."""
-    v3 = json.loads((ROOT / "models" / "deepseek-v3.json").read_text())["weights"]
-    assert abs(v3["total_bytes"] - 688_586_727_753) / 688_586_727_753 < 0.10
-    assert v3["unused_bytes"] > 0  # the MTP layer, not loaded without MTP speculative decoding
+# ------------------------------------------------------------------------------------- published checkpoints
+
+PUBLISHED = ("qwen3-8b", "qwen3-30b-a3b", "deepseek-v3")
+"""Cards with figures published for the real checkpoint (tests/fixtures/models/<card>/published-shards.json, origins
+in ORIGINS.md): shard file sizes and SHA-256 (all three), header digests (Qwen3-8B), index tensor count and
+total_size (Qwen3-30B-A3B). gpt-oss-20b's index is itself a fixture (above). Nothing was found for
+qwen3-235b-a22b-instruct-2507 (ORIGINS.md says what was searched)."""
+
+
+@functools.cache
+def _tensors(name: str) -> Tensors:
+    """What `model-card --synthesize-weights` builds for the card's fixture config.json (read, never changed)."""
+    raw = json.loads((FIXTURES / name / "config.json").read_text())
+    return synthesize(model_facts(raw, raw)[0])
+
+
+def _card_weights(name: str) -> dict[str, Any]:
+    return dict(json.loads((ROOT / "models" / f"{name}.json").read_text())["weights"])
+
+
+def _qwen3_files(tensors: Tensors) -> list[tuple[list[str], bytes, int]]:
+    """Each shard save_pretrained writes for these tensors: its tensor names, header bytes and file size."""
+    sizes = {n: _bytes(d, s) for n, (d, s) in tensors.items()}
+    files = []
+    for names in shard_names(qwen3_save_order(list(tensors)), sizes, QWEN3_MAX_SHARD_SIZE):
+        head = safetensors_header(tensors, names)
+        files.append((names, head, 8 + len(head) + sum(sizes[n] for n in names)))
+    return files
+
+
+def _published_tensor_bytes(name: str) -> tuple[int, float]:
+    """The real checkpoint's tensor bytes and how exactly the published figures pin them (relative): the index's
+    total_size or the header-verified data (exact, checked to 0.1 %), or the shard files minus the headers they
+    can hold (checked to 0.5 %, and to the header bounds below)."""
+    pub = published(FIXTURES / name / "published-shards.json")
+    if "tensor_bytes" in pub:
+        return int(pub["tensor_bytes"]), 0.001
+    files = sum(s["bytes"] for s in pub["shards"])
+    least, most = header_bounds(_tensors(name), len(pub["shards"]))
+    return files - (least + most) // 2, 0.005
+
+
+def _byte_problems(name: str, card_bytes: int) -> list[str]:
+    """Why `card_bytes` cannot be the tensor bytes of the published checkpoint (empty when it can)."""
+    real, tolerance = _published_tensor_bytes(name)
+    problems = []
+    if abs(card_bytes - real) / real > tolerance:
+        problems.append(f"{name}: card {card_bytes:,} B vs published {real:,} B ({(card_bytes - real) / real:+.4%}, "
+                        f"allowed {tolerance:.1%})")
+    pub = published(FIXTURES / name / "published-shards.json")
+    if "tensor_bytes" not in pub:
+        files = sum(s["bytes"] for s in pub["shards"])
+        least, most = header_bounds(_tensors(name), len(pub["shards"]))
+        if not files - most <= card_bytes <= files - least:
+            problems.append(f"{name}: {files:,} B of shard files less {least:,}..{most:,} B of headers cannot hold "
+                            f"{card_bytes:,} B of tensors")
+    return problems
+
+
+def test_qwen3_8b_tensors_rebuild_the_published_shard_headers() -> None:
+    """The synthesized Qwen3-8B tensors (names, dtypes, shapes), laid out as save_pretrained shards them and
+    serialized as safetensors headers, give every published shard's header length and SHA-256 and its file size:
+    the card's tensor list is the real one, byte for byte, and so is its total."""
+    pub = published(FIXTURES / "qwen3-8b" / "published-shards.json")
+    config = (FIXTURES / "qwen3-8b" / "config.json").read_bytes()
+    assert hashlib.sha256(config.rstrip(b"\n")).hexdigest() == pub["config_json_sha256"]  # the same revision
+    files = _qwen3_files(_tensors("qwen3-8b"))
+    assert len(files) == len(pub["shards"]) == 5
+    for (_, head, size), shard in zip(files, pub["shards"], strict=True):
+        assert (len(head), hashlib.sha256(head).hexdigest()) == (shard["header_bytes"], shard["header_sha256"]), \
+            shard["name"]
+        assert size == shard["bytes"], shard["name"]
+    assert sum(len(names) for names, _, _ in files) == 399
+    assert _card_weights("qwen3-8b")["total_bytes"] == pub["tensor_bytes"] == 16_381_470_720
+
+
+def test_qwen3_30b_a3b_tensors_rebuild_the_published_shard_sizes() -> None:
+    """The synthesized Qwen3-30B-A3B tensors in save_pretrained's 4 GB shards give all 16 published file sizes to
+    the byte (each holds its header, whose length follows every tensor's name, shape and offsets), the index's
+    18,867 tensors and its total_size."""
+    pub = published(FIXTURES / "qwen3-30b-a3b" / "published-shards.json")
+    config = (FIXTURES / "qwen3-30b-a3b" / "config.json").read_bytes()
+    assert hashlib.sha256(config.rstrip(b"\n")).hexdigest() == pub["config_json_sha256"]
+    files = _qwen3_files(_tensors("qwen3-30b-a3b"))
+    assert [size for _, _, size in files] == [s["bytes"] for s in pub["shards"]]
+    assert sum(len(names) for names, _, _ in files) == pub["index"]["tensor_count"] == 18_867
+    assert _card_weights("qwen3-30b-a3b")["total_bytes"] == pub["tensor_bytes"] == 61_064_245_248
+
+
+def test_deepseek_v3_bytes_fit_the_published_shard_files() -> None:
+    """DeepSeek-R1's 163 shard files (the V3 architecture, config for config) hold 688,586,727,753 bytes: the card's
+    tensors (the MTP layer included, as in the files) plus headers between the least and most its 91,991 tensor
+    entries can take. The MTP layer is on the card as unused: vLLM loads it only for MTP decoding."""
+    pub = published(FIXTURES / "deepseek-v3" / "published-shards.json")
+    assert sum(s["bytes"] for s in pub["shards"]) == 688_586_727_753 and len(pub["shards"]) == 163
+    raw = json.loads((FIXTURES / "deepseek-v3" / "config.json").read_text())
+    assert (raw["architectures"], raw["num_hidden_layers"], raw["n_routed_experts"], raw["quantization_config"]) == \
+        (["DeepseekV3ForCausalLM"], 61, 256, {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                              "weight_block_size": [128, 128]})
+    card = _card_weights("deepseek-v3")
+    assert card["total_bytes"] == sum(_bytes(d, s) for d, s in _tensors("deepseek-v3").values())
+    assert _byte_problems("deepseek-v3", card["total_bytes"]) == []
+    assert card["unused_bytes"] > 0
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_card_bytes_match_the_published_checkpoint(name: str) -> None:
+    assert _byte_problems(name, _card_weights(name)["total_bytes"]) == []
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+@pytest.mark.parametrize("off", [-0.006, 0.006])
+def test_a_card_with_wrong_bytes_is_caught(name: str, off: float) -> None:
+    """The check above is not vacuous: bytes 0.6 % off fail it (a decoder layer is 2.4 % of Qwen3-8B, one layer's
+    experts 2.0 % of Qwen3-30B-A3B)."""
+    assert _byte_problems(name, round(_card_weights(name)["total_bytes"] * (1 + off)))
+
+
+@pytest.mark.parametrize(("name", "tp"), [("qwen3-8b", 2), ("qwen3-30b-a3b", 4), ("deepseek-v3", 8)])
+def test_memory_per_gpu_is_the_published_bytes_over_tp(name: str, tp: int, h20_values: dict[str, Any]) -> None:
+    """The plan's weights per GPU at a TP the model is served with are within 10 % of the real checkpoint's tensor
+    bytes / TP. What keeps them apart: norms and routers whole on every GPU, and DeepSeek's MTP layer (2.2 % of its
+    files), which vLLM 0.33.0 does not load without MTP decoding."""
+    row = plan_of(_stack(h20_values, name, ["-tp", str(tp)], {})).to_json_dict()["memory"][0]
+    real = _published_tensor_bytes(name)[0] / tp / 1e9
+    assert abs(row["weights_gb"] - real) / real < 0.10, (row["weights_gb"], real)
 
 
 # ------------------------------------------------------------------------------------- headers, S3, bad input
@@ -143,8 +282,6 @@ def test_card_from_real_headers_equals_the_synthesized_one(tmp_path: Path) -> No
 
 
 def _facts(model: Path) -> dict[str, Any]:
-    from review.model_card import model_facts
-
     raw = json.loads((model / "config.json").read_text())
     return model_facts(raw, raw)[0]
 
