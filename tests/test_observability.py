@@ -92,13 +92,16 @@ def test_promtool_accepts_every_generated_file(stack: str, webhook: bool, tmp_pa
     config = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
     assert config.returncode == 0, config.stdout + config.stderr
     rules = promtool("check", "rules", RULES_FILE, cwd=tmp_path)
-    assert rules.returncode == 0 and "SUCCESS: 7 rules found" in rules.stdout, rules.stdout + rules.stderr
+    # every alert and the one recording rule
+    assert rules.returncode == 0 and f"SUCCESS: {len(ALERTS) + 1} rules found" in rules.stdout, \
+        rules.stdout + rules.stderr
     assert ("alertmanager.yml" in files) is webhook
     prom = yaml.safe_load(files["prometheus.yml"])
     assert ("alerting" in prom) is webhook
     # every target carries stack, node, role, DP ranks and generation; every node has both exporters
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    assert set(jobs) == {"vllm", "node", "dcgm", "watch"}
+    assert set(jobs) == {"vllm", "node", "dcgm", "watch", "supervisor"}
+    assert [g["targets"] for g in jobs["supervisor"]["static_configs"]] == [[plan.observability.supervisor_target]]
     for job in jobs.values():
         for group in job["static_configs"]:
             assert {"stack", "node", "role", "dp_ranks", "generation"} <= set(group["labels"]), job["job_name"]
@@ -404,10 +407,20 @@ def test_plan_lists_the_monitoring_containers_and_their_private_listeners() -> N
     plan = json.loads(stacks_cli("plan", "prod", "--json", *OBS_FLAGS).stdout)
     monitoring = [x for x in plan["listeners"] if x["role"] == "monitoring"]
     assert {(x["node"], x["port"]) for x in monitoring} >= {("node1", 9090), ("node1", 3000), ("node2", 9100),
-                                                             ("node2", 9400)}
+                                                             ("node2", 9400), ("node1", 9464), ("node1", 9465)}
     assert all(not x["public"] and x["bind"] not in ("0.0.0.0", "::") for x in monitoring)
     node2 = next(f for f in plan["firewall"]["nodes"] if f["node"] == "node2")
     assert "9100" in node2["internal_ports"] and "9400" in node2["internal_ports"]
+    # the watch unit's and the supervisor's ports, on the node they run on (the monitoring node by default)
+    node1 = next(f for f in plan["firewall"]["nodes"] if f["node"] == "node1")
+    assert "9464-9465" in node1["internal_ports"], node1["internal_ports"]
+    assert not any(x["port"] in (9464, 9465) for x in plan["listeners"] if x["node"] == "node2")
+    assert "group supervisor at 10.30.8.1:9465" in out.stdout
+    # the supervisor on node2 (its management address): its port moves there, the watch unit's stays
+    moved = json.loads(stacks_cli("plan", "prod", "--json", *OBS_FLAGS, "--set",
+                                  "observability.supervisor_address=10.30.8.2").stdout)
+    assert {(x["node"], x["port"]) for x in moved["listeners"] if x["port"] in (9464, 9465)} == {
+        ("node1", 9464), ("node2", 9465)}
     # off by default: the committed stack plans exactly as before
     assert json.loads(stacks_cli("plan", "prod", "--json").stdout)["observability"] is None
 
@@ -434,6 +447,10 @@ def test_the_watch_refuses_bad_metrics_arguments() -> None:
     (8030, "watch", "serving.port"),  # the watch unit's listener on the monitoring node clashes with vLLM's API
     (22, "watch", "observability.ports.watch"),  # the nodes' SSH port
     (22, "node_exporter", "observability.ports.node_exporter"),
+    (9464, "supervisor", "observability.ports.supervisor"),  # the watch unit's port, on the same node
+    (8030, "supervisor", "observability.ports.supervisor"),  # vLLM's API port on the head
+    (9090, "supervisor", "observability.ports.supervisor"),  # Prometheus: the later row's key is named
+    (22, "supervisor", "observability.ports.supervisor"),
 ])
 def test_a_monitoring_port_that_another_listener_or_sshd_holds_is_refused(port: int, field: str, key: str) -> None:
     values = enabled(read_stack_values("prod"))
