@@ -29,9 +29,11 @@ from stacks.planner.observability import (
     ENGINE_INFO,
     NODE_GENERATION,
     RULES_FILE,
+    SUPERVISOR_METRICS,
     WATCH_METRICS,
     engine_info,
     render_files,
+    supervisor_unit,
 )
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import derive_topology
@@ -205,6 +207,39 @@ def test_the_watch_series_are_the_ones_the_rules_and_dashboards_name() -> None:
     assert {n for n in exposition_names("\n".join(
         line.split(" ")[2] + " 1" for line in watch.render().splitlines() if line.startswith("# TYPE")))} == set(
         WATCH_METRICS)
+
+
+def test_the_supervisor_series_and_unit_are_the_ones_the_rules_name() -> None:
+    from review.group import Group
+    from review.supervisor import METRICS, Settings, Supervisor
+    from review.supervisor_unit import supervisor_unit_name
+
+    assert tuple(METRICS) == SUPERVISOR_METRICS
+    supervisor = Supervisor(Group("prod", (), 1, "http://127.0.0.1:9/health", ()), None,  # type: ignore[arg-type]
+                            None, Settings(), None)  # type: ignore[arg-type]
+    assert exposition_names(supervisor.render()) <= set(SUPERVISOR_METRICS)
+    assert {line.split()[2] for line in supervisor.render().splitlines() if line.startswith("# TYPE")} == set(
+        SUPERVISOR_METRICS)
+    assert supervisor_unit("prod") == supervisor_unit_name("prod")
+    _, files = generated("prod", enabled(read_stack_values("prod")))
+    assert f"journalctl -u {supervisor_unit_name('prod')}" in files[RULES_FILE]
+
+
+def test_an_ipv6_supervisor_address_is_bracketed_in_the_scrape_target_and_the_unit(tmp_path: Path) -> None:
+    values = enabled(read_stack_values("prod"))
+    values["observability"]["supervisor_address"] = "fd00:0::5"
+    plan, files = generated("prod", values)
+    assert plan.observability is not None and plan.observability.supervisor_target == "[fd00::5]:9465"
+    jobs = {j["job_name"]: j for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]}
+    assert jobs["supervisor"]["static_configs"][0]["targets"] == ["[fd00::5]:9465"]
+    write(files, tmp_path)
+    assert promtool("check", "config", "prometheus.yml", cwd=tmp_path).returncode == 0
+    # on no node of the stack: no node's listener table or firewall has it
+    assert not [x for x in plan.listeners if x.port == 9465]
+    out = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable, *OBS_FLAGS,
+                     "--set", "observability.supervisor_address=fd00::5")
+    assert out.returncode == 0, out.stderr
+    assert 'supervise prod --metrics-listen "[fd00::5]:9465"' in out.stdout
 
 
 # ---- a real Prometheus joins a vLLM series to its node and generation -----------------------------------------
@@ -432,6 +467,16 @@ def test_the_watch_unit_serves_metrics_when_observability_is_on() -> None:
     assert "--metrics-listen 10.30.8.1:9464" in exec_line and "--info-json" in exec_line
     plain = stacks_cli("watch-unit", "prod")
     assert "--metrics-listen" not in plain.stdout
+
+
+def test_the_supervisor_unit_serves_metrics_when_observability_is_on() -> None:
+    out = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable, *OBS_FLAGS)
+    assert out.returncode == 0, out.stderr
+    exec_line = next(line for line in out.stdout.splitlines() if line.startswith("ExecStart="))
+    assert exec_line.endswith("supervise prod --metrics-listen 10.30.8.1:9465"), exec_line
+    assert "# Metrics: http://10.30.8.1:9465/metrics" in out.stdout
+    plain = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable)
+    assert plain.returncode == 0 and "--metrics-listen" not in plain.stdout
 
 
 def test_the_watch_refuses_bad_metrics_arguments() -> None:
