@@ -13,11 +13,14 @@ external LB each node's own API server would carry its local ranks. `/metrics` n
 front door never passes it (it is a control path there), so Prometheus scrapes vLLM's port directly.
 
 Which series belongs to which node and release: the watch unit serves `vllm_cluster_engine_info{stack, node,
-dp_rank, gpus, image, image_digest, generation, topology} 1`, one per rank (`checks/watch_metrics.py`), and the
-scrape copies vLLM's `engine` label into `dp_rank`, so `… * on(stack, dp_rank) group_left(node, generation)
+dp_rank, gpus, image, image_digest, generation, topology} 1`, one per rank (`checks/api.py` WatchMetrics), and
+the scrape copies vLLM's `engine` label into `dp_rank`, so `… * on(stack, dp_rank) group_left(node, generation)
 vllm_cluster_engine_info` joins any vLLM series to its node and release. What each node really runs comes from
 its node exporter: `vllm_cluster_node_generation_info{generation, image}` is uploaded into that node's exporter
 after its engine container was applied, so a half-applied update shows as nodes with different generations.
+
+The group supervisor (review/supervisor.py) serves its own series the same way, scraped as the job `supervisor`:
+`vllm_cluster_group_gave_up` 1 fires VllmClusterGroupGaveUp, and its target down VllmClusterSupervisorDown.
 """
 
 from __future__ import annotations
