@@ -24,6 +24,7 @@ answer shown.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import re
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from pydantic import ValidationError
@@ -562,6 +563,13 @@ def _number(value: float) -> str:
     return short if float(short) == value else repr(float(value))
 
 
+def metric_family(name: str, kind: str, text: str, samples: Sequence[tuple[dict[str, str], float]]) -> list[str]:
+    """One family in Prometheus text format 0.0.4: HELP, TYPE, then one line per sample (none is valid: the family
+    is declared, no series yet). Shared by the watch unit and the group supervisor (review/supervisor.py)."""
+    return [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
+            *(f"{name}{_label_text(labels)} {_number(value)}" for labels, value in samples)]
+
+
 class WatchMetrics:
     """The series `--metrics-listen` serves (Prometheus text format 0.0.4); updated by the watch loop."""
 
@@ -595,9 +603,7 @@ class WatchMetrics:
         lines: list[str] = []
 
         def family(name: str, samples: list[tuple[dict[str, str], float]]) -> None:
-            kind, text = METRIC_HELP[name]
-            lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}"])
-            lines.extend(f"{name}{_label_text(labels)} {_number(value)}" for labels, value in samples)
+            lines.extend(metric_family(name, *METRIC_HELP[name], samples))
 
         with self.lock:
             family("vllm_cluster_engine_info", [
@@ -617,8 +623,16 @@ class WatchMetrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(listen: tuple[str, int], metrics: WatchMetrics) -> ThreadingHTTPServer:
-    """GET /metrics on `listen`, in a daemon thread; anything else 404."""
+class Exposition(Protocol):
+    """What `serve_metrics` serves: the whole text, rendered at each scrape."""
+
+    def render(self) -> str: ...
+
+
+def serve_metrics(listen: tuple[str, int], metrics: Exposition, thread: str = "watch-metrics"
+                  ) -> ThreadingHTTPServer:
+    """GET /metrics on `listen`, in a daemon thread; anything else 404. OSError when it cannot bind (the address is
+    not this host's, the port is held): the caller says so and exits 2 before it does anything else."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -638,16 +652,30 @@ def serve_metrics(listen: tuple[str, int], metrics: WatchMetrics) -> ThreadingHT
     family = 10 if ":" in listen[0] else 2  # AF_INET6 / AF_INET
     server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
     server: ThreadingHTTPServer = server_class(listen, Handler)
-    threading.Thread(target=server.serve_forever, name="watch-metrics", daemon=True).start()
+    threading.Thread(target=server.serve_forever, name=thread, daemon=True).start()
     return server
 
 
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigProblem(f"--metrics-listen {value[:80]!r}: needs ADDRESS:PORT, e.g. 10.30.8.1:9464")
-    return host, int(port)
+def parse_listen(value: str, flag: str = "--metrics-listen", example: str = "10.30.8.1:9464") -> tuple[str, int]:
+    """`ADDRESS:PORT` -> (address, port) for `serve_metrics`: an IP literal of one host or a wildcard (an IPv6 one
+    in brackets, `[fd00::1]:9464`: unbracketed, `fd00::1:9464` could be either), a port of ASCII digits from 1 to
+    65535. ConfigProblem naming `flag`, the value and an example otherwise."""
+    shown = f"{flag} {value[:80]!r}"
+    match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[0-9.]+):([0-9]{1,5})", value)
+    if match is None:
+        why = ("an IPv6 address needs brackets" if value.count(":") > 1 and not value.startswith("[")
+               else "needs ADDRESS:PORT, an IP address and a port")
+        raise ConfigProblem(f"{shown}: {why}, e.g. {example} or [fd00::1]:{example.rpartition(':')[2]}")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigProblem(f"{shown}: {host!r} is not an IP address; e.g. {example}") from None
+    if (address.version == 6) != match.group(1).startswith("["):
+        raise ConfigProblem(f"{shown}: brackets go around an IPv6 address only; e.g. {example}")
+    if not 1 <= port <= 65535:
+        raise ConfigProblem(f"{shown}: port {port} is not from 1 to 65535; e.g. {example}")
+    return str(address), port
 
 
 def _info(value: str) -> dict[str, Any] | None:
@@ -803,7 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.url = _url(args.url)
         if not args.sections:
             raise ConfigProblem("--sections '': no section to run; a verdict over nothing would read as a pass")
-        listen = _listen(args.metrics_listen) if args.metrics_listen else None
+        listen = parse_listen(args.metrics_listen) if args.metrics_listen else None
         info = _info(args.info_json)
         if listen is None and info is not None:
             raise ConfigProblem("--info-json without --metrics-listen: nothing would serve it")

@@ -118,6 +118,7 @@ KEY_EXAMPLES: dict[str, list[Any]] = {
     "serving.extra_args": [["--disable-log-stats"]],
     "observability.node": ["node2", "h20-2"],   # another node of the committed stacks
     "observability.watch_address": ["10.30.8.250", "192.0.2.250"],
+    "observability.supervisor_address": ["10.30.8.251", "192.0.2.251"],
 }
 """Values a field's type cannot produce on its own (a real `vllm serve` flag the config does not manage); a
 field's own `Field(examples=...)` is used the same way."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from checks.api import tls_context
+from checks.api import ConfigProblem, parse_listen, serve_metrics, tls_context
 from review.drift import DriftRow, compare_container, foreign_containers, table
 from review.group import Group, group_of, render_steps
 from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
@@ -52,6 +52,29 @@ def golden_url(plan: Plan, flag: str | None) -> str | None:
     if plan.observability is None:
         return None
     return f"http://{plan.observability.watch_target}/metrics"
+
+
+def metrics_listen(plan: Plan, flag: str | None) -> str | None:
+    """Where the supervisor serves its metrics: the flag, else where the plan puts it (observability on:
+    `observability.supervisor_address:ports.supervisor`, which the planned Prometheus scrapes), else None."""
+    if flag is not None:
+        return flag or None
+    if plan.observability is None:
+        return None
+    return plan.observability.supervisor_target
+
+
+def check_metrics_listen(value: str | None, from_plan: bool = False) -> str | None:
+    """Why `--metrics-listen` cannot be served, or None: checked before anything acts."""
+    if not value:
+        return None
+    try:
+        parse_listen(value, example="10.30.8.1:9465")
+    except ConfigProblem as exc:
+        where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
+                 if from_plan else "")
+        return f"{exc}{where}; '' serves nothing"
+    return None
 
 
 WEEK_S = 7 * 24 * 3600
@@ -315,13 +338,18 @@ def _supervise(args: argparse.Namespace) -> int:
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
-    problem = (check_golden_url(args.golden_metrics_url) or ca_file_problem(args.ca_file)
-               or check_webhook(os.environ.get(WEBHOOK_ENV)) or check_lock(args.lock, args.stack)
-               or check_metrics_file(args.metrics_file))
+    problem = (check_golden_url(args.golden_metrics_url) or check_metrics_listen(args.metrics_listen)
+               or ca_file_problem(args.ca_file) or check_webhook(os.environ.get(WEBHOOK_ENV))
+               or check_lock(args.lock, args.stack) or check_metrics_file(args.metrics_file))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
+    listen = metrics_listen(plan, args.metrics_listen)
+    problem = check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+    if problem:
+        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        return 2
     try:
         access = access_for(args.stack, config)
     except AccessError as exc:
@@ -344,18 +372,33 @@ def _supervise(args: argparse.Namespace) -> int:
                         health_timeout_s=args.probe_timeout_s or min(DURATIONS["--probe-timeout-s"], args.hang_s),
                         webhook=os.environ.get(WEBHOOK_ENV) or None,
                         metrics_file=Path(args.metrics_file) if args.metrics_file else None,
+                        metrics_url=f"http://{listen}/metrics" if listen else None,
                         golden_url=golden_url(plan, args.golden_metrics_url),
                         golden_max_age_s=args.golden_max_age_s or golden_max_age_s(config, dp_size),
                         golden_ranks={str(i): rank_nodes[i] if rank_nodes else "" for i in range(dp_size)})
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
-    return Supervisor(group, access, log, settings, lock, drift_check).run()
+    supervisor = Supervisor(group, access, log, settings, lock, drift_check)
+    if listen:
+        try:  # before the first probe: a supervisor that cannot be scraped would look dead to Prometheus
+            serve_metrics(parse_listen(listen), supervisor, thread="supervisor-metrics")
+        except OSError as exc:
+            keys = ("observability.supervisor_address or observability.ports.supervisor" if args.metrics_listen
+                    is None else "--metrics-listen")
+            print(f"supervise {args.stack}: --metrics-listen {listen}: cannot listen ({exc.strerror}): run it on the "
+                  f"host with that address and a free port, change {keys}, or give --metrics-listen '' to serve "
+                  "nothing", file=sys.stderr)
+            return 2
+    return supervisor.run()
 
 
 def _supervisor_unit(args: argparse.Namespace) -> int:
     from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
-    load_stack(args.stack, args.set, assume_secret=args.assume_secret)
-    problem = check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
+    config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
+    plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here
+    listen = metrics_listen(plan, None)
+    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
+               or check_metrics_listen(listen, from_plan=True))
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -366,6 +409,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
             workdir=args.workdir or str(CODE_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
             metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url,
+            metrics_listen=listen,
             timing={"--interval-s": args.interval_s, "--hang-s": args.hang_s,
                     "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
@@ -431,6 +475,10 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
                      "deadline (at most --hang-s; default 10, or --hang-s when shorter)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
                      "/var/lib/node_exporter/textfile/vllm-cluster-STACK.prom")
+    sup.add_argument("--metrics-listen", default=None, metavar="ADDRESS:PORT",
+                     help="serve the metrics on GET /metrics here (after a give-up it stays up to serve them); "
+                     "default: observability.supervisor_address:ports.supervisor when observability is on; '' "
+                     "serves nothing")
     sup.add_argument("--lock", default=None)
     sup.add_argument("--ca-file", default=None)
     sup.add_argument("--golden-metrics-url", default=None,

@@ -13,9 +13,16 @@ not create, it runs the group restart of review/group.py: stop every rank, clean
 the plan's load estimate, golden check.
 
 Attempts back off (`backoff_first_s` doubling to `backoff_max_s`; the count resets after the group has served for
-`backoff_max_s`), at most `max_per_hour` in any hour; then it gives up: one alert to the webhook, the metric
-`vllm_cluster_group_gave_up` set to 1 in the textfile, exit 3 (the unit does not restart it). It never restarts a
-lone rank, never creates or removes a container, and never changes the topology.
+`backoff_max_s`), at most `max_per_hour` in any hour; then it gives up: one alert to the webhook and the metric
+`vllm_cluster_group_gave_up` set to 1. It never restarts a lone rank, never creates or removes a container, and
+never changes the topology.
+
+Its metrics (`render`) are served over HTTP by the process itself when `supervise --metrics-listen` is given (the
+unit passes the stack's `observability.supervisor_address:ports.supervisor`), which the planned Prometheus scrapes,
+and/or written to a node exporter textfile (`--metrics-file`). Served, a give-up keeps the process up, restarting
+nothing, so the scrape goes on reading `vllm_cluster_group_gave_up 1` until a person restarts it; a dead
+supervisor is a failed scrape (`up` 0, its own alert) instead of a textfile that keeps its last value. Without a
+listener it exits 3 after giving up (the unit does not restart it).
 """
 
 from __future__ import annotations
@@ -39,14 +46,33 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from checks.api import metric_family
 from components.deploy_lock import DeployLock, lock_path
 from review.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
 from review.node_access import AccessError, NodeAccess
 
 GAVE_UP = 3
 WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
-__all__ = ["GAVE_UP", "WEBHOOK_ENV", "DeployLock", "Log", "Settings", "Supervisor", "lock_path", "read_golden",
-           "restart_group"]
+__all__ = ["GAVE_UP", "METRICS", "WEBHOOK_ENV", "DeployLock", "Log", "Settings", "Supervisor", "lock_path",
+           "read_golden", "restart_group"]
+
+METRICS = {
+    "vllm_cluster_group_restarts_total": ("counter", "Whole-group restarts the supervisor ran."),
+    "vllm_cluster_group_gave_up": ("gauge", "1 when the supervisor stopped restarting and alerted."),
+    "vllm_cluster_group_restarts_last_hour": (
+        "gauge", "Whole-group restarts in the last hour (rolling), the count --max-per-hour limits."),
+    "vllm_cluster_group_max_restarts_per_hour": (
+        "gauge", "--max-per-hour: the restarts in any hour after which the supervisor gives up."),
+    "vllm_cluster_group_backoff_seconds": (
+        "gauge", "The wait before the next restart if the group died now (0: at once)."),
+    "vllm_cluster_group_next_restart_in_seconds": (
+        "gauge", "Seconds until the back-off running now ends and the next restart may start (0: none running)."),
+    "vllm_cluster_group_last_restart_timestamp_seconds": ("gauge", "Unix time the last whole-group restart ended."),
+    "vllm_cluster_group_last_restart_success": (
+        "gauge", "1 when the last whole-group restart served again and passed its golden check, else 0."),
+}
+"""The series the supervisor serves and writes (stacks/planner/observability.py SUPERVISOR_METRICS names them for
+the rules; a test holds the two equal). The textfile's first line is the first one's HELP."""
 
 
 @dataclass
@@ -61,6 +87,8 @@ class Settings:
     ca_file: str | None = None
     webhook: str | None = None
     metrics_file: Path | None = None
+    metrics_url: str | None = None
+    """Where `supervise --metrics-listen` serves `render()`, for the log; set, a give-up keeps the process up."""
     golden_url: str | None = None
     """The watch unit's `/metrics` (its per-rank golden results); None: that signal is off."""
     golden_max_age_s: float = 600
@@ -313,6 +341,11 @@ class Supervisor:
         self.healthy_since: float | None = None
         self.restarts = 0
         self.stopped = False
+        self.gave_up = False
+        self.next_attempt_at: float | None = None
+        """When (self.clock) the back-off running now ends; None when none runs."""
+        self.last_restart: tuple[float, bool] | None = None
+        """(Unix time it ended, whether it served again) of the last whole-group restart."""
 
     def probe(self) -> str | None:
         """Why the group is dead now, or None while it serves (or has not failed for hang_s yet)."""
@@ -403,20 +436,36 @@ class Supervisor:
             return 0.0
         return float(min(self.settings.backoff_first_s * 2.0 ** (self.failures - 1), self.settings.backoff_max_s))
 
-    def write_metrics(self, gave_up: bool) -> None:
+    def render(self) -> str:
+        """The supervisor's series now (Prometheus text format 0.0.4): what `--metrics-listen` serves at each scrape
+        (from its own thread: it only reads) and `--metrics-file` holds."""
+        label = {"stack": self.group.stack}
+        waiting = self.next_attempt_at
+        values: dict[str, list[tuple[dict[str, str], float]]] = {
+            "vllm_cluster_group_restarts_total": [(label, self.restarts)],
+            "vllm_cluster_group_gave_up": [(label, 1 if self.gave_up else 0)],
+            "vllm_cluster_group_restarts_last_hour": [(label, len(self.recent()))],
+            "vllm_cluster_group_max_restarts_per_hour": [(label, self.settings.max_per_hour)],
+            "vllm_cluster_group_backoff_seconds": [(label, self.backoff_s())],
+            "vllm_cluster_group_next_restart_in_seconds": [
+                (label, round(max(0.0, waiting - self.clock()), 3) if waiting is not None else 0)],
+            "vllm_cluster_group_last_restart_timestamp_seconds": [],
+            "vllm_cluster_group_last_restart_success": [],
+        }
+        last = self.last_restart
+        if last is not None:  # no series before the first restart: 0 would read as "failed at 1970"
+            values["vllm_cluster_group_last_restart_timestamp_seconds"] = [(label, round(last[0], 3))]
+            values["vllm_cluster_group_last_restart_success"] = [(label, 1 if last[1] else 0)]
+        return "\n".join(line for name, samples in values.items()
+                         for line in metric_family(name, *METRICS[name], samples)) + "\n"
+
+    def write_metrics(self) -> None:
+        """The textfile (`--metrics-file`), replaced whole: node_exporter never reads half of it."""
         path = self.settings.metrics_file
         if path is None:
             return
-        stack = self.group.stack
-        text = (
-            "# HELP vllm_cluster_group_restarts_total Whole-group restarts the supervisor ran.\n"
-            "# TYPE vllm_cluster_group_restarts_total counter\n"
-            f'vllm_cluster_group_restarts_total{{stack="{stack}"}} {self.restarts}\n'
-            "# HELP vllm_cluster_group_gave_up 1 when the supervisor stopped restarting and alerted.\n"
-            "# TYPE vllm_cluster_group_gave_up gauge\n"
-            f'vllm_cluster_group_gave_up{{stack="{stack}"}} {1 if gave_up else 0}\n')
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text)
+        tmp.write_text(self.render())
         tmp.replace(path)
 
     def alert(self, reason: str) -> None:
@@ -436,15 +485,17 @@ class Supervisor:
             self.log("alert", f"webhook {where} failed: {what} (the alert was not sent)", reason)
 
     def give_up(self, reason: str) -> int:
-        self.log("give-up", "no more restarts until a person acts (systemctl restart the supervisor after the fix)",
-                 reason)
-        self.write_metrics(gave_up=True)
+        self.gave_up = True
+        served = self.settings.metrics_url
+        self.log("give-up", "no more restarts until a person acts (systemctl restart the supervisor after the fix)"
+                 + (f"; staying up to serve vllm_cluster_group_gave_up 1 on {served}" if served else ""), reason)
+        self.write_metrics()
         self.alert(reason)
         return GAVE_UP
 
     def recent(self) -> list[float]:
         now = self.clock()
-        return [t for t in self.attempts if now - t < 3600]
+        return [t for t in list(self.attempts) if now - t < 3600]  # a copy: the metrics thread reads it too
 
     def heal(self, reason: str) -> int | None:
         """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
@@ -457,7 +508,11 @@ class Supervisor:
             if wait > 0 and not drift_error:
                 self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
                          reason)
-                self.sleep(wait)
+                self.next_attempt_at = self.clock() + wait
+                try:
+                    self.sleep(wait)
+                finally:
+                    self.next_attempt_at = None
             waited = False
             while not self.lock.try_acquire():
                 if not waited:
@@ -501,7 +556,8 @@ class Supervisor:
                 self.lock.release()
                 if drift_error:
                     self.sleep(max(0.2, self.settings.interval_s))
-            self.write_metrics(gave_up=False)
+            self.last_restart = (self.wall(), ok)
+            self.write_metrics()
             if ok:
                 self.log("healed", "the golden check passes again", reason)
                 self.failing_since, self.healthy_since = None, self.clock()
@@ -513,10 +569,11 @@ class Supervisor:
     def run(self) -> int:
         golden = (f"; golden results {self.settings.golden_url} (used while younger than "
                   f"{self.settings.golden_max_age_s:g}s)" if self.settings.golden_url else "; golden results: off")
+        served = f"; metrics on {self.settings.metrics_url}" if self.settings.metrics_url else ""
         self.log("start", f"watching {len(self.group.ranks)} rank(s): "
                  + ", ".join(f"{r.node}/{r.container}" for r in self.group.ranks)
-                 + f"; health {self.group.health_url}{golden}; no progress after {self.settings.hang_s:g}s")
-        self.write_metrics(gave_up=False)
+                 + f"; health {self.group.health_url}{golden}; no progress after {self.settings.hang_s:g}s{served}")
+        self.write_metrics()
         while not self.stopped:
             reason = self.probe()
             if reason is None:
@@ -530,6 +587,8 @@ class Supervisor:
                 self.log("death", reason)
                 code = self.heal(reason)
                 if code is not None:
+                    while self.settings.metrics_url and not self.stopped:  # restarting nothing: gave_up 1 is read
+                        self.sleep(max(0.2, self.settings.interval_s))
                     return code
             self.sleep(self.settings.interval_s)
         return 0

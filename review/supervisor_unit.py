@@ -1,13 +1,18 @@
 """The group supervisor's systemd service (pure: text in, text out), rendered like the watch unit.
 
 It runs `python -m stacks supervise STACK` on the deploying host, which holds the stack's pinned known_hosts and
-SSH key. Exit 2 (a configuration error) and 3 (gave up after alerting) stop it for good
-(`RestartPreventExitStatus=2 3`): after a give-up a person fixes the cause and runs `systemctl restart`. The
-alert webhook and the API key come from `EnvironmentFile=`, never from the unit text. `ReadWritePaths` opens the
-deploy lock's directory, the metrics file's directory and ~/.ssh (OpenSSH's shared connection socket).
+SSH key. With observability on it serves its metrics on the stack's `observability.supervisor_address:
+ports.supervisor` (`--metrics-listen`), and after a give-up stays up, restarting nothing, so Prometheus reads
+`vllm_cluster_group_gave_up 1`. Exit 2 (a configuration error) and 3 (gave up after alerting, without a metrics
+listener) stop it for good (`RestartPreventExitStatus=2 3`): after a give-up a person fixes the cause and runs
+`systemctl restart`. The alert webhook and the API key come from `EnvironmentFile=`, never from the unit text.
+`ReadWritePaths` opens the deploy lock's directory, the metrics file's directory and ~/.ssh (OpenSSH's shared
+connection socket).
 """
 
 from __future__ import annotations
+
+import re
 
 from review.watch_unit import check_unit_inputs, stack_unit_name, systemd_quote
 
@@ -18,10 +23,13 @@ def supervisor_unit_name(stack: str) -> str:
 
 def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: str, user: str | None = None,
                            metrics_file: str | None = None, ca_file: str | None = None,
-                           golden_metrics_url: str | None = None,
+                           golden_metrics_url: str | None = None, metrics_listen: str | None = None,
                            timing: dict[str, float | None] | None = None) -> str:
     check_unit_inputs({"--python": python, "--workdir": workdir, "--env-file": env_file,
                        "--metrics-file": metrics_file, "--ca-file": ca_file}, user)
+    if metrics_listen is not None and not re.fullmatch(r"[0-9A-Fa-f.:\[\]]{3,60}", metrics_listen):
+        raise ValueError(f"--metrics-listen {metrics_listen[:80]!r}: ADDRESS:PORT, e.g. 10.30.8.1:9465 or "
+                         "[fd00::1]:9465 (nothing else goes into the unit)")
     name = supervisor_unit_name(stack)
     argv = [python, "-m", "stacks", "supervise", stack]
     if metrics_file:
@@ -30,6 +38,8 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         argv += ["--ca-file", ca_file]
     if golden_metrics_url is not None:
         argv += ["--golden-metrics-url", golden_metrics_url]
+    if metrics_listen:  # checked by the caller as supervise checks it; from the plan, so the unit says it
+        argv += ["--metrics-listen", metrics_listen]
     for flag, value in (timing or {}).items():  # checked by the caller as supervise checks them
         if value is not None:
             argv += [flag, f"{value:.15g}"]
@@ -40,6 +50,8 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         f"# {name}: rendered by vllm-cluster (review/supervisor_unit.py) for stack {stack!r}.",
         f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
         f"# Read:    journalctl -u {name}   (one line per action, with its reason)",
+        *([f"# Metrics: http://{metrics_listen}/metrics   (the stack's Prometheus scrapes it: job supervisor)"]
+          if metrics_listen else []),
         "[Unit]",
         f"Description=vllm-cluster {stack}: restart the whole engine group in start order when a rank dies",
         "Wants=network-online.target",

@@ -73,6 +73,20 @@ def test_supervisor_unit_passes_systemd_analyze(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--python 'venv/bin/python' must be an absolute path" in bad.stderr
 
 
+@pytest.mark.parametrize(("address", "flag"), [("10.30.8.7", "--metrics-listen 10.30.8.7:9465"),
+                                             ("fd00::7", '--metrics-listen "[fd00::7]:9465"')])
+def test_the_unit_with_its_metrics_listener_passes_systemd_analyze(address: str, flag: str, tmp_path: Path) -> None:
+    out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "root", "--set",
+                 "observability.enabled=true", "--assume-secret", "grafana_admin_password", "--set",
+                 f"observability.supervisor_address={address}")
+    assert out.returncode == 0, out.stderr
+    assert f"ExecStart={sys.executable} -m stacks supervise h20 {flag}\n" in out.stdout
+    path = tmp_path / "vllm-cluster-supervisor-h20.service"
+    path.write_text(out.stdout)
+    verified = subprocess.run([ANALYZE, "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0, verified.stderr
+
+
 def test_drift_cannot_run_is_exit_2_with_the_node(h20_values: dict[str, Any]) -> None:
     plan = plan_of(h20_values, "h20")
     unreachable = json.dumps({n.name: {"docker_host": "unix:///nonexistent/docker.sock"} for n in plan.nodes})

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from checks.api import serve_metrics
 from review.group import Group, Rank
 from review.node_access import MappedAccess
 from review.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
@@ -211,6 +213,60 @@ def test_a_crash_loop_backs_off_then_gives_up_and_alerts(cluster: Cluster, tmp_p
     assert running.seen("give-up:") and "3 restarts in the last hour" in running.seen("give-up:")[0]
     assert len(Webhook.received) == 1 and Webhook.received[0]["stack"] == cluster.group.stack
     assert 'vllm_cluster_group_gave_up{stack="' + cluster.group.stack + '"} 1' in (tmp_path / "group.prom").read_text()
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The supervisor's samples by name over HTTP ({} while it does not answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_a_served_supervisor_reports_the_back_off_and_the_give_up_over_http(cluster: Cluster, tmp_path: Path) -> None:
+    """With a metrics listener (as the unit runs it with observability on) the give-up keeps the supervisor up,
+    restarting nothing, so a scrape reads gave_up 1 instead of a refused connection."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    (cluster.ctl / "crash-node2").write_text("")
+    running = Running(cluster, tmp_path, max_per_hour=3, backoff_first_s=3, backoff_max_s=6, metrics_url=url)
+    server = serve_metrics(("127.0.0.1", port), running.supervisor, thread="supervisor-metrics")
+    idle: list[float] = []
+
+    def sleep(seconds: float) -> None:  # counts the loop's rounds after the give-up: it is still running
+        if running.supervisor.gave_up:
+            idle.append(seconds)
+        time.sleep(seconds)
+
+    running.supervisor.sleep = sleep
+    try:
+        before = wait_for(lambda: scrape(url), "the first scrape")
+        assert before["vllm_cluster_group_gave_up"] == 0 and before["vllm_cluster_group_restarts_total"] == 0
+        docker("kill", cluster.names[1])
+        waiting = wait_for(lambda: (m := scrape(url)).get("vllm_cluster_group_next_restart_in_seconds", 0) > 0 and m,
+                           "a scrape during a back-off")
+        assert 0 < waiting["vllm_cluster_group_next_restart_in_seconds"] <= 6
+        # a back-off follows a restart (it may have served a moment before the rank crashed again)
+        assert waiting["vllm_cluster_group_last_restart_success"] in (0, 1)
+        assert waiting["vllm_cluster_group_gave_up"] == 0
+        after = wait_for(lambda: (m := scrape(url)).get("vllm_cluster_group_gave_up") == 1 and m, "gave_up 1")
+        assert running.seen("give-up:") and f"staying up to serve vllm_cluster_group_gave_up 1 on {url}" in \
+            running.seen("give-up:")[0]
+        assert after["vllm_cluster_group_restarts_total"] == 3 == after["vllm_cluster_group_restarts_last_hour"]
+        assert after["vllm_cluster_group_max_restarts_per_hour"] == 3
+        assert after["vllm_cluster_group_last_restart_timestamp_seconds"] > time.time() - DEADLINE_S
+        # still up, still served and restarting nothing, round after round, until a person stops it
+        wait_for(lambda: len(idle) >= 3 and scrape(url).get("vllm_cluster_group_gave_up") == 1,
+                 "three rounds after the give-up, still served")
+        assert running.code is None and running.thread.is_alive() and len(running.seen(" restart: ")) == 3
+    finally:
+        running.stop()
+        server.shutdown()
+        server.server_close()
+    assert running.code == GAVE_UP
+    assert scrape(url) == {}, "a stopped supervisor serves nothing: its scrape fails, `up` becomes 0"
 
 
 def test_a_held_deploy_lock_makes_the_supervisor_wait(cluster: Cluster, tmp_path: Path) -> None:

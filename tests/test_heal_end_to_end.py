@@ -19,6 +19,7 @@ import http.server
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from review.node_access import NODE_MAP_ENV
 from review.watch_unit import watch_argv
@@ -45,6 +47,7 @@ from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, private_dockerd
 from tests.docker_harness import wait_for as harness_wait_for
 from tests.nginx_harness import free_port
+from tests.test_observability import query
 
 STACK = "prod"
 DEADLINE_S = 300
@@ -353,3 +356,82 @@ def test_supervise_ends_a_crash_loop_with_an_alert(group: Group) -> None:
     starts = group.starts()
     assert starts[:2] == ["node2", "node1"] and starts.count("node1") == starts.count("node2"), \
         "the whole group each time, never node2 alone"
+
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The supervisor's own /metrics over HTTP, by series name ({} while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines() if not line.startswith("#")}
+
+
+def firing(prom_port: int, promql: str) -> list[dict[str, Any]]:
+    try:
+        return list(query(prom_port, promql)["data"]["result"])
+    except OSError:
+        return []
+
+
+def test_supervise_serves_its_give_up_to_the_planned_prometheus(group: Group) -> None:
+    """The real `supervise` with `--metrics-listen` (the flag the unit renders with observability on), driven to
+    give up by a crash loop. Over HTTP its gave-up gauge goes 0 -> 1 and the process stays up, restarting nothing;
+    a real Prometheus with the stack's generated scrape job and rules (`python -m stacks observability`, the
+    supervisor's target moved to loopback) fires VllmClusterGroupGaveUp; stopped, its target is down and
+    VllmClusterSupervisorDown is pending."""
+    metrics_port, prom_port = free_port(), free_port()
+    obs = group.work / "obs"
+    made = subprocess.run(group.command("observability", "--out", str(obs), "--set", "observability.enabled=true",
+                                        "--assume-secret", "grafana_admin_password"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert made.returncode == 0, made.stderr
+    prom = yaml.safe_load((obs / "prometheus.yml").read_text())
+    prom["global"]["scrape_interval"] = prom["global"]["evaluation_interval"] = "1s"
+    job = next(j for j in prom["scrape_configs"] if j["job_name"] == "supervisor")
+    assert job["static_configs"][0]["targets"] == ["10.30.8.1:9465"], "the plan's address: the monitoring node's"
+    job["static_configs"][0]["targets"] = [f"127.0.0.1:{metrics_port}"]
+    prom["scrape_configs"] = [job]
+    (obs / "prometheus.yml").write_text(yaml.safe_dump(prom))
+    node2_ip = group.plan.node("node2").containers[0].env["VLLM_HOST_IP"]
+    group.control({"crash": node2_ip})
+    supervisor = Lines(group.command("supervise", "--interval-s", "1", "--hang-s", "20", "--backoff-first-s", "1",
+                                     "--backoff-max-s", "60", "--max-per-hour", "2", "--lock",
+                                     str(group.work / "deploy.lock"), "--golden-metrics-url", "",
+                                     "--metrics-listen", f"127.0.0.1:{metrics_port}"),
+                       group.env, group.work / "supervisor.log")
+    prometheus = subprocess.Popen([PROMETHEUS, f"--config.file={obs / 'prometheus.yml'}",
+                                   f"--storage.tsdb.path={group.work / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                  cwd=obs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: supervisor.seen(" start: watching"), "the supervisor's first line")
+        assert f"metrics on http://127.0.0.1:{metrics_port}/metrics" in supervisor.seen(" start: watching")[0]
+        assert scrape(metrics_port)["vllm_cluster_group_gave_up"] == 0
+        wait_for(lambda: firing(prom_port, f'vllm_cluster_group_gave_up{{stack="{STACK}"}} == 0'),
+                 "Prometheus reading gave_up 0")
+        assert not firing(prom_port, 'ALERTS{alertname="VllmClusterGroupGaveUp"}'), "silent while it heals"
+        docker(group.hosts["node2"], "kill", group.names["node2"])
+        served = wait_for(lambda: (m := scrape(metrics_port)).get("vllm_cluster_group_gave_up") == 1 and m,
+                          "gave_up 1 over HTTP")
+        assert served["vllm_cluster_group_restarts_total"] == 2 and served["vllm_cluster_group_restarts_last_hour"] == 2
+        alert = wait_for(lambda: firing(prom_port, 'ALERTS{alertname="VllmClusterGroupGaveUp",alertstate="firing"}'),
+                         "the gave-up alert firing in Prometheus")
+        assert alert[0]["metric"]["severity"] == "critical" and alert[0]["metric"]["stack"] == STACK
+        assert supervisor.proc.poll() is None, "served, a give-up keeps the supervisor up"
+        assert len(supervisor.seen(" restart: ")) == 2 and "staying up to serve" in supervisor.seen(" give-up: ")[0]
+        supervisor.stop()  # systemctl stop: a dead supervisor is a failed scrape, never a stale 1 or 0
+        wait_for(lambda: firing(prom_port, f'up{{job="supervisor",stack="{STACK}"}} == 0'), "its target down")
+        wait_for(lambda: firing(prom_port, 'ALERTS{alertname="VllmClusterSupervisorDown"}'),
+                 "the supervisor-down alert pending (it fires after 2 minutes)")
+        assert not firing(prom_port, 'ALERTS{alertname="VllmClusterTargetDown"}'), "one alert for it, not two"
+    finally:
+        supervisor.stop()
+        prometheus.kill()
+        prometheus.wait()
+    starts = group.starts()
+    assert starts.count("node1") == starts.count("node2"), "the whole group each time, never node2 alone"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from review.group import Group, Rank
+from review.node_access import NODE_MAP_ENV
 from review.supervisor import DeployLock, Log, Settings, Supervisor, http_ok, read_golden
 from tests.conftest import ROOT
 
@@ -385,3 +386,96 @@ def test_a_short_hang_without_a_probe_timeout_is_accepted() -> None:
     assert check_timing(args) is None  # type: ignore[arg-type]
     args.probe_timeout_s = 9.0
     assert "--probe-timeout-s 9 is more than --hang-s 8" in (check_timing(args) or "")  # type: ignore[arg-type]
+
+
+UNREACHABLE_NODES = json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
+                                "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})
+"""A node map no node of which answers: a command that reached a node would say so, not the flag's refusal."""
+
+
+@pytest.mark.parametrize(("listen", "says"), [
+    ("127.0.0.1", "needs ADDRESS:PORT"),
+    ("127.0.0.1:0", "port 0 is not from 1 to 65535"),
+    ("127.0.0.1:65536", "port 65536 is not from 1 to 65535"),
+    ("127.0.0.1:-1", "needs ADDRESS:PORT"),
+    ("127.0.0.1:９４６５", "needs ADDRESS:PORT"),  # digits that int() reads, but not ASCII
+    ("127.0.0.1:9465\nExecStartPre=/bin/sh", "needs ADDRESS:PORT"),
+    ("::1:9465", "an IPv6 address needs brackets"),
+    ("[127.0.0.1]:9465", "brackets go around an IPv6 address only"),
+    ("[::1]:99999", "port 99999 is not from 1 to 65535"),
+    ("[::1]:123456", "needs ADDRESS:PORT"),
+    ("localhost:9465", "needs ADDRESS:PORT"),
+    ("999.1.1.1:9465", "is not an IP address"),
+])
+def test_supervise_refuses_a_metrics_listen_it_cannot_serve_before_anything_runs(listen: str, says: str,
+                                                                               tmp_path: Path) -> None:
+    out = stacks("supervise", "h20", "--hang-s=60", "--lock", str(tmp_path / "lock"), "--metrics-listen", listen,
+                 env={NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert out.returncode == 2 and f"--metrics-listen {listen!r}: " in out.stderr and says in out.stderr, out.stderr
+    assert "e.g. 10.30.8.1:9465" in out.stderr and "Traceback" not in out.stderr and "start:" not in out.stdout
+
+
+def test_supervise_that_cannot_bind_its_metrics_address_is_exit_2_before_any_probe(tmp_path: Path) -> None:
+    held = socket.create_server(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    try:
+        for listen, says in ((f"127.0.0.1:{port}", "Address already in use"),
+                             ("192.0.2.1:9465", "Cannot assign requested address")):  # not this host's
+            out = stacks("supervise", "h20", "--hang-s=60", "--lock", str(tmp_path / "lock"), "--metrics-listen",
+                         listen, env={NODE_MAP_ENV: UNREACHABLE_NODES})
+            assert out.returncode == 2 and f"--metrics-listen {listen}: cannot listen ({says})" in out.stderr, \
+                out.stderr
+            assert "--metrics-listen '' to serve nothing" in out.stderr and "start:" not in out.stdout
+    finally:
+        held.close()
+    # from the stack: the keys to change are named
+    out = stacks("supervise", "h20", "--hang-s=60", "--lock", str(tmp_path / "lock"), "--set",
+                 "observability.enabled=true", "--assume-secret", "grafana_admin_password", "--set",
+                 "observability.supervisor_address=192.0.2.1", env={NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert out.returncode == 2 and "--metrics-listen 192.0.2.1:9465: cannot listen" in out.stderr, out.stderr
+    assert "change observability.supervisor_address or observability.ports.supervisor" in out.stderr
+
+
+def test_a_metrics_listen_given_to_the_unit_renderer_cannot_add_a_line(tmp_path: Path) -> None:
+    from review.supervisor_unit import render_supervisor_unit
+
+    with pytest.raises(ValueError, match="--metrics-listen"):
+        render_supervisor_unit(stack="h20", python=sys.executable, workdir=str(ROOT), env_file="/etc/x.env",
+                               metrics_listen="10.0.0.1:9465\nExecStartPre=/bin/sh")
+
+
+class CleanFails(RunningContainers):
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 1, "", "rm: cannot remove: No space left on device")
+
+
+def test_the_served_metrics_follow_the_back_off_and_the_give_up(tmp_path: Path) -> None:
+    """What the HTTP thread renders while the loop works: the back-off running, the restarts in the hour, the last
+    restart's result and time, the give-up."""
+    now = [1000.0]
+    seen: list[str] = []
+    sup = bare_supervisor(tmp_path, None, max_per_hour=2, backoff_first_s=60)
+    sup.access, sup.clock, sup.wall = CleanFails(), (lambda: now[0]), (lambda: NOW)
+
+    def sleep(seconds: float) -> None:  # what a scrape during the back-off reads, then the time passes
+        seen.append(sup.render())
+        now[0] += seconds
+
+    sup.sleep = sleep
+    assert 'vllm_cluster_group_gave_up{stack="t"} 0' in sup.render()
+    assert "vllm_cluster_group_last_restart_success{" not in sup.render()  # none yet: no series, not a 0
+    failed = sup.heal("rank node1 container engine exited")  # every restart fails at its clean step
+    assert failed == 3
+    text = sup.render()
+    for line in ('vllm_cluster_group_gave_up{stack="t"} 1', 'vllm_cluster_group_restarts_total{stack="t"} 2',
+                 'vllm_cluster_group_restarts_last_hour{stack="t"} 2',
+                 'vllm_cluster_group_max_restarts_per_hour{stack="t"} 2',
+                 'vllm_cluster_group_backoff_seconds{stack="t"} 120',
+                 'vllm_cluster_group_next_restart_in_seconds{stack="t"} 0',
+                 'vllm_cluster_group_last_restart_success{stack="t"} 0'):
+        assert line in text.splitlines(), (line, text)
+    stamp = next(line for line in text.splitlines() if line.startswith("vllm_cluster_group_last_restart_timestamp"))
+    assert float(stamp.split()[-1]) == NOW, stamp  # every digit: a Unix time in %g would be minutes off
+    backing_off = [s for s in seen if 'vllm_cluster_group_next_restart_in_seconds{stack="t"} 60' in s]
+    assert len(backing_off) == 1 and 'vllm_cluster_group_gave_up{stack="t"} 0' in backing_off[0], seen

@@ -29,9 +29,11 @@ from stacks.planner.observability import (
     ENGINE_INFO,
     NODE_GENERATION,
     RULES_FILE,
+    SUPERVISOR_METRICS,
     WATCH_METRICS,
     engine_info,
     render_files,
+    supervisor_unit,
 )
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import derive_topology
@@ -92,13 +94,16 @@ def test_promtool_accepts_every_generated_file(stack: str, webhook: bool, tmp_pa
     config = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
     assert config.returncode == 0, config.stdout + config.stderr
     rules = promtool("check", "rules", RULES_FILE, cwd=tmp_path)
-    assert rules.returncode == 0 and "SUCCESS: 7 rules found" in rules.stdout, rules.stdout + rules.stderr
+    # every alert and the one recording rule
+    assert rules.returncode == 0 and f"SUCCESS: {len(ALERTS) + 1} rules found" in rules.stdout, \
+        rules.stdout + rules.stderr
     assert ("alertmanager.yml" in files) is webhook
     prom = yaml.safe_load(files["prometheus.yml"])
     assert ("alerting" in prom) is webhook
     # every target carries stack, node, role, DP ranks and generation; every node has both exporters
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    assert set(jobs) == {"vllm", "node", "dcgm", "watch"}
+    assert set(jobs) == {"vllm", "node", "dcgm", "watch", "supervisor"}
+    assert [g["targets"] for g in jobs["supervisor"]["static_configs"]] == [[plan.observability.supervisor_target]]
     for job in jobs.values():
         for group in job["static_configs"]:
             assert {"stack", "node", "role", "dp_ranks", "generation"} <= set(group["labels"]), job["job_name"]
@@ -202,6 +207,39 @@ def test_the_watch_series_are_the_ones_the_rules_and_dashboards_name() -> None:
     assert {n for n in exposition_names("\n".join(
         line.split(" ")[2] + " 1" for line in watch.render().splitlines() if line.startswith("# TYPE")))} == set(
         WATCH_METRICS)
+
+
+def test_the_supervisor_series_and_unit_are_the_ones_the_rules_name() -> None:
+    from review.group import Group
+    from review.supervisor import METRICS, Settings, Supervisor
+    from review.supervisor_unit import supervisor_unit_name
+
+    assert tuple(METRICS) == SUPERVISOR_METRICS
+    supervisor = Supervisor(Group("prod", (), 1, "http://127.0.0.1:9/health", ()), None,  # type: ignore[arg-type]
+                            None, Settings(), None)  # type: ignore[arg-type]
+    assert exposition_names(supervisor.render()) <= set(SUPERVISOR_METRICS)
+    assert {line.split()[2] for line in supervisor.render().splitlines() if line.startswith("# TYPE")} == set(
+        SUPERVISOR_METRICS)
+    assert supervisor_unit("prod") == supervisor_unit_name("prod")
+    _, files = generated("prod", enabled(read_stack_values("prod")))
+    assert f"journalctl -u {supervisor_unit_name('prod')}" in files[RULES_FILE]
+
+
+def test_an_ipv6_supervisor_address_is_bracketed_in_the_scrape_target_and_the_unit(tmp_path: Path) -> None:
+    values = enabled(read_stack_values("prod"))
+    values["observability"]["supervisor_address"] = "fd00:0::5"
+    plan, files = generated("prod", values)
+    assert plan.observability is not None and plan.observability.supervisor_target == "[fd00::5]:9465"
+    jobs = {j["job_name"]: j for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]}
+    assert jobs["supervisor"]["static_configs"][0]["targets"] == ["[fd00::5]:9465"]
+    write(files, tmp_path)
+    assert promtool("check", "config", "prometheus.yml", cwd=tmp_path).returncode == 0
+    # on no node of the stack: no node's listener table or firewall has it
+    assert not [x for x in plan.listeners if x.port == 9465]
+    out = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable, *OBS_FLAGS,
+                     "--set", "observability.supervisor_address=fd00::5")
+    assert out.returncode == 0, out.stderr
+    assert 'supervise prod --metrics-listen "[fd00::5]:9465"' in out.stdout
 
 
 # ---- a real Prometheus joins a vLLM series to its node and generation -----------------------------------------
@@ -404,10 +442,20 @@ def test_plan_lists_the_monitoring_containers_and_their_private_listeners() -> N
     plan = json.loads(stacks_cli("plan", "prod", "--json", *OBS_FLAGS).stdout)
     monitoring = [x for x in plan["listeners"] if x["role"] == "monitoring"]
     assert {(x["node"], x["port"]) for x in monitoring} >= {("node1", 9090), ("node1", 3000), ("node2", 9100),
-                                                             ("node2", 9400)}
+                                                             ("node2", 9400), ("node1", 9464), ("node1", 9465)}
     assert all(not x["public"] and x["bind"] not in ("0.0.0.0", "::") for x in monitoring)
     node2 = next(f for f in plan["firewall"]["nodes"] if f["node"] == "node2")
     assert "9100" in node2["internal_ports"] and "9400" in node2["internal_ports"]
+    # the watch unit's and the supervisor's ports, on the node they run on (the monitoring node by default)
+    node1 = next(f for f in plan["firewall"]["nodes"] if f["node"] == "node1")
+    assert "9464-9465" in node1["internal_ports"], node1["internal_ports"]
+    assert not any(x["port"] in (9464, 9465) for x in plan["listeners"] if x["node"] == "node2")
+    assert "group supervisor at 10.30.8.1:9465" in out.stdout
+    # the supervisor on node2 (its management address): its port moves there, the watch unit's stays
+    moved = json.loads(stacks_cli("plan", "prod", "--json", *OBS_FLAGS, "--set",
+                                  "observability.supervisor_address=10.30.8.2").stdout)
+    assert {(x["node"], x["port"]) for x in moved["listeners"] if x["port"] in (9464, 9465)} == {
+        ("node1", 9464), ("node2", 9465)}
     # off by default: the committed stack plans exactly as before
     assert json.loads(stacks_cli("plan", "prod", "--json").stdout)["observability"] is None
 
@@ -419,6 +467,16 @@ def test_the_watch_unit_serves_metrics_when_observability_is_on() -> None:
     assert "--metrics-listen 10.30.8.1:9464" in exec_line and "--info-json" in exec_line
     plain = stacks_cli("watch-unit", "prod")
     assert "--metrics-listen" not in plain.stdout
+
+
+def test_the_supervisor_unit_serves_metrics_when_observability_is_on() -> None:
+    out = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable, *OBS_FLAGS)
+    assert out.returncode == 0, out.stderr
+    exec_line = next(line for line in out.stdout.splitlines() if line.startswith("ExecStart="))
+    assert exec_line.endswith("supervise prod --metrics-listen 10.30.8.1:9465"), exec_line
+    assert "# Metrics: http://10.30.8.1:9465/metrics" in out.stdout
+    plain = stacks_cli("supervisor-unit", "prod", "--user", "deploy", "--python", sys.executable)
+    assert plain.returncode == 0 and "--metrics-listen" not in plain.stdout
 
 
 def test_the_watch_refuses_bad_metrics_arguments() -> None:
@@ -434,6 +492,10 @@ def test_the_watch_refuses_bad_metrics_arguments() -> None:
     (8030, "watch", "serving.port"),  # the watch unit's listener on the monitoring node clashes with vLLM's API
     (22, "watch", "observability.ports.watch"),  # the nodes' SSH port
     (22, "node_exporter", "observability.ports.node_exporter"),
+    (9464, "supervisor", "observability.ports.supervisor"),  # the watch unit's port, on the same node
+    (8030, "supervisor", "observability.ports.supervisor"),  # vLLM's API port on the head
+    (9090, "supervisor", "observability.ports.supervisor"),  # Prometheus: the later row's key is named
+    (22, "supervisor", "observability.ports.supervisor"),
 ])
 def test_a_monitoring_port_that_another_listener_or_sshd_holds_is_refused(port: int, field: str, key: str) -> None:
     values = enabled(read_stack_values("prod"))

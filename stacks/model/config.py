@@ -609,6 +609,8 @@ class ObservabilityPorts(_Model):
     node_exporter: Port = Field(default=9100, description="node exporter on every node")
     dcgm_exporter: Port = Field(default=9400, description="DCGM exporter on every node (its default)")
     watch: Port = Field(default=9464, description="the watch unit's metrics endpoint (on observability.watch_address)")
+    supervisor: Port = Field(default=9465, description="the group supervisor's metrics endpoint (on "
+                             "observability.supervisor_address)")
 
 
 class ObservabilityConfig(_Model):
@@ -629,6 +631,10 @@ class ObservabilityConfig(_Model):
     watch_address: HostAddress | None = Field(
         default=None, description="address of the host running the watch unit (python -m stacks watch-unit), "
         "where it serves its metrics; default: the monitoring node's management IP (install the unit there)")
+    supervisor_address: HostAddress | None = Field(
+        default=None, description="address of the host running the group supervisor (python -m stacks "
+        "supervisor-unit), where it serves its metrics; default: the watch unit's address (watch_address, else the "
+        "monitoring node)")
     golden_failures: int = Field(default=3, ge=1, le=1000,
                                  description="alert when a DP rank fails its golden check this many rounds in a row")
     kv_cache_usage: FiniteFloat = Field(default=0.95, gt=0, le=1,

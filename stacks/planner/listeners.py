@@ -40,8 +40,11 @@ from stacks.planner.observability import (
     SRC_GRAFANA,
     SRC_NODE_EXPORTER,
     SRC_PROMETHEUS,
+    SRC_SUPERVISOR,
     alertmanager_enabled,
     monitor_node,
+    supervisor_host,
+    watch_host,
 )
 from stacks.planner.topology import NodeTopology, Role, Topology
 
@@ -352,7 +355,9 @@ def _ray_rows(config: StackConfig, ip: str, *, head: bool) -> list[_Row]:
 
 def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
     """Exporters on every node, Prometheus/Grafana/Alertmanager on the monitoring node: each binds the management
-    address only (never a wildcard), so the firewall's cluster sources and an SSH tunnel reach it, nothing else."""
+    address only (never a wildcard), so the firewall's cluster sources and an SSH tunnel reach it, nothing else.
+    The watch unit and the group supervisor listen on the node whose management address is theirs (default: the
+    monitoring node); on a host that is no node, nothing of this table."""
     ports = config.observability.ports
     ip = node.management_ip
     rows = [_Row(ports.node_exporter, ip, "node exporter (host metrics, unauthenticated)", "node_exporter",
@@ -364,7 +369,7 @@ def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
                       SRC_PROMETHEUS, role="monitoring"),
                  _Row(ports.grafana, ip, "Grafana (admin password; SSH tunnel)", "grafana", SRC_GRAFANA,
                       role="monitoring")]
-        if config.observability.watch_address in (None, "", ip):  # the watch unit runs here (its default place)
+        if watch_host(config) == ip:  # the watch unit runs here (its default place)
             rows += [_Row(ports.watch, ip, "watch unit: golden results and info series (unauthenticated)",
                           "watch-unit", "checks/api.py --watch --metrics-listen", role="monitoring")]
         if alertmanager_enabled(config):
@@ -372,6 +377,9 @@ def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
                           SRC_ALERTMANAGER, role="monitoring"),
                      _Row(ports.alertmanager_cluster, "127.0.0.1", "Alertmanager gossip (one instance)",
                           "alertmanager", SRC_ALERTMANAGER_CLUSTER, reach="local", role="monitoring")]
+    if supervisor_host(config) == ip:
+        rows.append(_Row(ports.supervisor, ip, "group supervisor: restart and give-up metrics (unauthenticated)",
+                         "group-supervisor", SRC_SUPERVISOR, role="monitoring"))
     return rows
 
 

@@ -13,11 +13,14 @@ external LB each node's own API server would carry its local ranks. `/metrics` n
 front door never passes it (it is a control path there), so Prometheus scrapes vLLM's port directly.
 
 Which series belongs to which node and release: the watch unit serves `vllm_cluster_engine_info{stack, node,
-dp_rank, gpus, image, image_digest, generation, topology} 1`, one per rank (`checks/watch_metrics.py`), and the
-scrape copies vLLM's `engine` label into `dp_rank`, so `… * on(stack, dp_rank) group_left(node, generation)
+dp_rank, gpus, image, image_digest, generation, topology} 1`, one per rank (`checks/api.py` WatchMetrics), and
+the scrape copies vLLM's `engine` label into `dp_rank`, so `… * on(stack, dp_rank) group_left(node, generation)
 vllm_cluster_engine_info` joins any vLLM series to its node and release. What each node really runs comes from
 its node exporter: `vllm_cluster_node_generation_info{generation, image}` is uploaded into that node's exporter
 after its engine container was applied, so a half-applied update shows as nodes with different generations.
+
+The group supervisor (review/supervisor.py) serves its own series the same way, scraped as the job `supervisor`:
+`vllm_cluster_group_gave_up` 1 fires VllmClusterGroupGaveUp, and its target down VllmClusterSupervisorDown.
 """
 
 from __future__ import annotations
@@ -57,7 +60,15 @@ GOLDEN_LATENCY = "vllm_cluster_golden_latency_seconds"
 GOLDEN_ROUNDS = "vllm_cluster_golden_rounds_total"
 GOLDEN_LAST_ROUND = "vllm_cluster_golden_last_round_timestamp_seconds"
 WATCH_METRICS = (ENGINE_INFO, GOLDEN_OK, GOLDEN_FAILURES, GOLDEN_LATENCY, GOLDEN_ROUNDS, GOLDEN_LAST_ROUND)
-"""The series the watch unit serves (checks/watch_metrics.py serves exactly these; a test holds them equal)."""
+"""The series the watch unit serves (checks/api.py WatchMetrics serves exactly these; a test holds them equal)."""
+GROUP_GAVE_UP = "vllm_cluster_group_gave_up"
+SUPERVISOR_METRICS = ("vllm_cluster_group_restarts_total", GROUP_GAVE_UP, "vllm_cluster_group_restarts_last_hour",
+                      "vllm_cluster_group_max_restarts_per_hour", "vllm_cluster_group_backoff_seconds",
+                      "vllm_cluster_group_next_restart_in_seconds",
+                      "vllm_cluster_group_last_restart_timestamp_seconds", "vllm_cluster_group_last_restart_success")
+"""The series the group supervisor serves (review/supervisor.py METRICS; a test holds them equal)."""
+SUPERVISOR_JOB = "supervisor"
+RUNBOOK = "docs/runbooks.md, \"An engine died\""
 
 SRC_PROMETHEUS = "stacks/planner/observability.py (prometheus --web.listen-address=<management IP>:<port>)"
 SRC_GRAFANA = "stacks/planner/observability.py (GF_SERVER_HTTP_ADDR=<management IP>)"
@@ -65,10 +76,12 @@ SRC_ALERTMANAGER = "stacks/planner/observability.py (alertmanager --web.listen-a
 SRC_ALERTMANAGER_CLUSTER = "stacks/planner/observability.py (alertmanager --cluster.listen-address=127.0.0.1:<port>)"
 SRC_NODE_EXPORTER = "stacks/planner/observability.py (node_exporter --web.listen-address=<management IP>:<port>)"
 SRC_DCGM = "stacks/planner/observability.py (dcgm-exporter --address <management IP>:<port>)"
+SRC_SUPERVISOR = "review/supervisor_unit.py (python -m stacks supervise --metrics-listen <supervisor address>:<port>)"
 PORT_KEYS = {SRC_PROMETHEUS: "observability.ports.prometheus", SRC_GRAFANA: "observability.ports.grafana",
              SRC_ALERTMANAGER: "observability.ports.alertmanager",
              SRC_ALERTMANAGER_CLUSTER: "observability.ports.alertmanager_cluster",
-             SRC_NODE_EXPORTER: "observability.ports.node_exporter", SRC_DCGM: "observability.ports.dcgm_exporter"}
+             SRC_NODE_EXPORTER: "observability.ports.node_exporter", SRC_DCGM: "observability.ports.dcgm_exporter",
+             SRC_SUPERVISOR: "observability.ports.supervisor"}
 
 
 class _Frozen(BaseModel):
@@ -94,6 +107,8 @@ class ObservabilityPlan(_Frozen):
     alertmanager: str | None
     """None without the alert_webhook_url secret: alerts show in Prometheus and Grafana only."""
     watch_target: str
+    supervisor_target: str
+    """Where the group supervisor serves its metrics (`python -m stacks supervisor-unit` renders it)."""
     containers: list[MonitorContainer]
     files: dict[str, str]
     """Generated file -> sha256[:16] (the full text: `python -m stacks observability STACK --out DIR`)."""
@@ -136,10 +151,26 @@ def _hybrid_scrape_address(config: StackConfig, node: NodeTopology) -> str:
     return f"{bracket_host(host)}:{config.serving.port}"
 
 
+def watch_host(config: StackConfig) -> str:
+    """The host the watch unit runs on: `observability.watch_address`, else the monitoring node's address ('' while
+    `observability.node` names no node: validation refuses that, and its rules ask this first)."""
+    mon = monitor_node(config)
+    return config.observability.watch_address or next((n.management_ip for n in config.nodes if n.name == mon), "")
+
+
 def watch_address(config: StackConfig) -> str:
-    obs = config.observability
-    host = obs.watch_address or management_ip(config, monitor_node(config))
-    return f"{bracket_host(host)}:{obs.ports.watch}"
+    return f"{bracket_host(watch_host(config))}:{config.observability.ports.watch}"
+
+
+def supervisor_host(config: StackConfig) -> str:
+    """The host the group supervisor runs on: `observability.supervisor_address`, else the watch unit's host
+    (both run where the stack's SSH key and pinned known_hosts are)."""
+    return config.observability.supervisor_address or watch_host(config)
+
+
+def supervisor_address(config: StackConfig) -> str:
+    """host:port the supervisor serves its metrics on and Prometheus scrapes (an IPv6 host in brackets)."""
+    return f"{bracket_host(supervisor_host(config))}:{config.observability.ports.supervisor}"
 
 
 def rank_infos(topo: Topology) -> list[RankInfo]:
@@ -197,6 +228,10 @@ def prometheus_config(stack: str, config: StackConfig, topo: Topology,
     jobs.append({"job_name": "watch", "honor_labels": True, "static_configs": [
         {"targets": [watch_address(config)],
          "labels": _labels(stack, "watch-unit", "watch", all_ranks, generation(containers, head.name))}]})
+    # the group supervisor serves its own metrics (a dead one is `up` 0, not a textfile that keeps its last value)
+    jobs.append({"job_name": SUPERVISOR_JOB, "static_configs": [
+        {"targets": [supervisor_address(config)],
+         "labels": _labels(stack, "group-supervisor", "supervisor", all_ranks, generation(containers, head.name))}]})
     out: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "external_labels": {"vllm_cluster_stack": stack}},
@@ -224,7 +259,13 @@ def alertmanager_config(stack: str, webhook_url: str) -> dict[str, Any]:
 # ---- alert rules --------------------------------------------------------------------------------------------
 
 ALERTS = ("VllmClusterTargetDown", "VllmClusterGoldenFailing", "VllmClusterKvCacheHigh", "VllmClusterTtftHigh",
-          "VllmClusterGpuXidError", "VllmClusterGenerationSkew")
+          "VllmClusterGpuXidError", "VllmClusterGenerationSkew", "VllmClusterGroupGaveUp",
+          "VllmClusterSupervisorDown")
+
+
+def supervisor_unit(stack: str) -> str:
+    """The supervisor's systemd unit, as review/supervisor_unit.py names it (a test holds the two equal)."""
+    return f"vllm-cluster-supervisor-{stack}.service"
 
 
 def rules(stack: str, config: StackConfig, topo: Topology) -> dict[str, Any]:
@@ -237,7 +278,8 @@ def rules(stack: str, config: StackConfig, topo: Topology) -> dict[str, Any]:
                  f"(rate(vllm:time_to_first_token_seconds_bucket{{{s}}}[5m])))"},
     ]
     alerts = [
-        {"alert": "VllmClusterTargetDown", "expr": f"up{{{s}}} == 0", "for": "2m",
+        # the supervisor's target has its own alert below, which says what a dead supervisor means
+        {"alert": "VllmClusterTargetDown", "expr": f'up{{{s},job!="{SUPERVISOR_JOB}"}} == 0', "for": "2m",
          "labels": {"severity": "critical"},
          "annotations": {"summary": "{{ $labels.job }} target {{ $labels.instance }} on {{ $labels.node }} is down",
                          "description": "Prometheus cannot scrape it: the process is stopped, the port is "
@@ -266,6 +308,22 @@ def rules(stack: str, config: StackConfig, topo: Topology) -> dict[str, Any]:
          "annotations": {"summary": "{{ $labels.node }} runs generation {{ $labels.generation }}, not the head's: "
                                     "a half-applied update",
                          "description": "Run pulumi up again, or python -m stacks rollback."}},
+        {"alert": "VllmClusterGroupGaveUp", "expr": f"{GROUP_GAVE_UP}{{{s}}} == 1",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "The group supervisor of {{ $labels.stack }} gave up: it restarts the engine "
+                                    "group no more",
+                         "description": f"A crash loop (--max-per-hour restarts in an hour) or drift it refuses to "
+                                        f"restart into. Read journalctl -u {supervisor_unit(stack)} on the host it "
+                                        "runs on (the give-up line says why, the death lines which rank), then the "
+                                        f"runbook ({RUNBOOK}); after the fix: systemctl restart "
+                                        f"{supervisor_unit(stack)}."}},
+        {"alert": "VllmClusterSupervisorDown", "expr": f'up{{{s},job="{SUPERVISOR_JOB}"}} == 0', "for": "2m",
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "The group supervisor of {{ $labels.stack }} ({{ $labels.instance }}) cannot "
+                                    "be scraped: a dead rank will not be restarted",
+                         "description": f"systemctl status {supervisor_unit(stack)} and journalctl -u "
+                                        f"{supervisor_unit(stack)} on that host; not installed: python -m stacks "
+                                        f"supervisor-unit {stack} (docs/group-restart.md). Runbook: {RUNBOOK}."}},
     ]
     return {"groups": [{"name": "vllm-cluster.recording", "rules": rec},
                        {"name": "vllm-cluster.alerts", "rules": alerts}]}
@@ -505,6 +563,7 @@ def observability_plan(stack: str, config: StackConfig, topo: Topology,
     return ObservabilityPlan(
         node=mon, prometheus=_listen(config, mon, p.prometheus), grafana=_listen(config, mon, p.grafana),
         alertmanager=_listen(config, mon, p.alertmanager) if alertmanager_enabled(config) else None,
-        watch_target=watch_address(config), containers=containers(stack, config, topo),
+        watch_target=watch_address(config), supervisor_target=supervisor_address(config),
+        containers=containers(stack, config, topo),
         files={k: hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in files.items()},
         unpinned_images=unpinned(config))

@@ -162,7 +162,7 @@ def render_detail(plan: Plan) -> str:
         ob = plan.observability
         lines.append(f"== monitoring on {ob.node}: Prometheus {ob.prometheus}, Grafana {ob.grafana}, "
                      + (f"Alertmanager {ob.alertmanager}" if ob.alertmanager else "no Alertmanager (no webhook)")
-                     + f"; watch unit scraped at {ob.watch_target}")
+                     + f"; watch unit scraped at {ob.watch_target}, group supervisor at {ob.supervisor_target}")
         for mc in ob.containers:
             lines.append(f"   {mc.node}: container {mc.name} ({mc.role}, {mc.image}) listen {mc.listen}")
         lines.append(f"   {len(ob.files)} generated files (python -m stacks observability {plan.stack} --out DIR)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.gpus import expected_memory_gb, memory_fits
+from stacks.planner.observability import supervisor_host, watch_host
 from stacks.planner.topology import Topology
 
 NCCL_LOG_SUBSYS = ("INIT", "NET")
@@ -120,6 +121,14 @@ def monitoring_port_rules(config: StackConfig) -> list[Problem]:
             problems.append(Problem(f"observability.ports.{field}", port,
                                     f"is the SSH port of {', '.join(nodes)}: the deploy and the checks reach the "
                                     "nodes over SSH", fix="another port, e.g. the default"))
+    host = supervisor_host(config)
+    if obs.ports.supervisor == obs.ports.watch and host == watch_host(config) and host not in [
+            n.management_ip for n in config.nodes]:  # on a node, the listener table names the clash
+        problems.append(Problem("observability.ports.supervisor", obs.ports.supervisor,
+                                f"is also observability.ports.watch, and the group supervisor and the watch unit "
+                                f"both listen on {host}: the one started second fails to bind (Address already in "
+                                "use)", fix=f"another port, e.g. {type(obs.ports).model_fields['supervisor'].default}"
+                                f" (the default), or observability.supervisor_address another host"))
     return problems
 
 
