@@ -72,10 +72,11 @@ def test_committed_cards_are_what_the_command_writes(name: str, tmp_path: Path, 
     assert _regenerate(card["generated_by"], tmp_path) == card
 
 
-def test_seven_cards_five_public_families() -> None:
+def test_nine_cards_seven_public_families() -> None:
     families = {n: get_profile(n).family for n in CARDS}  # type: ignore[union-attr]
     assert families == {"deepseek-v3": "moe-mla", "deepseek-v4-flash": "deepseek-v4",
-                        "deepseek-v4.1-flash": "deepseek-v4", "gpt-oss-20b": "moe-gqa",
+                        "deepseek-v4.1-flash": "deepseek-v4", "devstral-small-2507": "dense-gqa",
+                        "gpt-oss-20b": "moe-gqa", "llama-3.1-8b-instruct": "dense-gqa",
                         "qwen3-235b-a22b-instruct-2507": "moe-gqa", "qwen3-30b-a3b": "moe-gqa",
                         "qwen3-8b": "dense-gqa"}
 
