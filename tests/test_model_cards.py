@@ -468,6 +468,7 @@ CARD_OF = {"qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b-instruct-2507"}
 BY_MODEL_INIT = {
     # vLLM's engine config passes these; the model's constructor on the GPUs refuses (or idles GPUs):
     "qwen3-8b pp48": ("parallelism.pipeline", "get_pp_indices"),  # distributed/utils.py:198-241: 0-layer stages
+    "llama-3.1-8b pp40": ("parallelism.pipeline", "get_pp_indices"),  # 32 layers over 40 stages: 8 stages idle
     "gpt-oss-20b tp16": ("parallelism.tensor", "num_local_key_value_heads"),  # models/gpt_oss.py:156: 8 // 16 = 0
     "tiny-llama tp12": ("parallelism.tensor", "tp_size % self.total_num_kv_heads"),  # models/llama.py:148-156
 }
