@@ -723,12 +723,13 @@ def _weights_from(card: dict[str, Any], root: Path) -> str:
         return "assumed (--fact)"
     if not w["source"].startswith("synthesized"):
         return "safetensors headers"
-    if w.get("index_total_size") == w["total_bytes"]:
-        return "synthesized from config.json; = the published index's total_size"
     shards = root / str(card["source"]) / "published-shards.json"
-    if shards.is_file():
-        model = json.loads(shards.read_text())["model"]
-        return f"synthesized from config.json; checked against the shard files of {model}"
+    published = json.loads(shards.read_text()) if shards.is_file() else None
+    files = f"the {len(published['shards'])} shard files of {published['model']}" if published else ""
+    if w.get("index_total_size") == w["total_bytes"]:
+        return "synthesized from config.json; = the published index's total_size" + (f" and {files}" if files else "")
+    if files:
+        return f"synthesized from config.json; checked against {files}"
     return "synthesized from config.json; nothing published to check it against"
 
 

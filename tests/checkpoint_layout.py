@@ -20,13 +20,16 @@ from review.model_card import Tensors, _bytes
 QWEN3_MAX_SHARD_SIZE = 4 * 10**9
 """Qwen's checkpoints were saved with `max_shard_size="4GB"` (4 x 10^9 bytes): the first Qwen3-8B shard ends at
 3,996,241,408 bytes of tensors because layer 7's o_proj (33,554,432) would take it past that."""
+DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
+"""transformers' default `max_shard_size="5GB"`, which Llama 3.1 8B Instruct (transformers 4.42.3) and Devstral Small
+2507 (4.53.1) were saved with: their first shards end at 4,976,689,152 and 4,781,568,000 bytes of tensors."""
 
 _LAYER_SLOTS = ("self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.", "self_attn.o_proj.",
                 "self_attn.q_norm.", "self_attn.k_norm.", "mlp.gate.", "mlp.experts.", "mlp.gate_proj.",
                 "mlp.up_proj.", "mlp.down_proj.", "input_layernorm.", "post_attention_layernorm.")
-"""A Qwen3 / Qwen3-MoE decoder layer's parameters in registration order (transformers' Qwen3DecoderLayer: self_attn
-q, k, v, o, q_norm, k_norm; mlp: the router `gate` before the `experts` list, or gate/up/down of a dense MLP; then
-the two norms)."""
+"""A decoder layer's parameters in registration order (transformers' Qwen3DecoderLayer: self_attn q, k, v, o, q_norm,
+k_norm; mlp: the router `gate` before the `experts` list, or gate/up/down of a dense MLP; then the two norms).
+LlamaDecoderLayer and MistralDecoderLayer register the same modules without q_norm / k_norm."""
 _EXPERT_SLOTS = ("gate_proj.", "up_proj.", "down_proj.")
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 _EXPERT = re.compile(r"mlp\.experts\.(\d+)\.(.+)")
@@ -37,17 +40,17 @@ def _slot(rest: str, slots: tuple[str, ...], name: str) -> int:
     for i, prefix in enumerate(slots):
         if rest.startswith(prefix):
             return i
-    raise ValueError(f"{name}: not a Qwen3 checkpoint tensor")
+    raise ValueError(f"{name}: not a Qwen3 / Llama / Mistral checkpoint tensor")
 
 
-def qwen3_save_order(names: list[str]) -> list[str]:
-    """The tensors in the order `save_pretrained` meets them in a Qwen3 / Qwen3-MoE state dict: the embedding, every
-    decoder layer (experts by index, each gate/up/down), the final norm, the LM head."""
+def save_order(names: list[str]) -> list[str]:
+    """The tensors in the order `save_pretrained` meets them in a Qwen3 / Qwen3-MoE / Llama / Mistral state dict: the
+    embedding, every decoder layer (experts by index, each gate/up/down), the final norm, the LM head."""
     def key(name: str) -> tuple[int, ...]:
         layer = _LAYER.fullmatch(name)
         if not layer:
             if name not in _TOP:
-                raise ValueError(f"{name}: not a Qwen3 checkpoint tensor")
+                raise ValueError(f"{name}: not a Qwen3 / Llama / Mistral checkpoint tensor")
             return (0,) if name == _TOP[0] else (2, _TOP.index(name))
         rest = layer.group(2)
         expert = _EXPERT.fullmatch(rest)
@@ -68,6 +71,14 @@ def shard_names(order: list[str], sizes: dict[str, int], max_shard_size: int) ->
         current.append(name)
         filled += sizes[name]
     return [*shards, current]
+
+
+def index_json(metadata: dict[str, int], shards: list[list[str]]) -> bytes:
+    """The `model.safetensors.index.json` bytes `save_pretrained` writes for these shards (`json.dumps(indent=2,
+    sort_keys=True)` and a newline; files named model-0000i-of-0000n.safetensors)."""
+    weight_map = {name: f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                  for i, names in enumerate(shards) for name in names}
+    return (json.dumps({"metadata": metadata, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _entry(name: str, dtype: str, shape: list[int], start: int, end: int) -> str:

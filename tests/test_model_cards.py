@@ -36,11 +36,13 @@ from stacks.model.errors import ConfigError, Problem
 from stacks.planner.memory import gqa_kv_bytes_per_layer, mla_kv_bytes_per_layer, pp_partition
 from stacks.planner.profiles import get_profile
 from tests.checkpoint_layout import (
+    DEFAULT_MAX_SHARD_SIZE,
     QWEN3_MAX_SHARD_SIZE,
     header_bounds,
+    index_json,
     published,
-    qwen3_save_order,
     safetensors_header,
+    save_order,
     shard_names,
 )
 from tests.conftest import ROOT, clone_node, plan_of
@@ -72,10 +74,11 @@ def test_committed_cards_are_what_the_command_writes(name: str, tmp_path: Path, 
     assert _regenerate(card["generated_by"], tmp_path) == card
 
 
-def test_seven_cards_five_public_families() -> None:
+def test_nine_cards_seven_public_families() -> None:
     families = {n: get_profile(n).family for n in CARDS}  # type: ignore[union-attr]
     assert families == {"deepseek-v3": "moe-mla", "deepseek-v4-flash": "deepseek-v4",
-                        "deepseek-v4.1-flash": "deepseek-v4", "gpt-oss-20b": "moe-gqa",
+                        "deepseek-v4.1-flash": "deepseek-v4", "devstral-small-2507": "dense-gqa",
+                        "gpt-oss-20b": "moe-gqa", "llama-3.1-8b-instruct": "dense-gqa",
                         "qwen3-235b-a22b-instruct-2507": "moe-gqa", "qwen3-30b-a3b": "moe-gqa",
                         "qwen3-8b": "dense-gqa"}
 
@@ -92,11 +95,12 @@ def test_synthesized_gpt_oss_matches_the_published_index() -> None:
 
 # ------------------------------------------------------------------------------------- published checkpoints
 
-PUBLISHED = ("qwen3-8b", "qwen3-30b-a3b", "deepseek-v3")
+PUBLISHED = ("qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "llama-3.1-8b-instruct", "devstral-small-2507")
 """Cards with figures published for the real checkpoint (tests/fixtures/models/<card>/published-shards.json, origins
-in ORIGINS.md): shard file sizes and SHA-256 (all three), header digests (Qwen3-8B), index tensor count and
-total_size (Qwen3-30B-A3B). gpt-oss-20b's index is itself a fixture (above). Nothing was found for
-qwen3-235b-a22b-instruct-2507 (ORIGINS.md says what was searched)."""
+in ORIGINS.md): shard file sizes (all), their SHA-256 (all but Devstral), header digests (Qwen3-8B), index tensor
+count and total_size (Qwen3-30B-A3B, Llama, Devstral; the Llama and Devstral indexes are fixtures too). gpt-oss-20b's
+index is itself a fixture (above). Nothing was found for qwen3-235b-a22b-instruct-2507 (ORIGINS.md says what was
+searched)."""
 
 
 @functools.cache
@@ -110,11 +114,11 @@ def _card_weights(name: str) -> dict[str, Any]:
     return dict(json.loads((ROOT / "models" / f"{name}.json").read_text())["weights"])
 
 
-def _qwen3_files(tensors: Tensors) -> list[tuple[list[str], bytes, int]]:
+def _qwen3_files(tensors: Tensors, max_shard_size: int = QWEN3_MAX_SHARD_SIZE) -> list[tuple[list[str], bytes, int]]:
     """Each shard save_pretrained writes for these tensors: its tensor names, header bytes and file size."""
     sizes = {n: _bytes(d, s) for n, (d, s) in tensors.items()}
     files = []
-    for names in shard_names(qwen3_save_order(list(tensors)), sizes, QWEN3_MAX_SHARD_SIZE):
+    for names in shard_names(save_order(list(tensors)), sizes, max_shard_size):
         head = safetensors_header(tensors, names)
         files.append((names, head, 8 + len(head) + sum(sizes[n] for n in names)))
     return files
@@ -179,6 +183,37 @@ def test_qwen3_30b_a3b_tensors_rebuild_the_published_shard_sizes() -> None:
     assert _card_weights("qwen3-30b-a3b")["total_bytes"] == pub["tensor_bytes"] == 61_064_245_248
 
 
+def test_llama_3_1_8b_config_and_index_are_the_published_files() -> None:
+    """The fixture config.json and index have the length and SHA-256 the published files' Git LFS pointers record
+    (ORIGINS.md), and the index is what save_pretrained writes for the synthesized tensors in 5 GB shards: 291
+    names, 16,060,522,496 bytes."""
+    pub = published(FIXTURES / "llama-3.1-8b-instruct" / "published-shards.json")
+    for file, key in (("config.json", "config_json"), ("model.safetensors.index.json", "index")):
+        data = (FIXTURES / "llama-3.1-8b-instruct" / file).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (pub[key]["bytes"], pub[key]["sha256"]), file
+    tensors = _tensors("llama-3.1-8b-instruct")
+    names = [n for n, _, _ in _qwen3_files(tensors, DEFAULT_MAX_SHARD_SIZE)]
+    index = index_json({"total_size": pub["tensor_bytes"]}, names)
+    assert hashlib.sha256(index).hexdigest() == pub["index"]["sha256"]
+    assert len(tensors) == pub["index"]["tensor_count"] == 291
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b-instruct", "devstral-small-2507"])
+def test_dense_tensors_rebuild_the_published_shard_files(name: str) -> None:
+    """Llama 3.1 8B's 4 and Devstral Small 2507's 10 shard files: the synthesized tensors split as save_pretrained
+    splits at 5 GB, each file its header plus data, give every published size to the byte (and Devstral's tensor
+    count per file), the index's weight_map file for file, and its total_size."""
+    pub = published(FIXTURES / name / "published-shards.json")
+    files = _qwen3_files(_tensors(name), DEFAULT_MAX_SHARD_SIZE)
+    assert [size for _, _, size in files] == [s["bytes"] for s in pub["shards"]]
+    if "tensor_count" in pub["shards"][0]:
+        assert [len(names) for names, _, _ in files] == [s["tensor_count"] for s in pub["shards"]]
+    index = json.loads((FIXTURES / name / "model.safetensors.index.json").read_text())
+    assert json.loads(index_json(index["metadata"], [n for n, _, _ in files]))["weight_map"] == index["weight_map"]
+    assert _card_weights(name)["total_bytes"] == index["metadata"]["total_size"] == pub["tensor_bytes"]
+    assert _card_weights(name)["index_total_size"] == pub["tensor_bytes"]
+
+
 def test_deepseek_v3_bytes_fit_the_published_shard_files() -> None:
     """DeepSeek-R1's 163 shard files (the V3 architecture, config for config) hold 688,586,727,753 bytes: the card's
     tensors (the MTP layer included, as in the files) plus headers between the least and most its 91,991 tensor
@@ -208,7 +243,9 @@ def test_a_card_with_wrong_bytes_is_caught(name: str, off: float) -> None:
     assert _byte_problems(name, round(_card_weights(name)["total_bytes"] * (1 + off)))
 
 
-@pytest.mark.parametrize(("name", "tp"), [("qwen3-8b", 2), ("qwen3-30b-a3b", 4), ("deepseek-v3", 8)])
+@pytest.mark.parametrize(("name", "tp"), [("qwen3-8b", 2), ("qwen3-30b-a3b", 4), ("deepseek-v3", 8),
+                                         ("llama-3.1-8b-instruct", 1), ("llama-3.1-8b-instruct", 2),
+                                         ("devstral-small-2507", 2), ("devstral-small-2507", 4)])
 def test_memory_per_gpu_is_the_published_bytes_over_tp(name: str, tp: int, h20_values: dict[str, Any]) -> None:
     """The plan's weights per GPU at a TP the model is served with are within 10 % of the real checkpoint's tensor
     bytes / TP. What keeps them apart: norms and routers whole on every GPU, and DeepSeek's MTP layer (2.2 % of its
@@ -467,6 +504,7 @@ CARD_OF = {"qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b-instruct-2507"}
 BY_MODEL_INIT = {
     # vLLM's engine config passes these; the model's constructor on the GPUs refuses (or idles GPUs):
     "qwen3-8b pp48": ("parallelism.pipeline", "get_pp_indices"),  # distributed/utils.py:198-241: 0-layer stages
+    "llama-3.1-8b pp40": ("parallelism.pipeline", "get_pp_indices"),  # 32 layers over 40 stages: 8 stages idle
     "gpt-oss-20b tp16": ("parallelism.tensor", "num_local_key_value_heads"),  # models/gpt_oss.py:156: 8 // 16 = 0
     "tiny-llama tp12": ("parallelism.tensor", "tp_size % self.total_num_kv_heads"),  # models/llama.py:148-156
 }
