@@ -49,8 +49,9 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
         spec = node_plan.containers[0]
         # The engine's own values: container.managed_env_overrides may replace a rendered fabric variable.
         env = {key: spec.env.get(key, value) for key, value in node_env(config, node).items()}
-        if "CUDA_VISIBLE_DEVICES" in spec.env:
-            env["CUDA_VISIBLE_DEVICES"] = spec.env["CUDA_VISIBLE_DEVICES"]
+        if "CUDA_VISIBLE_DEVICES" in spec.env:  # every GPU of the node's engines (external: each rank's share)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(c.env["CUDA_VISIBLE_DEVICES"] for c in node_plan.containers
+                                                   if "CUDA_VISIBLE_DEVICES" in c.env)
         procs = node_plan.gpus_used if backend == "nccl" else 1
         args = ["--name", f"collective-{node.name}", "--nnodes", str(len(config.nodes)), "--node-rank", str(rank),
                 "--master-addr", head_ip, "--master-port", str(master_port), "--procs-per-node", str(procs),
@@ -59,7 +60,7 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
         if min_busbw_gbps is not None:
             args += ["--min-busbw-gbps", f"{min_busbw_gbps:g}"]
         # The stack label: a run left behind (the deployer died mid-check) is this stack's to the ownership preflight.
-        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective",
+        docker = ["docker", "run", "--rm", "-i", "--name", f"{config.container.name}-collective",
                   "--label", f"{LABEL_PREFIX}.stack={plan.stack}", "--network", "host", "--ipc", spec.ipc_mode,
                   "--pull", "never"]
         if spec.privileged:
