@@ -181,7 +181,7 @@ def external_rules(config: StackConfig, topo: Topology, profile: ModelProfile | 
             "no requests", fix="api.proxy.enabled: true (nginx on the head spreads requests over every rank's "
             "server), or 0.0.0.0 and your own load balancer over every rank's port"))
     warnings: list[str] = []
-    if problems:
+    if problems or not all(n.dp_ranks for n in topo.nodes):  # a node without ranks: the topology rule says so
         return problems, warnings
     from stacks.planner.launch import api_bind, rank_port
 
