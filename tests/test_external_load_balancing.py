@@ -3,7 +3,7 @@ containers and GPUs, listeners, firewall, nginx upstreams, checks) for two and t
 what real vLLM 0.33.0 derives from each rank's argv (the captured fixture), and the Pulumi program under mocks.
 
 Golden argv are typed from vLLM 0.33.0's external-LB flags (vllm/engine/arg_utils.py:2447-2485,
-vllm/entrypoints/cli/serve.py:80-113), not produced by the code under test.
+vllm/entrypoints/cli/serve.py:83-115), not produced by the code under test.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def test_the_dry_run_names_the_rank_server_whose_argv_is_refused() -> None:
     verdict = json.loads(ok.stdout)
     assert ok.returncode == 0, verdict
     assert verdict["details"]["servers"] == ["m-dp1", "m-dp2", "m-dp0"]
-    assert verdict["details"]["launchers"] == ["run_server"] * 3  # one API server each (serve.py:110-113)
+    assert verdict["details"]["launchers"] == ["run_server"] * 3  # one API server each (serve.py:113-115)
     wrong = json.loads(_dry_run("--more-argv", server("m-dp2", 2), "--more-argv", server("m-dp3", 3, expect=0),
                                 *first).stdout)
     assert wrong["status"] == "fail" and wrong["summary"].startswith("m-dp3: the vLLM in")
@@ -348,7 +348,7 @@ def test_the_refusals_say_what_vllm_and_the_layout_need() -> None:
     assert ports.fix == "at most 65528"
     gpus = next(p for p in problems_of(_set(dp16("external"), container__set_cuda_visible_devices=False))
                 if p.key == "container.set_cuda_visible_devices")
-    assert "every rank of a node would load onto the same GPUs" in gpus.message and "utils.py:439-472" in gpus.message
+    assert "every rank of a node would load onto the same GPUs" in gpus.message and "utils.py:439-474" in gpus.message
     dense = next(p for p in problems_of(_dense()) if p.key == KEY)
     assert "qwen3-8b is a dense model" in dense.message and dense.value == "external"
 
@@ -393,7 +393,7 @@ def test_vllm_runs_each_rank_as_a_server_of_its_own(captured: dict[str, Any]) ->
             assert got["data_parallel_external_lb"] is True and got["data_parallel_hybrid_lb"] is False
             assert got["local_engines_only"] is True and got["headless"] is False
             assert got["data_parallel_master_ip"] == "192.0.2.11" and got["data_parallel_rpc_port"] == 29550
-            # serve.py:104-113: one API server in this process for an external rank
+            # serve.py:113-115, 153-156: one API server in this process for an external rank
             assert (got["launcher"], got["api_servers"]) == ("api servers", 1)
             assert got["port"] == 8000 + rank % 8 and got["needs_dp_coordinator"] is True
 
@@ -504,3 +504,25 @@ def test_stacks_diff_calls_a_switch_to_external_a_group_restart() -> None:
     assert assess(found).kind == "group"
     text = to_markdown(found)
     assert "added `api-server-rank-15`" in text and "**removed** `api-golden-rank-15`" in text
+
+
+def test_stacks_diff_shows_the_firewall_rules_external_adds(tmp_path: Path) -> None:
+    """prod to external with two ranks per node: each node's table opens its two rank ports, and the reviewer sees
+    that in `stacks diff` (markdown and --json)."""
+    from tests.test_review_tools import diff, edit, make_repo
+
+    repo = make_repo(tmp_path)
+    edit(repo, "prod", ("tensor: 8", "tensor: 4"), ("data: 2", "data: 4"),
+         ("backend: mp", "backend: mp\n    dp_load_balancing: external"))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    md = out.stdout
+    assert "added `api-server-rank-3`" in md
+    section = md[md.index("### Host firewall"):]
+    assert "  - + API 8030-8031 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24\n" in section
+    data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
+    node2 = data["firewall"]["nodes"]["node2"]
+    assert node2["added"] == ["API 8030-8031 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"]
+    node1 = data["firewall"]["nodes"]["node1"]
+    assert node1["added"] == ["API 8030-8031 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"]
+    assert node1["removed"] == ["API 8030 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"]

@@ -113,7 +113,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
         args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(local)]
         if rank is not None:
             # external: the rank itself, never a start rank (both at once: "Cannot use more than one data parallel
-            # load balancing mode", vllm/entrypoints/cli/serve.py:96-102); the flag said outright as with hybrid.
+            # load balancing mode", vllm/entrypoints/cli/serve.py:99-105); the flag said outright as with hybrid.
             args += ["--data-parallel-rank", str(rank), "--data-parallel-external-lb"]
         elif node.dp_start_rank is not None:
             args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
@@ -174,7 +174,7 @@ def api_bind(config: StackConfig, node: NodeTopology) -> str:
 def rank_port(config: StackConfig, node: NodeTopology, rank: int) -> int:
     """External load balancing: the API port of DP rank `rank`'s own server, `serving.port` + its index among the
     node's ranks (0.33.0's multi-port supervisor numbers them the same way: `args.port + local_rank`,
-    vllm/entrypoints/launchers/dp_supervisor.py:120-123)."""
+    vllm/entrypoints/launchers/dp_supervisor.py:118-124)."""
     return config.serving.port + node.dp_ranks.index(rank)
 
 
@@ -211,7 +211,7 @@ def rank_gpus(config: StackConfig, node: NodeTopology, rank: int) -> list[int]:
     """External load balancing: the node's GPUs of DP rank `rank` (TP x PP of them, in rank order). Each rank's
     vLLM has one local DP rank, 0, so without its own CUDA_VISIBLE_DEVICES it would place its workers on GPUs
     0 .. TP x PP - 1 like every other rank of the node (`get_physical_gpu_ids_for_local_dp_rank`, vllm/v1/engine/
-    utils.py:439-472; `get_local_gpu_index`, vllm/config/parallel.py:842-856)."""
+    utils.py:439-474; `get_local_gpu_index`, vllm/config/parallel.py:842-856)."""
     per_rank = config.parallelism.tensor * config.parallelism.pipeline
     first = node.dp_ranks.index(rank) * per_rank
     return list(range(first, first + per_rank))

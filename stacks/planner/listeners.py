@@ -109,7 +109,7 @@ SRC_COORDINATOR_HYBRID = ("vllm/v1/engine/coordinator.py:85-97 (front publish tc
                           "external LB, local_engines_only)")
 SRC_API_HYBRID = (f"{SRC_API}; one per node with --data-parallel-hybrid-lb (vllm/entrypoints/cli/serve.py:90-123)")
 SRC_API_EXTERNAL = (f"{SRC_API}; one per DP rank with --data-parallel-rank, --port = serving.port + the rank's "
-                    "index on its node (vllm/entrypoints/cli/serve.py:80-83, 110-113)")
+                    "index on its node (vllm/entrypoints/cli/serve.py:83-85, 113-115)")
 SRC_COORD_STORE = f"vllm/v1/engine/utils.py:1283-1299 (TCPStore(host, 0, is_master=True)); {TORCH_STORE}"
 SRC_DP_STORE = "vllm/config/parallel.py:697-702 (socket bound to (DP address, 0), handed to the TCPStore)"
 SRC_WORLD_STORE = f"vllm/distributed/parallel_state.py:1892-1906 (create_tcp_store(ip, 0, is_master=True)); " \

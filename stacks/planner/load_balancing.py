@@ -11,7 +11,7 @@
   (vllm/v1/engine/input_processor.py:392-400).
 - `external`: every DP rank is a vLLM server of its own: `--data-parallel-rank r --data-parallel-size-local 1
   --data-parallel-external-lb` (vllm/engine/arg_utils.py:2447-2485; serve.py picks one API server for it,
-  vllm/entrypoints/cli/serve.py:80-83, 110-113), one container per rank on that rank's GPUs, its API on
+  vllm/entrypoints/cli/serve.py:83-85, 113-115), one container per rank on that rank's GPUs, its API on
   `serving.port` + the rank's index on its node. Rank 0 on the head still runs the DP coordinator and the DP RPC
   handshake that every rank's engine dials (vllm/v1/engine/utils.py:1318-1372), and no rank may be headless there
   (`Remote engine 1 must not use --headless in external or hybrid dp lb mode`, vllm/v1/engine/utils.py:1502-1508).
@@ -46,7 +46,7 @@ EXTERNAL_DENSE = ("ValueError: Non-MoE models do not support external data paral
 EXTERNAL_HEADLESS = ("RuntimeError: Remote engine 1 must not use --headless in external or hybrid dp lb mode "
                      "(vllm/v1/engine/utils.py:1502-1508)")
 EXTERNAL_ONE_GPU_SET = ("each rank's vLLM has one local DP rank, 0, and takes GPUs [0, TP x PP) of what it sees "
-                        "(get_physical_gpu_ids_for_local_dp_rank, vllm/v1/engine/utils.py:439-472)")
+                        "(get_physical_gpu_ids_for_local_dp_rank, vllm/v1/engine/utils.py:439-474)")
 
 
 def load_balancing_rules(config: StackConfig, topo: Topology, profile: ModelProfile | None = None
