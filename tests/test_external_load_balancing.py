@@ -526,3 +526,26 @@ def test_stacks_diff_shows_the_firewall_rules_external_adds(tmp_path: Path) -> N
     node1 = data["firewall"]["nodes"]["node1"]
     assert node1["added"] == ["API 8030-8031 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"]
     assert node1["removed"] == ["API 8030 only from 1.1.1.0/24, 1.1.2.0/24, 10.30.8.0/24"]
+
+
+def test_the_policy_pack_holds_every_ranks_server_to_its_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """The prod policies read every engine container: each rank's server is held to the API-auth, firewall and
+    image rules as the one API server of internal load balancing is."""
+    from stacks.model.loader import read_stack_values
+    from tests.test_policy import violations, with_host_keys
+    from tests.test_program_proxy import proxied_values
+
+    monkeypatch.setattr("components.ssh_trust.deployer_home", lambda: tmp_path)
+    values = with_host_keys(read_stack_values("prod"))
+    values["image"] |= {"tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}  # an image with a card
+    values["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "external"}
+    assert {n: v for n, v in violations(run_program("prod", values), "prod").items() if v} == {}
+    keyless = violations(run_program("prod", values, secrets={"ssh_private_key": "k"}), "prod")
+    assert sorted(r for r, _ in keyless["vllm-api-auth-on-non-loopback"]) == [
+        f"engine-node{1 + r // 2}-deepseek-v41-flash-dp{r}" for r in range(4)]
+    behind = with_host_keys(proxied_values("prod"))
+    behind["image"] |= {"tag": "v0.33.0", "digest": "sha256:" + "ab" * 32}
+    behind["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "external"}
+    found = violations(run_program("prod", behind, secrets=SECRETS), "prod")
+    assert {r for n, v in found.items() for r, _ in v} == {"api-proxy-image"}  # only nginx's unpinned image
