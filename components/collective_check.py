@@ -49,9 +49,12 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
         spec = node_plan.containers[0]
         # The engine's own values: container.managed_env_overrides may replace a rendered fabric variable.
         env = {key: spec.env.get(key, value) for key, value in node_env(config, node).items()}
-        if "CUDA_VISIBLE_DEVICES" in spec.env:  # every GPU of the node's engines (external: each rank's share)
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(c.env["CUDA_VISIBLE_DEVICES"] for c in node_plan.containers
-                                                   if "CUDA_VISIBLE_DEVICES" in c.env)
+        if len(node_plan.containers) == 1 and "CUDA_VISIBLE_DEVICES" in spec.env:
+            env["CUDA_VISIBLE_DEVICES"] = spec.env["CUDA_VISIBLE_DEVICES"]
+        elif "CUDA_VISIBLE_DEVICES" in spec.env:  # external: every GPU of the node's rank containers, in order
+            gpus = {g for c in node_plan.containers for g in c.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g}
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(sorted(gpus, key=lambda g: (not g.isdigit(), int(g) if g.isdigit()
+                                                                              else 0, g)))
         procs = node_plan.gpus_used if backend == "nccl" else 1
         args = ["--name", f"collective-{node.name}", "--nnodes", str(len(config.nodes)), "--node-rank", str(rank),
                 "--master-addr", head_ip, "--master-port", str(master_port), "--procs-per-node", str(procs),
