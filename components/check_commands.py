@@ -347,13 +347,13 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec,
         floor, _ = min_busbw_gbps(config)
         runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
     run = next(r for r in runs if r.node == check.node)
-    containers = [c.name for c in plan.node(run.node).containers]
+    specs = plan.node(run.node).containers
     name, q, image = check.name, shlex.quote, config.image.pull_ref
     state_fmt = f'{{{{index .Config.Labels "{LABEL_PREFIX}.stack"}}}} {{{{.State.Running}}}} {{{{.Image}}}}'
     env_fmt = "{{range .Config.Env}}{{println .}}{{end}}"
-    pairs = " ".join(q(f"{key}={value}") for key, value in run.env.items())
 
-    def guard_one(container: str, pause: str) -> list[str]:
+    def guard_one(container: str, pause: str, env: dict[str, str]) -> list[str]:
+        pairs = " ".join(q(f"{key}={value}") for key, value in env.items())
         skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, "
                 "so this update does not replace it and its GPUs are not free; the fabric is measured at the next "
                 "image or fabric change, or by hand in a maintenance window (docs/checks-by-hand.md: Collective "
@@ -379,12 +379,15 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec,
             "esac",
         ]
 
-    if len(containers) == 1:
-        guard = "\n".join([*guard_one(containers[0], "sleep 5"), ""])
-    else:  # external load balancing: every rank's container holds some of the node's GPUs
+    if len(specs) == 1:
+        guard = "\n".join([*guard_one(specs[0].name, "sleep 5", run.env), ""])
+    else:  # external load balancing: every rank's container holds some of the node's GPUs, each its own share
         lines = ["stopped="]
-        for container in containers:
-            lines += guard_one(container, "stopped=yes")
+        for spec in specs:
+            env = dict(run.env)
+            if "CUDA_VISIBLE_DEVICES" in env:
+                env["CUDA_VISIBLE_DEVICES"] = spec.env.get("CUDA_VISIBLE_DEVICES", "")
+            lines += guard_one(spec.name, "stopped=yes", env)
         guard = "\n".join([*lines, '[ -z "$stopped" ] || sleep 5', ""])
     return guard + heredoc_command("collective", run.args, prefix=run.prefix, interpreter="",
                                    timeout_s=COLLECTIVE_TIMEOUT_S)

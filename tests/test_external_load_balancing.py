@@ -549,3 +549,41 @@ def test_the_policy_pack_holds_every_ranks_server_to_its_rules(tmp_path: Path, m
     behind["parallelism"] |= {"tensor": 4, "data": 4, "dp_load_balancing": "external"}
     found = violations(run_program("prod", behind, secrets=SECRETS), "prod")
     assert {r for n, v in found.items() for r, _ in v} == {"api-proxy-image"}  # only nginx's unpinned image
+
+
+def test_the_collective_guard_skips_a_running_group_and_stops_every_rank_of_a_replaced_one(tmp_path: Path) -> None:
+    """The guard in front of the all-reduce, run by bash against a fake `docker`: while every rank container runs
+    this image with this node's fabric env (each with its own CUDA_VISIBLE_DEVICES) the check is skipped and
+    nothing stops; with another image every rank container of the node is stopped."""
+    config = parse_config("t", dp16("external"))
+    plan = build_plan("t", config)
+    check = next(c for c in plan.checks if c.name == "collective-h20-2")
+    guard = collective_command(config, plan, check).split("\ntimeout ", 1)[0]
+    for spec in plan.node("h20-2").containers:
+        (tmp_path / f"env-{spec.name}").write_text("".join(f"{k}={v}\n" for k, v in spec.env.items()))
+    docker = tmp_path / "docker"
+    docker.write_text(f'''#!/bin/bash
+d={tmp_path}
+case "$1 $2" in
+  "container inspect")
+    name="${{@: -1}}"
+    case "$4" in *State.Running*) echo "t true sha256:running";; *) cat "$d/env-$name";; esac ;;
+  "image inspect") cat "$d/image" ;;
+  "stop "*) echo "${{@: -1}}" >> "$d/stopped" ;;
+esac
+''')
+    docker.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+    def run_guard(image: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "image").write_text(image + "\n")
+        (tmp_path / "stopped").write_text("")
+        return subprocess.run(["bash", "-c", guard + "\necho GUARD-DONE"], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    same = run_guard("sha256:running")
+    assert same.returncode == 0 and same.stdout.startswith("SKIP collective-h20-2: engine vllm-ray-dp8"), same
+    assert "GUARD-DONE" not in same.stdout and (tmp_path / "stopped").read_text() == ""
+    new = run_guard("sha256:new")
+    assert new.returncode == 0 and "GUARD-DONE" in new.stdout, new
+    assert (tmp_path / "stopped").read_text().split() == [f"vllm-ray-dp{r}" for r in range(8, 16)]

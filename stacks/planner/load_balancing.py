@@ -185,9 +185,12 @@ def external_rules(config: StackConfig, topo: Topology, profile: ModelProfile | 
         return problems, warnings
     from stacks.planner.launch import api_bind, rank_port
 
+    def ports(n: NodeTopology) -> str:
+        first, last = rank_port(config, n, n.dp_ranks[0]), rank_port(config, n, n.dp_ranks[-1])
+        return f"{first}-{last}" if last != first else str(first)
+
     if proxy and not config.firewall.enabled and several:
-        others = ", ".join(f"{api_bind(config, n)}:{rank_port(config, n, n.dp_ranks[0])}-"
-                           f"{rank_port(config, n, n.dp_ranks[-1])}" for n in topo.nodes[1:])
+        others = ", ".join(f"{api_bind(config, n)}:{ports(n)}" for n in topo.nodes[1:])
         warnings.append(
             f"{KEY}: external behind api.proxy with firewall.enabled: false: the other nodes' rank servers "
             f"({others}) admit every host that reaches them, and vLLM's api_key guards only /v1 paths: "
@@ -196,8 +199,7 @@ def external_rules(config: StackConfig, topo: Topology, profile: ModelProfile | 
     if not proxy:
         def where(n: NodeTopology) -> str:
             address = config.nodes[n.index].management_ip if api_bind(config, n) in WILDCARDS else api_bind(config, n)
-            return f"{address}:{rank_port(config, n, n.dp_ranks[0])}" + (
-                f"-{rank_port(config, n, n.dp_ranks[-1])}" if len(n.dp_ranks) > 1 else "")
+            return f"{address}:{ports(n)}"
 
         warnings.append(
             f"{KEY}: external without api.proxy: the stack's endpoint is DP rank 0's own server, which sends "
