@@ -84,14 +84,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="comma list of the DP ranks this node runs (may be empty)")
     p.add_argument("--workers", type=integer(0, 4096), default=0,
                    help="worker processes that must have loaded weights here")
-    p.add_argument("--container", type=container_name)
+    p.add_argument("--container", type=container_name, action="append", default=[],
+                   help="read `docker logs CONTAINER`; repeated: every one's log (external load balancing: a "
+                        "container per DP rank)")
     p.add_argument("--log-file", default="-", type=path)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if not args.ranks and not args.workers:
         p.error("--ranks '' with --workers 0: nothing to check; give the node's DP ranks or its worker count")
     try:
-        text = read_log(args.container, args.log_file)
+        text = "\n".join(read_log(c, args.log_file) for c in args.container) if args.container else \
+            read_log(None, args.log_file)
     except OSError as exc:
         return emit(Verdict(args.name, "cannot-run", str(exc)), args.json)
     return emit(classify(text, args.ranks, args.name, args.workers), args.json)

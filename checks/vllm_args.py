@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import re
 import socket
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from checks.verdict import CheckParser, Verdict, check_name, emit, listed, printable_line, shown
+from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, listed, printable_line, shown
 
 
 class _EngineStartReached(BaseException):
@@ -87,7 +88,7 @@ def _stub_launch(seen: dict[str, Any], build_config: bool = False) -> bool:
     if not hasattr(arg_utils.EngineArgs, "create_engine_config") or not hasattr(launcher, "create_server_socket"):
         return False
 
-    real_engine_config = arg_utils.EngineArgs.create_engine_config
+    real_engine_config = _real(arg_utils.EngineArgs, "create_engine_config")
 
     def engine_config(self: Any, usage_context: Any = None, headless: bool = False) -> Any:
         seen["engine_headless"] = headless
@@ -129,9 +130,9 @@ def _stub_launch(seen: dict[str, Any], build_config: bool = False) -> bool:
         serve.run_dp_supervisor = dp_supervisor
     for name in ("run_headless", "run_multi_api_server"):
         if hasattr(serve, name):
-            setattr(serve, name, _recording(name, getattr(serve, name), seen))
+            setattr(serve, name, _recording(name, _real(serve, name), seen))
     if hasattr(serve, "run_server"):
-        real_run_server = serve.run_server
+        real_run_server = _real(serve, "run_server")
 
         async def run_server(args: argparse.Namespace, **kwargs: Any) -> None:
             seen["launcher"] = "run_server"
@@ -142,7 +143,7 @@ def _stub_launch(seen: dict[str, Any], build_config: bool = False) -> bool:
         import multiprocessing.forkserver
 
         multiprocessing.forkserver.ensure_running = lambda: None  # VLLM_WORKER_MULTIPROC_METHOD=forkserver
-    real_cmd = serve.ServeSubcommand.cmd
+    real_cmd = _real(serve.ServeSubcommand, "cmd")
 
     def cmd(args: argparse.Namespace) -> None:
         seen["args"] = args
@@ -150,6 +151,15 @@ def _stub_launch(seen: dict[str, Any], build_config: bool = False) -> bool:
 
     serve.ServeSubcommand.cmd = staticmethod(cmd)
     return True
+
+
+_REAL: dict[tuple[int, str], Any] = {}
+"""vLLM's own functions, as found before the first stub: the stubs of a later argv (`--more-argv`) wrap these,
+never the stubs of an earlier one."""
+
+
+def _real(owner: Any, name: str) -> Any:
+    return _REAL.setdefault((id(owner), name), getattr(owner, name))
 
 
 def _recording(name: str, function: Any, seen: dict[str, Any]) -> Any:
@@ -279,6 +289,51 @@ def check(name: str, argv: list[str], expect: dict[str, str], import_only: list[
                                       "api_server_count": parsed.get("api_server_count")})
 
 
+def check_servers(name: str, servers: list[tuple[str, list[str], dict[str, str]]], image: str,
+                  build_config: bool = False) -> Verdict:
+    """Several `vllm serve` argv of one node (external load balancing: one server per DP rank), each as `check`
+    runs one, in one process: the first refusal fails the whole check, naming its server."""
+    passed: list[Verdict] = []
+    for label, argv, expect in servers:
+        verdict = check(name, argv, expect, [], image, build_config)
+        if verdict.status != "pass":
+            verdict.summary = f"{label}: {verdict.summary}"
+            verdict.evidence.append(f"{len(passed)} server argv before it accepted: "
+                                    + (", ".join(s[0] for s in servers[:len(passed)]) or "none"))
+            return verdict
+        passed.append(verdict)
+    first = passed[0]
+    labels = [label for label, _, _ in servers]
+    summary = f"{first.summary} of {labels[0]}, and every other server's: {len(servers)} servers accepted"
+    shown_ = [f"{label}: {v.evidence[0]}" for label, v in zip(labels, passed, strict=True)][:3]
+    more = [f"… and {len(servers) - 3} more server(s), each accepted"] if len(servers) > 3 else []
+    return Verdict(name, "pass", summary, shown_ + first.evidence[1:] + more,
+                   details={"servers": labels, "launchers": [v.details.get("launcher") for v in passed]})
+
+
+def _more_argv(value: str) -> tuple[str, list[str], dict[str, str]]:
+    """`--more-argv '{"name": …, "argv": […], "expect": {…}}'`: another server's argv and its expectations."""
+    try:
+        raw = json.loads(_text_value(value))
+        label, argv, expect = raw["name"], raw["argv"], raw.get("expect", {})
+        if not (isinstance(label, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+                and isinstance(expect, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in expect.items())):
+            raise TypeError
+        for key in expect:
+            _expectation(f"{key}=")
+    except (ValueError, TypeError, KeyError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{shown(value)}: not a JSON object {{\"name\": …, \"argv\": [words], "
+                                         "\"expect\": {field: value}}") from None
+    return container_name(label), argv, expect
+
+
+def _text_value(value: str) -> str:
+    if len(value) > 65536:
+        raise ValueError("too long")
+    return value
+
+
 _FIELD = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -308,6 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine-config", action="store_true", help="also run vLLM's create_engine_config where the "
                    "model directory (the first argv word) holds a config.json")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--server", type=container_name, help="the name of the server whose argv follows `--` (with "
+                   "--more-argv: a container name)")
+    p.add_argument("--more-argv", action="append", default=[], type=_more_argv, metavar="JSON",
+                   help='another server of this node, checked after the first: {"name": container, "argv": '
+                        '[words], "expect": {field: value}} (external load balancing: one per DP rank)')
     p.add_argument("serve_argv", nargs=argparse.REMAINDER, help="after `--`: the argv of `vllm serve`")
     args = p.parse_args(argv)
     serve = args.serve_argv[1:] if args.serve_argv[:1] == ["--"] else args.serve_argv
@@ -315,8 +375,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = args.import_only
     if not serve and not modules:
         p.error("nothing to check: give the `vllm serve` argv after `--`, or --import-only MODULES")
+    if args.more_argv and not serve:
+        p.error("--more-argv needs the first server's argv after `--`")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the config comes from the mounted directory, never the Hub
+    if args.more_argv:
+        servers = [(args.server or "the first server", serve, expect), *args.more_argv]
+        return emit(check_servers(args.name, servers, args.image, args.engine_config), args.json)
     return emit(check(args.name, serve, expect, modules, args.image, args.engine_config), args.json)
 
 

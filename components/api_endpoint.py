@@ -51,7 +51,8 @@ class ApiEndpointArgs:
     """Run the checks on the head over this connection (vLLM on loopback, no proxy); else where `pulumi up` runs."""
     node_checks: Mapping[str, tuple[command.remote.ConnectionArgs, str]] = field(default_factory=dict)
     """Hybrid load balancing: node -> (its connection, `api-node-<node>`): every node's own API server and each
-    of its DP ranks, checked on the node itself, once the engines run."""
+    of its DP ranks; external: `<node>-rank-<r>` -> (the node's connection, `api-server-rank-<r>`): every DP
+    rank's own server. Checked on the node itself, once the engines run."""
 
 
 class ApiEndpoint(pulumi.ComponentResource):

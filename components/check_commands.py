@@ -6,6 +6,7 @@ remote commands ignore Pulumi's own timeouts.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from stacks.model.config import StackConfig
 from stacks.model.field_types import host_port
 from stacks.model.golden import golden_json
 from stacks.planner.deepep import nic_handler, reach_targets
-from stacks.planner.launch import LABEL_PREFIX, node_api_host
+from stacks.planner.launch import LABEL_PREFIX, node_api_host, rank_name, rank_port
 from stacks.planner.load_estimate import EngineMemory, engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
 from stacks.planner.profiles import ModelProfile, get_profile
@@ -28,10 +29,13 @@ from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600
 """Importing vLLM (torch, CUDA libraries) from a cold page cache takes a minute or two."""
+DRY_RUN_PER_SERVER_S = 120
+"""More time for each further rank server of a node (external load balancing): one more engine config, no import."""
 EXPECTED_FIELDS = {
     "--tensor-parallel-size": "tensor_parallel_size", "--pipeline-parallel-size": "pipeline_parallel_size",
     "--data-parallel-size": "data_parallel_size", "--data-parallel-size-local": "data_parallel_size_local",
-    "--data-parallel-start-rank": "data_parallel_start_rank", "--host": "host", "--port": "port",
+    "--data-parallel-start-rank": "data_parallel_start_rank", "--data-parallel-rank": "data_parallel_rank",
+    "--host": "host", "--port": "port",
     "--max-model-len": "max_model_len", "--max-num-seqs": "max_num_seqs",
     "--gpu-memory-utilization": "gpu_memory_utilization",
     "--nnodes": "nnodes", "--node-rank": "node_rank", "--master-addr": "master_addr", "--master-port": "master_port",
@@ -175,11 +179,25 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--import-only", "vllm,ray"]
     else:
         argv = spec.vllm_args
-        for flag, dest in EXPECTED_FIELDS.items():
-            if flag in argv and argv.index(flag) + 1 < len(argv):
-                args += ["--expect", f"{dest}={argv[argv.index(flag) + 1]}"]
+        args += [part for key, value in expected_fields(argv).items() for part in ("--expect", f"{key}={value}")]
+        # external load balancing: every other rank server of the node, in the same process (one vLLM import)
+        more = [c for c in node.containers[1:] if c.vllm_args is not None]
+        if more:
+            args += ["--server", spec.name]
+        for other in more:
+            assert other.vllm_args is not None
+            args += ["--more-argv", json.dumps({"name": other.name, "argv": other.vllm_args,
+                                                "expect": expected_fields(other.vllm_args)},
+                                               separators=(",", ":"), ensure_ascii=False)]
         args += ["--", *argv]
-    return heredoc_command("vllm_args", args, prefix=prefix, timeout_s=DRY_RUN_TIMEOUT_S, interpreter="")
+    timeout = DRY_RUN_TIMEOUT_S + DRY_RUN_PER_SERVER_S * (len(node.containers) - 1)
+    return heredoc_command("vllm_args", args, prefix=prefix, timeout_s=timeout, interpreter="")
+
+
+def expected_fields(argv: list[str]) -> dict[str, str]:
+    """The parsed fields a dry run compares with the plan (EXPECTED_FIELDS present in `argv`)."""
+    return {dest: argv[argv.index(flag) + 1] for flag, dest in EXPECTED_FIELDS.items()
+            if flag in argv and argv.index(flag) + 1 < len(argv)}
 
 
 def ray_ready_command(config: StackConfig, plan: Plan) -> str:
@@ -200,7 +218,8 @@ def nccl_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
 
 def engines_command(plan: Plan, check: CheckSpec) -> str:
     node = plan.node(str(check.node))
-    args = ["--name", check.name, "--container", node.containers[0].name, "--ranks", ",".join(map(str, node.dp_ranks))]
+    args = ["--name", check.name, *(part for c in node.containers for part in ("--container", c.name)),
+            "--ranks", ",".join(map(str, node.dp_ranks))]
     if "workers" in check.sections:  # a replica spans nodes: this node's own workers are evidence too
         args += ["--workers", str(node.gpus_used)]
     return heredoc_command("engines", args, timeout_s=EVIDENCE_TIMEOUT_S)
@@ -220,7 +239,8 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
     same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
     script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
     container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
-    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes],
+                                              plan.topology.get("load_balancing", "internal"))
     args = ["--name", name, "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
@@ -245,21 +265,39 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
 def node_api_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     """`api-node-<node>` (hybrid load balancing): the node's own API server, from inside its engine container
     over SSH, as `api_on_head` runs the head's. Its ranks are pinned with node-local headers (`--first-rank` =
-    the node's start rank, `--dp-size` = its local ranks); the key is the container's own VLLM_API_KEY."""
+    the node's start rank, `--dp-size` = its local ranks); the key is the container's own VLLM_API_KEY.
+    `api-server-rank-<r>` (external load balancing): the same for one DP rank's own server, in its container."""
     topo, _ = derive_topology(config)
     node = plan.node(str(check.node))
     node_topo = next(n for n in topo.nodes if n.name == node.name)
-    url = f"http://{host_port(node_api_host(config, node_topo), config.serving.port)}"
-    ranks = node.dp_ranks
+    rank = server_rank(check)
+    if rank is not None:
+        # `api-server-rank-<r>` (external load balancing): rank r's own server, in its own container; it holds
+        # one engine, so no rank header (vLLM's range there is [0, 1): vllm/v1/engine/input_processor.py:392-400)
+        port, container, ranks = rank_port(config, node_topo, rank), rank_name(config, rank), [rank]
+        pin = ["--dp-size", "1"]
+    else:
+        port, container, ranks = config.serving.port, node.containers[0].name, node.dp_ranks
+        pin = ["--dp-size", str(len(ranks)), "--first-rank", str(ranks[0]), "--rank-nodes",
+               ",".join([node.name] * len(ranks))]
+    url = f"http://{host_port(node_api_host(config, node_topo), port)}"
     args = ["--name", check.name, "--url", url, "--served-name", config.model.served_name,
             "--sections", ",".join(check.sections), "--deadline-s", str(health_deadline_s(config)),
             "--interval-s", str(config.api.progress_interval_s), "--timeout-s", str(config.api.request_timeout_s),
-            "--dp-size", str(len(ranks)), "--first-rank", str(ranks[0]), "--rank-nodes",
-            ",".join([node.name] * len(ranks)), "--golden-json", golden_json(config.api.smoke.golden)]
+            *pin, "--golden-json", golden_json(config.api.smoke.golden)]
     requests = (1 + 3 * len(check.sections)) * len(ranks) * len(config.api.smoke.golden) + 2
     budget = health_deadline_s(config) + requests * config.api.request_timeout_s + 120
-    return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(node.containers[0].name)} ",
-                           timeout_s=budget)
+    return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(container)} ", timeout_s=budget)
+
+
+SERVER_CHECK = "api-server-rank-"
+"""The name of the check of one DP rank's own server (external load balancing), before its rank."""
+
+
+def server_rank(check: CheckSpec) -> int | None:
+    """The DP rank of an `api-server-rank-<r>` check; None for any other."""
+    tail = check.name.removeprefix(SERVER_CHECK)
+    return int(tail) if check.name.startswith(SERVER_CHECK) and tail.isdigit() else None
 
 
 # ---- weights, collective: the commands between the image pull and the engines -------------------------------
@@ -309,34 +347,47 @@ def collective_command(config: StackConfig, plan: Plan, check: CheckSpec,
         floor, _ = min_busbw_gbps(config)
         runs = collective_runs(config, plan, min_busbw_gbps=floor, master_port=config.fabric.collective_port)
     run = next(r for r in runs if r.node == check.node)
-    container = plan.node(run.node).containers[0].name
+    specs = plan.node(run.node).containers
     name, q, image = check.name, shlex.quote, config.image.pull_ref
     state_fmt = f'{{{{index .Config.Labels "{LABEL_PREFIX}.stack"}}}} {{{{.State.Running}}}} {{{{.Image}}}}'
     env_fmt = "{{range .Config.Env}}{{println .}}{{end}}"
-    skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, so "
-            "this update does not replace it and its GPUs are not free; the fabric is measured at the next image "
-            "or fabric change, or by hand in a maintenance window (docs/checks-by-hand.md: Collective check)")
-    stopping = (f"{name}: stopping this stack's engine {container} (this update replaces the group after the "
-                "collective check): the downtime starts here")
-    failed = f"FAIL {name}: docker stop {container} failed; nothing else was touched"
-    pairs = " ".join(q(f"{key}={value}") for key, value in run.env.items())
-    guard = "\n".join([
-        f"state=$(docker container inspect --format {q(state_fmt)} {q(container)} 2>/dev/null) || state=",
-        'case "$state" in',
-        f"  {q(plan.stack + ' true ')}*)",
-        f"    new=$(docker image inspect --format {q('{{.Id}}')} {q(image)} 2>/dev/null) || new=",
-        f"    env=$(docker container inspect --format {q(env_fmt)} {q(container)} 2>/dev/null) || env=",
-        "    same=yes",
-        '    [ -n "$new" ] && [ "${state##* }" = "$new" ] || same=no',
-        f"    for kv in {pairs}; do",
-        """      printf '%s\\n' "$env" | grep -qxF -e "$kv" || same=no""",
-        "    done",
-        f'    if [ "$same" = yes ]; then echo {q(skip)}; exit 0; fi',
-        f"    echo {q(stopping)} >&2",
-        f"    docker stop --time {COLLECTIVE_STOP_S} {q(container)} >/dev/null || {{ echo {q(failed)}; exit 1; }}",
-        "    sleep 5 ;;",
-        "esac",
-        "",
-    ])
+
+    def guard_one(container: str, pause: str, env: dict[str, str]) -> list[str]:
+        pairs = " ".join(q(f"{key}={value}") for key, value in env.items())
+        skip = (f"SKIP {name}: engine {container} of this stack already runs {image} with this node's fabric env, "
+                "so this update does not replace it and its GPUs are not free; the fabric is measured at the next "
+                "image or fabric change, or by hand in a maintenance window (docs/checks-by-hand.md: Collective "
+                "check)")
+        stopping = (f"{name}: stopping this stack's engine {container} (this update replaces the group after the "
+                    "collective check): the downtime starts here")
+        failed = f"FAIL {name}: docker stop {container} failed; nothing else was touched"
+        return [
+            f"state=$(docker container inspect --format {q(state_fmt)} {q(container)} 2>/dev/null) || state=",
+            'case "$state" in',
+            f"  {q(plan.stack + ' true ')}*)",
+            f"    new=$(docker image inspect --format {q('{{.Id}}')} {q(image)} 2>/dev/null) || new=",
+            f"    env=$(docker container inspect --format {q(env_fmt)} {q(container)} 2>/dev/null) || env=",
+            "    same=yes",
+            '    [ -n "$new" ] && [ "${state##* }" = "$new" ] || same=no',
+            f"    for kv in {pairs}; do",
+            """      printf '%s\\n' "$env" | grep -qxF -e "$kv" || same=no""",
+            "    done",
+            f'    if [ "$same" = yes ]; then echo {q(skip)}; exit 0; fi',
+            f"    echo {q(stopping)} >&2",
+            f"    docker stop --time {COLLECTIVE_STOP_S} {q(container)} >/dev/null || {{ echo {q(failed)}; exit 1; }}",
+            f"    {pause} ;;",
+            "esac",
+        ]
+
+    if len(specs) == 1:
+        guard = "\n".join([*guard_one(specs[0].name, "sleep 5", run.env), ""])
+    else:  # external load balancing: every rank's container holds some of the node's GPUs, each its own share
+        lines = ["stopped="]
+        for spec in specs:
+            env = dict(run.env)
+            if "CUDA_VISIBLE_DEVICES" in env:
+                env["CUDA_VISIBLE_DEVICES"] = spec.env.get("CUDA_VISIBLE_DEVICES", "")
+            lines += guard_one(spec.name, "stopped=yes", env)
+        guard = "\n".join([*lines, '[ -z "$stopped" ] || sleep 5', ""])
     return guard + heredoc_command("collective", run.args, prefix=run.prefix, interpreter="",
                                    timeout_s=COLLECTIVE_TIMEOUT_S)

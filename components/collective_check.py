@@ -49,8 +49,12 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
         spec = node_plan.containers[0]
         # The engine's own values: container.managed_env_overrides may replace a rendered fabric variable.
         env = {key: spec.env.get(key, value) for key, value in node_env(config, node).items()}
-        if "CUDA_VISIBLE_DEVICES" in spec.env:
+        if len(node_plan.containers) == 1 and "CUDA_VISIBLE_DEVICES" in spec.env:
             env["CUDA_VISIBLE_DEVICES"] = spec.env["CUDA_VISIBLE_DEVICES"]
+        elif "CUDA_VISIBLE_DEVICES" in spec.env:  # external: every GPU of the node's rank containers, in order
+            gpus = {g for c in node_plan.containers for g in c.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g}
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(sorted(gpus, key=lambda g: (not g.isdigit(), int(g) if g.isdigit()
+                                                                              else 0, g)))
         procs = node_plan.gpus_used if backend == "nccl" else 1
         args = ["--name", f"collective-{node.name}", "--nnodes", str(len(config.nodes)), "--node-rank", str(rank),
                 "--master-addr", head_ip, "--master-port", str(master_port), "--procs-per-node", str(procs),
@@ -59,7 +63,7 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
         if min_busbw_gbps is not None:
             args += ["--min-busbw-gbps", f"{min_busbw_gbps:g}"]
         # The stack label: a run left behind (the deployer died mid-check) is this stack's to the ownership preflight.
-        docker = ["docker", "run", "--rm", "-i", "--name", f"{spec.name}-collective",
+        docker = ["docker", "run", "--rm", "-i", "--name", f"{config.container.name}-collective",
                   "--label", f"{LABEL_PREFIX}.stack={plan.stack}", "--network", "host", "--ipc", spec.ipc_mode,
                   "--pull", "never"]
         if spec.privileged:

@@ -7,7 +7,7 @@ generation was applied there, so a half-applied update shows as differing genera
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -38,8 +38,9 @@ class ObservabilityArgs:
     grafana_env: dict[str, str]
     admin_password: pulumi.Input[str]
     alertmanager_conf: pulumi.Output[str] | None = None
-    engines: Mapping[str, pulumi.Resource] | None = None
-    """Node -> its engine container: the node's exporter (and its textfile) follows it."""
+    engines: Mapping[str, Sequence[pulumi.Resource]] | None = None
+    """Node -> its engine containers (one, or one per DP rank with external load balancing): the node's exporter
+    (and its textfile) follows them."""
 
 
 def _upload(path: str, content: pulumi.Input[str], mode: str = "0644") -> docker.ContainerUploadArgs:
@@ -76,7 +77,7 @@ class Observability(pulumi.ComponentResource):
             uploads.append(_upload(TEXTFILE, files[f"textfile/{mc.node}.prom"]))
             volumes.append(docker.ContainerVolumeArgs(host_path="/", container_path="/host", read_only=True))
             if args.engines and mc.node in args.engines:
-                depends.append(args.engines[mc.node])
+                depends.extend(args.engines[mc.node])
         elif mc.role == "dcgm-exporter":
             gpus = "all"
             caps = docker.ContainerCapabilitiesArgs(adds=["SYS_ADMIN"])  # NVIDIA's documented docker run

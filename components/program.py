@@ -33,6 +33,7 @@ from components.check_commands import (
     node_api_command,
     preflight_command,
     ray_ready_command,
+    server_rank,
     weights_command,
     weights_match_command,
 )
@@ -284,8 +285,8 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
         proxy=_proxy_args(config, nodes[config.head.name], secrets) if plan.proxy else None,
         connection=nodes[config.head.name].connection if on_head else None,
-        node_checks={str(c.node): (nodes[str(c.node)].connection, node_api_command(config, plan, c))
-                     for c in plan.checks if c.name.startswith("api-node-")}))
+        node_checks={_node_check_key(c): (nodes[str(c.node)].connection, node_api_command(config, plan, c))
+                     for c in plan.checks if c.name.startswith("api-node-") or server_rank(c) is not None}))
     engine.verify_engines(_node_commands(plan, "checks.engines", lambda c: engines_command(plan, c)),
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
@@ -307,6 +308,13 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
     return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts,
             "firewalls": walls, "weights_match": weights_match, "collectives": collectives,
             "observability": monitoring}
+
+
+def _node_check_key(check: CheckSpec) -> str:
+    """The name an on-node API check's resource carries (`api-<key>-api`): the node for `api-node-<node>` (hybrid,
+    one per node), `<node>-rank-<r>` for `api-server-rank-<r>` (external, one per DP rank)."""
+    rank = server_rank(check)
+    return str(check.node) if rank is None else f"{check.node}-rank-{rank}"
 
 
 def observability(stack: str, config: StackConfig, plan: Plan, nodes: dict[str, GpuNode], engine: VllmEngine,
@@ -331,7 +339,7 @@ def observability(stack: str, config: StackConfig, plan: Plan, nodes: dict[str, 
         plan=plan.observability, stack=stack, files=files, providers={n: g.provider for n, g in nodes.items()},
         data_dir=config.observability.data_dir, grafana_env=grafana_env(config),
         admin_password=secrets["grafana_admin_password"], alertmanager_conf=conf,
-        engines=dict(engine.containers)))
+        engines=dict(engine.node_containers)))
 
 
 

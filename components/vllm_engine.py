@@ -133,6 +133,8 @@ class VllmEngine(pulumi.ComponentResource):
             self.gates.append(barrier(f"{name}-gate-collectives", checks, parent=self))
         gates: list[pulumi.Resource] = [self.gates[-1]]
         self.containers = {}
+        """Node name -> its engine container; with several on a node (external load balancing), `node/container`."""
+        self.node_containers: dict[str, list[docker.Container]] = {}
         started: list[pulumi.Resource] = []
         for node_name in plan.start_order:
             node_plan = plan.node(node_name)
@@ -142,19 +144,23 @@ class VllmEngine(pulumi.ComponentResource):
             # hybrid load balancing, whose nodes run their own API servers; the TCPStore on --master-port when a
             # replica spans nodes), the head's waits start once it runs.
             # ray: head first, workers after.
-            if plan.topology["backend"] == "mp":
-                after = [*gates, *(started if is_head else [])]
-            else:
-                after = [*gates, *([] if is_head else started[:1])]
+            # External load balancing: a container per DP rank, in the plan's order; on the head each waits for
+            # the one before it, so rank 0 (last: it hosts the handshake every rank dials) starts after all.
             for spec in node_plan.containers:
-                self.containers[node_name] = docker.Container(
+                if plan.topology["backend"] == "mp":
+                    after = [*gates, *(started if is_head else [])]
+                else:
+                    after = [*gates, *([] if is_head else started[:1])]
+                key = node_name if len(node_plan.containers) == 1 else f"{node_name}/{spec.name}"
+                self.containers[key] = docker.Container(
                     f"{name}-{node_name}-{spec.name}",
                     args=container_args(spec, node.image.image_id, args.secrets),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
                         replace_on_changes=REPLACE_ON_CHANGES, replacement_trigger=self.secrets_digest,
                         custom_timeouts=timeouts))
-                started.append(self.containers[node_name])
+                self.node_containers.setdefault(node_name, []).append(self.containers[key])
+                started.append(self.containers[key])
         self.ray_ready = None
         if args.ray_ready_command is not None:
             head = args.nodes[plan.head.name]

@@ -94,7 +94,8 @@ def _watch_unit(args: argparse.Namespace) -> int:
     env_file = args.env_file or (f"/etc/vllm-cluster/{args.stack}-watch.env" if needs_key else None)
     tls = plan.proxy is not None and plan.proxy.tls
     ca_file = args.ca_file or (f"/etc/vllm-cluster/{args.stack}-ca.pem" if tls else None)
-    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes],
+                                              plan.topology.get("load_balancing", "internal"))
     metrics_listen, info_json = None, None
     if plan.observability is not None:
         from stacks.planner.observability import engine_info

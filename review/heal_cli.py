@@ -29,7 +29,8 @@ CODE_ROOT = Path(__file__).resolve().parent.parent
 
 def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]:
     """One round of the API check with the stack's golden set on every DP rank (the watch unit's probe)."""
-    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes],
+                                              plan.topology.get("load_balancing", "internal"))
     argv = [python, "-m", "checks.api", "--name", f"group-restart-{plan.stack}", "--url", plan.endpoint,
             "--served-name", config.model.served_name, "--sections", "health,models,chat", "--deadline-s", "600",
             "--timeout-s", str(config.api.request_timeout_s), "--golden-json", golden_json(config.api.smoke.golden),
@@ -357,7 +358,8 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     group = mapped_group(group, access)
     log = Log(sys.stdout, args.stack)
-    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes],
+                                              plan.topology.get("load_balancing", "internal"))
 
     def drift_check() -> list[str]:
         """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""

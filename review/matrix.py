@@ -73,6 +73,15 @@ def _hybrid_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[st
     return values, dict(secrets)
 
 
+def _external_on(values: dict[str, Any], secrets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """External load balancing, with the layout hybrid's row uses (two DP ranks per node, so a node holds two rank
+    containers) and each rank's container on its own GPUs (CUDA_VISIBLE_DEVICES, which external requires)."""
+    values, secrets = _hybrid_on(values, secrets)
+    values["parallelism"]["dp_load_balancing"] = "external"
+    values["container"] = dict(values.get("container") or {}) | {"set_cuda_visible_devices": True}
+    return values, secrets
+
+
 CONTEXTS = (
     Context("with the proxy on", "api.proxy.enabled", ("api.proxy.", "tls_certificate", "tls_private_key",
                                                          "proxy_keys"), _proxy_on,
@@ -82,7 +91,11 @@ CONTEXTS = (
             "the grafana_admin_password and alert_webhook_url secrets"),
     Context("with hybrid load balancing", "parallelism.dp_load_balancing", ("parallelism.dp_load_balancing",),
             _hybrid_on, "backend mp, pipeline 1 and two DP ranks per node", on="hybrid"),
+    Context("with external load balancing", "parallelism.dp_load_balancing", ("parallelism.dp_load_balancing",),
+            _external_on, "backend mp, pipeline 1, two DP ranks per node and container.set_cuda_visible_devices "
+            "true", on="external"),
 )
+"""Contexts that share a switch (the load-balancing modes) make one row for it, with a change per mode."""
 
 
 @dataclass(frozen=True)
@@ -189,19 +202,22 @@ def stack_rows(stack: str, values: dict[str, Any], others: list[dict[str, Any]],
     contexts: dict[str, Baseline | None] = {}
     for leaf in keys if keys is not None else leaves():
         context = next((c for c in CONTEXTS if leaf.key.startswith(c.prefixes) and leaf.key != c.switch), None)
-        switch = next((c for c in CONTEXTS if leaf.key == c.switch), None)
-        if switch is not None and not _is_on(values, switch):
-            on_values, on_secrets = switch.apply(values, secrets)
-            try:
-                plan = plan_of(stack, on_values, on_secrets)
-            except ConfigError as exc:
-                rows.append(_row(base, leaf.key, "", [], register, exc.problems[0].message))
-                continue
-            off = "false" if switch.on is True else _show_value(_switch_value(values, switch))
-            on = "true" if switch.on is True else str(switch.on)
-            change = f"{leaf.key}: {off} → {on} (with {switch.requires} it requires)"
-            rows.append(_row(base, leaf.key, "", [Mutation(leaf.key, change, on_values, on_secrets, plan)],
-                             register, None))
+        switches = [c for c in CONTEXTS if leaf.key == c.switch and not _is_on(values, c)]
+        if switches:
+            switched: list[Mutation] = []
+            refused: str | None = None
+            for switch in switches:
+                on_values, on_secrets = switch.apply(values, secrets)
+                try:
+                    plan = plan_of(stack, on_values, on_secrets)
+                except ConfigError as exc:
+                    refused = refused or exc.problems[0].message
+                    continue
+                off = "false" if switch.on is True else _show_value(_switch_value(values, switch))
+                on = "true" if switch.on is True else str(switch.on)
+                change = f"{leaf.key}: {off} → {on} (with {switch.requires} it requires)"
+                switched.append(Mutation(leaf.key, change, on_values, on_secrets, plan))
+            rows.append(_row(base, leaf.key, "", switched, register, None if switched else refused))
             continue
         used = base
         label = ""

@@ -432,20 +432,25 @@ def text(rows: list[Row]) -> str:
 
 # --- normalised names ------------------------------------------------------------------------------------
 
+_RANK = re.compile(r"-rank-[0-9]+(?=-|$)")
+
+
 def normaliser(node_names: Iterable[str], container_names: Iterable[str]) -> Callable[[str], str]:
-    """Resource name -> the same with node and container names as `<node>` / `<container>`."""
+    """Resource name -> the same with node and container names as `<node>` / `<container>` (a DP rank's container
+    `<container>-dp<r>`, its check `…-rank-<r>-…`)."""
     names = sorted({n for n in node_names if n}, key=len, reverse=True)
     containers = sorted({c for c in container_names if c}, key=len, reverse=True)
     node_re = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9])") if names \
         else None
-    box_re = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, containers)) + r")$") if containers \
-        else None
+    # external load balancing names a container per DP rank `<container>-dp<r>`: one row entry for all of them
+    box_re = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, containers)) + r")(-dp[0-9]+)?$") \
+        if containers else None
 
     def normalise(name: str) -> str:
         if box_re is not None:
-            name = box_re.sub("<container>", name)
+            name = box_re.sub(lambda m: "<container>" + ("-dp<r>" if m.group(2) else ""), name)
         if node_re is not None:
             name = node_re.sub("<node>", name)
-        return name
+        return _RANK.sub("-rank-<r>", name)  # a check per DP rank (`api-<node>-rank-<r>-api`): one entry
 
     return normalise

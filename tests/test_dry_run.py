@@ -100,6 +100,22 @@ def test_every_node_passes_in_an_image_whose_vllm_has_these_flags(stack: str, im
         assert launcher is None or f"serve reached {launcher}" in line, line
 
 
+def test_every_rank_server_of_an_external_node_passes_in_one_run(images: dict[str, str]) -> None:
+    """External load balancing: the node's one dry run parses each of its rank servers' argv (`--more-argv`), in
+    the image, through docker's and the shell's quoting of the JSON."""
+    from bench.dp_lb_real_vllm import dp16
+
+    config, plan = plan_with_image(dp16("external"), images["good"], "h20")
+    for node, command in dry_runs(config, plan).items():
+        out = run_shell(command)
+        line = verdict_of(out)
+        assert out.returncode == 0, (node, line)
+        names = [c.name for c in plan.node(node).containers]
+        assert line.startswith(f"PASS args-dry-run-{node}: ") and f"of {names[0]}, and every other server's: " \
+            f"{len(names)} servers accepted" in line, line
+        assert "serve reached run_server (one API server in this process)" in line
+
+
 SERVE_REJECTS = [
     # (extra argv or config override, node serve rejects, its error): the three argv of issue 12 item 8.
     # vLLM 0.33.0 gives these messages (bench/dry_run_real_vllm.py, README). The plan itself refuses the first

@@ -300,3 +300,37 @@ def test_hybrid_behind_the_proxy_the_other_nodes_api_admits_only_the_head(lab: L
             assert lab.connect("peer", lab.v4("peer"), 8000) == "ok"      # the node's own checks (iif lo)
         finally:
             assert run_command(lab, "peer", command.delete).returncode == 0
+
+
+def test_external_behind_the_proxy_every_rank_port_of_the_other_node_admits_only_the_head(lab: Lab,
+                                                                                         tmp_path: Path) -> None:
+    """External load balancing: the peer runs a server per DP rank on 8000-8007; behind the head's nginx each of
+    those ports takes the head and the peer itself, and drops another host; a port outside the ranks' is not
+    touched."""
+    from bench.dp_lb_real_vllm import dp16
+    from stacks.model.loader import parse_config
+    from tests.test_load_balancing import proxied
+
+    values = proxied(dp16("external"))
+    for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
+        node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
+                    data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
+    values["fabric"] |= {"private_networks": [], "public_private_networks": [], "control_plane": "management",
+                         "nccl_socket": "management"}
+    config = parse_config("lab", values)
+    spec = build_plan("lab", config).firewall.nodes[1]
+    assert (spec.node, spec.upstream_ports, spec.upstream_sources) == ("peer", ["8000-8007"],
+                                                                       [f"{lab.v4('head')}/32"])
+    command = firewall_command(spec, config.nodes[1], state_dir=str(tmp_path), unit_dir=str(tmp_path))
+    ranks = [("rank8", lab.v4("peer"), 8000), ("rank15", lab.v4("peer"), 8007), ("other", lab.v4("peer"), 8008)]
+    with listeners(lab, "peer", ranks):
+        try:
+            applied = run_command(lab, "peer", command.create)
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            for port in (8000, 8007):
+                assert lab.connect("head", lab.v4("peer"), port) == "ok"      # the head's nginx
+                assert lab.connect("out", lab.v4("peer"), port) == "timeout"  # any other host: dropped
+                assert lab.connect("peer", lab.v4("peer"), port) == "ok"      # the rank's own checks (iif lo)
+            assert lab.connect("out", lab.v4("peer"), 8008) == "ok"           # not a planned port: untouched
+        finally:
+            assert run_command(lab, "peer", command.delete).returncode == 0

@@ -256,19 +256,13 @@ def one(values: dict[str, Any], key: str) -> Any:
     return found[0]
 
 
-def test_external_is_refused_with_what_vllm_needs_for_it() -> None:
-    problem = one(dp16("external"), "parallelism.dp_load_balancing")
-    assert problem.value == "external" and "one vLLM API server per DP rank" in problem.message
-    assert problem.upstream == EXTERNAL_SHAPE and problem.fix.startswith("hybrid")
-
-
-def test_a_misspelt_mode_names_only_the_modes_that_work() -> None:
+def test_a_misspelt_mode_names_the_modes() -> None:
     out = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--set",
                           "parallelism.dp_load_balancing=Hybrid"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 2, out.stderr
     assert "vllm-cluster:parallelism.dp_load_balancing = 'Hybrid': is not one of the allowed values" in out.stderr
-    assert "what works: internal or hybrid; external is not supported yet (docs/load-balancing.md)" in out.stderr
+    assert "what works: one of 'internal', 'hybrid' or 'external'" in out.stderr
     assert "Traceback" not in out.stderr
 
 
@@ -332,6 +326,8 @@ def test_the_fixture_holds_the_current_plans_argv(captured: dict[str, Any]) -> N
     for mode in ("hybrid", "internal"):
         for node in plan_of(dp16(mode)).nodes:
             assert captured["argv"][f"{mode}#{node.name}"] == node.containers[0].vllm_args, (mode, node.name)
+    external = {c.name: c.vllm_args for n in plan_of(dp16("external")).nodes for c in n.containers}
+    assert {k.split("#", 1)[1]: v for k, v in captured["argv"].items() if k.startswith("external#")} == external
     assert {k.split("#", 1)[1]: v for k, v in captured["argv"].items() if k.startswith("refused#")} == REFUSED
 
 
@@ -436,7 +432,7 @@ def test_nginx_spreads_requests_over_every_nodes_api_server(tmp_path: Path, tls:
     values = proxied(dp16("hybrid"))
     values["api"]["proxy"] |= {"bind": "127.0.0.1", "port": port}
     door = dataclasses.replace(front_door(parse_config("t", values)), upstream_port=upstream_port,
-                               more_upstreams=("127.0.0.2",))
+                               more_upstreams=(("127.0.0.2", upstream_port),))
     conf = write_conf(tmp_path, door, 0, tls)
     assert nginx_test(conf).returncode == 0
 

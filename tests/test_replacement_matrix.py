@@ -140,6 +140,19 @@ def test_proxy_keys_cost_seconds_and_touch_no_engine(rows: list[Row]) -> None:
         assert on.context == "" and on.impact.engines == "replaced" and on.impact.proxy == "replaced"
 
 
+def test_the_load_balancing_row_switches_to_every_other_mode(rows: list[Row]) -> None:
+    """`parallelism.dp_load_balancing` is the switch of two contexts, one per mode: its row changes it to each,
+    and both restart the whole group (external also replaces each node's container by one per DP rank)."""
+    for stack in STACKS:
+        r = row(rows, stack, "parallelism.dp_load_balancing")
+        assert r.refused is None and r.context == ""
+        assert [part.split(" (with ")[0] for part in r.change.split("; ")] == [
+            "parallelism.dp_load_balancing: (unset) → hybrid", "parallelism.dp_load_balancing: (unset) → external"]
+        assert (r.impact.engines, r.downtime.kind, r.diff_downtime) == ("replaced", "group", "group")
+        assert r.impact.engines_added_removed == ["engine-<node>-<container> (delete)",
+                                                  "engine-<node>-<container>-dp<r> (create)"]
+
+
 def test_stacks_diff_reads_the_same_downtime_from_the_plans(rows: list[Row]) -> None:
     """The plan-level rules of `stacks diff` agree with the program-level matrix on every change a plan can show
     (secret values are not in plans)."""

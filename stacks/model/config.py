@@ -324,8 +324,9 @@ class ParallelismConfig(_Model):
         description="who spreads requests over the DP ranks (mp, DP > 1; docs/load-balancing.md): internal = the "
         "head's API server over every rank, the other nodes --headless; hybrid = every node runs an API server over "
         "its own ranks (--data-parallel-hybrid-lb) and the proxy, or your load balancer, spreads requests over the "
-        "nodes; external (one API server per rank) is refused by this version of the tool",
-        json_schema_extra={WHAT_WORKS: "internal or hybrid; external is not supported yet (docs/load-balancing.md)"})
+        "nodes; external = every DP rank is its own vLLM server (--data-parallel-rank), one container and API "
+        "port (serving.port + its index on the node) per rank, and the proxy, or your load balancer, spreads "
+        "requests over the ranks")
     all2all_backend: All2AllBackend = Field(
         default="allgather_reducescatter",
         description="--all2all-backend: how MoE tokens reach their experts' ranks (vllm/config/parallel.py:220-234); "

@@ -73,8 +73,14 @@ class ContainerSpec(BaseModel):
     healthcheck: HealthcheckSpec | None
 
 
-def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology) -> list[str]:
+def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology,
+              rank: int | None = None) -> list[str]:
     """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`).
+
+    `rank`: with external load balancing, the DP rank whose own server this argv starts (`rank_port`,
+    `--data-parallel-size-local 1 --data-parallel-rank r --data-parallel-external-lb`, vllm/engine/arg_utils.py:
+    2447-2485); every rank still names the head's DP address and RPC port, where rank 0 runs the handshake
+    every engine joins (vllm/v1/engine/utils.py:1318-1336).
 
     Where a replica spans nodes every node gets `--nnodes/--node-rank/--master-addr/--master-port` (vllm/engine/
     arg_utils.py:1175-1178); ranks > 0 are `--headless`, which vLLM requires there (no API server: entrypoints/
@@ -87,7 +93,8 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
     if node.role.headless:
         args.append("--headless")
     else:
-        args += ["--host", api_bind(config, node), "--port", str(serving.port)]
+        port = serving.port if rank is None else rank_port(config, node, rank)
+        args += ["--host", api_bind(config, node), "--port", str(port)]
     args += ["--served-model-name", config.model.served_name]
     if serving.trust_remote_code:
         args.append("--trust-remote-code")
@@ -102,9 +109,13 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
                  "--master-addr", str(control_ip(config, config.head)), "--master-port", str(par.master_port)]
     if par.backend == "mp" and par.data > 1:
         # Spanning: one DP rank per group of nodes, so 1 on every node (what vLLM infers: arg_utils.py:2442-2446).
-        local = 1 if topo.spans_nodes else node.dp_local
+        local = 1 if topo.spans_nodes or rank is not None else node.dp_local
         args += ["--data-parallel-size", str(par.data), "--data-parallel-size-local", str(local)]
-        if node.dp_start_rank is not None:
+        if rank is not None:
+            # external: the rank itself, never a start rank (both at once: "Cannot use more than one data parallel
+            # load balancing mode", vllm/entrypoints/cli/serve.py:99-105); the flag said outright as with hybrid.
+            args += ["--data-parallel-rank", str(rank), "--data-parallel-external-lb"]
+        elif node.dp_start_rank is not None:
             args += ["--data-parallel-start-rank", str(node.dp_start_rank)]
         if topo.hybrid:
             # Said outright, not left to vLLM's inference from a start rank without --headless
@@ -160,6 +171,13 @@ def api_bind(config: StackConfig, node: NodeTopology) -> str:
     return str(control_ip(config, config.nodes[node.index]) or config.nodes[node.index].management_ip)
 
 
+def rank_port(config: StackConfig, node: NodeTopology, rank: int) -> int:
+    """External load balancing: the API port of DP rank `rank`'s own server, `serving.port` + its index among the
+    node's ranks (0.33.0's multi-port supervisor numbers them the same way: `args.port + local_rank`,
+    vllm/entrypoints/launchers/dp_supervisor.py:118-124)."""
+    return config.serving.port + node.dp_ranks.index(rank)
+
+
 def node_api_host(config: StackConfig, node: NodeTopology) -> str:
     """Where a process on the node itself reaches its API server (loopback when it binds all addresses)."""
     bind = api_bind(config, node)
@@ -189,12 +207,25 @@ def expert_parallel_args(par: ParallelismConfig) -> list[str]:
     return args
 
 
-def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology) -> dict[str, str]:
-    """The plain env of a node's engine: GPUs, fabric, timeout, the user's extras, then any override the
-    config explicitly allows (`container.managed_env_overrides`, each a plan warning)."""
+def rank_gpus(config: StackConfig, node: NodeTopology, rank: int) -> list[int]:
+    """External load balancing: the node's GPUs of DP rank `rank` (TP x PP of them, in rank order). Each rank's
+    vLLM has one local DP rank, 0, so without its own CUDA_VISIBLE_DEVICES it would place its workers on GPUs
+    0 .. TP x PP - 1 like every other rank of the node (`get_physical_gpu_ids_for_local_dp_rank`, vllm/v1/engine/
+    utils.py:439-474; `get_local_gpu_index`, vllm/config/parallel.py:842-856)."""
+    per_rank = config.parallelism.tensor * config.parallelism.pipeline
+    first = node.dp_ranks.index(rank) * per_rank
+    return list(range(first, first + per_rank))
+
+
+def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology, rank: int | None = None
+               ) -> dict[str, str]:
+    """The plain env of a node's engine (with `rank`, of that external-LB rank's container): GPUs, fabric,
+    timeout, the user's extras, then any override the config explicitly allows (`container.managed_env_overrides`,
+    each a plan warning)."""
     env: dict[str, str] = {}
     if config.container.set_cuda_visible_devices:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(node_topo.gpus_used))
+        gpus = range(node_topo.gpus_used) if rank is None else rank_gpus(config, node_topo, rank)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
     fabric = node_env(config, node)
     if "VLLM_HOST_IP" in fabric:
         env["VLLM_HOST_IP"] = fabric.pop("VLLM_HOST_IP")
@@ -270,8 +301,8 @@ def local_api_host(config: StackConfig) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.serving.host, config.serving.host)
 
 
-def _healthcheck(config: StackConfig, node: NodeTopology) -> HealthcheckSpec:
-    url = f"http://{host_port(node_api_host(config, node), config.serving.port)}/health"
+def _healthcheck(config: StackConfig, node: NodeTopology, port: int | None = None) -> HealthcheckSpec:
+    url = f"http://{host_port(node_api_host(config, node), port or config.serving.port)}/health"
     probe = f"import urllib.request as u; u.urlopen('{url}', timeout=5)"
     return HealthcheckSpec(test=["CMD", "python3", "-c", probe], interval_s=30, timeout_s=10, retries=3,
                            start_period_s=config.serving.engine_ready_timeout_s)
@@ -289,17 +320,23 @@ _PURPOSE = {
     Role.MP_WORKER: "headless: TP/PP workers only (no engine core, no API); joins the head's --master-port",
     Role.DP_API_ENGINE: "vllm API server over this node's own DP engine(s) (hybrid load balancing); the engines "
                         "join the head's DP RPC port and coordinator",
+    Role.DP_RANK_SERVERS: "one vllm server per DP rank (external load balancing); the engines join the head's DP "
+                          "RPC port and coordinator",
 }
 
 
 def engine_containers(
     stack: str, config: StackConfig, profile: ModelProfile, topo: Topology
 ) -> dict[str, list[ContainerSpec]]:
-    """Containers per node name. All share one `generation` label (group_generation): a change that replaces one
-    node's container replaces every node's, and nothing else moves it."""
-    draft: dict[str, ContainerSpec] = {}
-    c = config.container
+    """Containers per node name, in the order they start. All share one `generation` label (group_generation): a
+    change that replaces one container replaces every one, and nothing else moves it.
+
+    One container per node, except with external load balancing: one per DP rank (`rank_containers`)."""
+    draft: dict[str, list[ContainerSpec]] = {}
     for node, node_topo in zip(config.nodes, topo.nodes, strict=True):
+        if topo.external:
+            draft[node.name] = rank_containers(config, profile, topo, node, node_topo)
+            continue
         role = node_topo.role
         serve = vllm_args(config, profile, topo, node_topo) if role is not Role.RAY_WORKER else None
         if role is Role.RAY_HEAD:
@@ -311,33 +348,18 @@ def engine_containers(
         else:
             assert serve is not None
             entrypoint, command = None, list(serve)
-        draft[node.name] = ContainerSpec(
-            name=c.name,
-            purpose=_PURPOSE[role] + (" (hybrid load balancing: its API server serves this node's ranks only)"
-                                      if topo.hybrid and role is Role.DP_HEAD else ""),
-            image=config.image.pull_ref,
-            vllm_args=serve,
-            command=command,
-            entrypoint=entrypoint,
-            env=engine_env(config, node, node_topo),
-            secret_env=secret_env(config, node_topo),
-            network_mode=c.network_mode,
-            ipc_mode=c.ipc_mode,
-            privileged=c.privileged,
-            gpus="all",
-            ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
-            shm_size_mb=c.shm_size_mb,
-            volumes=_volumes(config),
-            devices=list(c.devices),
-            capabilities=list(c.capabilities),
-            restart=c.restart,
-            labels={},
-            healthcheck=_healthcheck(config, node_topo) if role.serves_api else None,
-        )
-    generation = group_generation(draft, c.restart_epoch)
+        draft[node.name] = [_container(
+            config, config.container.name,
+            _PURPOSE[role] + (" (hybrid load balancing: its API server serves this node's ranks only)"
+                              if topo.hybrid and role is Role.DP_HEAD else ""),
+            serve, command, entrypoint, engine_env(config, node, node_topo), secret_env(config, node_topo),
+            _healthcheck(config, node_topo) if role.serves_api else None)]
+    # One container per node hashes under the node's name (as it always has); several under node/container.
+    generation = group_generation({(name if len(specs) == 1 else f"{name}/{spec.name}"): spec
+                                   for name, specs in draft.items() for spec in specs},
+                                  config.container.restart_epoch)
     result: dict[str, list[ContainerSpec]] = {}
     for node_topo in topo.nodes:
-        spec = draft[node_topo.name]
         # Only facts that change exactly when a process changes: labels force replacement (pulumi-docker marks
         # `labels` willReplaceOnChanges). Planning facts for the policy pack travel in PolicyFacts instead.
         labels = {
@@ -347,8 +369,67 @@ def engine_containers(
             f"{LABEL_PREFIX}.topology": topo.label,
             GENERATION_LABEL: generation,
         }
-        result[node_topo.name] = [spec.model_copy(update={"labels": labels})]
+        result[node_topo.name] = [spec.model_copy(update={"labels": labels}) for spec in draft[node_topo.name]]
     return result
+
+
+def rank_name(config: StackConfig, rank: int) -> str:
+    """External load balancing: the container of DP rank `rank` (`<container.name>-dp<r>`, unique in the stack)."""
+    return f"{config.container.name}-dp{rank}"
+
+
+def rank_containers(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeConfig,
+                    node_topo: NodeTopology) -> list[ContainerSpec]:
+    """External load balancing: one container per DP rank of the node, each `vllm serve` with its own API port
+    (`rank_port`), its own GPUs (`rank_gpus`, as CUDA_VISIBLE_DEVICES), key and healthcheck. A container per rank,
+    not several servers in one: Docker then sees each rank's process (its exit, health and log are the rank's),
+    and the group restart, drift and ownership checks act on each as on any engine container.
+
+    Start order: on the head rank 0 comes last. It binds the DP RPC handshake that every other rank's engine
+    dials and retries (vllm/v1/engine/utils.py:1318-1372), and starts the clock that waits for all of them."""
+    ranks = node_topo.dp_ranks
+    if node_topo.role.is_head:
+        ranks = [*ranks[1:], ranks[0]]
+    specs = []
+    for rank in ranks:
+        serve = vllm_args(config, profile, topo, node_topo, rank)
+        gpus = ",".join(map(str, rank_gpus(config, node_topo, rank)))
+        purpose = (f"vllm server of DP rank {rank} (external load balancing): its own API server on port "
+                   f"{rank_port(config, node_topo, rank)} and engine on GPU(s) {gpus}; ")
+        purpose += ("also the DP coordinator and the DP RPC handshake every rank's engine joins" if rank == 0 else
+                    "its engine joins rank 0's DP RPC handshake and coordinator on the head")
+        specs.append(_container(config, rank_name(config, rank), purpose, serve, list(serve),
+                                None, engine_env(config, node, node_topo, rank), secret_env(config, node_topo),
+                                _healthcheck(config, node_topo, rank_port(config, node_topo, rank))))
+    return specs
+
+
+def _container(config: StackConfig, name: str, purpose: str, serve: list[str] | None, command: list[str],
+               entrypoint: list[str] | None, env: dict[str, str], secrets: dict[str, str],
+               healthcheck: HealthcheckSpec | None) -> ContainerSpec:
+    c = config.container
+    return ContainerSpec(
+        name=name,
+        purpose=purpose,
+        image=config.image.pull_ref,
+        vllm_args=serve,
+        command=command,
+        entrypoint=entrypoint,
+        env=env,
+        secret_env=secrets,
+        network_mode=c.network_mode,
+        ipc_mode=c.ipc_mode,
+        privileged=c.privileged,
+        gpus="all",
+        ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
+        shm_size_mb=c.shm_size_mb,
+        volumes=_volumes(config),
+        devices=list(c.devices),
+        capabilities=list(c.capabilities),
+        restart=c.restart,
+        labels={},
+        healthcheck=healthcheck,
+    )
 
 
 GENERATION_FIELDS = ("name", "image", "command", "entrypoint", "env", "secret_env", "network_mode", "ipc_mode",

@@ -111,6 +111,8 @@ SRC_COORDINATOR = "vllm/v1/engine/coordinator.py:85-97 (tcp://<DP address>:0 whe
 SRC_COORDINATOR_HYBRID = ("vllm/v1/engine/coordinator.py:85-97 (front publish tcp://<DP address>:0 too: hybrid or "
                           "external LB, local_engines_only)")
 SRC_API_HYBRID = (f"{SRC_API}; one per node with --data-parallel-hybrid-lb (vllm/entrypoints/cli/serve.py:90-123)")
+SRC_API_EXTERNAL = (f"{SRC_API}; one per DP rank with --data-parallel-rank, --port = serving.port + the rank's "
+                    "index on its node (vllm/entrypoints/cli/serve.py:83-85, 113-115)")
 SRC_COORD_STORE = f"vllm/v1/engine/utils.py:1283-1299 (TCPStore(host, 0, is_master=True)); {TORCH_STORE}"
 SRC_DP_STORE = "vllm/config/parallel.py:697-702 (socket bound to (DP address, 0), handed to the TCPStore)"
 SRC_WORLD_STORE = f"vllm/distributed/parallel_state.py:1892-1906 (create_tcp_store(ip, 0, is_master=True)); " \
@@ -219,20 +221,27 @@ def _rows(config: StackConfig, topo: Topology, node: NodeConfig, node_topo: Node
     def eph(bind: str, purpose: str, process: str, source: str) -> None:
         rows.append(_Row(low, bind, purpose, process, source, port_end=high, ephemeral=True))
 
-    if role.is_head:
+    if topo.external:
+        rows += _rank_api_rows(config, node_topo)
+    elif role.is_head:
         rows += _api_rows(config)
     elif role is Role.DP_API_ENGINE:
         rows += _hybrid_api_rows(config, node_topo)
     if role in (Role.DP_HEAD, Role.MP_HEAD) and topo.data > 1:
-        if role is Role.MP_HEAD or node_topo.dp_local != topo.data:  # engines on other nodes: TCP, not IPC
+        # engines on other nodes, or every rank its own server (external: one local engine of DP > 1, so the
+        # handshake and the coordinator's sockets are TCP even on one node, vllm/v1/engine/utils.py:1342-1352,
+        # coordinator.py:85-97): TCP, not IPC
+        if role is Role.MP_HEAD or node_topo.dp_local != topo.data or topo.external:
             rows.append(_Row(config.parallelism.data_parallel_rpc_port, ip,
-                             "DP handshake (ZMQ ROUTER, unauthenticated pickle)", "vllm serve (API server)",
+                             "DP handshake (ZMQ ROUTER, unauthenticated pickle)",
+                             "vllm serve (DP rank 0's server)" if topo.external else "vllm serve (API server)",
                              SRC_HANDSHAKE))
-            if not topo.hybrid:  # hybrid: each API server talks to its own node's engines over IPC
+            if not topo.local_engines_only:  # hybrid, external: each API server reaches its own engines over IPC
                 eph(ip, "engine input/output (ZMQ ROUTER/PULL)", "vllm serve (API server)", SRC_FRONTEND_ZMQ)
-            eph(ip, "DP coordinator to engines (ZMQ XPUB/PULL)" if not topo.hybrid else
-                "DP coordinator to engines and to every node's API server (ZMQ XPUB/PULL)", "vllm DP coordinator",
-                SRC_COORDINATOR if not topo.hybrid else SRC_COORDINATOR_HYBRID)
+            eph(ip, "DP coordinator to engines (ZMQ XPUB/PULL)" if not topo.local_engines_only else
+                "DP coordinator to engines and to every node's API server (ZMQ XPUB/PULL)" if topo.hybrid else
+                "DP coordinator to engines and to every rank's API server (ZMQ XPUB/PULL)", "vllm DP coordinator",
+                SRC_COORDINATOR if not topo.local_engines_only else SRC_COORDINATOR_HYBRID)
         eph("::", "DP coordination store (torch TCPStore, unauthenticated)", "vllm serve (API server)",
             SRC_COORD_STORE)
         eph(ip, "DP process group store (TCPStore on a bound socket)", "vllm engine core DP0", SRC_DP_STORE)
@@ -297,6 +306,28 @@ def _hybrid_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
                  "OpenAI API (vLLM, this node's DP ranks; reached through the head's proxy)" if proxy else
                  "OpenAI API (vLLM, this node's DP ranks)", "vllm serve (API server)", SRC_API_HYBRID,
                  reach="proxy" if proxy else "clients", sources=sources)]
+
+
+def _rank_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
+    """External load balancing: each DP rank's own API server, on `serving.port` + its index on the node
+    (`launch.rank_port`). On the head they bind `serving.host` like the head's API server (the proxy's row comes
+    first); on the other nodes they are reached as hybrid's are (`_hybrid_api_rows`): behind the proxy only by the
+    head's nginx (and Prometheus), else by clients and their load balancer."""
+    from stacks.planner.launch import api_bind, rank_port
+
+    proxy = config.api.proxy
+    head = node.role.is_head
+    rows = [r for r in _api_rows(config) if r.process == "nginx"] if head else []
+    sources = (tuple(c for c, _ in proxy_upstream_sources(config, config.nodes[node.index]))
+               if proxy.enabled and not head else None)
+    reach = ("local" if head else "proxy") if proxy.enabled else "clients"
+    for rank in node.dp_ranks:
+        purpose = f"OpenAI API (vLLM, DP rank {rank}'s own server" + (
+            "; reached through the proxy)" if proxy.enabled and head else
+            "; reached through the head's proxy)" if proxy.enabled else ")")
+        rows.append(_Row(rank_port(config, node, rank), _bind_of(api_bind(config, node)), purpose,
+                         f"vllm serve (DP rank {rank})", SRC_API_EXTERNAL, reach=reach, sources=sources))
+    return rows
 
 
 def proxy_upstream_sources(config: StackConfig, node: NodeConfig) -> list[tuple[str, str]]:
@@ -493,6 +524,7 @@ def _clash(a: Listener, b: Listener) -> bool:
 
 
 _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_API_HYBRID: "serving.port",
+         SRC_API_EXTERNAL: "serving.port",
          SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
          SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port", **PORT_KEYS}

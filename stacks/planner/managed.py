@@ -24,7 +24,8 @@ ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with
 MANAGED_OPTIONS: dict[str, str] = {
     "model": "model.container_dir / model.path (the first argument)",
     "model_tag": "model.container_dir / model.path (the first argument)",
-    "headless": "the node order (every node after the head is headless)",
+    "headless": "the node order (with internal load balancing every node after the head is headless; with hybrid "
+                "or external none is)",
     "host": "serving.host",
     "port": "serving.port",
     "uds": "serving.host / serving.port (vLLM would listen on a socket the checks and proxy do not know)",
@@ -32,7 +33,8 @@ MANAGED_OPTIONS: dict[str, str] = {
     "grpc_port": "serving.port (a listener the plan and firewall do not know)",
     "api_key": "api_key (a Pulumi secret: argv is visible in `ps`, `docker inspect` and Pulumi state)",
     "api_server_count": "the node roles (headless nodes refuse API servers; vLLM runs one per local DP rank with "
-                        "hybrid load balancing, one per rank of the whole group on the head with internal)",
+                        "hybrid load balancing, one per rank of the whole group on the head with internal, one "
+                        "per rank's own server with external)",
     "served_model_name": "model.served_name",
     "trust_remote_code": "serving.trust_remote_code",
     "dtype": "serving.dtype",
@@ -43,13 +45,15 @@ MANAGED_OPTIONS: dict[str, str] = {
     "data_parallel_size_local": "nodes[].data_parallel_local",
     "data_parallel_start_rank": "the node order (start ranks are derived; the head gets one only with "
                                 "parallelism.dp_load_balancing: hybrid)",
-    "data_parallel_rank": "the node order (an explicit rank is another load-balancing mode)",
+    "data_parallel_rank": "parallelism.dp_load_balancing: external (each DP rank's own server gets its rank; "
+                          "an explicit rank is that load-balancing mode)",
     "data_parallel_address": "fabric.control_plane (the head's control-plane IP)",
     "data_parallel_rpc_port": "parallelism.data_parallel_rpc_port",
     "data_parallel_backend": "parallelism.backend",
     "data_parallel_hybrid_lb": "parallelism.dp_load_balancing (hybrid)",
-    "data_parallel_external_lb": "parallelism.dp_load_balancing (external is refused: not planned yet)",
-    "data_parallel_multi_port_external_lb": "parallelism.dp_load_balancing (external is refused: not planned yet)",
+    "data_parallel_external_lb": "parallelism.dp_load_balancing (external)",
+    "data_parallel_multi_port_external_lb": "parallelism.dp_load_balancing (external: a container per DP rank, "
+                                            "not 0.33.0's per-node supervisor and its health port)",
     "nnodes": "the node list",
     "node_rank": "the node order",
     "master_addr": "fabric.control_plane (the head's control-plane IP)",
@@ -104,9 +108,10 @@ MANAGED_OPTIONS: dict[str, str] = {
     "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
     "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
                           "not know",
-    "enable_fault_tolerance": "nothing yet: fault tolerance needs external load balancing (`Fault tolerance requires "
-                              "external load balancer mode`, vllm/engine/arg_utils.py:2450-2455), which "
-                              "parallelism.dp_load_balancing does not plan yet, and it restarts ranks alone",
+    "enable_fault_tolerance": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation forbids "
+                              "(docs/what-a-change-costs.md: Restarts); it also needs external load balancing "
+                              "(`Fault tolerance requires external load balancer mode`, vllm/engine/arg_utils.py:"
+                              "2450-2455)",
     "fault_tolerance_config": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation "
                               "forbids (docs/what-a-change-costs.md: Restarts)",
     "enable_scale_out": "nothing yet: scale-out changes the engine layout the plan derives",
@@ -120,7 +125,7 @@ MANAGED_OPTIONS: dict[str, str] = {
 LB_MODE_OPTIONS = ("data_parallel_start_rank", "data_parallel_rank", "data_parallel_hybrid_lb",
                    "data_parallel_external_lb")
 """Options that switch vLLM's load-balancing mode behind the plan's back (`parallelism.dp_load_balancing` sets it:
-internal needs the other nodes headless, hybrid refuses them)."""
+internal needs the other nodes headless, hybrid and external refuse them)."""
 
 SECRET_OPTIONS: dict[str, str] = {
     "api_key": "remove it and run: pulumi config set --secret vllm-cluster:api_key <key>",
@@ -263,7 +268,8 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
             problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
                                     "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
         elif item.dest in MANAGED_OPTIONS:
-            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS else (
+            headless_refused = item.dest == "headless" and config.parallelism.dp_load_balancing != "internal"
+            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS or headless_refused else (
                 f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1987-1995, with a replica over "
                 "nodes)" if item.dest == "enable_elastic_ep" else None)
             why = MANAGED_OPTIONS[item.dest]

@@ -3,14 +3,15 @@ provisioning and dashboards. Pure text in, text out (no Pulumi): `python -m stac
 these files, and `components/observability.py` uploads them into the containers.
 
 Where vLLM 0.33.0 serves each DP rank's series: the API server's `/metrics` holds one series per engine it
-manages, labelled `engine="<global DP rank>"` (`vllm/v1/metrics/loggers.py:499-505`). With internal DP, the only
-layout this project plans (`--headless` secondaries, one API server on the head), that API server manages every
-rank (`vllm/v1/engine/core_client.py:742-747`: `num_ranks = dp_size` unless `local_engines_only`, which is
-hybrid or external LB, `vllm/config/parallel.py:653-657`), and the headless nodes serve no HTTP at all
-(`vllm/entrypoints/cli/serve.py:69-76`). So one target, the head's vLLM port, carries every rank; with hybrid or
-external LB each node's own API server would carry its local ranks. `/metrics` needs no key
-(`vllm/entrypoints/serve/middleware/authenticate.py:11` guards /v1, /v2, /inference, /cohere only), and the
-front door never passes it (it is a control path there), so Prometheus scrapes vLLM's port directly.
+manages, labelled `engine="<global DP rank>"` (`vllm/v1/metrics/loggers.py:499-505`). With internal DP
+(`--headless` secondaries, one API server on the head), that API server manages every rank
+(`vllm/v1/engine/core_client.py:742-747`: `num_ranks = dp_size` unless `local_engines_only`, which is hybrid or
+external LB, `vllm/config/parallel.py:653-657`), and the headless nodes serve no HTTP at all
+(`vllm/entrypoints/cli/serve.py:69-76`). So one target, the head's vLLM port, carries every rank; with hybrid LB
+each node's API server carries its own ranks, with external LB each rank's own server its one engine, and
+Prometheus scrapes each of them. `/metrics` needs no key (`vllm/entrypoints/serve/middleware/authenticate.py:11`
+guards /v1, /v2, /inference, /cohere only), and the front door never passes it (it is a control path there), so
+Prometheus scrapes vLLM's port directly.
 
 Which series belongs to which node and release: the watch unit serves `vllm_cluster_engine_info{stack, node,
 dp_rank, gpus, image, image_digest, generation, topology} 1`, one per rank (`checks/api.py` WatchMetrics), and
@@ -138,17 +139,18 @@ def vllm_scrape_address(config: StackConfig) -> str:
     return f"{bracket_host(host)}:{config.serving.port}"
 
 
-def _hybrid_scrape_address(config: StackConfig, node: NodeTopology) -> str:
-    """With hybrid load balancing: where each node's API server is scraped (its bind, or its management address
-    when it binds all)."""
+def _hybrid_scrape_address(config: StackConfig, node: NodeTopology, port: int | None = None) -> str:
+    """With hybrid (or external) load balancing: where each node's API server (each rank's, on `port`) is
+    scraped (its bind, or its management address when it binds all)."""
     from stacks.planner.launch import api_bind
 
     if node.index == 0:
-        return vllm_scrape_address(config)
+        address = vllm_scrape_address(config)
+        return address if port is None else f"{address.rsplit(':', 1)[0]}:{port}"
     host = api_bind(config, node)
     if host in ("0.0.0.0", "::"):
         host = config.nodes[node.index].management_ip
-    return f"{bracket_host(host)}:{config.serving.port}"
+    return f"{bracket_host(host)}:{port or config.serving.port}"
 
 
 def watch_host(config: StackConfig) -> str:
@@ -213,6 +215,12 @@ def prometheus_config(stack: str, config: StackConfig, topo: Topology,
         vllm_targets = [{"targets": [_hybrid_scrape_address(config, t)],
                          "labels": _labels(stack, t.name, t.role.value, t.dp_ranks, generation(containers, t.name))}
                         for t in topo.nodes]
+    if topo.external:  # every rank's own server reports only its own engine: scrape each
+        from stacks.planner.launch import rank_port
+
+        vllm_targets = [{"targets": [_hybrid_scrape_address(config, t, rank_port(config, t, r))],
+                         "labels": _labels(stack, t.name, t.role.value, [r], generation(containers, t.name))}
+                        for t in topo.nodes for r in t.dp_ranks]
     jobs: list[dict[str, Any]] = [
         {"job_name": "vllm", "metrics_path": "/metrics", "scheme": "http", "static_configs": vllm_targets,
          # vLLM names the DP rank `engine`; the info series and the dashboards name it `dp_rank`.

@@ -18,7 +18,7 @@ from stacks.model.field_types import bracket_host
 from stacks.planner import deepep
 from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
-from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers
+from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers, rank_port
 from stacks.planner.listeners import Listener, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed import image_card, rendered_argv_problems
@@ -356,6 +356,8 @@ def topology_summary(topo: Topology) -> dict[str, Any]:
         "expert": topo.expert_size,
         "label": topo.label,
         "replica_nodes": topo.replica_nodes,
+        # only where it is not the default, so the plans of internal stacks stay as they were
+        **({"load_balancing": topo.load_balancing} if topo.load_balancing != "internal" else {}),
     }
 
 
@@ -365,8 +367,11 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         runs_vllm = node_topo.role is not Role.RAY_WORKER
         checks.append(CheckSpec(
             name=f"args-dry-run-{node_topo.name}", node=node_topo.name, runs_on="node", module="checks.vllm_args",
-            sections=[], proves="the new image's own vLLM parses this node's argv (no GPU), before any engine "
-            "is replaced" if runs_vllm else "the new image starts on this node and imports vllm and ray"))
+            sections=[], proves=("the new image's own vLLM parses the argv of each of this node's DP rank servers "
+                                 f"({', '.join(map(str, node_topo.dp_ranks))}; no GPU), before any engine is replaced"
+                                 if topo.external else "the new image's own vLLM parses this node's argv (no GPU), "
+                                 "before any engine is replaced") if runs_vllm else
+            "the new image starts on this node and imports vllm and ray"))
     checks += node_checks(config)
     if topo.backend == "ray":
         checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",
@@ -381,7 +386,8 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     elif topo.backend == "mp" and topo.data > 1:
         checks += [
             CheckSpec(name=f"dp-engines-{n.name}", node=n.name, runs_on="node", module="checks.engines",
-                      sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})")
+                      sections=[], proves=f"DP rank(s) {n.dp_ranks} loaded and joined (of {topo.data})"
+                      + (" (each rank's own container log)" if topo.external else ""))
             for n in topo.nodes
         ]
     for name in nccl_evidence_nodes(config, topo):
@@ -491,7 +497,8 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
     on_head = api_on_head(config)
     node, runs_on = (topo.head.name, "node") if on_head else (None, "deployer")
     ranked = [c for c in RANKED_API_CHECKS if _api_check_applies(config, c)]
-    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role.value) for n in topo.nodes])
+    dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role.value) for n in topo.nodes],
+                                              topo.load_balancing)
     golden = config.api.smoke.golden
     pairs = f"{len(golden)} golden pair(s) ({_short(golden[0].prompt)} -> /{golden[0].expect}/"
     pairs += ", …)" if len(golden) > 1 else ")"
@@ -514,6 +521,19 @@ def api_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                    f"(X-data-parallel-rank 0-{len(n.dp_ranks) - 1}: a node-local index with hybrid load balancing) "
                    f"answers {pairs} at temperature 0 with thinking off{extra}; on the node, in its engine container")
             for n in topo.nodes]
+    elif topo.external:
+        checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
+                                sections=ranked, proves=f"whichever DP rank's server answers {pairs} at temperature 0 "
+                                f"with thinking off{extra}; through {endpoint(config)}, which "
+                                + ("spreads requests over every rank's server" if config.api.proxy.enabled else
+                                   "is DP rank 0's own server (its engine only)")))
+        checks += [CheckSpec(
+            name=f"api-server-rank-{r}", node=n.name, runs_on="node", module="checks.api",
+            sections=["health", "models", *ranked],
+            proves=f"DP rank {r}'s own server on {n.name} (port {rank_port(config, n, r)}) is up and answers {pairs} "
+                   f"at temperature 0 with thinking off{extra} from its one engine (no rank header: it has no other); "
+                   "on the node, in that rank's container")
+            for n in topo.nodes for r in n.dp_ranks]
     elif dp_size == 1:
         checks.append(CheckSpec(name="api-golden", node=node, runs_on=runs_on, module="checks.api",
                                 sections=ranked, proves=f"the engine answers {pairs} at temperature 0 with "

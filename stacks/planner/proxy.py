@@ -242,13 +242,19 @@ class FrontDoor:
     """An IP literal: `stacks.planner.launch.local_api_host` (loopback, as the proxy rule requires)."""
     upstream_port: int
     routes: Routes
-    more_upstreams: tuple[str, ...] = ()
-    """Hybrid load balancing: the other nodes' API servers (each node's control-plane IP literal), on
-    `upstream_port` too; nginx spreads requests over them and the head's own (least_conn)."""
+    more_upstreams: tuple[tuple[str, int], ...] = ()
+    """Hybrid or external load balancing: the other API servers as (IP literal, port): every other node's (hybrid,
+    on `serving.port`), or every other DP rank's own server (external, the head's on loopback too); nginx spreads
+    requests over them and the head's own (least_conn)."""
+
+    @property
+    def servers(self) -> tuple[tuple[str, int], ...]:
+        """Every upstream server, the head's own first."""
+        return ((self.upstream_host, self.upstream_port), *self.more_upstreams)
 
     @property
     def upstream(self) -> str:
-        return ", ".join(host_port(h, self.upstream_port) for h in (self.upstream_host, *self.more_upstreams))
+        return ", ".join(host_port(h, p) for h, p in self.servers)
 
     @classmethod
     def of(cls, proxy: ProxyConfig, upstream_port: int, upstream_host: str = "127.0.0.1") -> FrontDoor:
@@ -263,21 +269,26 @@ def front_door(config: StackConfig) -> FrontDoor:
     from stacks.planner.launch import local_api_host
 
     return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
-                     hybrid_upstreams(config))
+                     balanced_upstreams(config))
 
 
-def hybrid_upstreams(config: StackConfig) -> tuple[str, ...]:
-    """With `parallelism.dp_load_balancing: hybrid` every node after the head serves its own DP ranks behind
-    the proxy, at the address its vLLM binds (stacks.planner.launch.api_bind); otherwise none."""
-    from stacks.planner.launch import api_bind
+def balanced_upstreams(config: StackConfig) -> tuple[tuple[str, int], ...]:
+    """The API servers behind the proxy besides the head's own (DP rank 0's with external), as (address, port):
+    with `parallelism.dp_load_balancing: hybrid` every node after the head, at the address its vLLM binds
+    (stacks.planner.launch.api_bind); with `external` every other DP rank's own server, on its port
+    (`launch.rank_port`), the head's other ranks on the head's local address; otherwise none."""
+    from stacks.planner.launch import api_bind, local_api_host, rank_port
     from stacks.planner.topology import derive_topology
 
-    if config.parallelism.dp_load_balancing != "hybrid":
+    if config.parallelism.dp_load_balancing == "internal":
         return ()
     topo, _ = derive_topology(config)
-    if not topo.hybrid:
-        return ()
-    return tuple(api_bind(config, n) for n in topo.nodes[1:])
+    if topo.hybrid:
+        return tuple((api_bind(config, n), config.serving.port) for n in topo.nodes[1:])
+    if topo.external:
+        return tuple((local_api_host(config) if n.role.is_head else api_bind(config, n), rank_port(config, n, r))
+                     for n in topo.nodes for r in n.dp_ranks if r != 0)
+    return ()
 
 
 class ProxyKeyError(ValueError):
@@ -375,8 +386,8 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
     add("    upstream vllm {")
     if door.more_upstreams:
         add("        least_conn;")  # streamed answers hold a connection for minutes: count them, not requests
-    for host in (door.upstream_host, *door.more_upstreams):
-        upstream = _address("upstream (serving.host)", host, door.upstream_port)
+    for host, port in door.servers:
+        upstream = _address("upstream (serving.host)", host, port)
         add(f"        server {_q('upstream', upstream)};")
     add("        keepalive 32;")
     add("    }")

@@ -117,7 +117,11 @@ def render_detail(plan: Plan) -> str:
         if n.node_rank is not None:
             ranks += f"  (node-rank {n.node_rank}, replica {n.replica})"
         lines.append(f"{n.name:<16} {n.host:<18} {n.role:<16} {n.gpus_used:>4}/{n.gpus_present:<4}  {ranks}")
-    lines += ["", "start order: " + " -> ".join(plan.start_order),
+    order = " -> ".join(plan.start_order)
+    if any(len(n.containers) > 1 for n in plan.nodes):  # external load balancing: a container per DP rank
+        order += (f" (each node's rank containers in the order listed below; on {plan.head.name} "
+                  f"{plan.head.containers[-1].name} last)")
+    lines += ["", "start order: " + order,
               "on an image or launch change: pull on every node -> preflights -> argument dry run in the new "
               "image on every node -> replace the whole group in start order", ""]
     for name in plan.start_order:

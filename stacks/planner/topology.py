@@ -6,7 +6,10 @@ With `mp` there are two shapes:
 - a replica fits one node (vLLM internal DP): every node runs `data_parallel_local` DP ranks of TP x PP GPUs
   each; every node but the head is `--headless` with a start rank equal to the sum of the local DP sizes
   before it. With `parallelism.dp_load_balancing: hybrid` those nodes run their own API server over their own
-  ranks instead (role `dp-api-engine`), and the head names start rank 0.
+  ranks instead (role `dp-api-engine`), and the head names start rank 0. With `external` every DP rank is a
+  vLLM server of its own (`--data-parallel-rank r`, `--data-parallel-size-local 1`): one container per rank on
+  the GPUs of that rank, its API on `serving.port` + the rank's index on its node (role `dp-rank-servers` after
+  the head); rank 0 on the head still hosts the DP RPC handshake and coordinator every engine joins.
 - a replica spans nodes (vLLM 0.33.0's own multi-node executor, no Ray): every node runs `vllm serve` with
   `--nnodes N --node-rank r --master-addr <head> --master-port P`, ranks > 0 `--headless`. Each of the DP
   replicas takes N / DP consecutive nodes (`ParallelConfig.nnodes_within_dp`, vllm/config/parallel.py:811-836);
@@ -45,6 +48,10 @@ class Role(StrEnum):
     """Hybrid load balancing (`parallelism.dp_load_balancing: hybrid`), a node after the head: its own API
     server over its own DP ranks (`--data-parallel-hybrid-lb`, not `--headless`); its engines still join the
     head's DP RPC port and coordinator (vllm/v1/engine/core.py:1296-1345)."""
+    DP_RANK_SERVERS = "dp-rank-servers"
+    """External load balancing (`parallelism.dp_load_balancing: external`), a node after the head: one vLLM server
+    per DP rank, each its own container, API port and engine (`--data-parallel-rank`); every engine still joins
+    rank 0's DP RPC handshake and coordinator on the head (vllm/v1/engine/utils.py:1318-1336)."""
 
     @property
     def is_head(self) -> bool:
@@ -52,8 +59,8 @@ class Role(StrEnum):
 
     @property
     def serves_api(self) -> bool:
-        """Runs vLLM's OpenAI API server: the head, and with hybrid load balancing every node."""
-        return self.is_head or self is Role.DP_API_ENGINE
+        """Runs vLLM's OpenAI API server: the head, and with hybrid or external load balancing every node."""
+        return self.is_head or self in (Role.DP_API_ENGINE, Role.DP_RANK_SERVERS)
 
     @property
     def headless(self) -> bool:
@@ -104,6 +111,17 @@ class Topology:
         return self.load_balancing == "hybrid"
 
     @property
+    def external(self) -> bool:
+        """Every DP rank is a vLLM server of its own (`--data-parallel-rank`), one container per rank."""
+        return self.load_balancing == "external"
+
+    @property
+    def local_engines_only(self) -> bool:
+        """Each API server reaches only its own engines, over IPC (vLLM's `ParallelConfig.local_engines_only`,
+        vllm/config/parallel.py:652-657): hybrid and external load balancing."""
+        return self.load_balancing in ("hybrid", "external")
+
+    @property
     def spans_nodes(self) -> bool:
         """A replica spans nodes: vLLM's multi-node mp executor (`--nnodes`), not Ray."""
         return self.backend == "mp" and self.replica_nodes > 1
@@ -145,8 +163,12 @@ def derive_topology(config: StackConfig) -> tuple[Topology, list[Problem]]:
     order = (nodes[0].name, *non_head) if par.backend == "ray" else (*non_head, nodes[0].name)
     expert = par.tensor * par.data if par.expert else None
     hybrid = par.dp_load_balancing == "hybrid" and any(n.role is Role.DP_API_ENGINE for n in nodes)
+    # external: one node is enough (each rank is its own server whatever the node count), DP > 1 is not
+    external = (par.dp_load_balancing == "external" and par.backend == "mp" and par.data > 1
+                and not replica_spans_nodes(config))
+    mode = "hybrid" if hybrid else "external" if external else "internal"
     topology = Topology(par.backend, par.tensor, par.pipeline, par.data, expert, tuple(nodes), order,
-                        replica_nodes, "hybrid" if hybrid else "internal")
+                        replica_nodes, mode)
     return topology, problems
 
 
@@ -206,11 +228,15 @@ def _mp_nodes(config: StackConfig) -> tuple[list[NodeTopology], list[Problem]]:
     start = 0
     # hybrid: every node names its start rank, the head 0 too (vLLM reads a start rank without --headless as
     # hybrid load balancing: vllm/engine/arg_utils.py:2489-2491; internal: the head must not get one).
+    # external: every node serves its ranks itself too; the start rank is the node's first rank (the argv names
+    # each rank instead: --data-parallel-rank, launch.vllm_args).
     hybrid = par.dp_load_balancing == "hybrid"
+    external = par.dp_load_balancing == "external" and par.data > 1
     for i, (node, local) in enumerate(zip(config.nodes, locals_, strict=True)):
-        role = Role.DP_HEAD if i == 0 else Role.DP_API_ENGINE if hybrid else Role.HEADLESS_ENGINE
+        role = (Role.DP_HEAD if i == 0 else Role.DP_API_ENGINE if hybrid else Role.DP_RANK_SERVERS if external
+                else Role.HEADLESS_ENGINE)
         nodes.append(NodeTopology(node.name, i, role, node.gpus.count, local * per_rank, local,
-                                  start if hybrid or i > 0 else None))
+                                  start if hybrid or external or i > 0 else None))
         start += local
     return nodes, problems
 
@@ -284,11 +310,14 @@ def dp_rank_nodes(ranks_by_node: list[tuple[str, list[int]]]) -> tuple[int, list
     return len(owner), [owner[r] for r in range(len(owner))]
 
 
-def endpoint_rank_nodes(nodes: list[tuple[str, list[int], str]]) -> tuple[int, list[str]]:
+def endpoint_rank_nodes(nodes: list[tuple[str, list[int], str]], load_balancing: str = "internal"
+                        ) -> tuple[int, list[str]]:
     """(`--dp-size`, `--rank-nodes`) for checks through the stack's endpoint, from `(name, dp_ranks, role)` per
-    node: every rank pinned with internal load balancing; none with hybrid, where `X-data-parallel-rank` is an
-    index into the ranks of whichever node's API server the proxy picked (vllm/v1/engine/input_processor.py:
-    392-400), so each node's ranks are checked on that node instead (`api-node-<node>`)."""
-    if any(role == Role.DP_API_ENGINE.value for _, _, role in nodes):
+    node: every rank pinned with internal load balancing; none with hybrid or external, where
+    `X-data-parallel-rank` is an index into the ranks of whichever API server the proxy picked (vllm/v1/engine/
+    input_processor.py:392-400), so each node's or rank's own server is checked where it runs instead
+    (`api-node-<node>`, `api-server-rank-<r>`). `load_balancing`: the plan's mode (`plan.topology`)."""
+    if load_balancing != "internal" or any(role in (Role.DP_API_ENGINE.value, Role.DP_RANK_SERVERS.value)
+                                           for _, _, role in nodes):
         return 1, []
     return dp_rank_nodes([(name, ranks) for name, ranks, _ in nodes])

@@ -116,7 +116,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
             "[32768, 60999]: every other service on the nodes listening in it is closed to sources outside the "
             "cluster too; guard the range net.ipv4.ip_local_port_range really has")
     _parallelism_rules(config, topology, result, profile)
-    lb_problems, lb_warnings = load_balancing_rules(config, topology)
+    lb_problems, lb_warnings = load_balancing_rules(config, topology, profile)
     result.problems += lb_problems
     result.warnings += lb_warnings
     _expert_parallel_rules(config, profile, result)
