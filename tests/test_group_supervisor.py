@@ -30,7 +30,7 @@ from review.node_access import MappedAccess
 from review.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
-from tests.docker_harness import wait_for as harness_wait_for
+from tests.waiting import wait_for as harness_wait_for
 
 RANK = ROOT / "tests" / "group_rank.py"
 DEADLINE_S = 240
