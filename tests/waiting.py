@@ -3,9 +3,32 @@ deadline only costs time when the test fails)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
+
+START_DEADLINE_S = 120
+"""How long a server started by a test may take to listen: nginx or sshd takes milliseconds, a loaded machine
+seconds; the deadline only costs time when it never listens."""
+
+
+def output_of(proc: subprocess.Popen[str]) -> str:
+    """What a server that did not come up printed; killed first (its whole process group when it leads one: nginx's
+    workers hold the pipe too), since a live one keeps its pipe open and a read would wait for ever."""
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.communicate(timeout=10)[0] or ""
+    except subprocess.TimeoutExpired:  # a child of it still holds the pipe
+        return "(its output could not be read: a child process holds the pipe)"
 
 
 def wait_for(condition: Callable[[], Any], what: str, deadline_s: float) -> Any:
