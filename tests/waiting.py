@@ -31,12 +31,13 @@ def output_of(proc: subprocess.Popen[str]) -> str:
         return "(its output could not be read: a child process holds the pipe)"
 
 
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float) -> Any:
-    """The condition's first truthy value, polled until the deadline; an AssertionError naming `what` after it."""
+def wait_for(condition: Callable[[], Any], what: str | Callable[[], str], deadline_s: float) -> Any:
+    """The condition's first truthy value, polled until the deadline; an AssertionError naming `what` after it (a
+    callable `what` is called then, to show the state at the deadline)."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         value = condition()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"not within {deadline_s}s: {what}")
+    raise AssertionError(f"not within {deadline_s}s: {what() if callable(what) else what}")
