@@ -30,6 +30,7 @@ from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.plan import CheckSpec, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image, run_shell
+from tests.waiting import wait_for
 
 CAPTURE = ROOT / "tests" / "fixtures" / "nvidia_smi" / "compute_apps"
 LISTEN = ("import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
@@ -71,11 +72,8 @@ class Host:
         return cid
 
     def wait_up(self, name: str) -> None:
-        for _ in range(50):
-            if "up" in docker("logs", name):
-                return
-            subprocess.run(["sleep", "0.1"], check=True)
-        raise AssertionError(f"{name} never listened: {docker('logs', name)}")
+        """Until the container's process listens (it prints `up`): 120 s, a loaded machine is slow to start one."""
+        wait_for(lambda: "up" in docker("logs", name), lambda: f"{name} listening: {docker('logs', name)}", 120)
 
     def pid(self, name: str) -> int:
         return int(docker("inspect", "-f", "{{.State.Pid}}", name))
