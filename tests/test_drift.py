@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from review.drift import compare_container, foreign_containers, gpus_of, table
 from stacks.planner.launch import ContainerSpec, VolumeSpec
 from tests.conftest import ROOT
-from tests.docker_harness import build_image, docker_ready, remove_image
+from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
 
 FIXTURES = ROOT / "tests" / "fixtures" / "docker"
 RANK = ROOT / "tests" / "group_rank.py"
@@ -170,11 +169,14 @@ def test_every_kind_of_hand_change_on_real_containers(image: str, tmp_path: Path
         names.append(name)
         docker("create", "--name", name, "-v", f"{tmp_path}:/data:ro", "-e", "VLLM_HOST_IP=192.0.2.11", "-e",
                "HF_TOKEN=x", "--label", "vllm-cluster.stack=test", image, "python3", "/rank.py")
-        created = time.time()
-        while time.time() < created + 2.5:
-            time.sleep(0.2)
         docker("start", name)
-        assert kinds(name, slack=1, gpus=None) == {"restarted"}
+        state = inspect(name)
+        gap = (parse_started_at(state["State"]["StartedAt"]) - parse_started_at(state["Created"])).total_seconds()
+        assert gap > 0, state
+        # started `gap` after its creation by Docker's own clock (no waiting for time to pass, however slow the
+        # machine): a restart for a slack below the gap, none for one above it
+        assert kinds(name, slack=gap / 2, gpus=None) == {"restarted"}
+        assert kinds(name, slack=gap * 2, gpus=None) == set()
         assert kinds(name, gpus=None) == set()
         # a hand-run compose container on the node's GPUs and port
         foreign = f"heal-drift-{tag}-compose"
