@@ -43,9 +43,13 @@ from tests.nginx_harness import (
     write_conf,
 )
 from tests.test_check_api import standin
+from tests.waiting import wait_for
 
 FIRST_TOKEN_S = 0.4
 TOKEN_S = 0.3
+HTTP_TIMEOUT_S = 60
+"""Every request of these tests: nginx and the stand-in answer in milliseconds, a loaded machine in seconds (httpx's
+default is 5 s); only a failing test waits it out."""
 PACE_S = 60 / ProxyLimits().requests_per_minute_per_client
 """Between the requests of a long series through the default limits: never faster than the per-client rate, so
 the burst allowance is never what keeps a fast machine under the limit."""
@@ -267,11 +271,15 @@ def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream
     _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(connections_per_key=1))
     url = f"https://localhost:{port}/v1/chat/completions"
     body = {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    release = tmp_path / "release"
     started, codes = threading.Event(), []
 
     def hold_a_stream() -> None:
-        with httpx.Client(verify=tls_context(tls.pem)) as c, \
-                c.stream("POST", url, json=body, headers=bearer(CLIENT_KEYS["team-a"])) as response:
+        # The stand-in holds this stream after its first token until `release` exists: it is still open when the
+        # second request arrives however slow the machine (it used to end on its own ~1.3 s after it started).
+        hold = {**bearer(CLIENT_KEYS["team-a"]), "X-Standin-Hold": f"{release} {HTTP_TIMEOUT_S}"}
+        with httpx.Client(verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c, \
+                c.stream("POST", url, json=body, headers=hold) as response:
             started.set()
             codes.append(response.status_code)
             response.read()
@@ -279,9 +287,13 @@ def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream
     with running_nginx(conf, port):
         holder = threading.Thread(target=hold_a_stream)
         holder.start()
-        assert started.wait(10)
-        second = httpx.post(url, json=body, headers=bearer(CLIENT_KEYS["team-a"]), verify=tls_context(tls.pem))
-        holder.join(20)
+        try:
+            assert started.wait(HTTP_TIMEOUT_S)
+            second = httpx.post(url, json=body, headers=bearer(CLIENT_KEYS["team-a"]), verify=tls_context(tls.pem),
+                                timeout=HTTP_TIMEOUT_S)
+        finally:
+            release.touch()
+            holder.join(HTTP_TIMEOUT_S)
     assert codes == [200] and second.status_code == 429
 
 
@@ -369,14 +381,21 @@ def test_the_sse_check_fails_when_nginx_buffers(tmp_path: Path, upstream: str, t
 # --- access log ---------------------------------------------------------------------------------------------
 
 def test_access_log_names_the_client_never_the_key(front: Front) -> None:
+    log = front.directory / "access.log"
+    before = log.stat().st_size  # the front is shared: only this test's entries count
+
+    def entries() -> list[dict[str, Any]]:
+        text = log.read_bytes()[before:].decode()
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]  # whole lines only
+
     with front.client() as c:
         c.get("/v1/models", headers=bearer(CLIENT_KEYS["ops"]))
         c.get("/v1/models", headers=bearer("sk-wrong-0000000000000000"))
-    time.sleep(0.2)
-    text = (front.directory / "access.log").read_text()
-    entries = [json.loads(line) for line in text.splitlines()]
-    assert any(e["client"] == "ops" and e["path"] == "/v1/models" and e["status"] == 200 for e in entries)
-    assert any(e["client"] == "" and e["status"] == 401 for e in entries)
+    # nginx writes an entry once the response is sent, so it may come after the client has its answer
+    wait_for(lambda: len(entries()) >= 2, lambda: f"both requests in the access log: {entries()}", 120)
+    assert any(e["client"] == "ops" and e["path"] == "/v1/models" and e["status"] == 200 for e in entries())
+    assert any(e["client"] == "" and e["status"] == 401 for e in entries())
+    text = log.read_text()
     for secret in (*CLIENT_KEYS.values(), UPSTREAM_KEY, "sk-wrong"):
         assert secret not in text
 
