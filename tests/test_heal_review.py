@@ -342,7 +342,7 @@ def metrics_server() -> Iterator[tuple[str, list[str]]]:
 def ranked_supervisor(tmp_path: Path, url: str) -> Supervisor:
     group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
                   health_url=url)  # the metrics server answers 200: health passes
-    settings = Settings(hang_s=30, health_timeout_s=5, golden_url=url, golden_max_age_s=300,
+    settings = Settings(hang_s=30, health_timeout_s=ANSWERED_S, golden_url=url, golden_max_age_s=300,
                         golden_ranks={"0": "node1", "1": "node2"})
     clock = [1000.0]
     return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"), settings, DeployLock(tmp_path / "lock"),
