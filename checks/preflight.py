@@ -722,7 +722,9 @@ def check_ownership(ctx: Context) -> Section:
     if ids:
         code, out = _docker(ctx, ["inspect", *ids], 30)
         try:
-            containers = json.loads(out) if code == 0 else []
+            # A container removed since `ps` makes inspect exit 1 ("No such object") after it printed the others
+            # (stdout, read first): those are still checked, not dropped with it.
+            containers = json.JSONDecoder().raw_decode(out)[0] if code == 0 or "No such" in out else []
         except ValueError:
             containers = []
         if code != 0 and "No such" not in out:

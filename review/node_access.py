@@ -118,11 +118,17 @@ def access_for(stack: str, config: StackConfig) -> NodeAccess:
 
 
 def inspect(access: NodeAccess, node: str, *refs: str, kind: str = "container") -> list[dict[str, Any]] | None:
-    """`docker inspect` as JSON; None when none of `refs` exists. AccessError when the node does not answer."""
+    """`docker inspect` as JSON: the `refs` that exist; None when none does. AccessError when the node does not
+    answer."""
     done = access.docker(node, [kind, "inspect", *refs])
     if done.returncode == 0:
         return list(json.loads(done.stdout))
     if "No such" in done.stderr or "no such" in done.stderr:
-        return None
+        # exit 1 for a ref that is gone (a container removed since `docker ps` listed it), after printing the rest
+        try:
+            found = list(json.loads(done.stdout or "[]"))
+        except ValueError:
+            found = []
+        return found or None
     raise AccessError(f"node {node}: docker {kind} inspect failed (exit {done.returncode}): "
                       f"{done.stderr.strip()[:300]}")

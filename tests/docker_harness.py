@@ -13,7 +13,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -198,17 +198,6 @@ def run_shell(command: str, timeout_s: int = 180) -> subprocess.CompletedProcess
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout_s,
                           env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                "HOME": str(Path.home())})
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float) -> Any:
-    """The condition's first truthy value, polled until the deadline; an AssertionError naming `what` after it."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {deadline_s}s: {what}")
 
 
 def parse_started_at(text: str) -> datetime:

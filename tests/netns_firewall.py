@@ -24,6 +24,7 @@ from typing import Any
 from stacks.model.config import StackConfig
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_values
+from tests.waiting import wait_for
 
 ROLES = ("head", "peer", "out")
 HOST = {"head": 1, "peer": 2, "out": 3}
@@ -84,23 +85,24 @@ class Lab:
         self.namespaces.clear()
 
     def reap(self, name: str, grace_s: float = 15) -> None:
-        """Wait for, then SIGKILL, whatever still runs in one of this lab's namespaces (`ip netns pids`): only
-        processes this test started live there, e.g. Ray workers that outlive their raylet by a few seconds."""
+        """Wait for, then SIGKILL, whatever still runs in one of this lab's namespaces (`ip netns pids`) until nothing
+        does: only processes this test started live there, e.g. Ray workers that outlive their raylet by a few
+        seconds."""
         if not name.startswith(f"fw-{self.tag}-"):
             raise ValueError(f"{name} is not a namespace of this lab")
-        deadline = time.time() + grace_s
-        while True:
-            pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+
+        def pids() -> list[int]:
+            return [int(p) for p in subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
                                                    check=False).stdout.split()]
-            if not pids:
-                return
-            if time.time() > deadline:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.5)
-                return
-            time.sleep(0.5)
+
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not pids(), f"the processes in {name} ended", grace_s)
+            return
+        for pid in pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(AssertionError):  # the namespace is deleted either way
+            wait_for(lambda: not pids(), f"the processes in {name} gone after SIGKILL", 60)
 
     def run(self, role: str, argv: list[str], *, check: bool = True, timeout: float = 60,
             input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stacks.model.config import ProxyConfig
 from stacks.planner.proxy import FrontDoor, NginxRuntime, render_nginx_conf
+from tests.waiting import START_DEADLINE_S, output_of
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
@@ -82,17 +83,18 @@ def running_nginx(conf_path: Path, port: int, nofile: int | None = None) -> Iter
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     proc = subprocess.Popen([NGINX, "-e", "stderr", "-c", str(conf_path), "-g", "daemon off;"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=limit,
+                            start_new_session=True)  # its workers go with it in output_of
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + START_DEADLINE_S
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read() if proc.stdout else ""
-                    raise RuntimeError(f"nginx did not start: {out}") from None
+                    raise RuntimeError(f"nginx did not listen on {port} within {START_DEADLINE_S}s: "
+                                       f"{output_of(proc)}") from None
                 time.sleep(0.05)
         yield proc
     finally:

@@ -18,27 +18,16 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.waiting import wait_for
+
+WAIT_S = 120
+"""Deadline for a process of these tests to print or count what a test waits for: generous, a loaded machine is slow."""
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], deadline_s: float = 60) -> None:
-    """Until `host:port` accepts a connection: a loaded machine may take seconds to start a Python server."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None:
-                raise AssertionError(f"the stand-in exited ({proc.returncode}) before listening on {port}") from None
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the stand-in did not listen on {host}:{port} within {deadline_s:g} s") from None
-            time.sleep(0.05)
 
 
 @contextmanager
@@ -70,7 +59,7 @@ def run_api(url: str, *args: str, env: dict[str, str] | None = None) -> tuple[in
 def test_all_sections_pass_after_slow_start_and_503() -> None:
     with standin("--start-delay-s", "2", "--unhealthy-s", "2") as url:
         start = time.monotonic()
-        code, verdict, stdout = run_api(url, "--deadline-s", "30")
+        code, verdict, stdout = run_api(url, "--deadline-s", "90")  # generous, yet before run_api gives up
         elapsed = time.monotonic() - start
     assert code == 0, stdout
     assert verdict["status"] == "pass"
@@ -353,23 +342,42 @@ def test_deny_tries_every_method_and_reports_each_open_one() -> None:
 
 # --- watch mode ------------------------------------------------------------------------------------------------
 
+def golden_rounds(metrics_url: str, rank: int, result: str) -> int:
+    """The watch's own count of golden rounds on one rank (`--metrics-listen`): how a test knows rounds happened."""
+    text = httpx.get(metrics_url, timeout=30).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("vllm_cluster_golden_rounds_total{") and f'dp_rank="{rank}"' in line
+               and f'result="{result}"' in line)
+
+
 def test_watch_prints_one_line_per_transition(tmp_path: Path) -> None:
     control = tmp_path / "control.json"
+    metrics_port = free_port()
+    metrics = f"http://127.0.0.1:{metrics_port}/metrics"
     with standin("--dp-size", "2", "--control-file", str(control)) as url:
         proc = subprocess.Popen([sys.executable, "-m", "checks.api", "--url", url, "--served-name",
                                  "DeepSeek-V4.1-Flash", "--name", "api-watch", "--watch", "--interval-s", "0.1",
-                                 *RANKED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                 "--metrics-listen", f"127.0.0.1:{metrics_port}", *RANKED], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
+        out = proc.stdout
         lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(out), daemon=True)  # a line at a time, never blocks
+        reader.start()
+        seen = [0]  # lines already matched: each `until` looks only at later ones
 
         def until(needle: str) -> str:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                line = proc.stdout.readline()  # type: ignore[union-attr]
-                lines.append(line)
-                if needle in line:
-                    return line
-            raise AssertionError(f"no {needle!r} in {lines}")
+            def found() -> tuple[int] | None:
+                return next(((i,) for i in range(seen[0], len(lines)) if needle in lines[i]), None)
+            index: int = wait_for(found, lambda: f"{needle!r} in {lines}", WAIT_S)[0]
+            seen[0] = index + 1
+            return lines[index]
+
+        def rounds_pass(rank: int, result: str, more: int) -> None:
+            """Until the watch has probed `rank` `more` more times with that result."""
+            start = golden_rounds(metrics, rank, result)
+            wait_for(lambda: golden_rounds(metrics, rank, result) >= start + more,
+                     f"{more} more {result} rounds on rank {rank}", WAIT_S)
 
         def control_with(faults: dict[str, int]) -> None:  # atomically: the stand-in reads it on every request
             (tmp_path / "next.json").write_text(json.dumps(faults))
@@ -377,23 +385,24 @@ def test_watch_prints_one_line_per_transition(tmp_path: Path) -> None:
 
         try:
             until("FIRST api-watch: 2 of 2 target(s) answer the golden set")
-            time.sleep(0.5)  # several healthy rounds: no output
+            rounds_pass(1, "pass", 5)  # several healthy rounds: no output
             control_with({"down_rank": 1})
             down = until("DOWN api-watch")
-            time.sleep(1.0)  # rank 1 stays down for about ten rounds: still one line
+            rounds_pass(1, "fail", 10)  # rank 1 stays down for ten rounds: still one line
             control_with({})
             up = until("UP api-watch")
             control_with({"wrong_rank": 0})
             wrong = until("DOWN api-watch")
         finally:
             proc.terminate()
-            rest = proc.communicate(timeout=10)[0]
+            proc.wait(timeout=60)
+            reader.join(timeout=60)
     assert proc.returncode == 0  # SIGTERM is a clean stop
     assert down.split(" ", 1)[1].strip() == ("DOWN api-watch: rank 1 (node2): for '17*19…': HTTP 500: "
                                              "The server had an error while processing your request.")
     assert " UP api-watch: rank 1 (node2) back after " in up and "s down: 323 in " in up
     assert "DOWN api-watch: rank 0 (node1): answered '324' for '17*19…' expected /323/" in wrong
-    transitions = [line for line in lines + rest.splitlines() if " DOWN " in line or " UP " in line]
+    transitions = [line for line in lines if " DOWN " in line or " UP " in line]
     assert len(transitions) == 3, transitions
     assert lines[0].split(" ", 1)[1].startswith("WATCH api-watch: 2 target(s) (rank 0 (node1), rank 1 (node2))")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.plan import CheckSpec, build_plan
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image, run_shell
+from tests.waiting import wait_for
 
 CAPTURE = ROOT / "tests" / "fixtures" / "nvidia_smi" / "compute_apps"
 LISTEN = ("import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
@@ -71,11 +73,8 @@ class Host:
         return cid
 
     def wait_up(self, name: str) -> None:
-        for _ in range(50):
-            if "up" in docker("logs", name):
-                return
-            subprocess.run(["sleep", "0.1"], check=True)
-        raise AssertionError(f"{name} never listened: {docker('logs', name)}")
+        """Until the container's process listens (it prints `up`): 120 s, a loaded machine is slow to start one."""
+        wait_for(lambda: "up" in docker("logs", name), lambda: f"{name} listening: {docker('logs', name)}", 120)
 
     def pid(self, name: str) -> int:
         return int(docker("inspect", "-f", "{{.State.Pid}}", name))
@@ -165,6 +164,22 @@ def test_compose_seed_blocks_and_the_printed_commands_clear_it(host: Host) -> No
     code, v = run_ownership(args)
     assert code == 0, v
     assert v["evidence"][0].startswith(f"ownership: nothing this stack does not own holds {engine}")
+
+
+def test_a_container_removed_during_the_check_does_not_hide_the_others(host: Host, tmp_path: Path) -> None:
+    """Another container removed between `docker ps` and `docker inspect` (a busy node, or another test run on this
+    machine) makes inspect exit 1 after printing the rest: the compose container is still named, not passed over."""
+    engine = f"{host.prefix}-engine"
+    host.container(engine, free_port(), {"com.docker.compose.project": f"{host.prefix}seed"})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gone = "0" * 64  # an id no container has: what a removed container's id is by the time inspect runs
+    (bin_dir / "docker").write_text(f'#!/bin/sh\n[ "$1" = inspect ] && exec {shutil.which("docker")} "$@" {gone}\n'
+                                    f'exec {shutil.which("docker")} "$@"\n')
+    (bin_dir / "docker").chmod(0o755)
+    code, v = run_ownership(["--owned-label", f"vllm-cluster.stack={host.prefix}stack", "--container-names", engine],
+                            bin_dir)
+    assert code == 1 and f"container {engine} (running, image {host.image}" in "\n".join(v["evidence"]), v
 
 
 def test_gpu_holders_from_nvidia_smi_map_to_containers(host: Host, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from review.drift import compare_container, foreign_containers, gpus_of, table
 from stacks.planner.launch import ContainerSpec, VolumeSpec
 from tests.conftest import ROOT
-from tests.docker_harness import build_image, docker_ready, remove_image
+from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
 
 FIXTURES = ROOT / "tests" / "fixtures" / "docker"
 RANK = ROOT / "tests" / "group_rank.py"
@@ -170,11 +169,14 @@ def test_every_kind_of_hand_change_on_real_containers(image: str, tmp_path: Path
         names.append(name)
         docker("create", "--name", name, "-v", f"{tmp_path}:/data:ro", "-e", "VLLM_HOST_IP=192.0.2.11", "-e",
                "HF_TOKEN=x", "--label", "vllm-cluster.stack=test", image, "python3", "/rank.py")
-        created = time.time()
-        while time.time() < created + 2.5:
-            time.sleep(0.2)
         docker("start", name)
-        assert kinds(name, slack=1, gpus=None) == {"restarted"}
+        state = inspect(name)
+        gap = (parse_started_at(state["State"]["StartedAt"]) - parse_started_at(state["Created"])).total_seconds()
+        assert gap > 0, state
+        # started `gap` after its creation by Docker's own clock (no waiting for time to pass, however slow the
+        # machine): a restart for a slack below the gap, none for one above it
+        assert kinds(name, slack=gap / 2, gpus=None) == {"restarted"}
+        assert kinds(name, slack=gap * 2, gpus=None) == set()
         assert kinds(name, gpus=None) == set()
         # a hand-run compose container on the node's GPUs and port
         foreign = f"heal-drift-{tag}-compose"
@@ -192,3 +194,19 @@ def test_every_kind_of_hand_change_on_real_containers(image: str, tmp_path: Path
         for ref in extra_tags:
             remove_image(ref)
 
+
+def test_inspect_keeps_the_containers_that_exist_when_another_is_gone(image: str) -> None:
+    """A container removed between `docker ps` and `docker inspect` (a busy node, another test run here) makes inspect
+    exit 1 after printing the others: those still reach the foreign-container check, not None for all."""
+    from review.node_access import MappedAccess
+    from review.node_access import inspect as node_inspect
+
+    name = f"heal-drift-{uuid.uuid4().hex[:8]}-kept"
+    docker("create", "--name", name, image, "python3", "/rank.py")
+    access = MappedAccess({"n1": {"docker_host": "unix:///var/run/docker.sock"}})
+    try:
+        found = node_inspect(access, "n1", name, "0" * 64)  # an id no container has: one removed since it was listed
+        assert found is not None and [c["Name"] for c in found] == [f"/{name}"], found
+        assert node_inspect(access, "n1", "0" * 64) is None
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

@@ -97,7 +97,8 @@ class Clock:
 def supervisor(health: str, golden: str | None, clock: Clock, tmp_path: Path, max_age_s: float = 300) -> Supervisor:
     group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
                   health_url=health)
-    settings = Settings(hang_s=HANG_S, health_timeout_s=5, golden_url=golden, golden_max_age_s=max_age_s)
+    # 60 s: the loopback servers answer at once; only a frozen probe would need it (5 s a loaded machine can use)
+    settings = Settings(hang_s=HANG_S, health_timeout_s=60, golden_url=golden, golden_max_age_s=max_age_s)
     return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"), settings,
                       DeployLock(tmp_path / "lock"),
                       clock=lambda: clock.mono, wall=lambda: clock.wall, sleep=lambda s: None)

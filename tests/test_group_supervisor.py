@@ -32,7 +32,7 @@ from review.node_access import MappedAccess
 from review.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
-from tests.docker_harness import wait_for as harness_wait_for
+from tests.waiting import wait_for as harness_wait_for
 
 RANK = ROOT / "tests" / "group_rank.py"
 DEADLINE_S = 240
@@ -129,8 +129,10 @@ class Running:
     def __init__(self, cluster: Cluster, tmp_path: Path, **settings: Any) -> None:
         self.out = open(tmp_path / "supervisor.log", "w")  # noqa: SIM115 (closed in stop)
         self.log = Log(self.out, cluster.group.stack)
-        values: dict[str, Any] = dict(interval_s=0.5, hang_s=3, backoff_first_s=1, backoff_max_s=4, max_per_hour=4,
-                                      health_timeout_s=5, metrics_file=tmp_path / "group.prom")
+        # hang_s 60 and a 30 s probe: only the hang test (hang_s=3, its /health answers 503 at once) may see a hang;
+        # with 3 s and 5 s, two probes a loaded machine answered slowly would have been a death and a restart
+        values: dict[str, Any] = dict(interval_s=0.5, hang_s=60, backoff_first_s=1, backoff_max_s=4, max_per_hour=4,
+                                      health_timeout_s=30, metrics_file=tmp_path / "group.prom")
         values.update(settings)
         self.settings = Settings(**values)
         self.lock = DeployLock(tmp_path / "deploy.lock")

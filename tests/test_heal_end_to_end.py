@@ -45,9 +45,9 @@ from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, private_dockerd
-from tests.docker_harness import wait_for as harness_wait_for
 from tests.nginx_harness import free_port
 from tests.test_observability import query
+from tests.waiting import wait_for as harness_wait_for
 
 STACK = "prod"
 DEADLINE_S = 300

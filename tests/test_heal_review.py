@@ -22,6 +22,9 @@ from tests.conftest import ROOT
 
 DEADLINE_S = 120.0
 """How long a probe may take here before the test calls it frozen (its own deadline is 1 s)."""
+ANSWERED_S = 60.0
+"""A probe's deadline where the reply comes at once (not HTTP, say): only a frozen probe could need it, whereas 1 s
+could run out before a loaded machine's server thread answers and turn "cannot read" into "no reply"."""
 
 
 def stacks(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -82,11 +85,11 @@ def server(request: pytest.FixtureRequest) -> Iterator[RawServer]:
     srv.close()
 
 
-def bare_supervisor(tmp_path: Path, golden: str | None, **settings: object) -> Supervisor:
+def bare_supervisor(tmp_path: Path, golden: str | None, probe_timeout_s: float = 1, **settings: object) -> Supervisor:
     group = Group(stack="t", ranks=(Rank("node1", "engine"),), ready_timeout_s=60,
                   health_url="http://127.0.0.1:9/health")
     return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"),
-                      Settings(health_timeout_s=1, golden_url=golden, **settings),  # type: ignore[arg-type]
+                      Settings(health_timeout_s=probe_timeout_s, golden_url=golden, **settings),  # type: ignore[arg-type]
                       DeployLock(tmp_path / "lock"), sleep=lambda s: None)
 
 
@@ -136,11 +139,11 @@ def test_a_reply_that_trickles_is_cut_at_the_deadline_and_not_used(server: RawSe
 
 @pytest.mark.parametrize("server", [ssh_banner, huge_header], indirect=True)
 def test_a_reply_that_is_not_http_is_a_failed_signal_not_a_crash(server: RawServer, tmp_path: Path) -> None:
-    sup = bare_supervisor(tmp_path, server.url)
+    sup = bare_supervisor(tmp_path, server.url, ANSWERED_S)
     assert finishes(sup.golden_failures) == []
     notes = [line for line in sup.log.lines if " golden: " in line]
     assert len(notes) == 1 and "signal not used" in notes[0] and f"cannot read {server.url}" in notes[0], notes
-    ok, what = finishes(lambda: http_ok(server.url, 1.0))  # type: ignore[misc]
+    ok, what = finishes(lambda: http_ok(server.url, ANSWERED_S))  # type: ignore[misc]
     assert not ok and ("BadStatusLine" in what or "LineTooLong" in what), what
 
 
@@ -340,7 +343,7 @@ def metrics_server() -> Iterator[tuple[str, list[str]]]:
 def ranked_supervisor(tmp_path: Path, url: str) -> Supervisor:
     group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
                   health_url=url)  # the metrics server answers 200: health passes
-    settings = Settings(hang_s=30, health_timeout_s=5, golden_url=url, golden_max_age_s=300,
+    settings = Settings(hang_s=30, health_timeout_s=ANSWERED_S, golden_url=url, golden_max_age_s=300,
                         golden_ranks={"0": "node1", "1": "node2"})
     clock = [1000.0]
     return Supervisor(group, RunningContainers(), Log(io.StringIO(), "t"), settings, DeployLock(tmp_path / "lock"),

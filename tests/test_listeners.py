@@ -337,7 +337,7 @@ def _parse_ss(text: str) -> list[tuple[str, int, str]]:
 
 
 GLOO = """
-import datetime, json, subprocess, sys, time
+import datetime, json, subprocess, sys
 import torch, torch.distributed as dist
 rank, host = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method=f"tcp://{host}:29555", rank=rank, world_size=2,
@@ -345,7 +345,12 @@ dist.init_process_group("gloo", init_method=f"tcp://{host}:29555", rank=rank, wo
 t = torch.ones(1); dist.all_reduce(t)
 if rank == 0:
     print(subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout, flush=True)
-dist.barrier(); time.sleep(0.5)
+# Rank 1 leaves only once rank 0 (whose exit status the test reads) is past every collective: a rank that exits
+# first resets the connection under one still in a collective. Was a 0.5 s sleep, which a loaded machine outlasts.
+if rank == 0:
+    dist.send(t, 1)
+else:
+    dist.recv(t, 0)
 """
 
 

@@ -43,9 +43,13 @@ from tests.nginx_harness import (
     write_conf,
 )
 from tests.test_check_api import standin
+from tests.waiting import wait_for
 
 FIRST_TOKEN_S = 0.4
 TOKEN_S = 0.3
+HTTP_TIMEOUT_S = 60
+"""Every request of these tests: nginx and the stand-in answer in milliseconds, a loaded machine in seconds (httpx's
+default is 5 s); only a failing test waits it out."""
 PACE_S = 60 / ProxyLimits().requests_per_minute_per_client
 """Between the requests of a long series through the default limits: never faster than the per-client rate, so
 the burst allowance is never what keeps a fast machine under the limit."""
@@ -69,7 +73,7 @@ class Front:
     directory: Path
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=tls_context(self.tls.pem), timeout=30, **kwargs)
+        return httpx.Client(base_url=self.url, verify=tls_context(self.tls.pem), timeout=HTTP_TIMEOUT_S, **kwargs)
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -80,17 +84,7 @@ def bearer(key: str) -> dict[str, str]:
 def upstream() -> Iterator[str]:
     with standin("--api-key-env", "STANDIN_KEY", "--first-token-delay-s", str(FIRST_TOKEN_S),
                  "--token-delay-s", str(TOKEN_S), "--dp-size", "2",  # prod's DP: the checks pin each rank
-                 env={"STANDIN_KEY": UPSTREAM_KEY}) as url:
-        # the stand-in binds its port once its imports are done: slow on a loaded machine
-        host, port = url.removeprefix("http://").rsplit(":", 1)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"the stand-in did not listen on {url} within 60 s"
-                time.sleep(0.1)
+                 env={"STANDIN_KEY": UPSTREAM_KEY}) as url:  # yields once it listens (its ready line)
         yield url
 
 
@@ -196,7 +190,7 @@ def test_each_client_key_gets_200_and_vllm_sees_only_its_own_key(front: Front) -
         assert completion.json()["choices"][0]["text"] == "323"
         assert c.get("/health").status_code == 200  # open, as load balancers probe it
     # The stand-in refuses client keys: the 200s above prove the proxy swapped in vLLM's key.
-    direct = httpx.get(front.direct + "/v1/models", headers=bearer(CLIENT_KEYS["ops"]))
+    direct = httpx.get(front.direct + "/v1/models", headers=bearer(CLIENT_KEYS["ops"]), timeout=HTTP_TIMEOUT_S)
     assert direct.status_code == 401
 
 
@@ -216,8 +210,8 @@ def test_named_vllm_paths_403_and_unknown_paths_404_even_with_a_key(front: Front
             assert c.get(path, headers=bearer(CLIENT_KEYS["team-a"])).status_code == 404, path
             time.sleep(PACE_S)
     # What the proxy refuses really is open on vLLM itself: the allowlist, not the key, protects it.
-    assert httpx.get(front.direct + "/metrics").status_code == 200
-    assert httpx.post(front.direct + "/tokenize", json={}).status_code == 200
+    assert httpx.get(front.direct + "/metrics", timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert httpx.post(front.direct + "/tokenize", json={}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_dot_segments_and_encoded_paths_do_not_escape_the_allowlist(front: Front) -> None:
@@ -241,7 +235,7 @@ def test_a_burst_over_the_rate_gets_429(tmp_path: Path, upstream: str, tls: Tls)
     limits = ProxyLimits(requests_per_minute_per_key=1, requests_per_minute_per_client=60000, burst=2)
     _, conf, port = start_front(tmp_path, upstream, tls, limits=limits)
     with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
-                                                  verify=tls_context(tls.pem)) as c:
+                                                  verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c:
         codes = [c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"])).status_code for _ in range(8)]
         other = c.get("/v1/models", headers=bearer(CLIENT_KEYS["ops"])).status_code
         limited = c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"]))
@@ -255,7 +249,7 @@ def test_a_burst_from_one_address_is_limited_across_keys(tmp_path: Path, upstrea
     limits = ProxyLimits(requests_per_minute_per_key=60000, requests_per_minute_per_client=1, burst=3)
     _, conf, port = start_front(tmp_path, upstream, tls, limits=limits)
     with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
-                                                  verify=tls_context(tls.pem)) as c:
+                                                  verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c:
         keys = [CLIENT_KEYS["team-a"], CLIENT_KEYS["ops"]] * 4
         codes = [c.get("/v1/models", headers=bearer(key)).status_code for key in keys]
         unauthenticated = [c.get("/v1/models").status_code for _ in range(3)]
@@ -267,11 +261,15 @@ def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream
     _, conf, port = start_front(tmp_path, upstream, tls, limits=ProxyLimits(connections_per_key=1))
     url = f"https://localhost:{port}/v1/chat/completions"
     body = {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    release = tmp_path / "release"
     started, codes = threading.Event(), []
 
     def hold_a_stream() -> None:
-        with httpx.Client(verify=tls_context(tls.pem)) as c, \
-                c.stream("POST", url, json=body, headers=bearer(CLIENT_KEYS["team-a"])) as response:
+        # The stand-in holds this stream after its first token until `release` exists: it is still open when the
+        # second request arrives however slow the machine (it used to end on its own ~1.3 s after it started).
+        hold = {**bearer(CLIENT_KEYS["team-a"]), "X-Standin-Hold": f"{release} {HTTP_TIMEOUT_S}"}
+        with httpx.Client(verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c, \
+                c.stream("POST", url, json=body, headers=hold) as response:
             started.set()
             codes.append(response.status_code)
             response.read()
@@ -279,16 +277,20 @@ def test_open_streams_over_the_connection_limit_get_429(tmp_path: Path, upstream
     with running_nginx(conf, port):
         holder = threading.Thread(target=hold_a_stream)
         holder.start()
-        assert started.wait(10)
-        second = httpx.post(url, json=body, headers=bearer(CLIENT_KEYS["team-a"]), verify=tls_context(tls.pem))
-        holder.join(20)
+        try:
+            assert started.wait(HTTP_TIMEOUT_S)
+            second = httpx.post(url, json=body, headers=bearer(CLIENT_KEYS["team-a"]), verify=tls_context(tls.pem),
+                                timeout=HTTP_TIMEOUT_S)
+        finally:
+            release.touch()
+            holder.join(HTTP_TIMEOUT_S)
     assert codes == [200] and second.status_code == 429
 
 
 def test_a_body_over_the_cap_gets_413(tmp_path: Path, upstream: str, tls: Tls) -> None:
     _, conf, port = start_front(tmp_path, upstream, tls, max_body_mb=1)
     with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
-                                                  verify=tls_context(tls.pem)) as c:
+                                                  verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c:
         big = c.post("/v1/chat/completions", headers=bearer(CLIENT_KEYS["team-a"]),
                      content=b'{"prompt":"' + b"x" * (1024 * 1024 + 10) + b'"}')
         small = c.post("/v1/completions", headers=bearer(CLIENT_KEYS["team-a"]), json={"prompt": "x" * 1000})
@@ -300,21 +302,21 @@ def test_a_body_over_the_cap_gets_413(tmp_path: Path, upstream: str, tls: Tls) -
 def test_tls_handshake_with_the_generated_certificate(front: Front) -> None:
     port = int(front.url.rsplit(":", 1)[1])
 
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+    with socket.create_connection(("127.0.0.1", port), timeout=HTTP_TIMEOUT_S) as raw, \
             tls_context(front.tls.pem).wrap_socket(raw, server_hostname="localhost") as conn:
         assert conn.version() in ("TLSv1.2", "TLSv1.3")
         assert dict(x[0] for x in conn.getpeercert()["subject"])["commonName"] == "localhost"
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted without the stack's cert
-        httpx.get(front.url + "/health", verify=ssl.create_default_context())
+        httpx.get(front.url + "/health", verify=ssl.create_default_context(), timeout=HTTP_TIMEOUT_S)
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):  # both protocols nginx is told to offer
         context = tls_context(front.tls.pem)
         context.minimum_version = context.maximum_version = version
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+        with socket.create_connection(("127.0.0.1", port), timeout=HTTP_TIMEOUT_S) as raw, \
                 context.wrap_socket(raw, server_hostname="localhost") as conn:
             assert conn.version() == version.name.replace("_", ".")
     with pytest.raises(ssl.SSLCertVerificationError), socket.create_connection(("127.0.0.1", port)) as raw:
         tls_context(front.tls.pem).wrap_socket(raw, server_hostname="api.other.example")  # name not on the cert
-    plain = httpx.get(f"http://localhost:{port}/health")  # plain HTTP on the TLS port is refused
+    plain = httpx.get(f"http://localhost:{port}/health", timeout=HTTP_TIMEOUT_S)  # plain HTTP on the TLS port: 400
     assert plain.status_code == 400
 
 
@@ -328,7 +330,7 @@ def stream_through(url: str, headers: dict[str, str], verify: ssl.SSLContext | b
     "expired": it did not), the number of content chunks and whether [DONE] came."""
     body = {"stream": True, "messages": [{"role": "user", "content": "17*19"}]}
     hold, chunks, done = "", 0, False
-    with httpx.Client(verify=verify, timeout=60) as c, \
+    with httpx.Client(verify=verify, timeout=HTTP_TIMEOUT_S) as c, \
             c.stream("POST", url + "/v1/chat/completions", json=body,
                      headers={**headers, "X-Standin-Hold": f"{release} {hold_s:g}"}) as response:
         assert response.status_code == 200
@@ -369,14 +371,21 @@ def test_the_sse_check_fails_when_nginx_buffers(tmp_path: Path, upstream: str, t
 # --- access log ---------------------------------------------------------------------------------------------
 
 def test_access_log_names_the_client_never_the_key(front: Front) -> None:
+    log = front.directory / "access.log"
+    before = log.stat().st_size  # the front is shared: only this test's entries count
+
+    def entries() -> list[dict[str, Any]]:
+        text = log.read_bytes()[before:].decode()
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]  # whole lines only
+
     with front.client() as c:
         c.get("/v1/models", headers=bearer(CLIENT_KEYS["ops"]))
         c.get("/v1/models", headers=bearer("sk-wrong-0000000000000000"))
-    time.sleep(0.2)
-    text = (front.directory / "access.log").read_text()
-    entries = [json.loads(line) for line in text.splitlines()]
-    assert any(e["client"] == "ops" and e["path"] == "/v1/models" and e["status"] == 200 for e in entries)
-    assert any(e["client"] == "" and e["status"] == 401 for e in entries)
+    # nginx writes an entry once the response is sent, so it may come after the client has its answer
+    wait_for(lambda: len(entries()) >= 2, lambda: f"both requests in the access log: {entries()}", 120)
+    assert any(e["client"] == "ops" and e["path"] == "/v1/models" and e["status"] == 200 for e in entries())
+    assert any(e["client"] == "" and e["status"] == 401 for e in entries())
+    text = log.read_text()
     for secret in (*CLIENT_KEYS.values(), UPSTREAM_KEY, "sk-wrong"):
         assert secret not in text
 
@@ -433,7 +442,7 @@ def test_requests_reach_vllm_on_ipv6_loopback(tmp_path: Path, tls: Tls, h20_valu
         conf = write_conf(tmp_path, door, 0, tls)
         assert f'server "[::1]:{upstream_port}";' in conf.read_text()
         with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
-                                                      verify=tls_context(tls.pem)) as c:
+                                                      verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c:
             models = c.get("/v1/models", headers=bearer(CLIENT_KEYS["team-a"]))
             health = c.get("/health")
         assert models.status_code == 200 and models.json()["data"][0]["id"] == "DeepSeek-V4.1-Flash"
@@ -441,7 +450,7 @@ def test_requests_reach_vllm_on_ipv6_loopback(tmp_path: Path, tls: Tls, h20_valu
         wrong = FrontDoor.of(config.api.proxy, upstream_port)  # 127.0.0.1: nothing listens there
         conf = write_conf(tmp_path, wrong, 0, tls)
         with running_nginx(conf, port), httpx.Client(base_url=f"https://localhost:{port}",
-                                                      verify=tls_context(tls.pem)) as c:
+                                                      verify=tls_context(tls.pem), timeout=HTTP_TIMEOUT_S) as c:
             assert c.get("/health").status_code == 503
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from components.ssh_trust import KNOWN_HOSTS_DIR, deployer_home, docker_ssh_opts, known_hosts_name, write_known_hosts
 from stacks.model.loader import parse_config, read_stack_values
+from tests.waiting import START_DEADLINE_S, output_of
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -70,14 +71,15 @@ UsePAM no
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + START_DEADLINE_S
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd did not start: {proc.stdout.read() if proc.stdout else ''}") from None
+                    raise RuntimeError(f"sshd did not listen on {port} within {START_DEADLINE_S}s: "
+                                       f"{output_of(proc)}") from None
                 time.sleep(0.05)
         yield
     finally:
