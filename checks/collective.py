@@ -143,12 +143,26 @@ def _agree(store: Any, args: argparse.Namespace, sizes: list[int], local_rank: i
             else:
                 time.sleep(0.2)
         store.set(f"{ARGS_KEY}verdict", json.dumps(outcome))
+        if outcome["mismatch"] or outcome["missing"]:
+            _await_readers(store, args)
     else:
         outcome = json.loads(store.get(f"{ARGS_KEY}verdict"))
+        store.add(f"{ARGS_KEY}read", 1)
     if outcome["mismatch"]:
         raise Mismatch(outcome["mismatch"])
     if outcome["missing"]:
         raise RuntimeError(outcome["missing"])
+
+
+def _await_readers(store: Any, args: argparse.Namespace, deadline_s: float = 30.0) -> None:
+    """On a failed agreement the head's process ends at once, and the store it hosts goes with it: a rank that has
+    not fetched the verdict yet (a loaded node that arrived late) would read "connection closed" instead of the
+    difference. So the head waits, up to `deadline_s`, for every rank of the nodes that arrived to have read it."""
+    arrived = store.add(f"{ARGS_KEY}arrivals", 0)
+    expected = arrived * args.procs_per_node - 1
+    deadline = time.monotonic() + min(deadline_s, max(1.0, 0.1 * args.timeout_s))
+    while store.add(f"{ARGS_KEY}read", 0) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def parse_sizes(text: str) -> list[int]:
