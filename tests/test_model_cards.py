@@ -622,3 +622,74 @@ def test_the_support_matrix_follows_the_cards() -> None:
     doc = (ROOT / "docs" / "your-model.md").read_text()
     table = doc.split("<!-- cards -->\n", 1)[1].split("<!-- /cards -->", 1)[0]
     assert table == support_matrix(ROOT / "models")
+
+
+# ------------------------------------------------------------------------------------- config against the weights
+
+
+MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+           "num_hidden_layers": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+MLA = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 64,
+       "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4, "n_shared_experts": 1,
+       "num_experts_per_tok": 2, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+       "kv_lora_rank": 32, "q_lora_rank": 48, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+       "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 64, "head_dim": 16,
+           "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 4096,
+           "attention_bias": True, "torch_dtype": "bfloat16",
+           "quantization_config": {"quant_method": "mxfp4"}}
+
+
+@pytest.mark.parametrize(("config", "patch", "said"), [
+    (MISTRAL, {"num_attention_heads": 16}, "config.json: num_attention_heads = 16 contradicts "
+     "model.layers.0.self_attn.q_proj.weight [256, 256] in model-0000"),
+    (MISTRAL, {"num_attention_heads": 16}, "16 heads x head_dim 32 = 512 output rows, the tensor has 256"),
+    (MISTRAL, {"num_hidden_layers": 8}, "config.json: num_hidden_layers = 8 contradicts the weights: no tensor of "
+     "decoder layers 4..7"),
+    (MISTRAL, {"num_hidden_layers": 3}, "config.json: num_hidden_layers = 3 contradicts the weights: "),
+    (MISTRAL, {"num_key_value_heads": 4}, "config.json: num_key_value_heads = 4 contradicts "
+     "model.layers.0.self_attn.k_proj.weight [64, 256]"),
+    (MISTRAL, {"hidden_size": 512}, "config.json: hidden_size = 512 contradicts model.embed_tokens.weight "
+     "[1000, 256]"),
+    (TINY, {"num_experts": 8}, "config.json: num_experts = 8 contradicts the weights: decoder layer 0 holds 4 "
+     "experts (0..3;"),
+    (MLA, {"num_attention_heads": 8}, "config.json: num_attention_heads = 8 contradicts "
+     "model.layers.0.self_attn.kv_b_proj.weight [128, 32]"),
+    (MLA, {"kv_lora_rank": 16}, "config.json: kv_lora_rank = 16 contradicts "
+     "model.layers.0.self_attn.kv_a_proj_with_mqa.weight [40, 64]"),
+    (GPT_OSS, {"num_local_experts": 8}, "config.json: num_local_experts = 8 contradicts "
+     "model.layers.0.mlp.experts.down_proj_blocks [4, 64, 2, 16]"),
+])
+def test_a_config_that_contradicts_its_shard_headers_is_refused(tmp_path: Path, config: dict[str, Any],
+                                                                patch: dict[str, Any], said: str) -> None:
+    """The shard headers are the checkpoint vLLM loads: a config.json that disagrees with them (more heads than
+    the q_proj rows hold, layers the shards lack) would plan a TP or PP vLLM fails on. Exit 2 naming the key,
+    its value, and the tensor and shape that contradict it; the consistent config writes a card."""
+    model = _tiny_model(tmp_path, config)
+    _write_shards(model, synthesize(model_facts(config, config)[0]))
+    good = build_card(LocalSource(model), "t", synthesize_weights=False, facts_given={}, why=None, command=[])
+    assert good["layers"] == config["num_hidden_layers"]
+    (model / "config.json").write_text(json.dumps({**config, **patch}))
+    code, out = _card_exit(str(model), "--name", "bad", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert said in out, out
+    assert not (tmp_path / "models" / "bad.json").exists()
+
+
+def test_an_index_without_headers_is_checked_for_layers_and_experts(tmp_path: Path) -> None:
+    """--synthesize-weights beside an index: the index's names alone show the decoder layers and the experts, and
+    a config that disagrees is named by its key (not only as a name-set difference)."""
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    for shard in model.glob("*.safetensors"):
+        shard.unlink()
+    (model / "config.json").write_text(json.dumps({**TINY, "num_hidden_layers": 3}))
+    with pytest.raises(CardError, match=r"config.json: num_hidden_layers = 3 contradicts the weights: no tensor of "
+                                        r"decoder layers 2 in model.safetensors.index.json"):
+        build_card(LocalSource(model), "t", synthesize_weights=True, facts_given={}, why=None, command=[])
+    (model / "config.json").write_text(json.dumps({**TINY, "num_experts": 6}))
+    with pytest.raises(CardError, match=r"config.json: num_experts = 6 contradicts the weights: decoder layer 0 "
+                                        r"holds 4 experts \(0..3"):
+        build_card(LocalSource(model), "t", synthesize_weights=True, facts_given={}, why=None, command=[])
