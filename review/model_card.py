@@ -30,7 +30,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, card_path
+from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, CardProblem, card_path, profile_from_card
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
                "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
@@ -842,6 +842,11 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     if card["family"] not in FAMILIES:
         echo(f"model-card: config.json: architectures[0] {card['architecture']} is family {card['family']}, which "
              f"the planner has no rules for (known: {', '.join(FAMILIES)})")
+        return 2
+    try:  # what `plan` would refuse is refused here, by the same code
+        profile_from_card(card, str(card["source"]))
+    except CardProblem as exc:
+        echo(f"model-card: {exc}; nothing was written (the planner would refuse this card)")
         return 2
     path = write_card(card, root)
     w = card["weights"]

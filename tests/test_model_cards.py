@@ -443,8 +443,8 @@ def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> No
     naming the shard when one the index names is not in the bucket."""
     from tests.weights_harness import KEY_ID, SECRET, moto_server
 
-    model = _tiny_model(tmp_path)
-    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    model = _tiny_model(tmp_path, {**TINY, "vocab_size": 40_000})  # above the planner's 10 MB floor
+    _write_shards(model, synthesize(_facts(model)))
     local = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None, command=[])
     with moto_server() as s3:
         client = s3.client()
@@ -693,3 +693,50 @@ def test_an_index_without_headers_is_checked_for_layers_and_experts(tmp_path: Pa
     with pytest.raises(CardError, match=r"config.json: num_experts = 6 contradicts the weights: decoder layer 0 "
                                         r"holds 4 experts \(0..3"):
         build_card(LocalSource(model), "t", synthesize_weights=True, facts_given={}, why=None, command=[])
+
+
+def test_model_card_refuses_what_plan_would_refuse(tmp_path: Path) -> None:
+    """A card under the planner's 10 MB floor is refused by `model-card` itself (the same rule), not written for
+    `plan` to trip over."""
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize(_facts(model)))
+    code, out = _card_exit(str(model), "--name", "tiny", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"model-card: {model}: weights add up to" in out and "below the 10 MB" in out, out
+    assert "nothing was written (the planner would refuse this card)" in out
+    assert not (tmp_path / "models" / "tiny.json").exists()
+
+
+@pytest.mark.parametrize("broken", ["small", "{", "[]", "weights"])
+def test_a_broken_card_is_a_config_problem(tmp_path: Path, h20_values: dict[str, Any],
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                           broken: str) -> None:
+    """A card `plan` cannot use (too small, not JSON, not an object, a field of the wrong type) is exit 2 naming
+    models/<name>.json, what is wrong and how to regenerate it; never an internal error."""
+    from review.cli import main as cli_main
+    from review.model_card import write_card
+
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize(_facts(model)))
+    card = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None,
+                      command=["python", "-m", "stacks", "model-card", str(model), "--name", "tiny"])
+    path = write_card(card, tmp_path)
+    if broken == "weights":
+        path.write_text(json.dumps({**card, "weights": [1, 2]}))
+    elif broken != "small":
+        path.write_text(broken)
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        plan_of({**h20_values, "model": {**h20_values["model"], "profile": "tiny"}})
+    problem = next(p for p in caught.value.problems if p.key == "model.profile")
+    assert problem.message.startswith(f"the card {path}: "), problem.message
+    assert problem.fix and "regenerate it from the model's files: python -m stacks model-card " in problem.fix
+    if broken == "small":
+        assert "weights add up to" in problem.message
+        assert f"python -m stacks model-card {model} --name tiny (the command the card records)" in problem.fix
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.h20.yaml").write_text((ROOT / "Pulumi.h20.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["plan", "h20", "--set", "model.profile=tiny"]) == 2
+    assert f"vllm-cluster:model.profile = 'tiny': the card {path}: " in capsys.readouterr().err

@@ -85,7 +85,35 @@ class ModelProfile:
 
 
 class CardProblem(Exception):
-    """A card that cannot be read: the file and what is wrong."""
+    """A card that cannot be read or that the rules refuse: the file and what is wrong. A config problem (exit 2),
+    never an internal error: a card is a file the user wrote or edited."""
+
+
+MIN_WEIGHT_BYTES = 1e7
+"""10 MB: no model vLLM serves is smaller. `model-card` refuses to write such a card and `plan` refuses to read
+one (both through `card_weights_problem`)."""
+
+
+def card_weights_problem(total: float) -> str | None:
+    """What is wrong with a card's weight bytes (experts + dense + embeddings), or None: the one rule `model-card`
+    and the planner share."""
+    if not math.isfinite(total) or total < MIN_WEIGHT_BYTES:
+        return (f"weights add up to {total:g} bytes, below the {MIN_WEIGHT_BYTES / 1e6:g} MB that no model vLLM "
+                "serves is smaller than (a partial checkpoint, or the wrong directory)")
+    return None
+
+
+def regenerate_hint(path: str) -> str:
+    """How to rewrite a card: the command it records (`generated_by`), or the general form."""
+    try:
+        card = json.loads(Path(path).read_text())
+        command = card.get("generated_by") if isinstance(card, dict) else None
+    except (OSError, ValueError):
+        command = None
+    name = Path(path).stem
+    if isinstance(command, str) and command.startswith("python -m stacks model-card ") and command.isprintable():
+        return f"regenerate it from the model's files: {command} (the command the card records)"
+    return f"regenerate it from the model's files: python -m stacks model-card SRC --name {name}"
 
 
 def _gb(values: list[Any]) -> tuple[float, float, float, float]:
@@ -97,13 +125,12 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
     """The planner's view of a card."""
     try:
         if card.get("card") != CARD_VERSION:
-            raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}: "
-                              "regenerate it with python -m stacks model-card")
+            raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}")
         w, s = card["weights"], card["serving"]
         total = float(w["experts_bytes"]) + float(w["dense_bytes"]) + float(w.get("embeddings_bytes") or 0)
-        if not math.isfinite(total) or total < 1e7:  # 10 MB: no model vLLM serves is smaller
-            raise CardProblem(f"{where}: weights add up to {total:g} bytes; regenerate the card from the model's "
-                              "shards (python -m stacks model-card DIR --name NAME)")
+        too_small = card_weights_problem(total)
+        if too_small:
+            raise CardProblem(f"{where}: {too_small}")
         vram = s.get("min_vram_gb")
         if vram is not None and not (isinstance(vram, (int, float)) and math.isfinite(vram) and 0 < vram < 10_000):
             raise CardProblem(f"{where}: serving.min_vram_gb {vram!r} is not a GPU memory size in GB (0 to 10000)")
@@ -141,9 +168,8 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
             quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc}); regenerate it with "
-                          "python -m stacks model-card") from exc
+    except (LookupError, TypeError, ValueError, AttributeError) as exc:
+        raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc})") from exc
 
 
 @lru_cache(maxsize=64)
@@ -151,7 +177,7 @@ def _load(path: str, mtime: float) -> ModelProfile:
     try:
         card = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise CardProblem(f"{path}: {exc}") from exc
+        raise CardProblem(f"{path}: not JSON ({exc})") from exc
     if not isinstance(card, dict):
         raise CardProblem(f"{path}: not a JSON object")
     return profile_from_card(card, path)

@@ -31,7 +31,7 @@ from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.memory import GpuMemory
-from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
+from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile, regenerate_hint
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
@@ -81,8 +81,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
                 fix=f"one of {card_names()}, or write one from the model's files: python -m stacks model-card "
                     f"SRC --name {config.model.profile}"))
     except CardProblem as exc:
-        result.problems.append(Problem("model.profile", config.model.profile, str(exc),
-                                       fix="regenerate the card: python -m stacks model-card SRC --name NAME"))
+        path = str(exc).split(": ", 1)[0]
+        result.problems.append(Problem("model.profile", config.model.profile, f"the card {exc}",
+                                       fix=regenerate_hint(path)))
     image = get_capabilities(config.image.ref)
     if image is None:
         result.warnings.append(
@@ -822,7 +823,10 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
             fix="IB with roce/ib, Socket with socket, or leave it unset"))
     if image is not None and image.option_table:
         dtypes = engine_values(image.option_table).get("kv_cache_dtype")
-        profile = get_profile(config.model.profile)
+        try:
+            profile = get_profile(config.model.profile)
+        except CardProblem:  # validate() reports it
+            profile = None
         dtype = serving.kv_cache_dtype or (profile.default_kv_cache_dtype if profile else None)
         if dtypes and dtype is not None and dtype not in dtypes:
             result.problems.append(Problem(
