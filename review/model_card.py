@@ -24,13 +24,21 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, CardProblem, card_path, profile_from_card
+from stacks.planner.profiles import (
+    CARD_VERSION,
+    FAMILIES,
+    SHIPPED,
+    THINKING_KWARGS,
+    CardProblem,
+    card_path,
+    profile_from_card,
+)
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
                "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
@@ -40,7 +48,7 @@ _MTP_SOURCE = "layers past num_hidden_layers (multi-token prediction) are loaded
 FACT_KEYS = {
     "tokenizer_mode": str, "tool_call_parser": str, "reasoning_parser": str, "default_kv_cache_dtype": str,
     "vision": bool, "supports_pp": bool, "draft_supports_pp": dict, "min_vram_gb": float,
-    "engram_hash_heads": int, "weights_split_gb": dict, "routed_experts": int,
+    "engram_hash_heads": int, "weights_split_gb": dict, "routed_experts": int, "thinking_kwarg": str,
 }
 """What `--fact` may set: serving defaults the model files do not hold, and (for checkpoints whose files are
 not available) facts the card must otherwise assume."""
@@ -684,6 +692,7 @@ FACT_TYPES: dict[str, Any] = {
     "engram_hash_heads": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
     "weights_split_gb": dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
     "routed_experts": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+    "thinking_kwarg": Literal[THINKING_KWARGS],
 }
 """Each fact's type, the one the stack file and the planner use for the same value (ParserName for the names
 that go into vLLM's argv, finite bounded numbers): a card never holds a value a stack would refuse."""
@@ -800,6 +809,9 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
         if key in facts_given:
             serving[key] = facts_given[key]
             sources[key] = f"--fact {key} (given on the command line)"
+    if "thinking_kwarg" in facts_given:  # only when given: the parser's own key needs no entry
+        serving["thinking_kwarg"] = facts_given["thinking_kwarg"]
+        sources["thinking_kwarg"] = "--fact thinking_kwarg (given on the command line)"
     if "vision" in facts_given:
         facts["vision"] = facts_given["vision"]
         sources["vision"] = "--fact vision (given on the command line)"

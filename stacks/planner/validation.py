@@ -31,7 +31,14 @@ from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.memory import GpuMemory
-from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile, regenerate_hint
+from stacks.planner.profiles import (
+    CardProblem,
+    ModelProfile,
+    card_names,
+    get_profile,
+    regenerate_hint,
+    thinking_request,
+)
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
@@ -154,6 +161,12 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
     par = config.parallelism
     tp, pp, dp = par.tensor, par.pipeline, par.data
     add = result.problems.append
+    smoke = config.api.smoke
+    kwarg, why = thinking_request(profile, config.serving.reasoning_parser)
+    if kwarg is None and smoke.thinking_check and "thinking_check" in smoke.model_fields_set:
+        add(Problem("api.smoke.thinking_check", True, f"asks for a thinking check, but {why}: no answer would "
+                    "carry reasoning, so the check would fail after every deploy",
+                    fix="api.smoke.thinking_check: false, or serving.reasoning_parser set to the model's parser"))
     if profile.num_attention_heads % tp:
         good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0]
         add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
