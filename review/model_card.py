@@ -166,11 +166,13 @@ class Facts:
             if key in self.cfg and self.cfg[key] is not None:
                 value = self.cfg[key]
                 if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)
-                                             or (kind is int and not float(value).is_integer())):
+                                             or (kind is int and isinstance(value, float)
+                                                 and not value.is_integer())):
                     what = "an integer" if kind is int else "a number"
                     raise CardError(f"{self.file}: {key} = {value!r} is not {what}")
-                if kind in (int, float) and not lo <= value <= hi:
-                    raise CardError(f"{self.file}: {key} = {value!r} is not plausible (expected {lo:g}..{hi:g})")
+                if kind in (int, float) and not lo <= value <= hi:  # ints compared exactly: 10**400 is no float
+                    shown = value if len(str(value)) <= 40 else f"{str(value)[:20]}… ({len(str(value))} digits)"
+                    raise CardError(f"{self.file}: {key} = {shown} is not plausible (expected {lo:g}..{hi:g})")
                 if kind is str and not isinstance(value, str):
                     raise CardError(f"{self.file}: {key} = {value!r} is not a string")
                 self.sources[fact] = f"{self.file}: {key}"
@@ -277,6 +279,12 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
                                              hi=1e9)
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     facts["rope_scaling"] = rope if isinstance(rope, dict) else None
+    factor = facts["rope_scaling"].get("factor") if facts["rope_scaling"] else None
+    rope_key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                               or not 0 < factor <= 10_000):  # NaN and Infinity fail too (json reads both)
+        raise CardError(f"config.json: {rope_key}.factor = {factor!r} is not a rope scaling factor (a finite "
+                        "number above 0, at most 10000)")
     if facts["rope_scaling"]:
         sources["rope_scaling"] = "config.json: rope_scaling" if cfg.get("rope_scaling") else \
             "config.json: rope_parameters"
