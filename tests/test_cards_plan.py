@@ -86,3 +86,59 @@ def test_a_cards_thinking_kwarg_overrides_the_parsers() -> None:
     assert parse_facts(["thinking_kwarg=thinking"]) == {"thinking_kwarg": "thinking"}
     with pytest.raises(CardError, match="thinking_kwarg"):
         parse_facts(["thinking_kwarg=think"])
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"architecture": "FooForCausalLM"}, "architecture FooForCausalLM (models/foo.json) is not one of the 415 model "
+     "architectures vLLM 0.33.0 registers (images/vllm_vllm-openai_v0.33.0.json: registries.architectures)"),
+    ({"quantization": {"method": "bogus", "format": None, "block_size": None, "modules_not_converted": None}},
+     "quantization method 'bogus' (models/foo.json: quantization.method, from the checkpoint's "
+     "quantization_config.quant_method) is not one of the 30 methods vLLM 0.33.0 knows"),
+])
+def test_a_carded_image_refuses_what_its_vllm_does_not_register(tmp_path: object, change: dict[str, object],
+                                                                said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image card lists the architectures and quantization methods its vLLM registered: a model card outside
+    them is refused with the image card's rule, not planned clean."""
+    from pathlib import Path
+
+    root = Path(str(tmp_path))
+    (root / "models").mkdir()
+    card = {**json.loads((ROOT / "models" / "qwen3-8b.json").read_text()), "name": "foo", **change}
+    (root / "models" / "foo.json").write_text(json.dumps(card))
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(root))
+    values = _two_node("qwen3-8b")
+    values["model"] = {**values["model"], "profile": "foo"}
+    with pytest.raises(ConfigError) as caught:
+        build_plan("cards", parse_config("cards", values))
+    problem = next(p for p in caught.value.problems if p.key == "model.profile")
+    assert said in problem.message, problem.message
+
+
+def test_a_carded_image_gets_no_unknown_image_warnings_and_its_cards_routes() -> None:
+    """v0.32.0 has a card (flags, registries, routes) but no capability entry: no "not a known image" or "no routes
+    table" warning, and the proxy's deny list comes from the routes the card recorded."""
+    values = _two_node("qwen3-8b")
+    values["image"] = "vllm/vllm-openai:v0.32.0"
+    plan = build_plan("cards", parse_config("cards", values))
+    assert plan.image["card"] == "images/vllm_vllm-openai_v0.32.0.json"
+    texts = "\n".join(plan.warnings)
+    assert "not a known image" not in texts and "capability table" not in texts and "stacks/planner" not in texts
+    from stacks.planner.proxy import proxy_routes, routes_problems
+
+    values["api"] = {**values.get("api", {}), "proxy": {**values.get("api", {}).get("proxy", {}), "enabled": True}}
+    config = parse_config("cards", values)
+    problems, warnings = routes_problems(config)
+    assert warnings == [] and problems == []
+    routes = proxy_routes(config)
+    assert routes.source == "vLLM 0.32.0 routes (images/vllm_vllm-openai_v0.32.0.json: routes)"
+    assert "/start_profile" not in routes.denied and "/abort_requests" in routes.denied  # 0.32.0 had no profiler
+
+
+def test_a_cards_routes_know_the_control_paths() -> None:
+    """The card's route endpoints map to the same origins the wheel-read tables use: pausing, sleeping, worker RPC
+    and metrics are control paths a client key cannot be allowed by accident."""
+    from stacks.planner.proxy import admin_routes
+
+    control = admin_routes("card:vllm_vllm-openai_v0.32.0")
+    assert {"/pause", "/sleep", "/collective_rpc", "/metrics", "/docs", "/abort_requests"} <= control
+    assert "/v1/chat/completions" not in control
