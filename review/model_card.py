@@ -218,6 +218,10 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
     arches = raw.get("architectures")
     if not isinstance(arches, list) or not arches or not all(isinstance(a, str) for a in arches):
         raise CardError("config.json: architectures must be a list of class names (e.g. [\"Qwen3ForCausalLM\"])")
+    for i, arch in enumerate(arches):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", arch):  # no control, bidi or other look-alike text
+            raise CardError(f"config.json: architectures[{i}] = {arch!a} is not a class name (letters, digits "
+                            "and _, e.g. Qwen3ForCausalLM)")
     sources["architecture"] = "config.json: architectures[0]"
     facts: dict[str, Any] = {"architecture": arches[0], "model_type": raw.get("model_type")}
     facts["layers"] = f.get("layers", "num_hidden_layers", hi=10_000)
@@ -354,8 +358,18 @@ def _bytes(dtype: str, shape: list[int]) -> int:
     return math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
 
 
+SYNTHESIZABLE = ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
+                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+"""The architectures whose checkpoint names and dtypes `synthesize` writes (each checked against a published
+checkpoint in tests/test_model_cards.py); another would get these names silently wrong."""
+
+
 def synthesize(facts: dict[str, Any]) -> Tensors:
     """The checkpoint's tensors as Hugging Face writes them for this architecture (names, dtypes, shapes)."""
+    if facts["architecture"] not in SYNTHESIZABLE:
+        raise CardError(f"config.json: architectures[0] = {facts['architecture']}: --synthesize-weights knows the "
+                        f"tensor names of {', '.join(SYNTHESIZABLE)} only; read the real shard headers instead "
+                        "(the index and the *.safetensors files, or model.safetensors, beside config.json)")
     t: Tensors = {}
     for key in ("hidden_size", "vocab_size"):
         if not facts[key]:

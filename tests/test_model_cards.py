@@ -439,6 +439,9 @@ def test_truncated_shard(tmp_path: Path) -> None:
     ({"num_experts_per_tok": 9}, "num_experts_per_tok = 9 contradicts 4 routed experts"),
     ({"max_position_embeddings": "long"}, "max_position_embeddings = 'long' is not an integer"),
     ({"architectures": "Qwen3MoeForCausalLM"}, "architectures must be a list"),
+    ({"architectures": ["Qwen3\u202eMoeForCausalLM"]}, "architectures[0] = 'Qwen3\\u202eMoeForCausalLM' is not a "
+     "class name"),
+    ({"architectures": ["Qwen3\x1b[2JMoe"]}, "architectures[0] = 'Qwen3\\x1b[2JMoe' is not a class name"),
 ])
 def test_contradictory_or_absurd_config(tmp_path: Path, patch: dict[str, Any], key: str) -> None:
     def write(m: Path) -> None:
@@ -749,3 +752,13 @@ def test_a_broken_card_is_a_config_problem(tmp_path: Path, h20_values: dict[str,
     capsys.readouterr()
     assert cli_main(["plan", "h20", "--set", "model.profile=tiny"]) == 2
     assert f"vllm-cluster:model.profile = 'tiny': the card {path}: " in capsys.readouterr().err
+
+
+def test_synthesize_refuses_an_architecture_it_has_no_names_for(tmp_path: Path) -> None:
+    """--synthesize-weights writes the tensor names of the architectures it was checked against; another one
+    (here a Phi-3 config) is refused with the list, not given Qwen3's names."""
+    model = _tiny_model(tmp_path, {**MISTRAL, "architectures": ["Phi3ForCausalLM"], "model_type": "phi3"})
+    code, out = _card_exit(str(model), "--name", "phi", "--synthesize-weights", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert ("config.json: architectures[0] = Phi3ForCausalLM: --synthesize-weights knows the tensor names of "
+            "DeepseekV3ForCausalLM, GptOssForCausalLM, LlamaForCausalLM") in out
