@@ -101,6 +101,11 @@ class LocalSource(Source):
             raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
 
 
+def _as_model_card(text: str) -> str:
+    """The weights sync's texts name its `--source` option; model-card takes the URL as its SRC argument."""
+    return text.replace("--source", "SRC")
+
+
 class S3Source(Source):
     """The weights sync's source rule, client and error texts (checks/weights.py)."""
 
@@ -111,7 +116,7 @@ class S3Source(Source):
             bucket, prefix = weights.parse_source(url)
             endpoint = weights.check_endpoint(endpoint_url) if endpoint_url else None
         except weights.CannotRun as exc:
-            raise CardError(str(exc)) from exc
+            raise CardError(_as_model_card(str(exc))) from exc
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.opts = weights.Options(url, bucket, prefix, "/nonexistent", endpoint, region,
                                     "path" if endpoint else "virtual", 2, 8 * 1024 * 1024, False, False, True,
@@ -121,7 +126,7 @@ class S3Source(Source):
             self.client = weights.make_client(self.opts)
             self.keys = {e.key: e.size for e in weights.list_prefix(self.client, self.opts)}
         except weights.CannotRun as exc:
-            raise CardError(str(exc)) from exc
+            raise CardError(_as_model_card(str(exc))) from exc
         self.label = weights.mask_source(url)
 
     def exists(self, name: str) -> bool:
@@ -134,7 +139,7 @@ class S3Source(Source):
             reply = self.client.get_object(Bucket=self.opts.bucket, Key=self.opts.prefix + name, **extra)
             return bytes(reply["Body"].read())
         except (ClientError, BotoCoreError) as exc:
-            raise CardError(self._weights.explain(exc, self.opts, self.client, name)) from exc
+            raise CardError(_as_model_card(self._weights.explain(exc, self.opts, self.client, name))) from exc
 
     def read(self, name: str) -> bytes:
         return self._get(name, {})

@@ -476,6 +476,10 @@ def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> No
         done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 2, done.stderr
         assert "weight_map names model-00002-of-00002.safetensors" in done.stderr
+        run[4] = "s3://no-such-bucket/tiny"  # the sync's texts name --source; here the URL is SRC
+        done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 2 and "no-such-bucket" in done.stderr, done.stderr
+        assert "--source" not in done.stderr and "SRC" in done.stderr, done.stderr
 
 
 def test_no_index_needs_the_synthesize_switch(tmp_path: Path) -> None:
