@@ -96,6 +96,8 @@ class Api:
     def __init__(self, url: str, key: str | None, timeout_s: float, ca_pem: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.key = key
+        self.thinking_kwarg = "thinking"
+        """The request key that turns reasoning on and off (--thinking-kwarg)."""
         self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10), verify=tls_context(ca_pem))
 
     def headers(self, with_key: bool = True, rank: int | None = None) -> dict[str, str]:
@@ -221,10 +223,20 @@ def check_models(api: Api, served: str) -> Section:
     return Section("models", True, [f"/v1/models lists {served}"])
 
 
-def _chat(served: str, prompt: str, thinking: bool, stream: bool = False) -> dict[str, Any]:
+THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
+"""How the request turns reasoning on and off, as the model card says (stacks/planner/profiles.py
+THINKING_KWARG_BY_PARSER): a chat template kwarg, or gpt-oss's reasoning effort (it always reasons)."""
+
+
+def _chat(served: str, prompt: str, thinking: bool, stream: bool = False, kwarg: str = "thinking"
+          ) -> dict[str, Any]:
+    always = kwarg == "reasoning_effort"  # harmony reasons on every request: room for it in every answer
     body: dict[str, Any] = {"model": served, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-                            "max_tokens": 2048 if thinking else 64, "stream": stream,
-                            "chat_template_kwargs": {"thinking": thinking}}
+                            "max_tokens": 2048 if thinking or always else 64, "stream": stream}
+    if always:
+        body["reasoning_effort"] = "medium" if thinking else "low"
+    else:
+        body["chat_template_kwargs"] = {kwarg: thinking}
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -249,7 +261,8 @@ def probe_chat(api: Api, served: str, golden: Golden, target: Target, thinking: 
     start = time.monotonic()
     try:
         response = api.request("POST", "/v1/chat/completions", retries=retries,
-                               json=_chat(served, golden.prompt, thinking), headers=api.headers(rank=target.header))
+                               json=_chat(served, golden.prompt, thinking, kwarg=api.thinking_kwarg),
+                               headers=api.headers(rank=target.header))
     except httpx.HTTPError as exc:  # transport, and a body httpx cannot decode: a failed probe, never a crash
         probe.error = f"{type(exc).__name__}: {exc}"[:200]
         return probe
@@ -283,7 +296,7 @@ def probe_stream(api: Api, served: str, golden: Golden, target: Target) -> Probe
     """One streamed chat completion: SSE chunks, an answer matching the golden pattern, then [DONE]."""
     probe = Probe("stream", target.rank, target.node, golden.prompt, False)
     chunks, done, text, errors = 0, False, "", []
-    body = _chat(served, golden.prompt, False, stream=True)
+    body = _chat(served, golden.prompt, False, stream=True, kwarg=api.thinking_kwarg)
     for attempt in range(3):
         start = time.monotonic()
         try:
@@ -419,7 +432,8 @@ def rank_control(api: Api, served: str, golden: Golden, dp_size: int) -> tuple[b
     every "rank r" probe above may have reached one and the same engine."""
     try:
         response = api.request("POST", "/v1/chat/completions", retries=3,
-                               json=_chat(served, golden.prompt, False), headers=api.headers(rank=dp_size))
+                               json=_chat(served, golden.prompt, False, kwarg=api.thinking_kwarg),
+                               headers=api.headers(rank=dp_size))
     except httpx.HTTPError as exc:
         return False, f"rank control (rank {dp_size}): {type(exc).__name__}: {exc}"[:200]
     if response.status_code == 200:
@@ -802,6 +816,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--golden-json", default="",
                    help='the golden set: JSON [{"prompt": ..., "expect": ...}, ...] (1-16 pairs); thinking and '
                         "stream use the first")
+    p.add_argument("--thinking-kwarg", default="thinking", choices=THINKING_KWARGS,
+                   help="how a request turns reasoning on and off: chat_template_kwargs thinking (DeepSeek), "
+                        "enable_thinking (Qwen3), or reasoning_effort (gpt-oss, which always reasons)")
     p.add_argument("--dp-size", type=integer(1, MAX_DP_SIZE), default=1,
                    help="data-parallel ranks: chat, thinking and stream run once per rank (X-data-parallel-rank)")
     p.add_argument("--rank-nodes", default=[], type=node_names,
@@ -842,6 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     key = os.environ.get(args.api_key_env) or None
     api = Api(args.url, key, args.timeout_s, ca_pem)
+    api.thinking_kwarg = args.thinking_kwarg
     if args.watch:
         signal.signal(signal.SIGTERM, _stop)
         metrics = WatchMetrics(info) if listen is not None else None

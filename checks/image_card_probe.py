@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform as _platform
+import re
 import sys
 import time
 import traceback
@@ -78,7 +79,7 @@ def section(name: str) -> Iterator[None]:
 def jsonsafe(value: Any, depth: int = 0) -> Any:
     """A JSON-safe rendering of a default value (enums by value, sets sorted, dataclasses as dicts)."""
     if depth > 6:
-        return repr(value)[:200]
+        return stable_repr(repr(value))[:200]
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int) and not isinstance(value, enum.Enum):
@@ -108,8 +109,9 @@ def jsonsafe(value: Any, depth: int = 0) -> Any:
     if isinstance(value, type):
         return f"<class {value.__module__}.{value.__qualname__}>"
     if callable(value):
-        return f"<callable {getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}>"
-    return repr(value)[:300]
+        return stable_repr(f"<callable {getattr(value, '__module__', '?')}."
+                           f"{getattr(value, '__qualname__', repr(value))}>")
+    return stable_repr(repr(value))[:300]
 
 
 def describe_type(t: Any, depth: int = 0) -> Any:
@@ -117,13 +119,13 @@ def describe_type(t: Any, depth: int = 0) -> Any:
     if t is None:
         return None
     if depth > 4:
-        return {"name": repr(t)[:100]}
+        return {"name": stable_repr(repr(t))[:100]}
     if isinstance(t, type):
         if dataclasses.is_dataclass(t):
             return {"name": t.__name__, "kind": "dataclass", "module": t.__module__}
         return {"name": t.__name__, "kind": "builtin" if t.__module__ == "builtins" else "class",
                 "module": t.__module__}
-    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
+    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or stable_repr(repr(t))
     out: dict[str, Any] = {"name": name, "module": getattr(t, "__module__", None), "kind": "function"}
     if name == "json.loads" or (getattr(t, "__module__", "") == "json" and getattr(t, "__name__", "") == "loads"):
         out["kind"] = "json"
@@ -183,10 +185,19 @@ def _annotated_bounds(tp: Any) -> dict[str, Any]:
     return bounds
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def stable_repr(text: str) -> str:
+    """A repr without the object addresses (`<function <lambda> at 0x7f…>` -> `<function <lambda>>`): they differ
+    on every run, and a card must come out byte for byte the same from the same image."""
+    return _ADDRESS.sub(">", text)
+
+
 def _type_str(tp: Any) -> str:
     s = getattr(tp, "__name__", None) if isinstance(tp, type) else None
     s = s or repr(tp)
-    return s.replace("typing.", "")[:300]
+    return stable_repr(s).replace("typing.", "")[:300]
 
 
 def _literal_values(tp: Any, out: list[Any] | None = None, depth: int = 0) -> list[Any]:
@@ -724,6 +735,6 @@ CARD["registries"] = REG
 CARD["timings_s"]["total"] = round(time.monotonic() - T0, 3)
 if not CARD["errors"]:
     CARD.pop("tracebacks", None)
-doc = json.dumps(CARD, indent=1, sort_keys=False, default=lambda o: repr(o)[:300])
+doc = json.dumps(CARD, indent=1, sort_keys=False, default=lambda o: stable_repr(repr(o))[:300])
 with os.fdopen(_REAL_STDOUT_FD, "w") as out:
     out.write(doc + "\n")

@@ -141,11 +141,20 @@ class Handler(BaseHTTPRequestHandler):
                                  "choices": [{"index": 0, "text": answer, "finish_reason": "stop"}],
                                  "usage": _usage(answer)})
             return
-        thinking = (body.get("chat_template_kwargs") or {}).get("thinking", False)
-        message: dict[str, Any] = {"role": "assistant", "content": answer}
+        kwargs = body.get("chat_template_kwargs") or {}
+        if ARGS.reasoning_key == "enable_thinking":  # Qwen3: on unless turned off (vllm/parser/qwen3.py:317-318)
+            thinking = kwargs.get("enable_thinking", True) is not False
+        elif ARGS.reasoning_key == "reasoning_effort":  # gpt-oss: harmony reasons on every request
+            thinking = True
+        else:  # DeepSeek's templates: `thinking`
+            thinking = bool(kwargs.get("thinking", False))
         reasoning = ""
         if thinking and not ARGS.no_reasoning:
             reasoning = "17*19 = 17*20 - 17 = 340 - 17 = 323"
+            if int(body.get("max_tokens") or 4096) < 256:  # the reasoning used up max_tokens: no answer
+                answer = ""
+        message: dict[str, Any] = {"role": "assistant", "content": answer}
+        if reasoning:
             message["reasoning_content"] = reasoning
         if stream:
             self._stream(answer, usage=usage_chunk)
@@ -230,6 +239,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default="",
                    help="environment variable holding the bearer key /v1 paths require (like vllm --api-key)")
     p.add_argument("--no-reasoning", action="store_true", help="thinking on returns no reasoning_content")
+    p.add_argument("--reasoning-key", default="thinking", choices=("thinking", "enable_thinking", "reasoning_effort"),
+                   help="what turns reasoning on, as the model's parser reads it: chat_template_kwargs thinking "
+                        "(DeepSeek, off by default), enable_thinking (Qwen3, on by default), or nothing (gpt-oss "
+                        "always reasons); reasoning leaves no answer within max_tokens below 256")
     p.add_argument("--no-done", action="store_true", help="streams end without [DONE]")
     p.add_argument("--token-delay-s", type=float, default=0.01, help="seconds between streamed tokens")
     p.add_argument("--first-token-delay-s", type=float, default=0, help="seconds before the first token")

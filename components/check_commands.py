@@ -23,7 +23,7 @@ from stacks.model.golden import golden_json
 from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import LABEL_PREFIX, node_api_host, rank_name, rank_port
 from stacks.planner.load_estimate import EngineMemory, engine_memory
-from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps
+from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_kwarg
 from stacks.planner.profiles import ModelProfile, get_profile
 from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
@@ -229,6 +229,15 @@ def health_deadline_s(config: StackConfig) -> int:
     return config.api.health_timeout_s or config.serving.engine_ready_timeout_s + 600
 
 
+def thinking_args(config: StackConfig, sections: list[str]) -> list[str]:
+    """`--thinking-kwarg` for the chat, thinking and stream sections when the card's key is not the check's
+    default (`thinking`, DeepSeek's): Qwen3 reads `enable_thinking`, gpt-oss a reasoning effort."""
+    kwarg = thinking_kwarg(config)[0]
+    if kwarg is None or kwarg == "thinking" or not set(sections) & {"chat", "thinking", "stream"}:
+        return []
+    return ["--thinking-kwarg", kwarg]
+
+
 def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
     """Runs on the deployer, through `plan.endpoint` (the proxy when it is on: `X-data-parallel-rank` passes through
     nginx unchanged). The key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the proxy's
@@ -247,7 +256,7 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
             "--timeout-s", str(config.api.request_timeout_s), "--dp-size", str(dp_size)]
     if rank_nodes:
         args += ["--rank-nodes", ",".join(rank_nodes)]
-    args += ["--golden-json", golden_json(config.api.smoke.golden)]
+    args += ["--golden-json", golden_json(config.api.smoke.golden), *thinking_args(config, sections)]
     if plan.proxy is not None and plan.proxy.tls:
         args += ["--ca-env", TLS_CA_ENV]
     if "deny" in sections and plan.proxy is not None:
@@ -284,7 +293,7 @@ def node_api_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     args = ["--name", check.name, "--url", url, "--served-name", config.model.served_name,
             "--sections", ",".join(check.sections), "--deadline-s", str(health_deadline_s(config)),
             "--interval-s", str(config.api.progress_interval_s), "--timeout-s", str(config.api.request_timeout_s),
-            *pin, "--golden-json", golden_json(config.api.smoke.golden)]
+            *pin, "--golden-json", golden_json(config.api.smoke.golden), *thinking_args(config, check.sections)]
     requests = (1 + 3 * len(check.sections)) * len(ranks) * len(config.api.smoke.golden) + 2
     budget = health_deadline_s(config) + requests * config.api.request_timeout_s + 120
     return heredoc_command("api", args, prefix=f"docker exec -i {shlex.quote(container)} ", timeout_s=budget)

@@ -84,7 +84,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     """The systemd service that runs `checks.api --watch` for this stack (review/watch_unit.py) on stdout; what to
     put next to it (the key file, the proxy's certificate) on stderr."""
     from review.watch_unit import render_watch_unit, unit_name
-    from stacks.planner.plan import check_client
+    from stacks.planner.plan import check_client, thinking_kwarg
     from stacks.planner.topology import endpoint_rank_nodes
 
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
@@ -112,7 +112,8 @@ def _watch_unit(args: argparse.Namespace) -> int:
             workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint, served_name=config.model.served_name,
             dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
             interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
-            ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json)
+            ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json,
+            thinking_kwarg=thinking_kwarg(config)[0])
     except ValueError as exc:
         print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.model.loader import parse_config
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.profiles import card_names, get_profile
+from stacks.planner.profiles import CardProblem, card_names, get_profile
 
 LIST = "[]"
 
@@ -220,7 +220,10 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
 
 def _family(card: str | None) -> str | None:
     """A card's architecture family: the matrix tries another card of the same family first."""
-    profile = get_profile(card) if card else None
+    try:
+        profile = get_profile(card) if card else None
+    except CardProblem:  # the plan names a broken card; the matrix just has no family for it
+        return None
     return profile.family if profile else None
 
 

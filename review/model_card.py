@@ -24,13 +24,21 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from stacks.model.field_types import ParserName
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import CARD_VERSION, FAMILIES, SHIPPED, card_path
+from stacks.planner.profiles import (
+    CARD_VERSION,
+    FAMILIES,
+    SHIPPED,
+    THINKING_KWARGS,
+    CardProblem,
+    card_path,
+    profile_from_card,
+)
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
                "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F4": 0.5}
@@ -40,7 +48,7 @@ _MTP_SOURCE = "layers past num_hidden_layers (multi-token prediction) are loaded
 FACT_KEYS = {
     "tokenizer_mode": str, "tool_call_parser": str, "reasoning_parser": str, "default_kv_cache_dtype": str,
     "vision": bool, "supports_pp": bool, "draft_supports_pp": dict, "min_vram_gb": float,
-    "engram_hash_heads": int, "weights_split_gb": dict, "routed_experts": int,
+    "engram_hash_heads": int, "weights_split_gb": dict, "routed_experts": int, "thinking_kwarg": str,
 }
 """What `--fact` may set: serving defaults the model files do not hold, and (for checkpoints whose files are
 not available) facts the card must otherwise assume."""
@@ -93,6 +101,11 @@ class LocalSource(Source):
             raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
 
 
+def _as_model_card(text: str) -> str:
+    """The weights sync's texts name its `--source` option; model-card takes the URL as its SRC argument."""
+    return text.replace("--source", "SRC")
+
+
 class S3Source(Source):
     """The weights sync's source rule, client and error texts (checks/weights.py)."""
 
@@ -103,7 +116,7 @@ class S3Source(Source):
             bucket, prefix = weights.parse_source(url)
             endpoint = weights.check_endpoint(endpoint_url) if endpoint_url else None
         except weights.CannotRun as exc:
-            raise CardError(str(exc)) from exc
+            raise CardError(_as_model_card(str(exc))) from exc
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.opts = weights.Options(url, bucket, prefix, "/nonexistent", endpoint, region,
                                     "path" if endpoint else "virtual", 2, 8 * 1024 * 1024, False, False, True,
@@ -113,7 +126,7 @@ class S3Source(Source):
             self.client = weights.make_client(self.opts)
             self.keys = {e.key: e.size for e in weights.list_prefix(self.client, self.opts)}
         except weights.CannotRun as exc:
-            raise CardError(str(exc)) from exc
+            raise CardError(_as_model_card(str(exc))) from exc
         self.label = weights.mask_source(url)
 
     def exists(self, name: str) -> bool:
@@ -126,7 +139,7 @@ class S3Source(Source):
             reply = self.client.get_object(Bucket=self.opts.bucket, Key=self.opts.prefix + name, **extra)
             return bytes(reply["Body"].read())
         except (ClientError, BotoCoreError) as exc:
-            raise CardError(self._weights.explain(exc, self.opts, self.client, name)) from exc
+            raise CardError(_as_model_card(self._weights.explain(exc, self.opts, self.client, name))) from exc
 
     def read(self, name: str) -> bytes:
         return self._get(name, {})
@@ -158,11 +171,13 @@ class Facts:
             if key in self.cfg and self.cfg[key] is not None:
                 value = self.cfg[key]
                 if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)
-                                             or (kind is int and not float(value).is_integer())):
+                                             or (kind is int and isinstance(value, float)
+                                                 and not value.is_integer())):
                     what = "an integer" if kind is int else "a number"
                     raise CardError(f"{self.file}: {key} = {value!r} is not {what}")
-                if kind in (int, float) and not lo <= value <= hi:
-                    raise CardError(f"{self.file}: {key} = {value!r} is not plausible (expected {lo:g}..{hi:g})")
+                if kind in (int, float) and not lo <= value <= hi:  # ints compared exactly: 10**400 is no float
+                    shown = value if len(str(value)) <= 40 else f"{str(value)[:20]}… ({len(str(value))} digits)"
+                    raise CardError(f"{self.file}: {key} = {shown} is not plausible (expected {lo:g}..{hi:g})")
                 if kind is str and not isinstance(value, str):
                     raise CardError(f"{self.file}: {key} = {value!r} is not a string")
                 self.sources[fact] = f"{self.file}: {key}"
@@ -208,6 +223,10 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
     arches = raw.get("architectures")
     if not isinstance(arches, list) or not arches or not all(isinstance(a, str) for a in arches):
         raise CardError("config.json: architectures must be a list of class names (e.g. [\"Qwen3ForCausalLM\"])")
+    for i, arch in enumerate(arches):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", arch):  # no control, bidi or other look-alike text
+            raise CardError(f"config.json: architectures[{i}] = {arch!a} is not a class name (letters, digits "
+                            "and _, e.g. Qwen3ForCausalLM)")
     sources["architecture"] = "config.json: architectures[0]"
     facts: dict[str, Any] = {"architecture": arches[0], "model_type": raw.get("model_type")}
     facts["layers"] = f.get("layers", "num_hidden_layers", hi=10_000)
@@ -269,6 +288,12 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
                                              hi=1e9)
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     facts["rope_scaling"] = rope if isinstance(rope, dict) else None
+    factor = facts["rope_scaling"].get("factor") if facts["rope_scaling"] else None
+    rope_key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                               or not 0 < factor <= 10_000):  # NaN and Infinity fail too (json reads both)
+        raise CardError(f"config.json: {rope_key}.factor = {factor!r} is not a rope scaling factor (a finite "
+                        "number above 0, at most 10000)")
     if facts["rope_scaling"]:
         sources["rope_scaling"] = "config.json: rope_scaling" if cfg.get("rope_scaling") else \
             "config.json: rope_parameters"
@@ -338,8 +363,18 @@ def _bytes(dtype: str, shape: list[int]) -> int:
     return math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
 
 
+SYNTHESIZABLE = ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
+                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+"""The architectures whose checkpoint names and dtypes `synthesize` writes (each checked against a published
+checkpoint in tests/test_model_cards.py); another would get these names silently wrong."""
+
+
 def synthesize(facts: dict[str, Any]) -> Tensors:
     """The checkpoint's tensors as Hugging Face writes them for this architecture (names, dtypes, shapes)."""
+    if facts["architecture"] not in SYNTHESIZABLE:
+        raise CardError(f"config.json: architectures[0] = {facts['architecture']}: --synthesize-weights knows the "
+                        f"tensor names of {', '.join(SYNTHESIZABLE)} only; read the real shard headers instead "
+                        "(the index and the *.safetensors files, or model.safetensors, beside config.json)")
     t: Tensors = {}
     for key in ("hidden_size", "vocab_size"):
         if not facts[key]:
@@ -437,8 +472,9 @@ def synthesize(facts: dict[str, Any]) -> Tensors:
     return t
 
 
-def parse_header(data: bytes, where: str, file_size: int | None) -> tuple[dict[str, int], dict[str, str]]:
-    """Bytes and dtype of every tensor in one safetensors header."""
+def parse_header(data: bytes, where: str, file_size: int | None
+                 ) -> tuple[dict[str, int], dict[str, str], dict[str, list[int]]]:
+    """Bytes, dtype and shape of every tensor in one safetensors header."""
     try:
         header = json.loads(data)
     except RecursionError:
@@ -450,6 +486,7 @@ def parse_header(data: bytes, where: str, file_size: int | None) -> tuple[dict[s
         raise CardError(f"{where}: the safetensors header is not a JSON object")
     sizes: dict[str, int] = {}
     dtypes: dict[str, str] = {}
+    shapes: dict[str, list[int]] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -461,15 +498,15 @@ def parse_header(data: bytes, where: str, file_size: int | None) -> tuple[dict[s
         if dtype in DTYPE_BYTES and end - start != _bytes(dtype, shape):
             raise CardError(f"{where}: tensor {name}: data_offsets span {end - start} bytes, {dtype} {shape} is "
                             f"{_bytes(dtype, shape)}")
-        sizes[name], dtypes[name] = end - start, dtype
+        sizes[name], dtypes[name], shapes[name] = end - start, dtype, shape
     if file_size is not None and sizes:
         need = 8 + len(data) + max(int(header[n]["data_offsets"][1]) for n in sizes)
         if file_size < need:
             raise CardError(f"{where}: {file_size} bytes, the header places data up to byte {need}: truncated")
-    return sizes, dtypes
+    return sizes, dtypes, shapes
 
 
-def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, str], int]:
+def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, str], int, dict[str, list[int]]]:
     """One shard's header (two reads: its length, then the JSON) and its file size when known."""
     if not source.exists(shard):
         raise CardError(f"model.safetensors.index.json: weight_map names {shard}, which {source.label} does not "
@@ -485,8 +522,8 @@ def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, st
         raise CardError(f"{shard}: the header is cut short ({len(data)} of {length} bytes)")
     size = source.keys.get(shard) if isinstance(source, S3Source) else (
         (source.root / shard).stat().st_size if isinstance(source, LocalSource) else None)
-    sizes, dtypes = parse_header(data, shard, size)
-    return sizes, dtypes, size if size is not None else 8 + length + sum(sizes.values())
+    sizes, dtypes, shapes = parse_header(data, shard, size)
+    return sizes, dtypes, size if size is not None else 8 + length + sum(sizes.values()), shapes
 
 
 def read_index(source: Source) -> dict[str, Any] | None:
@@ -509,6 +546,130 @@ def read_index(source: Source) -> dict[str, Any] | None:
         if "/" in shard or not shard.endswith(".safetensors"):
             raise CardError(f"{name}: weight_map names {shard!r}, not a .safetensors file beside the index")
     return dict(index)
+
+
+# ------------------------------------------------------------------------------------------------ consistency
+
+
+_LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
+_NOT_DECODER = re.compile(r"(^|\.)(vision\w*|visual|audio\w*|mm_projector|multi_modal_projector)\.")
+_EXPERT = re.compile(r"(^|\.)layers\.(\d+)\.(mlp|block_sparse_moe|feed_forward)\.experts\.(\d+)\.")
+_FUSED_EXPERTS = re.compile(r"(^|\.)layers\.(\d+)\.(mlp|block_sparse_moe|feed_forward)\.experts\."
+                            r"(gate_up_proj|down_proj)(_blocks|_scales)?$")
+_EMBED = re.compile(r"(^|\.)(embed_tokens|wte|tok_embeddings|word_embeddings)\.weight$")
+_FLOAT = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+"""Dtypes whose first dimension is a linear layer's output rows (packed formats, e.g. bitsandbytes' U8, are not)."""
+
+
+def _key(sources: dict[str, str], fact: str) -> str:
+    """The config.json key a fact came from, as the error names it."""
+    where = sources.get(fact, fact)
+    return where.split(": ", 1)[1] if where.startswith("config.json: ") else where
+
+
+def _spans(values: list[int]) -> str:
+    out: list[str] = []
+    for v in values:
+        if out and out[-1].split("..")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('..')[0]}..{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
+
+
+def check_tensors(facts: dict[str, Any], sources: dict[str, str], files: dict[str, str],
+                  shapes: dict[str, tuple[str, list[int]]] | None) -> None:
+    """config.json against the checkpoint's own tensors: every decoder layer 0..L-1 holds tensors and none lies
+    beyond (MTP layers excepted), every MoE layer holds exactly the routed experts, and, when the headers were read
+    (`shapes`), the attention projections, the embedding and the fused experts have the shapes the heads, head
+    dims, hidden size and expert count imply. A config that disagrees with its weights plans a layout vLLM cannot
+    load (a TP the heads do not divide, layers of zero bytes). `files` maps each tensor to the file that names it.
+    CardError naming the config key, its value, and the tensor and shape that contradict it."""
+    layers, mtp = facts["layers"], facts["mtp_layers"] or 0
+    seen: dict[int, str] = {}
+    for name in sorted(files):
+        match = _LAYER.search(name)
+        if match and not _NOT_DECODER.search(name):
+            seen.setdefault(int(match.group(2)), name)
+    if seen:  # a checkpoint that does not name its decoder layers `layers.N.` is not checked here
+        missing = [i for i in range(layers) if i not in seen]
+        if missing:
+            top = max(seen)
+            raise CardError(f"config.json: {_key(sources, 'layers')} = {layers} contradicts the weights: no tensor "
+                            f"of decoder layers {_spans(missing)} in {files[seen[top]]} or any other file (the last "
+                            f"layer they hold is {top}: {seen[top]})")
+        beyond = sorted(i for i in seen if i >= layers + mtp)
+        if beyond:
+            with_mtp = f" + {_key(sources, 'mtp_layers')} = {mtp}" if mtp else ""
+            raise CardError(f"config.json: {_key(sources, 'layers')} = {layers}{with_mtp} contradicts the weights: "
+                            f"{files[seen[beyond[0]]]} holds {seen[beyond[0]]} (the weights have decoder layers "
+                            f"{_spans(beyond)} beyond the config's {layers + mtp})")
+    moe = facts["moe"]
+    routed = moe["routed_experts"] if moe else None
+    if routed:
+        experts: dict[int, dict[int, str]] = {}
+        for name in files:
+            match = _EXPERT.search(name)
+            if match:
+                experts.setdefault(int(match.group(2)), {}).setdefault(int(match.group(4)), name)
+        for layer, held in sorted(experts.items()):
+            if set(held) != set(range(routed)):
+                top = max(held)
+                raise CardError(f"config.json: {_key(sources, 'routed_experts')} = {routed} contradicts the weights: "
+                                f"decoder layer {layer} holds {len(held)} experts ({_spans(sorted(held))}; e.g. "
+                                f"{held[top]} in {files[held[top]]})")
+    if shapes is None:
+        return
+
+    def rows(name: str) -> int | None:
+        dtype, shape = shapes[name]
+        return shape[0] if dtype in _FLOAT and shape else None
+
+    def refuse(fact: str, value: int, name: str, implied: str, want: int) -> None:
+        raise CardError(f"config.json: {_key(sources, fact)} = {value} contradicts {name} {shapes[name][1]} in "
+                        f"{files[name]}: {implied} = {want} output rows, the tensor has {shapes[name][1][0]}")
+
+    heads, kv, hd, hidden = facts["attention_heads"], facts["kv_heads"], facts["head_dim"], facts["hidden_size"]
+    hd_text = f"{_key(sources, 'head_dim')} {hd}"
+    mla = facts["mla"]
+    for name in sorted(shapes):
+        if _NOT_DECODER.search(name) or not _LAYER.search(name):
+            if hidden and _EMBED.search(name) and not _NOT_DECODER.search(name) and len(shapes[name][1]) == 2 \
+                    and shapes[name][0] in _FLOAT and shapes[name][1][1] != hidden:
+                raise CardError(f"config.json: {_key(sources, 'hidden_size')} = {hidden} contradicts {name} "
+                                f"{shapes[name][1]} in {files[name]}: the embedding is {shapes[name][1][1]} wide")
+            continue
+        if routed and _FUSED_EXPERTS.search(name) and shapes[name][1] and shapes[name][1][0] != routed:
+            raise CardError(f"config.json: {_key(sources, 'routed_experts')} = {routed} contradicts {name} "
+                            f"{shapes[name][1]} in {files[name]}: it stacks {shapes[name][1][0]} experts")
+        out = rows(name)
+        if out is None:
+            continue
+        proj = name.rsplit(".", 2)[-2] if name.endswith(".weight") else None
+        if mla:
+            nope, rope, vdim = mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"]
+            want = {"q_b_proj": heads * (nope + rope), "q_proj": heads * (nope + rope),
+                    "kv_a_proj_with_mqa": mla["kv_lora_rank"] + rope, "kv_b_proj": heads * (nope + vdim),
+                    "q_a_proj": mla["q_lora_rank"]}.get(proj or "")
+            if ".self_attn." in name and want and out != want:
+                fact, value, implied = {
+                    "q_b_proj": ("attention_heads", heads, f"{heads} heads x (qk_nope_head_dim {nope} + "
+                                 f"qk_rope_head_dim {rope})"),
+                    "q_proj": ("attention_heads", heads, f"{heads} heads x (qk_nope_head_dim {nope} + "
+                               f"qk_rope_head_dim {rope})"),
+                    "kv_a_proj_with_mqa": ("kv_lora_rank", mla["kv_lora_rank"],
+                                           f"kv_lora_rank {mla['kv_lora_rank']} + qk_rope_head_dim {rope}"),
+                    "kv_b_proj": ("attention_heads", heads, f"{heads} heads x (qk_nope_head_dim {nope} + "
+                                  f"v_head_dim {vdim})"),
+                    "q_a_proj": ("q_lora_rank", mla["q_lora_rank"], "q_lora_rank"),
+                }[proj or ""]
+                refuse(fact, value, name, implied, want)
+        elif proj in ("q_proj", "k_proj", "v_proj") and re.search(r"\.(self_attn|attention)\.[qkv]_proj\.weight$",
+                                                                  name):
+            fact, count = ("attention_heads", heads) if proj == "q_proj" else ("kv_heads", kv)
+            if out != count * hd:
+                refuse(fact, count, name, f"{count} {'heads' if proj == 'q_proj' else 'KV heads'} x {hd_text}",
+                       count * hd)
 
 
 # ------------------------------------------------------------------------------------------------ the card
@@ -558,6 +719,7 @@ FACT_TYPES: dict[str, Any] = {
     "engram_hash_heads": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
     "weights_split_gb": dict[str, Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]],
     "routed_experts": Annotated[StrictInt, Field(ge=1, le=1_000_000)],
+    "thinking_kwarg": Literal[THINKING_KWARGS],
 }
 """Each fact's type, the one the stack file and the planner use for the same value (ParserName for the names
 that go into vLLM's argv, finite bounded numbers): a card never holds a value a stack would refuse."""
@@ -606,6 +768,8 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
     shards: list[dict[str, Any]] = []
     sizes: dict[str, int] = {}
     dtypes: dict[str, str] = {}
+    shapes: dict[str, tuple[str, list[int]]] = {}
+    files: dict[str, str] = {}
     index_total = index.get("metadata", {}).get("total_size") if index else None
     if "weights_split_gb" in facts_given:
         split = facts_given["weights_split_gb"]
@@ -624,6 +788,8 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
             weights_source = ("synthesized from config.json with the architecture's checkpoint names and dtypes "
                               "(no shard headers were read)")
             if index:
+                check_tensors(facts, sources, dict.fromkeys(index["weight_map"], "model.safetensors.index.json"),
+                              None)
                 names, indexed = set(sizes), set(index["weight_map"])
                 if names != indexed:
                     extra, missing = sorted(names - indexed)[:3], sorted(indexed - names)[:3]
@@ -632,9 +798,11 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
                 weights_source += "; every name matches model.safetensors.index.json's weight_map"
         elif index:
             for shard in sorted(set(index["weight_map"].values())):
-                s_sizes, s_dtypes, size = read_shard(source, shard)
+                s_sizes, s_dtypes, size, s_shapes = read_shard(source, shard)
                 sizes |= s_sizes
                 dtypes |= s_dtypes
+                shapes |= {n: (s_dtypes[n], x) for n, x in s_shapes.items()}
+                files |= dict.fromkeys(s_sizes, shard)
                 shards.append({"name": shard, "bytes": size})
             missing = sorted(set(index["weight_map"]) - set(sizes))
             if missing:
@@ -642,13 +810,17 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
                                 f"({len(missing)} in all) that no shard header holds: truncated or stale index")
             weights_source = "model.safetensors.index.json and every shard's safetensors header"
         elif source.exists("model.safetensors"):
-            s_sizes, dtypes, size = read_shard(source, "model.safetensors")
+            s_sizes, dtypes, size, s_shapes = read_shard(source, "model.safetensors")
             sizes = s_sizes
+            shapes = {n: (dtypes[n], x) for n, x in s_shapes.items()}
+            files = dict.fromkeys(s_sizes, "model.safetensors")
             shards.append({"name": "model.safetensors", "bytes": size})
             weights_source = "model.safetensors header"
         else:
             raise CardError(f"{source.label}: neither model.safetensors.index.json nor model.safetensors (pass "
                             "--synthesize-weights to build the tensor list from config.json)")
+        if not synthesize_weights:
+            check_tensors(facts, sources, files, shapes)
         if index_total is not None and not synthesize_weights and index_total != sum(sizes.values()):
             raise CardError(f"model.safetensors.index.json: metadata.total_size = {index_total}, the shard headers "
                             f"hold {sum(sizes.values())} bytes of tensors")
@@ -664,6 +836,9 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
         if key in facts_given:
             serving[key] = facts_given[key]
             sources[key] = f"--fact {key} (given on the command line)"
+    if "thinking_kwarg" in facts_given:  # only when given: the parser's own key needs no entry
+        serving["thinking_kwarg"] = facts_given["thinking_kwarg"]
+        sources["thinking_kwarg"] = "--fact thinking_kwarg (given on the command line)"
     if "vision" in facts_given:
         facts["vision"] = facts_given["vision"]
         sources["vision"] = "--fact vision (given on the command line)"
@@ -706,6 +881,11 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     if card["family"] not in FAMILIES:
         echo(f"model-card: config.json: architectures[0] {card['architecture']} is family {card['family']}, which "
              f"the planner has no rules for (known: {', '.join(FAMILIES)})")
+        return 2
+    try:  # what `plan` would refuse is refused here, by the same code
+        profile_from_card(card, str(card["source"]))
+    except CardProblem as exc:
+        echo(f"model-card: {exc}; nothing was written (the planner would refuse this card)")
         return 2
     path = write_card(card, root)
     w = card["weights"]

@@ -339,9 +339,12 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
         raise RollbackError(f"the current config with {target.image.pull_ref} is refused, so {file_name} was not "
                             f"changed:\n{exc.report()}") from None
     caps = get_capabilities(target.image.ref)
-    if caps is None:
-        capability = (f"WARNING: {target.image.ref} is not in the capability table "
-                      f"(stacks/planner/images.py): only the "
+    carded = plan.image.get("card")
+    if caps is None and carded:
+        capability = (f"image card {carded} accepts this topology ({plan.topology.get('label')}), model "
+                      f"{plan.model.get('profile')} and the flags")
+    elif caps is None:
+        capability = (f"WARNING: {target.image.ref} is not a known image (no image card): only the "
                       "general rules were checked; the argument dry run in `pulumi up` is the next line of defence")
     else:
         capability = (f"capability entry {target.image.ref} (vLLM {caps.vllm_version}) accepts this topology "
@@ -350,7 +353,7 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
         before = set(build_plan(stack, parse_config(stack, values)).warnings)
     except ConfigError:
         before = set()
-    warnings = [w for w in plan.warnings if w not in before and "capability table" not in w]
+    warnings = [w for w in plan.warnings if w not in before and "is not a known image" not in w]
     if canonical_ref(target.image.repository) != canonical_ref(current.repository):
         warnings.insert(0, f"the repository changes: {current.repository} -> {target.image.repository} (this stack "
                            "ran it before, per the history); check that this is the registry you mean")

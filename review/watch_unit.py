@@ -56,8 +56,10 @@ def systemd_quote(word: str) -> str:
 def watch_argv(*, python: str, url: str, served_name: str, dp_size: int, rank_nodes: list[str],
                golden: list[GoldenPair] | tuple[GoldenPair, ...] = DEFAULT_GOLDEN, interval_s: float = 60,
                timeout_s: float = 120, ca_file: str | None = None, name: str = "api-watch",
-               metrics_listen: str | None = None, info_json: str | None = None) -> list[str]:
-    """The watch command: every DP rank, the stack's golden set, the key from VLLM_API_KEY."""
+               metrics_listen: str | None = None, info_json: str | None = None,
+               thinking_kwarg: str | None = None) -> list[str]:
+    """The watch command: every DP rank, the stack's golden set, the key from VLLM_API_KEY; `thinking_kwarg` is
+    how the card turns reasoning off (the golden set runs with thinking off), when it is not the default."""
     if dp_size < 1 or (rank_nodes and len(rank_nodes) != dp_size):
         raise ValueError(f"{len(rank_nodes)} rank node(s) for DP size {dp_size}: one node name per rank")
     argv = [python, "-m", "checks.api", "--watch", "--name", name, "--url", url, "--served-name", served_name,
@@ -65,6 +67,8 @@ def watch_argv(*, python: str, url: str, served_name: str, dp_size: int, rank_no
             "--golden-json", golden_json(golden), "--api-key-env", "VLLM_API_KEY"]
     if rank_nodes:
         argv += ["--rank-nodes", ",".join(rank_nodes)]
+    if thinking_kwarg and thinking_kwarg != "thinking":
+        argv += ["--thinking-kwarg", thinking_kwarg]
     if ca_file:
         argv += ["--ca-file", ca_file]
     if metrics_listen:  # observability: the golden results and the info series for Prometheus
@@ -78,14 +82,15 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
                       rank_nodes: list[str], golden: list[GoldenPair] | tuple[GoldenPair, ...] = DEFAULT_GOLDEN,
                       interval_s: float = 60, timeout_s: float = 120, env_file: str | None = None,
                       ca_file: str | None = None, user: str | None = None, metrics_listen: str | None = None,
-                      info_json: str | None = None) -> str:
+                      info_json: str | None = None, thinking_kwarg: str | None = None) -> str:
     """The unit file text. `python` is the deployer's venv interpreter and `workdir` the checkout holding
     `checks/` and `stacks/`; `env_file` holds `VLLM_API_KEY=…` (the proxy's check client key when it is on)."""
     check_unit_inputs({"python": python, "workdir": workdir, "env_file": env_file, "ca_file": ca_file}, user)
     name = unit_name(stack)
     argv = watch_argv(python=python, url=url, served_name=served_name, dp_size=dp_size, rank_nodes=rank_nodes,
                       golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,
-                      name=f"api-watch-{stack}", metrics_listen=metrics_listen, info_json=info_json)
+                      name=f"api-watch-{stack}", metrics_listen=metrics_listen, info_json=info_json,
+                      thinking_kwarg=thinking_kwarg)
     lines = [
         f"# {name}: rendered by vllm-cluster (review/watch_unit.py) for stack {stack!r}.",
         f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",

@@ -501,3 +501,27 @@ def test_a_bad_argument_is_printed_once(args: tuple[str, ...]) -> None:
     verdict = json.loads(done.stdout)
     assert done.returncode == 2 and verdict["status"] == "cannot-run" and verdict["exit_code"] == 2, done
     assert done.stderr.count("bad argument:") == 1, done.stderr
+
+
+@pytest.mark.parametrize("key", ["enable_thinking", "reasoning_effort"])
+def test_the_cards_thinking_key_reaches_the_server(key: str) -> None:
+    """Qwen3 (vllm/parser/qwen3.py:317-318) reads only `enable_thinking` and thinks unless told not to; gpt-oss
+    always reasons (a reasoning effort instead). With DeepSeek's `thinking` key the golden answer is lost in the
+    reasoning; with the card's key (`--thinking-kwarg`, from the plan) chat, thinking and stream pass."""
+    sections = "chat,thinking,stream"
+    with standin("--reasoning-key", key) as url:
+        code, verdict, out = run_api(url, "--sections", sections, "--thinking-kwarg", key)
+        assert code == 0, out
+        code, verdict, out = run_api(url, "--sections", "chat")
+    assert code == 1 and "the endpoint answered '' for '17*19" in verdict["evidence"][0], out
+
+
+def test_the_request_body_follows_the_key() -> None:
+    from checks.api import _chat
+
+    assert _chat("m", "p", True)["chat_template_kwargs"] == {"thinking": True}
+    assert _chat("m", "p", False, kwarg="enable_thinking")["chat_template_kwargs"] == {"enable_thinking": False}
+    effort = _chat("m", "p", False, kwarg="reasoning_effort")
+    assert "chat_template_kwargs" not in effort and effort["reasoning_effort"] == "low"
+    assert effort["max_tokens"] == 2048  # it reasons before it answers, even at low effort
+    assert _chat("m", "p", True, kwarg="reasoning_effort")["reasoning_effort"] == "medium"

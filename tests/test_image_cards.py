@@ -266,3 +266,28 @@ def test_image_card_refuses_with_exit_2_and_why(args: list[str], said: str, tmp_
     out = _image_card(*args, "--out", str(tmp_path))  # this interpreter has no vLLM
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_probe_reprs_carry_no_object_addresses() -> None:
+    """A default or type that holds a function renders as `<function ...<lambda>>`, not `... at 0x7f...>`: the
+    same image gives the same card bytes on every run (timings aside), and the committed cards hold no address.
+    The probe is a script (importing it runs it), so its helpers are compiled from its source."""
+    import ast
+    import re
+    import typing
+
+    tree = ast.parse((ROOT / "checks" / "image_card_probe.py").read_text())
+    wanted = {"_ADDRESS", "stable_repr", "_type_str", "jsonsafe"}
+    nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in wanted) or (
+        isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in wanted for t in n.targets))]
+    assert len(nodes) == len(wanted)
+    space: dict[str, Any] = {"re": re, "Any": Any, "math": __import__("math"),
+                             "dataclasses": __import__("dataclasses"), "enum": __import__("enum")}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "image_card_probe.py", "exec"), space)
+
+    hint = typing.Annotated[int | None, (lambda x: x)]
+    assert " at 0x" in repr(hint)
+    assert " at 0x" not in space["_type_str"](hint) and "<lambda>>" in space["_type_str"](hint)
+    assert " at 0x" not in str(space["jsonsafe"](object()))
+    for card in sorted((ROOT / "images").glob("*.json")):
+        assert not re.search(r" at 0x[0-9a-fA-F]+>", card.read_text()), card

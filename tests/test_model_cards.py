@@ -426,10 +426,22 @@ def test_truncated_shard(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("patch", "key"), [
     ({"num_key_value_heads": 3}, "num_key_value_heads = 3 contradicts num_attention_heads = 4"),
     ({"num_hidden_layers": 10_000_000}, "num_hidden_layers = 10000000 is not plausible"),
+    ({"num_hidden_layers": 10**400}, "num_hidden_layers = 10000000000000000000… (401 digits) is not plausible"),
+    ({"num_attention_heads": 10**400}, "num_attention_heads = 10000000000000000000… (401 digits) is not plausible"),
+    ({"hidden_size": 10**400}, "hidden_size = 10000000000000000000… (401 digits) is not plausible"),
+    ({"max_position_embeddings": 10**400}, "max_position_embeddings = 10000000000000000000… (401 digits)"),
+    ({"vocab_size": 10**400}, "vocab_size = 10000000000000000000… (401 digits) is not plausible"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": float("inf")}},
+     "rope_scaling.factor = inf is not a rope scaling factor"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": float("nan")}},
+     "rope_scaling.factor = nan is not a rope scaling factor"),
     ({"num_attention_heads": -4}, "num_attention_heads = -4 is not plausible"),
     ({"num_experts_per_tok": 9}, "num_experts_per_tok = 9 contradicts 4 routed experts"),
     ({"max_position_embeddings": "long"}, "max_position_embeddings = 'long' is not an integer"),
     ({"architectures": "Qwen3MoeForCausalLM"}, "architectures must be a list"),
+    ({"architectures": ["Qwen3\u202eMoeForCausalLM"]}, "architectures[0] = 'Qwen3\\u202eMoeForCausalLM' is not a "
+     "class name"),
+    ({"architectures": ["Qwen3\x1b[2JMoe"]}, "architectures[0] = 'Qwen3\\x1b[2JMoe' is not a class name"),
 ])
 def test_contradictory_or_absurd_config(tmp_path: Path, patch: dict[str, Any], key: str) -> None:
     def write(m: Path) -> None:
@@ -443,8 +455,8 @@ def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> No
     naming the shard when one the index names is not in the bucket."""
     from tests.weights_harness import KEY_ID, SECRET, moto_server
 
-    model = _tiny_model(tmp_path)
-    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    model = _tiny_model(tmp_path, {**TINY, "vocab_size": 40_000})  # above the planner's 10 MB floor
+    _write_shards(model, synthesize(_facts(model)))
     local = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None, command=[])
     with moto_server() as s3:
         client = s3.client()
@@ -464,6 +476,10 @@ def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> No
         done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 2, done.stderr
         assert "weight_map names model-00002-of-00002.safetensors" in done.stderr
+        run[4] = "s3://no-such-bucket/tiny"  # the sync's texts name --source; here the URL is SRC
+        done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 2 and "no-such-bucket" in done.stderr, done.stderr
+        assert "--source" not in done.stderr and "SRC" in done.stderr, done.stderr
 
 
 def test_no_index_needs_the_synthesize_switch(tmp_path: Path) -> None:
@@ -622,3 +638,131 @@ def test_the_support_matrix_follows_the_cards() -> None:
     doc = (ROOT / "docs" / "your-model.md").read_text()
     table = doc.split("<!-- cards -->\n", 1)[1].split("<!-- /cards -->", 1)[0]
     assert table == support_matrix(ROOT / "models")
+
+
+# ------------------------------------------------------------------------------------- config against the weights
+
+
+MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+           "num_hidden_layers": 4, "vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+MLA = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 64,
+       "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4, "n_shared_experts": 1,
+       "num_experts_per_tok": 2, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+       "kv_lora_rank": 32, "q_lora_rank": 48, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+       "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 64, "head_dim": 16,
+           "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 4096,
+           "attention_bias": True, "torch_dtype": "bfloat16",
+           "quantization_config": {"quant_method": "mxfp4"}}
+
+
+@pytest.mark.parametrize(("config", "patch", "said"), [
+    (MISTRAL, {"num_attention_heads": 16}, "config.json: num_attention_heads = 16 contradicts "
+     "model.layers.0.self_attn.q_proj.weight [256, 256] in model-0000"),
+    (MISTRAL, {"num_attention_heads": 16}, "16 heads x head_dim 32 = 512 output rows, the tensor has 256"),
+    (MISTRAL, {"num_hidden_layers": 8}, "config.json: num_hidden_layers = 8 contradicts the weights: no tensor of "
+     "decoder layers 4..7"),
+    (MISTRAL, {"num_hidden_layers": 3}, "config.json: num_hidden_layers = 3 contradicts the weights: "),
+    (MISTRAL, {"num_key_value_heads": 4}, "config.json: num_key_value_heads = 4 contradicts "
+     "model.layers.0.self_attn.k_proj.weight [64, 256]"),
+    (MISTRAL, {"hidden_size": 512}, "config.json: hidden_size = 512 contradicts model.embed_tokens.weight "
+     "[1000, 256]"),
+    (TINY, {"num_experts": 8}, "config.json: num_experts = 8 contradicts the weights: decoder layer 0 holds 4 "
+     "experts (0..3;"),
+    (MLA, {"num_attention_heads": 8}, "config.json: num_attention_heads = 8 contradicts "
+     "model.layers.0.self_attn.kv_b_proj.weight [128, 32]"),
+    (MLA, {"kv_lora_rank": 16}, "config.json: kv_lora_rank = 16 contradicts "
+     "model.layers.0.self_attn.kv_a_proj_with_mqa.weight [40, 64]"),
+    (GPT_OSS, {"num_local_experts": 8}, "config.json: num_local_experts = 8 contradicts "
+     "model.layers.0.mlp.experts.down_proj_blocks [4, 64, 2, 16]"),
+])
+def test_a_config_that_contradicts_its_shard_headers_is_refused(tmp_path: Path, config: dict[str, Any],
+                                                                patch: dict[str, Any], said: str) -> None:
+    """The shard headers are the checkpoint vLLM loads: a config.json that disagrees with them (more heads than
+    the q_proj rows hold, layers the shards lack) would plan a TP or PP vLLM fails on. Exit 2 naming the key,
+    its value, and the tensor and shape that contradict it; the consistent config writes a card."""
+    model = _tiny_model(tmp_path, config)
+    _write_shards(model, synthesize(model_facts(config, config)[0]))
+    good = build_card(LocalSource(model), "t", synthesize_weights=False, facts_given={}, why=None, command=[])
+    assert good["layers"] == config["num_hidden_layers"]
+    (model / "config.json").write_text(json.dumps({**config, **patch}))
+    code, out = _card_exit(str(model), "--name", "bad", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert said in out, out
+    assert not (tmp_path / "models" / "bad.json").exists()
+
+
+def test_an_index_without_headers_is_checked_for_layers_and_experts(tmp_path: Path) -> None:
+    """--synthesize-weights beside an index: the index's names alone show the decoder layers and the experts, and
+    a config that disagrees is named by its key (not only as a name-set difference)."""
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize({**TINY, **_facts(model)}))
+    for shard in model.glob("*.safetensors"):
+        shard.unlink()
+    (model / "config.json").write_text(json.dumps({**TINY, "num_hidden_layers": 3}))
+    with pytest.raises(CardError, match=r"config.json: num_hidden_layers = 3 contradicts the weights: no tensor of "
+                                        r"decoder layers 2 in model.safetensors.index.json"):
+        build_card(LocalSource(model), "t", synthesize_weights=True, facts_given={}, why=None, command=[])
+    (model / "config.json").write_text(json.dumps({**TINY, "num_experts": 6}))
+    with pytest.raises(CardError, match=r"config.json: num_experts = 6 contradicts the weights: decoder layer 0 "
+                                        r"holds 4 experts \(0..3"):
+        build_card(LocalSource(model), "t", synthesize_weights=True, facts_given={}, why=None, command=[])
+
+
+def test_model_card_refuses_what_plan_would_refuse(tmp_path: Path) -> None:
+    """A card under the planner's 10 MB floor is refused by `model-card` itself (the same rule), not written for
+    `plan` to trip over."""
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize(_facts(model)))
+    code, out = _card_exit(str(model), "--name", "tiny", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"model-card: {model}: weights add up to" in out and "below the 10 MB" in out, out
+    assert "nothing was written (the planner would refuse this card)" in out
+    assert not (tmp_path / "models" / "tiny.json").exists()
+
+
+@pytest.mark.parametrize("broken", ["small", "{", "[]", "weights"])
+def test_a_broken_card_is_a_config_problem(tmp_path: Path, h20_values: dict[str, Any],
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                           broken: str) -> None:
+    """A card `plan` cannot use (too small, not JSON, not an object, a field of the wrong type) is exit 2 naming
+    models/<name>.json, what is wrong and how to regenerate it; never an internal error."""
+    from review.cli import main as cli_main
+    from review.model_card import write_card
+
+    model = _tiny_model(tmp_path)
+    _write_shards(model, synthesize(_facts(model)))
+    card = build_card(LocalSource(model), "tiny", synthesize_weights=False, facts_given={}, why=None,
+                      command=["python", "-m", "stacks", "model-card", str(model), "--name", "tiny"])
+    path = write_card(card, tmp_path)
+    if broken == "weights":
+        path.write_text(json.dumps({**card, "weights": [1, 2]}))
+    elif broken != "small":
+        path.write_text(broken)
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        plan_of({**h20_values, "model": {**h20_values["model"], "profile": "tiny"}})
+    problem = next(p for p in caught.value.problems if p.key == "model.profile")
+    assert problem.message.startswith(f"the card {path}: "), problem.message
+    assert problem.fix and "regenerate it from the model's files: python -m stacks model-card " in problem.fix
+    if broken == "small":
+        assert "weights add up to" in problem.message
+        assert f"python -m stacks model-card {model} --name tiny (the command the card records)" in problem.fix
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.h20.yaml").write_text((ROOT / "Pulumi.h20.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["plan", "h20", "--set", "model.profile=tiny"]) == 2
+    assert f"vllm-cluster:model.profile = 'tiny': the card {path}: " in capsys.readouterr().err
+
+
+def test_synthesize_refuses_an_architecture_it_has_no_names_for(tmp_path: Path) -> None:
+    """--synthesize-weights writes the tensor names of the architectures it was checked against; another one
+    (here a Phi-3 config) is refused with the list, not given Qwen3's names."""
+    model = _tiny_model(tmp_path, {**MISTRAL, "architectures": ["Phi3ForCausalLM"], "model_type": "phi3"})
+    code, out = _card_exit(str(model), "--name", "phi", "--synthesize-weights", root=tmp_path)
+    assert code == 2 and "Traceback" not in out, out
+    assert ("config.json: architectures[0] = Phi3ForCausalLM: --synthesize-weights knows the tensor names of "
+            "DeepseekV3ForCausalLM, GptOssForCausalLM, LlamaForCausalLM") in out

@@ -190,7 +190,7 @@ def test_vllm_0_33_0_runs_both_profiles(prod_values: dict[str, Any]) -> None:
 def test_unknown_image_warns_and_uses_general_rules(prod_values: dict[str, Any]) -> None:
     prod_values["image"]["tag"] = "my-private-build"
     plan = plan_of(prod_values)
-    assert any("not in the capability table" in w for w in plan.warnings)
+    assert any("is not a known image" in w and "python -m stacks image-card" in w for w in plan.warnings)
     prod_values["parallelism"] |= {"tensor": 16, "data": 1}
     assert any("FlashMLA" in p.message for p in problems_of(prod_values))
 

@@ -23,7 +23,7 @@ from stacks.planner.listeners import Listener, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed import image_card, rendered_argv_problems
 from stacks.planner.observability import ObservabilityPlan, observability_plan
-from stacks.planner.profiles import shadowed_card
+from stacks.planner.profiles import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
 from stacks.planner.validation import validate
@@ -564,7 +564,11 @@ def api_sections(plan: Plan) -> list[str]:
 
 def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
     """How to run the watch unit, and what the weights and collective checks need from the deployer."""
-    notes = [f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
+    kwarg, why = thinking_kwarg(config)
+    thinking = [] if kwarg is not None or not config.api.smoke.thinking_check else [
+        f"no thinking check: {why}, so no answer carries reasoning (serve one with serving.reasoning_parser, or "
+        "set api.smoke.thinking_check: false to say so)"]
+    notes = [*thinking, f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
              f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; "
              "docs/checks-by-hand.md: Watch mode)"]
     source = config.model.source
@@ -589,10 +593,22 @@ def _spanning_proves(topo: Topology, node: NodeTopology) -> str:
     return f"{workers} (workers only: no engine core runs here)"
 
 
+def thinking_kwarg(config: StackConfig) -> tuple[str | None, str]:
+    """The request key of the thinking check (stacks/planner/profiles.py `thinking_request`); None when the stack
+    serves no reasoning parser (or its card cannot be read: the plan names that)."""
+    try:
+        profile = get_profile(config.model.profile)
+    except CardProblem as exc:
+        return None, str(exc)
+    if profile is None:
+        return None, f"no card {config.model.profile}"
+    return thinking_request(profile, config.serving.reasoning_parser)
+
+
 def _api_check_applies(config: StackConfig, check: str) -> bool:
     smoke = config.api.smoke
     return {
-        "thinking": smoke.thinking_check,
+        "thinking": smoke.thinking_check and thinking_kwarg(config)[0] is not None,
         "stream": smoke.stream_check,
         "auth": config.api_key is not None or config.api.proxy.enabled,
         "deny": config.api.proxy.enabled,

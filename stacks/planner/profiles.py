@@ -82,10 +82,74 @@ class ModelProfile:
     """The checkpoint's quantization method (config.json `quantization_config.quant_method`), None if unquantized."""
     dtype: str = "bfloat16"
     """The checkpoint's dtype as the card records it (`torch_dtype`)."""
+    thinking_kwarg: str | None = None
+    """The card's `serving.thinking_kwarg` (one of THINKING_KWARGS) when given; else derived from the parser."""
+
+
+THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
+"""How a request turns a model's reasoning on and off: `chat_template_kwargs: {"thinking": bool}` (DeepSeek's
+templates), `chat_template_kwargs: {"enable_thinking": bool}` (Qwen3's), or the request's `reasoning_effort`
+(gpt-oss: harmony always reasons; the effort is low, medium or high)."""
+THINKING_KWARG_BY_PARSER = {
+    # vllm/parser/deepseek_v4.py:255-261 (deepseek_v4 and deepseek_v41: `thinking` or `enable_thinking`, on when
+    # neither is sent); vllm/reasoning/deepseek_v3_reasoning_parser.py:28-31 (either, off when neither is sent)
+    "deepseek_v3": "thinking", "deepseek_v4": "thinking", "deepseek_v41": "thinking",
+    # vllm/parser/qwen3.py:317-318: only `enable_thinking`, on when it is not sent ("thinking" is ignored)
+    "qwen3": "enable_thinking",
+    # vllm/reasoning/gptoss_reasoning_parser.py:16-21 (harmony parses the output, reasoning is always there);
+    # vllm/entrypoints/openai/parser/harmony_utils.py:68-72,123-132 (reasoning_effort low, medium or high)
+    "openai_gptoss": "reasoning_effort",
+}
+"""vLLM 0.33.0's reasoning parsers and the request key each reads. A parser not listed gets `enable_thinking`, the
+key vLLM itself sets from `reasoning_effort` (vllm/entrypoints/openai/chat_completion/protocol.py:665-666); a card's
+`serving.thinking_kwarg` (`model-card --fact thinking_kwarg=...`) overrides both."""
+
+
+def thinking_request(profile: ModelProfile, reasoning_parser: str | None) -> tuple[str | None, str]:
+    """(the request key that turns reasoning on and off, where it came from); (None, why) when the stack serves
+    no reasoning parser, so no response carries reasoning and no thinking check can pass."""
+    parser = reasoning_parser or profile.reasoning_parser
+    if parser is None:
+        return None, f"the card {profile.key} names no reasoning parser and serving.reasoning_parser is not set"
+    if profile.thinking_kwarg:
+        return profile.thinking_kwarg, f"the card {profile.key}: serving.thinking_kwarg"
+    if parser in THINKING_KWARG_BY_PARSER:
+        return THINKING_KWARG_BY_PARSER[parser], f"vLLM's {parser} reasoning parser"
+    return "enable_thinking", (f"reasoning parser {parser}: its key is not known here, so the check sends "
+                               "enable_thinking, the key vLLM sets itself; if the model's template reads another, "
+                               "regenerate the card with --fact thinking_kwarg=thinking (or reasoning_effort)")
 
 
 class CardProblem(Exception):
-    """A card that cannot be read: the file and what is wrong."""
+    """A card that cannot be read or that the rules refuse: the file and what is wrong. A config problem (exit 2),
+    never an internal error: a card is a file the user wrote or edited."""
+
+
+MIN_WEIGHT_BYTES = 1e7
+"""10 MB: no model vLLM serves is smaller. `model-card` refuses to write such a card and `plan` refuses to read
+one (both through `card_weights_problem`)."""
+
+
+def card_weights_problem(total: float) -> str | None:
+    """What is wrong with a card's weight bytes (experts + dense + embeddings), or None: the one rule `model-card`
+    and the planner share."""
+    if not math.isfinite(total) or total < MIN_WEIGHT_BYTES:
+        return (f"weights add up to {total:g} bytes, below the {MIN_WEIGHT_BYTES / 1e6:g} MB that no model vLLM "
+                "serves is smaller than (a partial checkpoint, or the wrong directory)")
+    return None
+
+
+def regenerate_hint(path: str) -> str:
+    """How to rewrite a card: the command it records (`generated_by`), or the general form."""
+    try:
+        card = json.loads(Path(path).read_text())
+        command = card.get("generated_by") if isinstance(card, dict) else None
+    except (OSError, ValueError):
+        command = None
+    name = Path(path).stem
+    if isinstance(command, str) and command.startswith("python -m stacks model-card ") and command.isprintable():
+        return f"regenerate it from the model's files: {command} (the command the card records)"
+    return f"regenerate it from the model's files: python -m stacks model-card SRC --name {name}"
 
 
 def _gb(values: list[Any]) -> tuple[float, float, float, float]:
@@ -97,13 +161,15 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
     """The planner's view of a card."""
     try:
         if card.get("card") != CARD_VERSION:
-            raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}: "
-                              "regenerate it with python -m stacks model-card")
+            raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}")
         w, s = card["weights"], card["serving"]
         total = float(w["experts_bytes"]) + float(w["dense_bytes"]) + float(w.get("embeddings_bytes") or 0)
-        if not math.isfinite(total) or total < 1e7:  # 10 MB: no model vLLM serves is smaller
-            raise CardProblem(f"{where}: weights add up to {total:g} bytes; regenerate the card from the model's "
-                              "shards (python -m stacks model-card DIR --name NAME)")
+        too_small = card_weights_problem(total)
+        if too_small:
+            raise CardProblem(f"{where}: {too_small}")
+        kwarg = s.get("thinking_kwarg")
+        if kwarg is not None and kwarg not in THINKING_KWARGS:
+            raise CardProblem(f"{where}: serving.thinking_kwarg {kwarg!r} is not one of {', '.join(THINKING_KWARGS)}")
         vram = s.get("min_vram_gb")
         if vram is not None and not (isinstance(vram, (int, float)) and math.isfinite(vram) and 0 < vram < 10_000):
             raise CardProblem(f"{where}: serving.min_vram_gb {vram!r} is not a GPU memory size in GB (0 to 10000)")
@@ -140,10 +206,10 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             and card["quantization"].get("block_size") else None,
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
-            quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc}); regenerate it with "
-                          "python -m stacks model-card") from exc
+            quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"),
+            thinking_kwarg=kwarg)
+    except (LookupError, TypeError, ValueError, AttributeError) as exc:
+        raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc})") from exc
 
 
 @lru_cache(maxsize=64)
@@ -151,7 +217,7 @@ def _load(path: str, mtime: float) -> ModelProfile:
     try:
         card = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise CardProblem(f"{path}: {exc}") from exc
+        raise CardProblem(f"{path}: not JSON ({exc})") from exc
     if not isinstance(card, dict):
         raise CardProblem(f"{path}: not a JSON object")
     return profile_from_card(card, path)

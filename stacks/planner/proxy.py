@@ -103,9 +103,56 @@ class Routes:
 BUILTIN_ROUTES = Routes(ALLOWED_PATHS, OPEN_PATHS, DENIED_PATHS, "built-in list (stacks/planner/proxy.py DENIED_PATHS)")
 
 
+CARD_ROUTES = "card:"
+"""A routes key that names an image card (`card:<file stem>`): its `routes` list, for an image whose vLLM has no
+table in stacks/planner/data/."""
+
+
+def _card_origin(route: dict[str, object]) -> str:
+    """A card route's endpoint as a routes-table origin (module path), so ADMIN_ORIGINS reads both alike."""
+    endpoint = str(route.get("endpoint") or route.get("kind") or "")
+    if endpoint.startswith("fastapi."):
+        return f"fastapi {endpoint}"
+    if endpoint.startswith("prometheus_fastapi_instrumentator."):  # vLLM mounts it for /metrics
+        return f"vllm/entrypoints/serve/instrumentator/ ({endpoint})"
+    return endpoint.replace(".", "/")
+
+
+def routes_file(version: str) -> str:
+    """Where a routes key's table is, as messages name it."""
+    if version.startswith(CARD_ROUTES):
+        return f"images/{version.removeprefix(CARD_ROUTES)}.json: routes"
+    return f"stacks/planner/data/vllm-{version}-routes.json"
+
+
+def routes_label(version: str) -> str:
+    if version.startswith(CARD_ROUTES):
+        from stacks.planner.image_cards import all_cards
+
+        name = version.removeprefix(CARD_ROUTES)
+        found = next((c.vllm_version for c in all_cards() if c.name == name), "?")
+        return f"vLLM {found}"
+    return f"vLLM {version}"
+
+
 @cache
 def _routes_table(version: str) -> dict[str, dict[str, list[str]]]:
-    """The routes table of a vLLM version (path -> methods and origins), read once."""
+    """The routes table of a vLLM version (path -> methods and origins), read once; for `card:<name>`, the routes
+    the image card recorded."""
+    if version.startswith(CARD_ROUTES):
+        from stacks.planner.image_cards import all_cards
+
+        card = next(c for c in all_cards() if c.name == version.removeprefix(CARD_ROUTES))
+        table: dict[str, dict[str, list[str]]] = {}
+        for route in card.raw.get("routes") or []:
+            if not isinstance(route, dict) or not isinstance(route.get("path"), str):
+                continue
+            entry = table.setdefault(route["path"], {"methods": [], "origins": []})
+            if route.get("method") and route["method"] not in entry["methods"]:
+                entry["methods"].append(str(route["method"]))
+            if _card_origin(route) not in entry["origins"]:
+                entry["origins"].append(_card_origin(route))
+        return table
     raw = json.loads((DATA / f"vllm-{version}-routes.json").read_text())
     return {str(p): {"methods": list(e["methods"]), "origins": [str(o) for o in e["origins"]]}
             for p, e in raw["routes"].items()}
@@ -135,8 +182,16 @@ def static_path(route: str) -> str:
 
 
 def routes_version(config: StackConfig) -> str | None:
+    """The routes key of the stack's image: its vLLM version's table, else its image card's routes, else None."""
     caps = get_capabilities(config.image.ref)
-    return caps.routes if caps else None
+    if caps and caps.routes:
+        return caps.routes
+    from stacks.planner.image_cards import card_for
+
+    card, _ = card_for(f"{config.image.repository}:{config.image.tag}", config.image.digest)
+    if card is not None and card.raw.get("routes"):
+        return f"{CARD_ROUTES}{card.name}"
+    return None
 
 
 def proxy_routes(config: StackConfig) -> Routes:
@@ -150,7 +205,7 @@ def proxy_routes(config: StackConfig) -> Routes:
     else:
         known = {static_path(p) for p in vllm_routes(version)} - {"/"}
         denied = tuple(sorted(known - set(allowed)))
-        source = f"vLLM {version} routes (stacks/planner/data/vllm-{version}-routes.json)"
+        source = f"{routes_label(version)} routes ({routes_file(version)})"
     return Routes(allowed, tuple(p for p in OPEN_PATHS if p in allowed), denied, source)
 
 
@@ -164,17 +219,18 @@ def routes_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     version = routes_version(config)
     problems = _front_door_problems(proxy, admin_routes(version) if version else known_admin_routes())
     if version is None:
-        return problems, [f"image {config.image.ref} has no routes table (stacks/planner/images.py `routes`): "
+        return problems, [f"image {config.image.ref} has no routes table: "
                           f"api.proxy.allowed_paths cannot be checked against what it serves, and the proxy names "
                           f"only the built-in {len(DENIED_PATHS)} dangerous paths in its 403 (every other path not "
-                          "allowed still gets 404); extract the image's routes with bench/extract_vllm_routes.py"]
+                          f"allowed still gets 404); take the image's card, which records its routes: python -m "
+                          f"stacks image-card {config.image.ref}"]
     served = vllm_routes(version)
     for i, path in enumerate(proxy.allowed_paths):
         if path not in served:
             near = difflib.get_close_matches(path, [p for p in served if "{" not in p], n=4, cutoff=0.6)
             problems.append(Problem(
-                f"api.proxy.allowed_paths.{i}", path, f"vLLM {version} serves no such path "
-                f"(stacks/planner/data/vllm-{version}-routes.json); a path with a parameter cannot be allowed exactly",
+                f"api.proxy.allowed_paths.{i}", path, f"{routes_label(version)} serves no such path "
+                f"({routes_file(version)}); a path with a parameter cannot be allowed exactly",
                 fix=f"a path the image serves, e.g. {', '.join(near or ['/v1/embeddings', '/v1/responses'])}"))
     return problems, []
 

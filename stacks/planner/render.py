@@ -59,7 +59,7 @@ def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
     """At most SUMMARY_MAX_LINES lines: what runs where, memory per GPU, warnings and checks at a glance."""
     t, mem = plan.topology, plan.summary.memory
     digest = "pinned by digest" if plan.image["digest"] else "NOT pinned by digest"
-    known = "" if plan.image["known"] else ", not in the capability table"
+    known = "" if plan.image["known"] or plan.image.get("card") else ", not a known image: no card"
     lines = [
         f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']}) on {t['nodes']} node(s), "
         f"{t['gpus_used']} GPUs; endpoint {plan.endpoint}",
@@ -105,7 +105,7 @@ def render_detail(plan: Plan) -> str:
     lines = [
         f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']})",
         f"image {plan.image['ref']} digest {plan.image['digest'] or '- (not pinned)'}"
-        + ("" if plan.image["known"] else "  [not in capability table]"),
+        + ("" if plan.image["known"] or plan.image.get("card") else "  [not a known image: no card]"),
         f"topology {t['label']}: backend={t['backend']} nodes={t['nodes']} tensor={t['tensor']} "
         f"pipeline={t['pipeline']} data={t['data']} expert={t['expert'] or 'off'} gpus_used={t['gpus_used']}",
         f"endpoint {plan.endpoint}",

@@ -24,6 +24,7 @@ from stacks.planner.exposure import (
 )
 from stacks.planner.fabric import control_ip, fabric_problems
 from stacks.planner.gpus import known_gpu
+from stacks.planner.image_cards import ImageCard
 from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
@@ -31,7 +32,14 @@ from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
 from stacks.planner.memory import GpuMemory
-from stacks.planner.profiles import CardProblem, ModelProfile, card_names, get_profile
+from stacks.planner.profiles import (
+    CardProblem,
+    ModelProfile,
+    card_names,
+    get_profile,
+    regenerate_hint,
+    thinking_request,
+)
 from stacks.planner.proxy import routes_problems
 from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
@@ -81,19 +89,24 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
                 fix=f"one of {card_names()}, or write one from the model's files: python -m stacks model-card "
                     f"SRC --name {config.model.profile}"))
     except CardProblem as exc:
-        result.problems.append(Problem("model.profile", config.model.profile, str(exc),
-                                       fix="regenerate the card: python -m stacks model-card SRC --name NAME"))
+        path = str(exc).split(": ", 1)[0]
+        result.problems.append(Problem("model.profile", config.model.profile, f"the card {exc}",
+                                       fix=regenerate_hint(path)))
     image = get_capabilities(config.image.ref)
-    if image is None:
+    carded, _ = image_card(config)
+    if image is None and carded is None:  # a carded image's own record is its card; the uncarded gets this too
         result.warnings.append(
-            f"image {config.image.ref} is not in the capability table (stacks/planner/images.py): only the general "
-            "rules were checked; add the image once it is tested")
+            f"image {config.image.ref} is not a known image: only the general rules were checked; take its card "
+            f"(python -m stacks image-card {config.image.ref}, docs/your-image.md) so its flags, model "
+            "architectures and quantization methods are checked")
     if config.image.digest is None:
         result.warnings.append(
             f"image {config.image.ref} is not pinned by digest: the tag can be re-pushed, so two nodes (or a "
             "rollback) may run different builds; write image as repo:tag@sha256:<digest> (prod policy requires it)")
     if profile is not None:
         _model_rules(config, profile, image, result)
+        if carded is not None:
+            _registry_rules(config, profile, carded, result)
         _memory_rules(config, profile, topology, result)
     load_s = estimated_load_s(config, profile, topology) if profile is not None and not topo_problems else None
     gpu_problems, gpu_warnings = gpu_rules(config)
@@ -148,11 +161,45 @@ def _tp_fix(config: StackConfig, max_tp: int) -> str:
             f"true (EP{dp * tp})")
 
 
+def _registry_rules(config: StackConfig, profile: ModelProfile, card: ImageCard, result: Validation) -> None:
+    """The model card's architecture and quantization method against what the image's vLLM registered (its card's
+    `registries`): vLLM refuses a model it has no class for, or a quantization it does not know, at start."""
+    registries = card.raw.get("registries") or {}
+    where = f"models/{profile.key}.json"
+    arches = registries.get("architectures")
+    if isinstance(arches, list) and arches and profile.architecture not in arches:
+        near = difflib.get_close_matches(profile.architecture, [str(a) for a in arches], n=3, cutoff=0.6)
+        result.problems.append(Problem(
+            "model.profile", config.model.profile,
+            f"architecture {profile.architecture} ({where}) is not one of the {len(arches)} model architectures "
+            f"vLLM {card.vllm_version} registers ({card.path}: registries.architectures)",
+            upstream="ValueError: Model architectures [...] are not supported for now (vLLM's model registry)",
+            fix=f"an image whose vLLM serves {profile.architecture}"
+                + (f"; or the card's architecture is misspelt: {', '.join(near)}" if near else "")))
+    methods = registries.get("quantization_methods")
+    quant = profile.quantization
+    if quant is not None and isinstance(methods, list) and methods and quant not in methods:
+        result.problems.append(Problem(
+            "model.profile", config.model.profile,
+            f"quantization method {quant!r} ({where}: quantization.method, from the checkpoint's "
+            f"quantization_config.quant_method) is not one of the {len(methods)} methods vLLM {card.vllm_version} "
+            f"knows ({card.path}: registries.quantization_methods)",
+            upstream="ValueError: Unknown quantization method (vLLM's quantization registry)",
+            fix=f"an image whose vLLM knows {quant!r}, or a checkpoint quantized with one of "
+                f"{', '.join(str(m) for m in methods[:12])}{' …' if len(methods) > 12 else ''}"))
+
+
 def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabilities | None,
                  result: Validation) -> None:
     par = config.parallelism
     tp, pp, dp = par.tensor, par.pipeline, par.data
     add = result.problems.append
+    smoke = config.api.smoke
+    kwarg, why = thinking_request(profile, config.serving.reasoning_parser)
+    if kwarg is None and smoke.thinking_check and "thinking_check" in smoke.model_fields_set:
+        add(Problem("api.smoke.thinking_check", True, f"asks for a thinking check, but {why}: no answer would "
+                    "carry reasoning, so the check would fail after every deploy",
+                    fix="api.smoke.thinking_check: false, or serving.reasoning_parser set to the model's parser"))
     if profile.num_attention_heads % tp:
         good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0]
         add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
@@ -822,7 +869,10 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
             fix="IB with roce/ib, Socket with socket, or leave it unset"))
     if image is not None and image.option_table:
         dtypes = engine_values(image.option_table).get("kv_cache_dtype")
-        profile = get_profile(config.model.profile)
+        try:
+            profile = get_profile(config.model.profile)
+        except CardProblem:  # validate() reports it
+            profile = None
         dtype = serving.kv_cache_dtype or (profile.default_kv_cache_dtype if profile else None)
         if dtypes and dtype is not None and dtype not in dtypes:
             result.problems.append(Problem(
