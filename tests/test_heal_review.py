@@ -479,3 +479,31 @@ def test_the_served_metrics_follow_the_back_off_and_the_give_up(tmp_path: Path) 
     assert float(stamp.split()[-1]) == NOW, stamp  # every digit: a Unix time in %g would be minutes off
     backing_off = [s for s in seen if 'vllm_cluster_group_next_restart_in_seconds{stack="t"} 60' in s]
     assert len(backing_off) == 1 and 'vllm_cluster_group_gave_up{stack="t"} 0' in backing_off[0], seen
+
+
+def observed_plan(stack: str = "h20", *extra: str) -> object:
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+
+    config = load_stack(stack, ["observability.enabled=true", *extra], assume_secret=[
+        "grafana_admin_password", "api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"])
+    return build_plan(stack, config)
+
+
+@pytest.mark.parametrize("extra", [(), ("api.proxy.enabled=true", "api.proxy.tls=false", "serving.host=127.0.0.1")])
+def test_the_clean_step_requires_free_only_the_ports_the_restart_stops(extra: tuple[str, ...]) -> None:
+    from review.group import group_of
+    from stacks.planner.plan import Plan
+
+    plan = observed_plan("h20", *extra)
+    assert isinstance(plan, Plan)
+    kept_running = {(lst.node, lst.port) for lst in plan.listeners
+                    if lst.role in ("monitoring", "proxy") or lst.process.startswith("checks.")}
+    assert any(lst.role == "monitoring" for lst in plan.listeners), "observability is on: exporters listen"
+    group = group_of(plan)
+    for rank in group.ranks:
+        engine = {lst.port for lst in plan.listeners if lst.node == rank.node and lst.role not in
+                  ("monitoring", "proxy") and not lst.process.startswith("checks.") and not lst.ephemeral
+                  and lst.port_end is None and lst.protocol == "tcp"}
+        assert set(rank.ports) == engine and engine, (rank, engine)
+        assert not {(rank.node, p) for p in rank.ports} & kept_running, rank
