@@ -217,6 +217,16 @@ def mapped_group(group: Group, access: NodeAccess) -> Group:
     return replace(group, ranks=ranks)
 
 
+def companions_of(plan: Plan, node: str, access: NodeAccess) -> dict[str, str]:
+    """The stack's own non-engine containers the plan puts on `node`, by name (as the node map names them) -> role:
+    the monitoring containers (components/observability.py) and the proxy (components/api_endpoint.py)."""
+    out = {access.container(node, m.name): m.role
+           for m in (plan.observability.containers if plan.observability else []) if m.node == node}
+    if plan.proxy is not None and plan.proxy.node == node:
+        out[access.container(node, plan.proxy.container)] = "api-proxy"
+    return out
+
+
 def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
     """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
     rows: list[DriftRow] = []
@@ -236,7 +246,8 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
         ids = listed.stdout.split()
         others = inspect(access, node.name, *ids) if ids else []
-        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports)
+        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
+                                   companions_of(plan, node.name, access))
     return rows
 
 
