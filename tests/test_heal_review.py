@@ -307,7 +307,26 @@ def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_pat
     assert out.returncode == 2 and "--user is missing: the unit would run as root" in out.stderr, out.stderr
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy", "--metrics-file", str(prom))
     assert out.returncode == 0, out.stderr
-    assert f"ReadWritePaths=/run/lock %h/.ssh {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+    assert f"ReadWritePaths=/run/lock {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+    assert "%h" not in out.stdout, "in a system unit %h is root's home whatever User= says"
+    assert "RuntimeDirectory=vllm-cluster-supervisor-h20\nRuntimeDirectoryMode=0700\n" in out.stdout
+
+
+def test_ssh_puts_its_shared_socket_in_the_units_runtime_directory(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from review.node_access import RUNTIME_DIR_ENV, SshAccess
+    from stacks.model.loader import load_stack
+
+    access = SshAccess("h20", load_stack("h20"))
+    node = access.config.nodes[0].name
+    monkeypatch.delenv(RUNTIME_DIR_ENV, raising=False)
+    outside = access._ssh(node)
+    assert "ControlPath=~/.ssh/vllm-cluster-%r@%h:%p" in outside, "by hand: as the Docker provider does"
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(tmp_path))
+    inside = access._ssh(node)
+    paths = [o for o in inside if o.startswith("ControlPath=")]
+    assert paths == [f"ControlPath={tmp_path}/%C"], inside
+    assert len(inside) == len(outside)
 
 
 NOW = 1_764_775_000.0
