@@ -464,6 +464,12 @@ def test_a_metrics_listen_given_to_the_unit_renderer_cannot_add_a_line(tmp_path:
 
 
 class CleanFails(RunningContainers):
+    """Every rank exited (Docker says so: the evidence a restart needs), and the clean step fails."""
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, json.dumps({"Running": False, "Status": "exited",
+                                                                "ExitCode": 1}), "")
+
     def shell(self, node: str, script: str, args: list[str],
               timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "rm: cannot remove: No space left on device")
@@ -526,3 +532,110 @@ def test_the_clean_step_requires_free_only_the_ports_the_restart_stops(extra: tu
                   and lst.port_end is None and lst.protocol == "tcp"}
         assert set(rank.ports) == engine and engine, (rank, engine)
         assert not {(rank.node, p) for p in rank.ports} & kept_running, rank
+
+
+class Nodes(RunningContainers):
+    """Docker over SSH as the supervisor sees it: every container running, or exited, or no answer at all."""
+
+    def __init__(self) -> None:
+        self.mode = "running"
+        self.shells = 0
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        if self.mode == "blind":
+            return subprocess.CompletedProcess(args, 255, "", "ssh: connect to host 10.0.0.2 port 22: Connection "
+                                               "timed out")
+        state = {"Running": self.mode == "running", "Status": "running" if self.mode == "running" else "exited",
+                 "ExitCode": 0 if self.mode == "running" else 137}
+        return subprocess.CompletedProcess(args, 0, json.dumps(state), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        self.shells += 1
+        return subprocess.CompletedProcess(args, 1, "", "stop here: the test only counts restarts")
+
+
+def watched(tmp_path: Path, health_url: str) -> tuple[Supervisor, Nodes, list[float]]:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
+                  health_url=health_url)
+    clock = [1000.0]
+    nodes = Nodes()
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    sup = Supervisor(group, nodes, Log(io.StringIO(), "t"), Settings(interval_s=30, hang_s=60, health_timeout_s=5),
+                     DeployLock(tmp_path / "lock"), clock=lambda: clock[0], wall=lambda: NOW, sleep=sleep)
+    return sup, nodes, clock
+
+
+def test_losing_sight_of_the_nodes_is_blind_never_a_hang(tmp_path: Path,
+                                                         metrics_server: tuple[str, list[str]]) -> None:
+    url, _ = metrics_server  # answers 200: the group serves
+    sup, nodes, clock = watched(tmp_path, url)
+    assert sup.probe() is None and sup.seen_healthy
+    nodes.mode = "blind"
+    sup.group = Group(stack="t", ranks=sup.group.ranks, ready_timeout_s=60, health_url="http://127.0.0.1:9/health")
+    for _ in range(10):  # ten minutes without SSH and without /health: ten times --hang-s
+        assert sup.probe() is None, sup.log.lines
+        clock[0] += 60
+    blind = [line for line in sup.log.lines if " blind: " in line]
+    assert len(blind) == 1 and "Connection timed out" in blind[0] and "unreachable is not dead" in blind[0]
+    assert not any(" degraded: " in line for line in sup.log.lines), sup.log.lines
+    nodes.mode = "exited"
+    assert "exited" in (sup.probe() or ""), "Docker reporting an exit is a death at once"
+
+
+def test_a_restart_waits_for_fresh_evidence_and_none_when_the_group_came_back(
+        tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
+    from review.node_access import AccessError
+
+    url, _ = metrics_server
+    sup, nodes, clock = watched(tmp_path, url)
+    nodes.mode = "exited"
+    reason = sup.probe()
+    assert reason and "exited" in reason
+    nodes.mode = "blind"
+    answers: list[list[str] | AccessError] = [AccessError("node node2: ssh: Connection timed out")] * 2 + [[]]
+
+    def drift_check() -> list[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, AccessError):
+            raise answer
+        if not answers:
+            nodes.mode = "running"  # SSH is back, and the group runs and serves: the exit was a blip seen blind
+        return answer
+
+    sup.drift_check = drift_check
+    assert sup.heal(reason) is None
+    assert sup.restarts == 0 and nodes.shells == 0, sup.log.lines
+    assert any(" recovered: " in line for line in sup.log.lines), sup.log.lines
+    # blind right before the restart: no restart until it sees again
+    nodes.mode = "blind"
+    sup.drift_check = None
+    looks = [0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        looks[0] += 1
+        if looks[0] == 3:
+            nodes.mode = "exited"  # seen again, and exited: now a restart may run
+
+    sup.sleep = sleep
+    sup.heal("rank node1 container engine exited")
+    assert nodes.shells >= 1 and sup.restarts >= 1
+    blind_at = next(i for i, line in enumerate(sup.log.lines) if " blind: " in line)
+    evidence_at = next(i for i, line in enumerate(sup.log.lines) if " evidence: " in line)
+    first_restart = next(i for i, line in enumerate(sup.log.lines) if " restart: whole group" in line)
+    assert blind_at < evidence_at < first_restart, sup.log.lines
+
+
+def test_never_seen_healthy_health_failing_alone_restarts_nothing(tmp_path: Path) -> None:
+    sup, nodes, clock = watched(tmp_path, "http://127.0.0.1:9/health")  # this host cannot reach the endpoint
+    for _ in range(10):
+        assert sup.probe() is None, sup.log.lines
+        clock[0] += 60
+    unproven = [line for line in sup.log.lines if " unproven: " in line]
+    assert len(unproven) == 1 and "firewall.api_sources" in unproven[0], sup.log.lines
+    nodes.mode = "exited"
+    assert "exited" in (sup.probe() or ""), "a container Docker reports exited still is a death"
