@@ -196,7 +196,7 @@ def check_lock(flag: str | None, stack: str) -> str | None:
         return f"{shown}: folder {str(path.parent)!r} does not exist; give --lock a file in an existing folder"
     if path.is_dir():
         return f"{shown}: is a folder; give --lock a file, e.g. /run/lock/vllm-cluster-{stack}.lock"
-    if not os.access(path if path.exists() else path.parent, os.W_OK | (os.R_OK if path.exists() else 0)):
+    if not os.access(path, os.R_OK) if path.exists() else not os.access(path.parent, os.W_OK | os.X_OK):
         return (f"{shown}: this user may not {'open' if path.exists() else 'create'} it; run as the deploying user "
                 "or give --lock a file it may write")
     return None

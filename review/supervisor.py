@@ -80,6 +80,10 @@ METRICS = {
 the rules; a test holds the two equal). The textfile's first line is the first one's HELP."""
 
 
+class LockRefused(Exception):
+    """The deploy lock file cannot be opened by this user (exit 2: no restart may run without it)."""
+
+
 @dataclass
 class Settings:
     interval_s: float = 30
@@ -551,6 +555,15 @@ class Supervisor:
         now = self.clock()
         return [t for t in list(self.attempts) if now - t < 3600]  # a copy: the metrics thread reads it too
 
+    def _take_lock(self) -> bool:
+        """The deploy lock, without waiting; LockRefused when this user cannot open it at all."""
+        try:
+            return self.lock.try_acquire()
+        except OSError as exc:
+            raise LockRefused(f"deploy lock {self.lock.path}: cannot be opened ({exc.strerror}): give --lock a file "
+                              "this user may read, or make it readable (chmod 0666; `make up` and the program "
+                              "create it so)") from None
+
     def heal(self, reason: str) -> int | None:
         """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
         drift_error = ""  # why drift could not run on the last try: wait and try again, no back-off
@@ -569,7 +582,7 @@ class Supervisor:
                 finally:
                     self.next_attempt_at = None
             waited = False
-            while not self.lock.try_acquire():
+            while not self._take_lock():
                 if not waited:
                     self.log("wait", f"deploy lock {self.lock.path} is held (a pulumi up is running): no restart "
                              "until it is released", reason)
@@ -657,7 +670,11 @@ class Supervisor:
             else:
                 self.healthy_since = None
                 self.log("death", reason)
-                code = self.heal(reason)
+                try:
+                    code = self.heal(reason)
+                except LockRefused as exc:  # a configuration error: nothing was stopped; the unit stays down
+                    self.log("stop", str(exc), "exit 2: a restart cannot run without the deploy lock")
+                    return 2
                 if code is not None:
                     while self.settings.metrics_url and not self.stopped:  # restarting nothing: gave_up 1 is read
                         self.sleep(max(0.2, self.settings.interval_s))

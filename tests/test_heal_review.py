@@ -639,3 +639,16 @@ def test_never_seen_healthy_health_failing_alone_restarts_nothing(tmp_path: Path
     assert len(unproven) == 1 and "firewall.api_sources" in unproven[0], sup.log.lines
     nodes.mode = "exited"
     assert "exited" in (sup.probe() or ""), "a container Docker reports exited still is a death"
+
+
+def test_a_deploy_lock_this_user_cannot_open_is_exit_2_not_a_crash(tmp_path: Path) -> None:
+    class Refused(DeployLock):
+        def try_acquire(self) -> bool:
+            raise PermissionError(13, "Permission denied")
+
+    sup = bare_supervisor(tmp_path, None)
+    sup.access = CleanFails()  # every rank exited: a death, so the supervisor goes for the lock
+    sup.lock = Refused(tmp_path / "lock")
+    assert sup.run() == 2
+    assert "deploy lock" in sup.log.lines[-1] and "Permission denied" in sup.log.lines[-1], sup.log.lines
+    assert not any(" restart: " in line for line in sup.log.lines)
