@@ -202,6 +202,24 @@ def check_lock(flag: str | None, stack: str) -> str | None:
     return None
 
 
+KEY_ENV = "VLLM_API_KEY"
+
+
+def key_problem(config: StackConfig, stack: str, env_file: str | None = None) -> str | None:
+    """Why the golden check could not authenticate, or None: the stack has a key (the `api_key` secret, or proxy
+    clients: the check client's key) and VLLM_API_KEY is not set. Checked before anything acts, so a restart never
+    stops a serving group and then fails its own check for want of a key."""
+    from stacks.planner.plan import check_client
+
+    client = check_client(config)
+    if (client is None and config.api_key is None) or os.environ.get(KEY_ENV):
+        return None
+    whose = f"proxy client {client!r}'s key (proxy_keys.{client})" if client else "the stack's api_key secret"
+    where = env_file or f"/etc/vllm-cluster/{stack}-supervisor.env"
+    return (f"{KEY_ENV} is not set, and stack {stack!r} needs a key for the golden check: {whose}. Put "
+            f"{KEY_ENV}=<key> in {where} (the unit's EnvironmentFile, mode 0600), or export it for a run by hand")
+
+
 def _load(args: argparse.Namespace) -> tuple[StackConfig, Plan, Group]:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
@@ -302,6 +320,10 @@ def _restart_group(args: argparse.Namespace) -> int:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
+    problem = key_problem(config, args.stack) if args.yes else None
+    if problem:
+        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        return 2
     print(render_steps(group), end="")
     if not args.yes:
         print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
@@ -358,7 +380,7 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     config, plan, group = _load(args)
     listen = metrics_listen(plan, args.metrics_listen)
-    problem = check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+    problem = key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2

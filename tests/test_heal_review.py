@@ -652,3 +652,22 @@ def test_a_deploy_lock_this_user_cannot_open_is_exit_2_not_a_crash(tmp_path: Pat
     assert sup.run() == 2
     assert "deploy lock" in sup.log.lines[-1] and "Permission denied" in sup.log.lines[-1], sup.log.lines
     assert not any(" restart: " in line for line in sup.log.lines)
+
+
+@pytest.mark.parametrize("command", ["restart-group", "supervise"])
+def test_a_stack_with_a_key_and_no_vllm_api_key_is_exit_2_before_anything_acts(command: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    extra = ["--yes"] if command == "restart-group" else ["--hang-s=60", "--metrics-listen", "192.0.2.1:9465"]
+    out = subprocess.run([sys.executable, "-m", "stacks", command, "h20", *extra, "--lock", str(tmp_path / "lock"),
+                          "--assume-secret", "api_key"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                         env={**env, NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert out.returncode == 2, out.stderr
+    assert "VLLM_API_KEY is not set" in out.stderr and "/etc/vllm-cluster/h20-supervisor.env" in out.stderr
+    assert "stop:" not in out.stdout and "Traceback" not in out.stderr
+    dry = stacks("restart-group", "h20", "--assume-secret", "api_key", env={"VLLM_API_KEY": ""})
+    assert dry.returncode == 0, "the dry run needs no key: " + dry.stderr
+    keyed = subprocess.run([sys.executable, "-m", "stacks", command, "h20", *extra, "--lock", str(tmp_path / "lock"),
+                            "--assume-secret", "api_key"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                           env={**env, "VLLM_API_KEY": "k", NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert keyed.returncode == 2 and "VLLM_API_KEY is not set" not in keyed.stderr, keyed.stderr
+    assert ("cannot listen" if command == "supervise" else "cannot run") in keyed.stderr, "went on past the check"
