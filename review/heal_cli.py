@@ -4,6 +4,7 @@ report, and the supervisor's unit and loop. The logic lives in review/group.py, 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import ssl
@@ -69,12 +70,15 @@ def check_metrics_listen(value: str | None, from_plan: bool = False) -> str | No
     """Why `--metrics-listen` cannot be served, or None: checked before anything acts."""
     if not value:
         return None
+    where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
+             if from_plan else "")
     try:
-        parse_listen(value, example="10.30.8.1:9465")
+        host, _ = parse_listen(value, example="10.30.8.1:9465")
     except ConfigProblem as exc:
-        where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
-                 if from_plan else "")
         return f"{exc}{where}; '' serves nothing"
+    if ipaddress.ip_address(host).is_unspecified:  # as observability.supervisor_address refuses it
+        return (f"--metrics-listen {value!r}: a wildcard address would serve the metrics on every interface; give "
+                f"this host's one private address, e.g. 10.30.8.1:9465{where}; '' serves nothing")
     return None
 
 
@@ -131,7 +135,10 @@ def check_golden_url(url: str | None) -> str | None:
     """Why `--golden-metrics-url` cannot be used, or None."""
     if not url:
         return None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
     if _not_plain_http_url(url, parts) or "@" in parts.netloc or parts.query or parts.fragment:
         return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
                 "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
@@ -144,7 +151,10 @@ def check_webhook(url: str | None) -> str | None:
     give-up path, which must not fail, never meets it first. Its path and query are never shown (tokens)."""
     if not url:
         return None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
     if _not_plain_http_url(url, parts):
         return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
                 "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
@@ -161,17 +171,29 @@ SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/root", "/run", "/srv", "/mnt"
 METRICS_HEAD = "# HELP vllm_cluster_group_"
 
 
-def check_metrics_file(flag: str | None) -> str | None:
+def check_metrics_file(flag: str | None, in_unit: bool = False) -> str | None:
     """Why `--metrics-file` cannot be the supervisor's node_exporter textfile, or None: a `*.prom` file in an
-    existing folder that is not a system folder, and not another program's file (it is overwritten)."""
+    existing folder that is not a system folder, and not another program's file (it is overwritten). In the unit
+    (`in_unit`) not under /tmp or /var/tmp either: `PrivateTmp=yes` gives the service its own, which node_exporter
+    never reads."""
     if flag is None:
         return None
     shown = f"--metrics-file {flag[:200]!r}"
     want = "want a *.prom file in node_exporter's textfile folder, e.g. /var/lib/node_exporter/textfile/vllm.prom"
+    try:
+        return _metrics_file_problem(flag, shown, want, in_unit)
+    except OSError as exc:  # a name over NAME_MAX or PATH_MAX, a loop of links
+        return f"{shown}: cannot be used ({exc.strerror}); {want}"
+
+
+def _metrics_file_problem(flag: str, shown: str, want: str, in_unit: bool) -> str | None:
     path = Path(flag).resolve()  # a link is judged by where it points
     if not flag.endswith(".prom") or path.suffix != ".prom":
         return f"{shown}: not a *.prom file (node_exporter reads only those); {want}"
     folder = path.parent
+    if in_unit and any(str(folder) == t or str(folder).startswith(t + "/") for t in ("/tmp", "/var/tmp")):
+        return (f"{shown}: under {str(folder)!r}, which the unit's PrivateTmp=yes replaces with its own (node_exporter "
+                f"would never see the file); {want}")
     if not folder.is_dir():
         return f"{shown}: folder {str(folder)!r} does not exist; create it or {want}"
     if str(folder) in SYSTEM_DIRS or any(str(folder) == t or str(folder).startswith(t + "/") for t in SYSTEM_TREES):
@@ -432,8 +454,8 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here
     listen = metrics_listen(plan, None)
-    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
-               or check_metrics_listen(listen, from_plan=True))
+    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args)
+               or check_metrics_file(args.metrics_file, in_unit=True) or check_metrics_listen(listen, from_plan=True))
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -503,9 +525,12 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     sup.add_argument("--interval-s", type=float, default=30, help="seconds between probes")
     sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death (at least "
                      "--interval-s)")
-    sup.add_argument("--backoff-first-s", type=float, default=60)
-    sup.add_argument("--backoff-max-s", type=float, default=1800, help="at least --backoff-first-s")
-    sup.add_argument("--max-per-hour", type=int, default=4)
+    sup.add_argument("--backoff-first-s", type=float, default=60, help="the wait before the second restart, "
+                     "doubling for each next one up to --backoff-max-s (default 60; the first restart is at once)")
+    sup.add_argument("--backoff-max-s", type=float, default=1800, help="the longest wait between restarts (default "
+                     "1800, at least --backoff-first-s)")
+    sup.add_argument("--max-per-hour", type=int, default=4, help="restarts in any hour after which it gives up and "
+                     "alerts (1 to 60, default 4)")
     sup.add_argument("--probe-timeout-s", type=float, default=None, help="the health and golden probes' "
                      "deadline (at most --hang-s; default 10, or --hang-s when shorter)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
@@ -514,8 +539,10 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
                      help="serve the metrics on GET /metrics here (after a give-up it stays up to serve them); "
                      "default: observability.supervisor_address:ports.supervisor when observability is on; '' "
                      "serves nothing")
-    sup.add_argument("--lock", default=None)
-    sup.add_argument("--ca-file", default=None)
+    sup.add_argument("--lock", default=None, help="the deploy lock file `pulumi up` takes too (default "
+                     "/run/lock/vllm-cluster-STACK.lock)")
+    sup.add_argument("--ca-file", default=None, help="the proxy's PEM certificate, for the health and golden probes "
+                     "over TLS (default: the system's CAs)")
     sup.add_argument("--golden-metrics-url", default=None,
                      help="the watch unit's /metrics (its per-rank golden results); default: where the plan puts "
                      "it when observability is on; '' turns the signal off")

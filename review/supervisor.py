@@ -181,8 +181,11 @@ def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[boo
 
 def masked_url(url: str, keep_path: bool = True) -> str:
     """`url` fit for a log or an error: no user, password, query or fragment (tokens live there), and with
-    `keep_path=False` no path either."""
-    parts = urlsplit(url)
+    `keep_path=False` no path either. A URL that does not parse (an unclosed IPv6 bracket) shows its scheme only."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return f"{url.partition(':')[0][:20]}://(not a valid URL: host not shown)"
     netloc = parts.netloc.rpartition("@")[2]
     user = "(credentials not shown)@" if "@" in parts.netloc else ""
     path = parts.path if keep_path else ("/…" if parts.path.strip("/") else "")

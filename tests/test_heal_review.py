@@ -291,8 +291,11 @@ def metrics_cases(tmp_path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
-def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path) -> None:
+def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path,
+                                                                  textfile_dir: Path) -> None:
     extra = ["--hang-s=60"] if command == "supervise" else ["--user", "deploy", "--python", sys.executable]
+    if command == "supervisor-unit":
+        tmp_path = textfile_dir  # not under /tmp, which the unit refuses first (PrivateTmp)
     for path, says in metrics_cases(tmp_path):
         out = stacks(command, "h20", *extra, "--metrics-file", path)
         assert out.returncode == 2 and f"--metrics-file {path!r}: " in out.stderr and says in out.stderr, \
@@ -301,7 +304,8 @@ def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, t
     assert "HELP node_textfile_thing" in (tmp_path / "other.prom").read_text()
 
 
-def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_path: Path) -> None:
+def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(textfile_dir: Path) -> None:
+    tmp_path = textfile_dir
     prom = tmp_path / "vllm.prom"
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--metrics-file", str(prom))
     assert out.returncode == 2 and "--user is missing: the unit would run as root" in out.stderr, out.stderr
@@ -671,3 +675,34 @@ def test_a_stack_with_a_key_and_no_vllm_api_key_is_exit_2_before_anything_acts(c
                            env={**env, "VLLM_API_KEY": "k", NODE_MAP_ENV: UNREACHABLE_NODES})
     assert keyed.returncode == 2 and "VLLM_API_KEY is not set" not in keyed.stderr, keyed.stderr
     assert ("cannot listen" if command == "supervise" else "cannot run") in keyed.stderr, "went on past the check"
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["supervise", "h20", "--golden-metrics-url", "http://[fd00::1:9464/metrics"], {},
+     "--golden-metrics-url 'http://"),
+    (["supervise", "h20"], {"VLLM_CLUSTER_ALERT_WEBHOOK": "https://[fd00::1/x"}, "VLLM_CLUSTER_ALERT_WEBHOOK "),
+    (["supervise", "h20", "--metrics-listen", "0.0.0.0:9465"], {}, "a wildcard address"),
+    (["supervise", "h20", "--metrics-listen", "[::]:9465"], {}, "a wildcard address"),
+    (["supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable, "--metrics-file", "/tmp/vllm.prom"],
+     {}, "PrivateTmp=yes"),
+    (["supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable, "--metrics-file",
+      "/var/tmp/x/vllm.prom"], {}, "PrivateTmp=yes"),
+])
+def test_low_bad_inputs_are_exit_2_naming_the_flag(args: list[str], env: dict[str, str], says: str) -> None:
+    out = stacks(*args, env=env)
+    assert out.returncode == 2 and says in out.stderr and "internal error" not in out.stderr, out.stderr
+    assert "ExecStart" not in out.stdout
+
+
+def test_a_metrics_file_name_too_long_is_exit_2(textfile_dir: Path) -> None:
+    path = str(textfile_dir / ("a" * 300 + ".prom"))
+    out = stacks("supervise", "h20", "--hang-s=60", "--metrics-file", path)
+    assert out.returncode == 2 and "--metrics-file '" in out.stderr and "File name too long" in out.stderr, out.stderr
+
+
+def test_supervise_help_says_every_flag_and_its_default() -> None:
+    out = stacks("supervise", "--help")
+    text = " ".join(out.stdout.split())
+    for flag, default in (("--lock", "/run/lock/vllm-cluster-STACK.lock"), ("--ca-file", "system's CAs"),
+                          ("--backoff-first-s", "default 60"), ("--max-per-hour", "default 4")):
+        assert flag in text and default in text, (flag, text)
