@@ -359,7 +359,7 @@ class Supervisor:
         self.last_restart: tuple[float, bool] | None = None
         """(Unix time it ended, whether it served again) of the last whole-group restart."""
         self.seen_healthy = False
-        """Seen serving (every rank running, health passing) since this process started: until then only a
+        """Seen every rank running with the health probe passing since this process started: until then only a
         container Docker reports exited is a death, since health may fail for this host alone (firewall, TLS)."""
         self.unproven = ""
         """The health failure last logged while never seen healthy (logged again only when it changes)."""
@@ -389,6 +389,10 @@ class Supervisor:
         ok, what = http_ok(self.group.health_url, self.settings.health_timeout_s, self.settings.ca_file)
         if not ok:
             soft.append(f"GET {self.group.health_url}: {what}")
+        elif not self.seen_healthy:  # this host reaches the endpoint: from now on its failing is evidence
+            self.seen_healthy = True
+            self.log("healthy", f"every rank running and {self.group.health_url} {what}: from now on failing health "
+                     f"or golden results for {self.settings.hang_s:g}s are a death")
         soft += self.golden_failures()
         return ("failing", "; ".join(soft)) if soft else ("ok", "")
 
@@ -416,10 +420,6 @@ class Supervisor:
         now = self.clock()
         if state == "ok":
             self.failing_since = None
-            if not self.seen_healthy:
-                self.log("healthy", "every rank running and the health probe passes: from now on health failing "
-                         f"for {self.settings.hang_s:g}s is a death")
-            self.seen_healthy = True
             self.unproven = ""
             return None
         if not self.seen_healthy:
@@ -648,7 +648,7 @@ class Supervisor:
             self.write_metrics()
             if ok:
                 self.log("healed", "the golden check passes again", reason)
-                self.failing_since, self.healthy_since = None, self.clock()
+                self.failing_since, self.healthy_since, self.seen_healthy = None, self.clock(), True
                 self.restarted_at = self.wall()
                 return None
             reason = why
