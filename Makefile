@@ -57,7 +57,8 @@ diff: venv-plan
 
 ## make up STACK=prod: pulumi up under the deploy lock the group supervisor takes too (docs/group-restart.md)
 up:
-	flock /run/lock/vllm-cluster-$(STACK).lock pulumi up -s $(STACK)
+	VLLM_CLUSTER_DEPLOY_LOCK_HELD=/run/lock/vllm-cluster-$(STACK).lock \
+	  flock /run/lock/vllm-cluster-$(STACK).lock pulumi up -s $(STACK)
 
 bench: venv
 	$(BIN)/python bench/plan_scale.py

@@ -9,6 +9,7 @@ see it; this one is local, so it only orders processes of the same host.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable
@@ -30,8 +31,28 @@ class DeployLock:
         self.path = path
         self._fd: int | None = None
 
+    def _open(self) -> int:
+        """A read-only descriptor of the lock file (flock(2) needs no write access), created mode 0666 when absent.
+
+        Whoever comes first creates the file: `make up`'s `flock` (as root, mode 0644 under umask 022), the program,
+        or a supervisor running as the deploying user. Opening an existing file read-only and without O_CREAT works
+        for every user whatever its owner and mode, and is not refused by `fs.protected_regular` (O_CREAT on another
+        user's file in the sticky /run/lock is). A file created here gets 0666 with fchmod, which the umask cannot
+        narrow. PermissionError when this user may not even read it (the callers say how to fix that)."""
+        try:
+            return os.open(self.path, os.O_RDONLY | os.O_NOCTTY)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOCTTY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:  # created meanwhile by the other side
+            return os.open(self.path, os.O_RDONLY | os.O_NOCTTY)
+        with contextlib.suppress(OSError):  # a file system without modes: what open gave is what there is
+            os.fchmod(fd, 0o666)
+        return fd
+
     def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,7 +63,7 @@ class DeployLock:
 
     def acquire(self) -> None:
         """Wait as long as it takes (as `flock FILE` does)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = self._open()
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd = fd
 
@@ -52,6 +73,11 @@ class DeployLock:
             os.close(self._fd)
             self._fd = None
 
+
+HELD_ENV = "VLLM_CLUSTER_DEPLOY_LOCK_HELD"
+"""Set by `make up` to the lock file its `flock` holds around `pulumi up`: the program, a grandchild, cannot take
+the same flock(2) through a descriptor of its own (it would wait for its own caller for ever), so it takes none
+when the named file is held. Set without holding it, nothing is skipped: the program takes the lock as usual."""
 
 _HELD: list[DeployLock] = []
 """The program's lock, kept open until the process exits (the kernel releases it then)."""
@@ -66,7 +92,12 @@ def hold_for_update(stack: str, say: Callable[[str], None], directory: Path | No
             "another host is not waited for")
         return None
     lock = DeployLock(lock_path(stack, directory))
-    if not lock.try_acquire():
+    taken = lock.try_acquire()
+    if not taken and os.environ.get(HELD_ENV) == str(lock.path):
+        say(f"deploy lock {lock.path} is held by the command that runs this update ({HELD_ENV}: `make up`'s "
+            "flock): not taken again")
+        return None
+    if not taken:
         say(f"waiting for the deploy lock {lock.path}: the group supervisor (or restart-group --yes) is restarting "
             "the engine group; this update goes on when that ends")
         lock.acquire()

@@ -19,9 +19,18 @@ from typing import Any
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
-         "restarted", "foreign")
-"""Every kind of row. `restarted` is informative (the supervisor's own restarts show up there too); every other
-kind means the container is not what the plan created, and the supervisor refuses to restart into it."""
+         "restarted", "foreign", "monitoring")
+"""Every kind of row. `restarted` and `monitoring` are informative (the supervisor's own restarts show up in the
+first; the second is a change to one of the stack's own non-engine containers, which a group restart neither stops
+nor starts); every other kind means the container is not what the plan created, and the supervisor refuses to
+restart into it."""
+INFORMATIVE = ("restarted", "monitoring")
+
+GPU_READERS = ("dcgm-exporter",)
+"""Roles of the stack's own containers that are given the GPUs to read them: NVIDIA's DCGM exporter reads counters
+through NVML/DCGM (`--gpus all` so the devices are visible) and creates no CUDA context, so it allocates no GPU
+memory and takes nothing the engine's `gpu_memory_utilization` counts on. Any other own container holding GPUs was
+changed by hand and is treated as foreign."""
 
 RESTART_SLACK_S = 120
 """A container started later than this after it was created has been restarted since Pulumi created it."""
@@ -38,7 +47,7 @@ class DriftRow:
     @property
     def blocking(self) -> bool:
         """A restart would bring back something the plan did not create."""
-        return self.kind != "restarted"
+        return self.kind not in INFORMATIVE
 
     def as_dict(self) -> dict[str, str | bool]:
         return {"node": self.node, "container": self.container, "kind": self.kind, "plan": self.plan,
@@ -178,19 +187,33 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
 
 
 def foreign_containers(node: str, stack: str, own: set[str], inspects: list[dict[str, Any]],
-                       ports: set[int]) -> list[DriftRow]:
+                       ports: set[int], companions: dict[str, str] | None = None) -> list[DriftRow]:
     """Running containers on the node that the stack does not own and that take its GPUs or publish one of its
     planned ports (a host-network container's ports are not in docker's data: the clean step's port check sees
-    those)."""
+    those).
+
+    `companions`: the stack's own non-engine containers planned on this node (name -> role: the exporters,
+    Prometheus, Grafana, Alertmanager, the proxy). One is the stack's when it has BOTH its planned name and the
+    label `vllm-cluster.stack=<stack>`: a label alone can be copied by any `docker run --label`, while a name is
+    unique on a Docker engine and Pulumi holds it; the label on top tells Pulumi's container from a hand-run one
+    that took the name after Pulumi's was removed. It is then not foreign, unless it holds GPUs its role does not
+    read (GPU_READERS): that is a hand change that may take the engine's GPUs. A companion's name without the label
+    is reported (informative, `monitoring`) when it uses nothing of the engine's, foreign when it does."""
     rows = []
+    companions = companions or {}
     for inspect in inspects:
         name = str(inspect.get("Name", "")).lstrip("/")
         labels = (inspect.get("Config") or {}).get("Labels") or {}
-        if name in own and labels.get(f"{LABEL_PREFIX}.stack") == stack:
+        labelled = labels.get(f"{LABEL_PREFIX}.stack") == stack
+        if name in own and labelled:
             continue
         if not (inspect.get("State") or {}).get("Running"):
             continue
         host = inspect.get("HostConfig") or {}
+        role = companions.get(name)
+        if role is not None and labelled and (role in GPU_READERS or (
+                gpus_of(host) == "none" and not host.get("Privileged"))):
+            continue  # the stack's own monitoring or proxy container, as planned: a restart does not touch it
         uses = []
         if gpus_of(host) != "none":
             uses.append(f"GPUs {gpus_of(host)}")
@@ -204,6 +227,15 @@ def foreign_containers(node: str, stack: str, own: set[str], inspects: list[dict
             uses.append("publishes port " + ",".join(map(str, clash)))
         if name in own:
             uses.append(f"has the engine's name without label {LABEL_PREFIX}.stack={stack}")
+        if role is not None and labelled and uses:
+            uses.append(f"the stack's {role} container, planned without GPUs")
+        elif role is not None and not labelled:
+            if not uses:
+                rows.append(DriftRow(node, name, "monitoring", f"the stack's {role} container, label "
+                                     f"{LABEL_PREFIX}.stack={stack}", f"{name} without that label (recreated by "
+                                     "hand?): `pulumi up` puts it back; it uses nothing of the engine's"))
+                continue
+            uses.append(f"has the name of the stack's {role} container without label {LABEL_PREFIX}.stack={stack}")
         if not uses:
             continue
         project = labels.get("com.docker.compose.project")

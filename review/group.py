@@ -14,7 +14,9 @@ What the clean step removes, and nothing else (CLEAN_SCRIPT):
   queues; `nccl-*`: NCCL's shared-memory transport; `torch_*`: torch's tensor sharing; `sem.mp-*`: multiprocessing
   semaphores) that no process on the node has open or mapped. With `ipc_mode: host` they outlive the container and
   turn a crash into a crash loop;
-- ports: nothing is killed. A planned port still listened on after the stop fails the step with the holder's
+- ports: nothing is killed. A port the engine container listens on (`engine_ports`: not the monitoring
+  containers', the proxy's, the watch unit's or the supervisor's, which the restart never stops, nor the collective
+  check's, which runs only during `pulumi up`) still listened on after the stop fails the step with the holder's
   `ss` line: the restart stops there (a process the stack does not own is a person's decision).
 """
 
@@ -62,14 +64,28 @@ def ready_timeout_s(estimated_load_s: int) -> int:
     return 2 * estimated_load_s + 600
 
 
+NOT_ENGINE_ROLES = ("monitoring", "proxy")
+"""Listener roles of processes outside the engine containers (exporters, Prometheus, Grafana, Alertmanager, the watch
+unit, the supervisor itself, nginx): they keep running through a restart, so their ports are held by design."""
+NOT_ENGINE_PROCESS_PREFIX = "checks."
+"""The collective check's rendezvous (`checks.collective`): it listens only while `pulumi up` runs it, never during a
+restart, and the engine does not need its port."""
+
+
+def engine_ports(plan: Plan, node: str) -> tuple[int, ...]:
+    """The fixed TCP ports the node's engine containers listen on: the only ones a stopped group must have freed."""
+    return tuple(sorted({listener.port for listener in plan.listeners
+                         if listener.node == node and listener.protocol == "tcp" and not listener.ephemeral
+                         and listener.port_end is None and listener.role not in NOT_ENGINE_ROLES
+                         and not listener.process.startswith(NOT_ENGINE_PROCESS_PREFIX)}))
+
+
 def group_of(plan: Plan, golden_argv: tuple[str, ...] = ()) -> Group:
     """The group the plan deployed, ranks in `plan.start_order`."""
     ranks: list[Rank] = []
     for name in plan.start_order:
         node = plan.node(name)
-        ports = tuple(sorted({listener.port for listener in plan.listeners
-                              if listener.node == name and listener.protocol == "tcp" and not listener.ephemeral
-                              and listener.port_end is None}))
+        ports = engine_ports(plan, name)
         ranks.extend(Rank(node=name, container=c.name, ports=ports) for c in node.containers)
     return Group(stack=plan.stack, ranks=tuple(ranks), ready_timeout_s=ready_timeout_s(
         int(plan.model["estimated_load_s"])), health_url=plan.endpoint.rstrip("/") + "/health", golden_argv=golden_argv)

@@ -4,6 +4,7 @@ report, and the supervisor's unit and loop. The logic lives in review/group.py, 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import ssl
@@ -69,12 +70,15 @@ def check_metrics_listen(value: str | None, from_plan: bool = False) -> str | No
     """Why `--metrics-listen` cannot be served, or None: checked before anything acts."""
     if not value:
         return None
+    where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
+             if from_plan else "")
     try:
-        parse_listen(value, example="10.30.8.1:9465")
+        host, _ = parse_listen(value, example="10.30.8.1:9465")
     except ConfigProblem as exc:
-        where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
-                 if from_plan else "")
         return f"{exc}{where}; '' serves nothing"
+    if ipaddress.ip_address(host).is_unspecified:  # as observability.supervisor_address refuses it
+        return (f"--metrics-listen {value!r}: a wildcard address would serve the metrics on every interface; give "
+                f"this host's one private address, e.g. 10.30.8.1:9465{where}; '' serves nothing")
     return None
 
 
@@ -131,7 +135,10 @@ def check_golden_url(url: str | None) -> str | None:
     """Why `--golden-metrics-url` cannot be used, or None."""
     if not url:
         return None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
     if _not_plain_http_url(url, parts) or "@" in parts.netloc or parts.query or parts.fragment:
         return (f"--golden-metrics-url {masked_url(url)[:120]!r}: want http(s)://HOST:PORT/metrics with a port "
                 "from 1 to 65535, the watch unit's --metrics-listen address (no credentials, no query); '' turns "
@@ -144,7 +151,10 @@ def check_webhook(url: str | None) -> str | None:
     give-up path, which must not fail, never meets it first. Its path and query are never shown (tokens)."""
     if not url:
         return None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
     if _not_plain_http_url(url, parts):
         return (f"{WEBHOOK_ENV} {masked_url(url, keep_path=False)[:120]!r}: want https://HOST[:PORT]/PATH with a "
                 "port from 1 to 65535 (path and query not shown); unset it to alert only through the metric")
@@ -161,17 +171,29 @@ SYSTEM_DIRS = ("/", "/var", "/var/lib", "/home", "/root", "/run", "/srv", "/mnt"
 METRICS_HEAD = "# HELP vllm_cluster_group_"
 
 
-def check_metrics_file(flag: str | None) -> str | None:
+def check_metrics_file(flag: str | None, in_unit: bool = False) -> str | None:
     """Why `--metrics-file` cannot be the supervisor's node_exporter textfile, or None: a `*.prom` file in an
-    existing folder that is not a system folder, and not another program's file (it is overwritten)."""
+    existing folder that is not a system folder, and not another program's file (it is overwritten). In the unit
+    (`in_unit`) not under /tmp or /var/tmp either: `PrivateTmp=yes` gives the service its own, which node_exporter
+    never reads."""
     if flag is None:
         return None
     shown = f"--metrics-file {flag[:200]!r}"
     want = "want a *.prom file in node_exporter's textfile folder, e.g. /var/lib/node_exporter/textfile/vllm.prom"
+    try:
+        return _metrics_file_problem(flag, shown, want, in_unit)
+    except OSError as exc:  # a name over NAME_MAX or PATH_MAX, a loop of links
+        return f"{shown}: cannot be used ({exc.strerror}); {want}"
+
+
+def _metrics_file_problem(flag: str, shown: str, want: str, in_unit: bool) -> str | None:
     path = Path(flag).resolve()  # a link is judged by where it points
     if not flag.endswith(".prom") or path.suffix != ".prom":
         return f"{shown}: not a *.prom file (node_exporter reads only those); {want}"
     folder = path.parent
+    if in_unit and any(str(folder) == t or str(folder).startswith(t + "/") for t in ("/tmp", "/var/tmp")):
+        return (f"{shown}: under {str(folder)!r}, which the unit's PrivateTmp=yes replaces with its own (node_exporter "
+                f"would never see the file); {want}")
     if not folder.is_dir():
         return f"{shown}: folder {str(folder)!r} does not exist; create it or {want}"
     if str(folder) in SYSTEM_DIRS or any(str(folder) == t or str(folder).startswith(t + "/") for t in SYSTEM_TREES):
@@ -196,10 +218,28 @@ def check_lock(flag: str | None, stack: str) -> str | None:
         return f"{shown}: folder {str(path.parent)!r} does not exist; give --lock a file in an existing folder"
     if path.is_dir():
         return f"{shown}: is a folder; give --lock a file, e.g. /run/lock/vllm-cluster-{stack}.lock"
-    if not os.access(path if path.exists() else path.parent, os.W_OK | (os.R_OK if path.exists() else 0)):
+    if not os.access(path, os.R_OK) if path.exists() else not os.access(path.parent, os.W_OK | os.X_OK):
         return (f"{shown}: this user may not {'open' if path.exists() else 'create'} it; run as the deploying user "
                 "or give --lock a file it may write")
     return None
+
+
+KEY_ENV = "VLLM_API_KEY"
+
+
+def key_problem(config: StackConfig, stack: str, env_file: str | None = None) -> str | None:
+    """Why the golden check could not authenticate, or None: the stack has a key (the `api_key` secret, or proxy
+    clients: the check client's key) and VLLM_API_KEY is not set. Checked before anything acts, so a restart never
+    stops a serving group and then fails its own check for want of a key."""
+    from stacks.planner.plan import check_client
+
+    client = check_client(config)
+    if (client is None and config.api_key is None) or os.environ.get(KEY_ENV):
+        return None
+    whose = f"proxy client {client!r}'s key (proxy_keys.{client})" if client else "the stack's api_key secret"
+    where = env_file or f"/etc/vllm-cluster/{stack}-supervisor.env"
+    return (f"{KEY_ENV} is not set, and stack {stack!r} needs a key for the golden check: {whose}. Put "
+            f"{KEY_ENV}=<key> in {where} (the unit's EnvironmentFile, mode 0600), or export it for a run by hand")
 
 
 def _load(args: argparse.Namespace) -> tuple[StackConfig, Plan, Group]:
@@ -215,6 +255,16 @@ def mapped_group(group: Group, access: NodeAccess) -> Group:
         return group
     ranks = tuple(replace(r, shm_dir=access.nodes.get(r.node, {}).get("shm_dir", r.shm_dir)) for r in group.ranks)
     return replace(group, ranks=ranks)
+
+
+def companions_of(plan: Plan, node: str, access: NodeAccess) -> dict[str, str]:
+    """The stack's own non-engine containers the plan puts on `node`, by name (as the node map names them) -> role:
+    the monitoring containers (components/observability.py) and the proxy (components/api_endpoint.py)."""
+    out = {access.container(node, m.name): m.role
+           for m in (plan.observability.containers if plan.observability else []) if m.node == node}
+    if plan.proxy is not None and plan.proxy.node == node:
+        out[access.container(node, plan.proxy.container)] = "api-proxy"
+    return out
 
 
 def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
@@ -236,7 +286,8 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
         ids = listed.stdout.split()
         others = inspect(access, node.name, *ids) if ids else []
-        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports)
+        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
+                                   companions_of(plan, node.name, access))
     return rows
 
 
@@ -291,6 +342,10 @@ def _restart_group(args: argparse.Namespace) -> int:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
+    problem = key_problem(config, args.stack) if args.yes else None
+    if problem:
+        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        return 2
     print(render_steps(group), end="")
     if not args.yes:
         print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
@@ -347,7 +402,7 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     config, plan, group = _load(args)
     listen = metrics_listen(plan, args.metrics_listen)
-    problem = check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+    problem = key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -399,8 +454,8 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here
     listen = metrics_listen(plan, None)
-    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args) or check_metrics_file(args.metrics_file)
-               or check_metrics_listen(listen, from_plan=True))
+    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args)
+               or check_metrics_file(args.metrics_file, in_unit=True) or check_metrics_listen(listen, from_plan=True))
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -470,9 +525,12 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     sup.add_argument("--interval-s", type=float, default=30, help="seconds between probes")
     sup.add_argument("--hang-s", type=float, default=600, help="health failing this long is a death (at least "
                      "--interval-s)")
-    sup.add_argument("--backoff-first-s", type=float, default=60)
-    sup.add_argument("--backoff-max-s", type=float, default=1800, help="at least --backoff-first-s")
-    sup.add_argument("--max-per-hour", type=int, default=4)
+    sup.add_argument("--backoff-first-s", type=float, default=60, help="the wait before the second restart, "
+                     "doubling for each next one up to --backoff-max-s (default 60; the first restart is at once)")
+    sup.add_argument("--backoff-max-s", type=float, default=1800, help="the longest wait between restarts (default "
+                     "1800, at least --backoff-first-s)")
+    sup.add_argument("--max-per-hour", type=int, default=4, help="restarts in any hour after which it gives up and "
+                     "alerts (1 to 60, default 4)")
     sup.add_argument("--probe-timeout-s", type=float, default=None, help="the health and golden probes' "
                      "deadline (at most --hang-s; default 10, or --hang-s when shorter)")
     sup.add_argument("--metrics-file", default=None, help="node_exporter textfile, e.g. "
@@ -481,8 +539,10 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
                      help="serve the metrics on GET /metrics here (after a give-up it stays up to serve them); "
                      "default: observability.supervisor_address:ports.supervisor when observability is on; '' "
                      "serves nothing")
-    sup.add_argument("--lock", default=None)
-    sup.add_argument("--ca-file", default=None)
+    sup.add_argument("--lock", default=None, help="the deploy lock file `pulumi up` takes too (default "
+                     "/run/lock/vllm-cluster-STACK.lock)")
+    sup.add_argument("--ca-file", default=None, help="the proxy's PEM certificate, for the health and golden probes "
+                     "over TLS (default: the system's CAs)")
     sup.add_argument("--golden-metrics-url", default=None,
                      help="the watch unit's /metrics (its per-rank golden results); default: where the plan puts "
                      "it when observability is on; '' turns the signal off")

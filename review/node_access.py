@@ -50,6 +50,21 @@ def _run(argv: list[str], timeout_s: float, stdin: str | None = None) -> subproc
         return subprocess.CompletedProcess(argv, 127, "", f"cannot run {argv[0]}: {exc}")
 
 
+RUNTIME_DIR_ENV = "RUNTIME_DIRECTORY"
+"""Set by systemd to the unit's `RuntimeDirectory=` (systemd.exec(5)): the supervisor unit's own writable folder."""
+
+
+def control_path(opts: list[str]) -> list[str]:
+    """The ssh options with OpenSSH's shared-connection socket in the unit's runtime folder when systemd gives one.
+    Under the unit's `ProtectSystem=strict` the user's ~/.ssh is read-only (and `%h` in a system unit is root's
+    home whatever `User=` says), so the socket of `ControlPath=~/.ssh/…` could not be created there. `%C` (a hash of
+    the connection) keeps the path short of the 108-byte socket limit. Outside a unit: unchanged."""
+    folder = os.environ.get(RUNTIME_DIR_ENV, "").split(":")[0]
+    if not folder:
+        return opts
+    return [f"ControlPath={folder}/%C" if o.startswith("ControlPath=") else o for o in opts]
+
+
 @dataclass(frozen=True)
 class SshAccess:
     """Each node over SSH, host key pinned when the stack has one."""
@@ -60,7 +75,8 @@ class SshAccess:
     def _ssh(self, node: str) -> list[str]:
         for n in self.config.nodes:
             if n.name == node:
-                return ["ssh", *docker_ssh_opts(self.stack, n), "-o", "BatchMode=yes", "-p", str(n.ssh.port),
+                return ["ssh", *control_path(docker_ssh_opts(self.stack, n)), "-o", "BatchMode=yes", "-p",
+                        str(n.ssh.port),
                         "-l", n.ssh.user, "-T", n.ssh.host, "--"]
         raise AccessError(f"node {node!r} is not in stack {self.stack!r}")
 

@@ -1,11 +1,16 @@
 """The group supervisor: watches every rank, and on any death restarts the whole group in start order.
 
-One loop, one log line per action with its reason (journald keeps them). A rank is dead when its container is
-not running, or when it makes no progress: the head's `/health` (or a rank's Docker health check, its node's
-Docker engine, or the watch unit's golden result for one of its DP ranks) failing for `hang_s` in a row while the
-process may still be alive. The watch unit's results are read from its `/metrics` (`vllm_cluster_golden_ok` and
-`vllm_cluster_golden_last_round_timestamp_seconds` per DP rank); a result older than `golden_max_age_s`, or from
-before the supervisor's last restart, is not used (a stuck or dead watcher says nothing about the ranks).
+One loop, one log line per action with its reason (journald keeps them). A rank is dead when Docker reports its
+container not running, or when it makes no progress: the head's `/health` (or a rank's Docker health check, or
+the watch unit's golden result for one of its DP ranks) failing for `hang_s` in a row while Docker reports every
+rank running. Unreachable is not dead: when a node's Docker cannot be asked (SSH fails), the supervisor is
+"blind" (one log line with the reason), nothing counts toward a hang, and a restart waits for fresh evidence
+(it looks again right before each restart). Until the group has been seen serving since the supervisor started,
+failing health alone restarts nothing (this host may just not reach the endpoint: firewall, TLS); only a
+container Docker reports exited does. The watch unit's results are read from its `/metrics`
+(`vllm_cluster_golden_ok` and `vllm_cluster_golden_last_round_timestamp_seconds` per DP rank); a result older
+than `golden_max_age_s`, or from before the supervisor's last restart, is not used (a stuck or dead watcher says
+nothing about the ranks).
 
 Then, with the deploy lock held (`DeployLock`: `pulumi up` run through `flock` takes the same file, so neither
 runs while the other does), and only when `drift` finds nothing that would bring back a container the plan did
@@ -73,6 +78,10 @@ METRICS = {
 }
 """The series the supervisor serves and writes (stacks/planner/observability.py SUPERVISOR_METRICS names them for
 the rules; a test holds the two equal). The textfile's first line is the first one's HELP."""
+
+
+class LockRefused(Exception):
+    """The deploy lock file cannot be opened by this user (exit 2: no restart may run without it)."""
 
 
 @dataclass
@@ -172,8 +181,11 @@ def http_ok(url: str, timeout_s: float, ca_file: str | None = None) -> tuple[boo
 
 def masked_url(url: str, keep_path: bool = True) -> str:
     """`url` fit for a log or an error: no user, password, query or fragment (tokens live there), and with
-    `keep_path=False` no path either."""
-    parts = urlsplit(url)
+    `keep_path=False` no path either. A URL that does not parse (an unclosed IPv6 bracket) shows its scheme only."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return f"{url.partition(':')[0][:20]}://(not a valid URL: host not shown)"
     netloc = parts.netloc.rpartition("@")[2]
     user = "(credentials not shown)@" if "@" in parts.netloc else ""
     path = parts.path if keep_path else ("/…" if parts.path.strip("/") else "")
@@ -346,29 +358,78 @@ class Supervisor:
         """When (self.clock) the back-off running now ends; None when none runs."""
         self.last_restart: tuple[float, bool] | None = None
         """(Unix time it ended, whether it served again) of the last whole-group restart."""
+        self.seen_healthy = False
+        """Seen every rank running with the health probe passing since this process started: until then only a
+        container Docker reports exited is a death, since health may fail for this host alone (firewall, TLS)."""
+        self.unproven = ""
+        """The health failure last logged while never seen healthy (logged again only when it changes)."""
+        self.blind = ""
+        """Why the group cannot be observed now, as last logged; '' while every node answers."""
 
-    def probe(self) -> str | None:
-        """Why the group is dead now, or None while it serves (or has not failed for hang_s yet)."""
+    def observe(self) -> tuple[str, str]:
+        """What can be seen now: ("dead", why) when Docker says a rank's container is not running (positive
+        evidence); ("blind", why) when a node's Docker cannot be asked (SSH or Docker failing: unreachable is not
+        dead, and health failures then prove nothing either); ("failing", why) when every rank runs but health, a
+        Docker health check or a golden result fails; ("ok", "")."""
         soft: list[str] = []
+        blind: list[str] = []
         for rank in self.group.ranks:
             name = self.access.container(rank.node, rank.container)
             try:
                 running, what = _state(self.access, rank.node, name)
             except AccessError as exc:
-                soft.append(str(exc))
+                blind.append(str(exc))
                 continue
             if not running:
-                return f"rank {rank.node} container {name} {what}"
+                return "dead", f"rank {rank.node} container {name} {what}"
             if "unhealthy" in what:
                 soft.append(f"{rank.node} {name} {what}")
+        if blind:
+            return "blind", "; ".join(blind)
         ok, what = http_ok(self.group.health_url, self.settings.health_timeout_s, self.settings.ca_file)
         if not ok:
             soft.append(f"GET {self.group.health_url}: {what}")
+        elif not self.seen_healthy:  # this host reaches the endpoint: from now on its failing is evidence
+            self.seen_healthy = True
+            self.log("healthy", f"every rank running and {self.group.health_url} {what}: from now on failing health "
+                     f"or golden results for {self.settings.hang_s:g}s are a death")
         soft += self.golden_failures()
-        now = self.clock()
-        if not soft:
-            self.failing_since = None
+        return ("failing", "; ".join(soft)) if soft else ("ok", "")
+
+    def _sight(self, blind: str) -> None:
+        """One `blind` line when the supervisor loses sight of a node (or the reason changes), one when it is back."""
+        if blind and blind != self.blind:
+            self.log("blind", f"cannot observe the group: {blind}", "unreachable is not dead: nothing counts toward "
+                     "a hang or a death until every node answers again")
+        elif not blind and self.blind:
+            self.log("sight", "every node answers again")
+        self.blind = blind
+
+    def probe(self) -> str | None:
+        """Why the group is dead now, or None while it serves (or has not failed for hang_s yet, or cannot be
+        observed, or has never been seen serving and no container has exited)."""
+        state, why = self.observe()
+        if state == "dead":
+            self._sight("")
+            return why
+        if state == "blind":
+            self._sight(why)
+            self.failing_since = None  # a hang is health failing while Docker is seen running, without a gap
             return None
+        self._sight("")
+        now = self.clock()
+        if state == "ok":
+            self.failing_since = None
+            self.unproven = ""
+            return None
+        if not self.seen_healthy:
+            if why.split(": ")[0] != self.unproven.split(": ")[0]:
+                self.log("unproven", why, "not seen healthy since the supervisor started, so failing health alone "
+                         "restarts nothing (only a container Docker reports exited does): is this host in "
+                         "firewall.api_sources, and --ca-file given when the endpoint is TLS?")
+            self.unproven = why
+            return None
+        soft = [why]
         if self.failing_since is None:
             self.failing_since = now
             self.log("degraded", "; ".join(soft), f"death if it lasts {self.settings.hang_s:g}s")
@@ -497,15 +558,25 @@ class Supervisor:
         now = self.clock()
         return [t for t in list(self.attempts) if now - t < 3600]  # a copy: the metrics thread reads it too
 
+    def _take_lock(self) -> bool:
+        """The deploy lock, without waiting; LockRefused when this user cannot open it at all."""
+        try:
+            return self.lock.try_acquire()
+        except OSError as exc:
+            raise LockRefused(f"deploy lock {self.lock.path}: cannot be opened ({exc.strerror}): give --lock a file "
+                              "this user may read, or make it readable (chmod 0666; `make up` and the program "
+                              "create it so)") from None
+
     def heal(self, reason: str) -> int | None:
         """Restart attempts until one serves (None) or the supervisor gives up (its exit code)."""
         drift_error = ""  # why drift could not run on the last try: wait and try again, no back-off
+        blind = False  # the nodes could not be observed on the last try: the same
         while not self.stopped:
             if len(self.recent()) >= self.settings.max_per_hour:
                 return self.give_up(f"{len(self.recent())} restarts in the last hour (limit "
                                     f"{self.settings.max_per_hour}); last: {reason}")
             wait = self.backoff_s()  # from the death seen, not the last attempt: a restart can take the load time
-            if wait > 0 and not drift_error:
+            if wait > 0 and not drift_error and not blind:
                 self.log("backoff", f"next restart in {wait:.0f}s (attempt {len(self.recent()) + 1} this hour)",
                          reason)
                 self.next_attempt_at = self.clock() + wait
@@ -514,7 +585,7 @@ class Supervisor:
                 finally:
                     self.next_attempt_at = None
             waited = False
-            while not self.lock.try_acquire():
+            while not self._take_lock():
                 if not waited:
                     self.log("wait", f"deploy lock {self.lock.path} is held (a pulumi up is running): no restart "
                              "until it is released", reason)
@@ -542,6 +613,23 @@ class Supervisor:
                         drift_error = ""
                     if drift:
                         return self.give_up("refusing to restart into a drifted state: " + "; ".join(drift[:5]))
+                state, seen = self.observe()  # fresh evidence: what was seen before the wait may be over
+                blind = state == "blind"
+                if blind:  # no restart without fresh evidence: released, then an interval, then look again
+                    self._sight(seen)
+                    continue
+                self._sight("")
+                if state == "ok":
+                    self.log("recovered", "every rank running and the health probe passes: no restart", reason)
+                    self.failing_since, self.healthy_since, self.seen_healthy = None, self.clock(), True
+                    return None
+                if state == "failing" and not self.seen_healthy:
+                    self.log("no-restart", f"every rank is running; {seen}", "not seen healthy since the "
+                             "supervisor started: failing health alone restarts nothing (only a container Docker "
+                             "reports exited does)")
+                    self.failing_since = None
+                    return None
+                self.log("evidence", seen, reason)
                 self.attempts.append(self.clock())
                 self.failures += 1
                 self.restarts += 1
@@ -554,13 +642,13 @@ class Supervisor:
                     ok, why = False, f"a node did not answer: {exc}"
             finally:
                 self.lock.release()
-                if drift_error:
+                if drift_error or blind:
                     self.sleep(max(0.2, self.settings.interval_s))
             self.last_restart = (self.wall(), ok)
             self.write_metrics()
             if ok:
                 self.log("healed", "the golden check passes again", reason)
-                self.failing_since, self.healthy_since = None, self.clock()
+                self.failing_since, self.healthy_since, self.seen_healthy = None, self.clock(), True
                 self.restarted_at = self.wall()
                 return None
             reason = why
@@ -585,7 +673,11 @@ class Supervisor:
             else:
                 self.healthy_since = None
                 self.log("death", reason)
-                code = self.heal(reason)
+                try:
+                    code = self.heal(reason)
+                except LockRefused as exc:  # a configuration error: nothing was stopped; the unit stays down
+                    self.log("stop", str(exc), "exit 2: a restart cannot run without the deploy lock")
+                    return 2
                 if code is not None:
                     while self.settings.metrics_url and not self.stopped:  # restarting nothing: gave_up 1 is read
                         self.sleep(max(0.2, self.settings.interval_s))

@@ -6,8 +6,10 @@ ports.supervisor` (`--metrics-listen`), and after a give-up stays up, restarting
 `vllm_cluster_group_gave_up 1`. Exit 2 (a configuration error) and 3 (gave up after alerting, without a metrics
 listener) stop it for good (`RestartPreventExitStatus=2 3`): after a give-up a person fixes the cause and runs
 `systemctl restart`. The alert webhook and the API key come from `EnvironmentFile=`, never from the unit text.
-`ReadWritePaths` opens the deploy lock's directory, the metrics file's directory and ~/.ssh (OpenSSH's shared
-connection socket).
+`ReadWritePaths` opens the deploy lock's directory and the metrics file's directory; OpenSSH's shared connection
+socket goes to the unit's `RuntimeDirectory=` (/run/vllm-cluster-supervisor-STACK, created for `User=` by systemd,
+named to ssh by $RUNTIME_DIRECTORY: review/node_access.py `control_path`), not ~/.ssh: `%h` in a system unit is
+root's home whatever `User=` says (systemd.unit(5)), so the user's own ~/.ssh would stay read-only.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
     for flag, value in (timing or {}).items():  # checked by the caller as supervise checks them
         if value is not None:
             argv += [flag, f"{value:.15g}"]
-    writable = ["/run/lock", "%h/.ssh"]
+    writable = ["/run/lock"]
     if metrics_file:
         writable.append(metrics_file.rsplit("/", 1)[0] or "/")
     lines = [
@@ -75,6 +77,8 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         "PrivateTmp=yes",
         "ProtectSystem=strict",
         "ReadWritePaths=" + " ".join(writable),
+        f"RuntimeDirectory=vllm-cluster-supervisor-{stack}",
+        "RuntimeDirectoryMode=0700",
         "ProtectKernelTunables=yes",
         "ProtectControlGroups=yes",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",

@@ -80,3 +80,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if any(d and d[-1].scope in ("module", "package") for d in defs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
 
+
+@pytest.fixture
+def textfile_dir() -> Any:
+    """A folder for a supervisor unit's --metrics-file: not under /tmp (pytest's tmp_path), which the unit's
+    PrivateTmp=yes hides from node_exporter and `supervisor-unit` therefore refuses."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix=".textfile-", dir=ROOT))
+    yield folder
+    shutil.rmtree(folder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import runpy
 import subprocess
 import sys
@@ -83,3 +84,80 @@ def test_the_entry_point_takes_the_lock_for_an_update_only(lock_dir: Path, previ
         assert other.try_acquire() is preview, "an update holds the lock, a preview does not"
     finally:
         other.release()
+
+
+def shared_dir() -> Iterator[Path]:
+    """A sticky world-writable folder like /run/lock that another user can reach (pytest's tmp_path is 0700)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="deploy-lock-"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def sticky() -> Iterator[Path]:
+    yield from shared_dir()
+
+
+def take_as(uid: int, path: Path) -> int:
+    """Exit status of a forked child that, as `uid`, takes and releases the lock: 0 taken, 1 busy, 2 refused."""
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, only the lock
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(uid)
+            lock = DeployLock(path)
+            code = 0 if lock.try_acquire() else 1
+            lock.release()
+        except PermissionError:
+            code = 2
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a child as nobody")
+def test_a_lock_made_by_make_ups_flock_as_root_is_taken_by_another_user(sticky: Path) -> None:
+    import pwd
+
+    path = lock_path("s", sticky)
+    old = os.umask(0o022)
+    try:  # util-linux flock(1): open(O_RDONLY|O_CREAT, 0666) under the umask: 0644, root's
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o666))
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert take_as(pwd.getpwnam("nobody").pw_uid, path) == 0, "a supervisor running as another user takes it"
+
+
+def test_a_lock_file_it_creates_is_0666_whatever_the_umask(sticky: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        lock = DeployLock(lock_path("s", sticky))
+        assert lock.try_acquire()
+        lock.release()
+    finally:
+        os.umask(old)
+    assert lock_path("s", sticky).stat().st_mode & 0o777 == 0o666
+
+
+def test_make_ups_flock_around_pulumi_up_is_not_waited_for_by_the_program(sticky: Path) -> None:
+    """`make up` runs `flock FILE pulumi up`: the program, its grandchild, must not wait for its own caller."""
+    import shutil
+
+    if shutil.which("flock") is None:
+        pytest.fail("util-linux flock is not installed")
+    hold = HOLD.replace("sys.stdin.read()", "pass")
+    path = lock_path("s", sticky)
+    out = subprocess.run(["flock", str(path), sys.executable, "-c", hold, str(sticky)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, deploy_lock.HELD_ENV: str(path)})
+    said = out.stdout + out.stderr
+    assert out.returncode == 0 and "taken" in out.stdout, said
+    assert "held by the command that runs this update" in out.stdout, said
+    restart = DeployLock(path)
+    assert restart.try_acquire(), "released when the update ended"
+    restart.release()

@@ -210,3 +210,64 @@ def test_inspect_keeps_the_containers_that_exist_when_another_is_gone(image: str
         assert node_inspect(access, "n1", "0" * 64) is None
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+class NodesOf:
+    """A fake NodeAccess: `docker ps` and `docker inspect` of the running containers given per node; the engine
+    containers and images are absent (their rows are not what this test reads)."""
+
+    def __init__(self, running: dict[str, list[dict[str, Any]]]) -> None:
+        self.running = running
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        mine = {c["Id"]: c for c in self.running.get(node, [])}
+        if args[0] == "ps":
+            return subprocess.CompletedProcess(args, 0, "\n".join(mine), "")
+        found = [mine[ref] for ref in args[2:] if ref in mine]
+        if not found:
+            return subprocess.CompletedProcess(args, 1, "", "Error: No such object")
+        return subprocess.CompletedProcess(args, 0, json.dumps(found), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("drift runs no script")
+
+    def container(self, node: str, planned: str) -> str:
+        return planned
+
+
+def running(name: str, gpus: bool, stack: str | None) -> dict[str, Any]:
+    return {"Id": uuid.uuid4().hex, "Name": "/" + name, "State": {"Running": True},
+            "Config": {"Image": "sha256:x", "Labels": {"vllm-cluster.stack": stack} if stack else {}},
+            "HostConfig": {"DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}] if gpus else None}}
+
+
+def test_the_stacks_own_monitoring_containers_are_known_by_name_and_label_not_foreign() -> None:
+    from review.heal_cli import drift_rows
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+
+    plan = build_plan("h20", load_stack("h20", ["observability.enabled=true"],
+                                        assume_secret=["grafana_admin_password"]))
+    assert plan.observability is not None
+    own = {(m.node, m.role): m.name for m in plan.observability.containers}
+    head, other = plan.nodes[0].name, plan.nodes[-1].name
+    access = NodesOf({
+        head: [running(own[head, "dcgm-exporter"], gpus=True, stack="h20"),  # as components/observability.py makes it
+               running(own[head, "node-exporter"], gpus=False, stack="h20"),
+               running("dcgm-by-hand", gpus=True, stack="h20"),  # copies the label, not the name
+               running(own[head, "prometheus"], gpus=False, stack=None)],  # recreated by hand without the label
+        other: [running(own[other, "dcgm-exporter"], gpus=True, stack=None),  # the name without the label
+                running(own[other, "node-exporter"], gpus=True, stack="h20")]})  # own, but given GPUs by hand
+    rows = [r for r in drift_rows(plan, access) if r.kind in ("foreign", "monitoring")]
+    found = {(r.node, r.container): r for r in rows}
+    assert (head, own[head, "dcgm-exporter"]) not in found, rows
+    assert (head, own[head, "node-exporter"]) not in found, rows
+    assert found[head, "dcgm-by-hand"].kind == "foreign" and found[head, "dcgm-by-hand"].blocking
+    info = found[head, own[head, "prometheus"]]
+    assert info.kind == "monitoring" and not info.blocking and "without that label" in info.found
+    unlabelled = found[other, own[other, "dcgm-exporter"]]
+    assert unlabelled.blocking and "GPUs all" in unlabelled.found and "without label" in unlabelled.found
+    given = found[other, own[other, "node-exporter"]]
+    assert given.blocking and "planned without GPUs" in given.found
+    assert len(rows) == 4, table(rows)

@@ -55,15 +55,16 @@ def test_ssh_access_uses_the_stacks_pinned_host_key(h20_values: dict[str, Any]) 
                                                                                               "--"]
 
 
-def test_supervisor_unit_passes_systemd_analyze(tmp_path: Path) -> None:
+def test_supervisor_unit_passes_systemd_analyze(tmp_path: Path, textfile_dir: Path) -> None:
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "root", "--metrics-file",
-                 str(tmp_path / "vllm-h20.prom"))
+                 str(textfile_dir / "vllm-h20.prom"))
     assert out.returncode == 0, out.stderr
     path = tmp_path / "vllm-cluster-supervisor-h20.service"
     path.write_text(out.stdout)
     verified = subprocess.run([ANALYZE, "verify", str(path)], capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0, verified.stderr
-    assert f"ExecStart={sys.executable} -m stacks supervise h20 --metrics-file {tmp_path}/vllm-h20.prom" in out.stdout
+    assert f"ExecStart={sys.executable} -m stacks supervise h20 --metrics-file {textfile_dir}/vllm-h20.prom" \
+        in out.stdout
     assert "RestartPreventExitStatus=2 3" in out.stdout
     broken = tmp_path / "vllm-cluster-supervisor-broken.service"
     broken.write_text(out.stdout.replace("ExecStart=" + sys.executable, "ExecStart=venv/bin/python"))

@@ -292,7 +292,8 @@ def test_a_held_deploy_lock_makes_the_supervisor_wait(cluster: Cluster, tmp_path
 @pytest.mark.parametrize("cluster", [3], indirect=True)
 def test_a_hang_is_a_death_after_the_stated_time(cluster: Cluster, tmp_path: Path) -> None:
     running = Running(cluster, tmp_path, hang_s=3)
-    try:
+    try:  # seen serving first: before that, failing health alone is no death (this host may not reach it)
+        wait_for(lambda: running.seen("healthy:"), "the group seen serving")
         (cluster.ctl / "hang").write_text("")
         wait_for(lambda: running.seen("death:"), "the hang treated as a death")
         (cluster.ctl / "hang").unlink()

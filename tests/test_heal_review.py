@@ -294,8 +294,11 @@ def metrics_cases(tmp_path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("command", ["supervise", "supervisor-unit"])
-def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path) -> None:
+def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, tmp_path: Path,
+                                                                  textfile_dir: Path) -> None:
     extra = ["--hang-s=60"] if command == "supervise" else ["--user", "deploy", "--python", sys.executable]
+    if command == "supervisor-unit":
+        tmp_path = textfile_dir  # not under /tmp, which the unit refuses first (PrivateTmp)
     for path, says in metrics_cases(tmp_path):
         out = stacks(command, "h20", *extra, "--metrics-file", path)
         assert out.returncode == 2 and f"--metrics-file {path!r}: " in out.stderr and says in out.stderr, \
@@ -304,13 +307,33 @@ def test_a_metrics_file_that_is_not_a_textfile_of_ours_is_exit_2(command: str, t
     assert "HELP node_textfile_thing" in (tmp_path / "other.prom").read_text()
 
 
-def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(tmp_path: Path) -> None:
+def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(textfile_dir: Path) -> None:
+    tmp_path = textfile_dir
     prom = tmp_path / "vllm.prom"
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--metrics-file", str(prom))
     assert out.returncode == 2 and "--user is missing: the unit would run as root" in out.stderr, out.stderr
     out = stacks("supervisor-unit", "h20", "--python", sys.executable, "--user", "deploy", "--metrics-file", str(prom))
     assert out.returncode == 0, out.stderr
-    assert f"ReadWritePaths=/run/lock %h/.ssh {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+    assert f"ReadWritePaths=/run/lock {tmp_path}\n" in out.stdout and "User=deploy" in out.stdout
+    assert "%h" not in out.stdout, "in a system unit %h is root's home whatever User= says"
+    assert "RuntimeDirectory=vllm-cluster-supervisor-h20\nRuntimeDirectoryMode=0700\n" in out.stdout
+
+
+def test_ssh_puts_its_shared_socket_in_the_units_runtime_directory(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from review.node_access import RUNTIME_DIR_ENV, SshAccess
+    from stacks.model.loader import load_stack
+
+    access = SshAccess("h20", load_stack("h20"))
+    node = access.config.nodes[0].name
+    monkeypatch.delenv(RUNTIME_DIR_ENV, raising=False)
+    outside = access._ssh(node)
+    assert "ControlPath=~/.ssh/vllm-cluster-%r@%h:%p" in outside, "by hand: as the Docker provider does"
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(tmp_path))
+    inside = access._ssh(node)
+    paths = [o for o in inside if o.startswith("ControlPath=")]
+    assert paths == [f"ControlPath={tmp_path}/%C"], inside
+    assert len(inside) == len(outside)
 
 
 NOW = 1_764_775_000.0
@@ -448,6 +471,12 @@ def test_a_metrics_listen_given_to_the_unit_renderer_cannot_add_a_line(tmp_path:
 
 
 class CleanFails(RunningContainers):
+    """Every rank exited (Docker says so: the evidence a restart needs), and the clean step fails."""
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, json.dumps({"Running": False, "Status": "exited",
+                                                                "ExitCode": 1}), "")
+
     def shell(self, node: str, script: str, args: list[str],
               timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "rm: cannot remove: No space left on device")
@@ -482,3 +511,201 @@ def test_the_served_metrics_follow_the_back_off_and_the_give_up(tmp_path: Path) 
     assert float(stamp.split()[-1]) == NOW, stamp  # every digit: a Unix time in %g would be minutes off
     backing_off = [s for s in seen if 'vllm_cluster_group_next_restart_in_seconds{stack="t"} 60' in s]
     assert len(backing_off) == 1 and 'vllm_cluster_group_gave_up{stack="t"} 0' in backing_off[0], seen
+
+
+def observed_plan(stack: str = "h20", *extra: str) -> object:
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+
+    config = load_stack(stack, ["observability.enabled=true", *extra], assume_secret=[
+        "grafana_admin_password", "api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"])
+    return build_plan(stack, config)
+
+
+@pytest.mark.parametrize("extra", [(), ("api.proxy.enabled=true", "api.proxy.tls=false", "serving.host=127.0.0.1")])
+def test_the_clean_step_requires_free_only_the_ports_the_restart_stops(extra: tuple[str, ...]) -> None:
+    from review.group import group_of
+    from stacks.planner.plan import Plan
+
+    plan = observed_plan("h20", *extra)
+    assert isinstance(plan, Plan)
+    kept_running = {(lst.node, lst.port) for lst in plan.listeners
+                    if lst.role in ("monitoring", "proxy") or lst.process.startswith("checks.")}
+    assert any(lst.role == "monitoring" for lst in plan.listeners), "observability is on: exporters listen"
+    group = group_of(plan)
+    for rank in group.ranks:
+        engine = {lst.port for lst in plan.listeners if lst.node == rank.node and lst.role not in
+                  ("monitoring", "proxy") and not lst.process.startswith("checks.") and not lst.ephemeral
+                  and lst.port_end is None and lst.protocol == "tcp"}
+        assert set(rank.ports) == engine and engine, (rank, engine)
+        assert not {(rank.node, p) for p in rank.ports} & kept_running, rank
+
+
+class Nodes(RunningContainers):
+    """Docker over SSH as the supervisor sees it: every container running, or exited, or no answer at all."""
+
+    def __init__(self) -> None:
+        self.mode = "running"
+        self.shells = 0
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        if self.mode == "blind":
+            return subprocess.CompletedProcess(args, 255, "", "ssh: connect to host 10.0.0.2 port 22: Connection "
+                                               "timed out")
+        state = {"Running": self.mode == "running", "Status": "running" if self.mode == "running" else "exited",
+                 "ExitCode": 0 if self.mode == "running" else 137}
+        return subprocess.CompletedProcess(args, 0, json.dumps(state), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        self.shells += 1
+        return subprocess.CompletedProcess(args, 1, "", "stop here: the test only counts restarts")
+
+
+def watched(tmp_path: Path, health_url: str) -> tuple[Supervisor, Nodes, list[float]]:
+    group = Group(stack="t", ranks=(Rank("node1", "engine"), Rank("node2", "engine")), ready_timeout_s=60,
+                  health_url=health_url)
+    clock = [1000.0]
+    nodes = Nodes()
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    sup = Supervisor(group, nodes, Log(io.StringIO(), "t"), Settings(interval_s=30, hang_s=60, health_timeout_s=5),
+                     DeployLock(tmp_path / "lock"), clock=lambda: clock[0], wall=lambda: NOW, sleep=sleep)
+    return sup, nodes, clock
+
+
+def test_losing_sight_of_the_nodes_is_blind_never_a_hang(tmp_path: Path,
+                                                         metrics_server: tuple[str, list[str]]) -> None:
+    url, _ = metrics_server  # answers 200: the group serves
+    sup, nodes, clock = watched(tmp_path, url)
+    assert sup.probe() is None and sup.seen_healthy
+    nodes.mode = "blind"
+    sup.group = Group(stack="t", ranks=sup.group.ranks, ready_timeout_s=60, health_url="http://127.0.0.1:9/health")
+    for _ in range(10):  # ten minutes without SSH and without /health: ten times --hang-s
+        assert sup.probe() is None, sup.log.lines
+        clock[0] += 60
+    blind = [line for line in sup.log.lines if " blind: " in line]
+    assert len(blind) == 1 and "Connection timed out" in blind[0] and "unreachable is not dead" in blind[0]
+    assert not any(" degraded: " in line for line in sup.log.lines), sup.log.lines
+    nodes.mode = "exited"
+    assert "exited" in (sup.probe() or ""), "Docker reporting an exit is a death at once"
+
+
+def test_a_restart_waits_for_fresh_evidence_and_none_when_the_group_came_back(
+        tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
+    from review.node_access import AccessError
+
+    url, _ = metrics_server
+    sup, nodes, clock = watched(tmp_path, url)
+    nodes.mode = "exited"
+    reason = sup.probe()
+    assert reason and "exited" in reason
+    nodes.mode = "blind"
+    answers: list[list[str] | AccessError] = [AccessError("node node2: ssh: Connection timed out")] * 2 + [[]]
+
+    def drift_check() -> list[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, AccessError):
+            raise answer
+        if not answers:
+            nodes.mode = "running"  # SSH is back, and the group runs and serves: the exit was a blip seen blind
+        return answer
+
+    sup.drift_check = drift_check
+    assert sup.heal(reason) is None
+    assert sup.restarts == 0 and nodes.shells == 0, sup.log.lines
+    assert any(" recovered: " in line for line in sup.log.lines), sup.log.lines
+    # blind right before the restart: no restart until it sees again
+    nodes.mode = "blind"
+    sup.drift_check = None
+    looks = [0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        looks[0] += 1
+        if looks[0] == 3:
+            nodes.mode = "exited"  # seen again, and exited: now a restart may run
+
+    sup.sleep = sleep
+    sup.heal("rank node1 container engine exited")
+    assert nodes.shells >= 1 and sup.restarts >= 1
+    blind_at = next(i for i, line in enumerate(sup.log.lines) if " blind: " in line)
+    evidence_at = next(i for i, line in enumerate(sup.log.lines) if " evidence: " in line)
+    first_restart = next(i for i, line in enumerate(sup.log.lines) if " restart: whole group" in line)
+    assert blind_at < evidence_at < first_restart, sup.log.lines
+
+
+def test_never_seen_healthy_health_failing_alone_restarts_nothing(tmp_path: Path) -> None:
+    sup, nodes, clock = watched(tmp_path, "http://127.0.0.1:9/health")  # this host cannot reach the endpoint
+    for _ in range(10):
+        assert sup.probe() is None, sup.log.lines
+        clock[0] += 60
+    unproven = [line for line in sup.log.lines if " unproven: " in line]
+    assert len(unproven) == 1 and "firewall.api_sources" in unproven[0], sup.log.lines
+    nodes.mode = "exited"
+    assert "exited" in (sup.probe() or ""), "a container Docker reports exited still is a death"
+
+
+def test_a_deploy_lock_this_user_cannot_open_is_exit_2_not_a_crash(tmp_path: Path) -> None:
+    class Refused(DeployLock):
+        def try_acquire(self) -> bool:
+            raise PermissionError(13, "Permission denied")
+
+    sup = bare_supervisor(tmp_path, None)
+    sup.access = CleanFails()  # every rank exited: a death, so the supervisor goes for the lock
+    sup.lock = Refused(tmp_path / "lock")
+    assert sup.run() == 2
+    assert "deploy lock" in sup.log.lines[-1] and "Permission denied" in sup.log.lines[-1], sup.log.lines
+    assert not any(" restart: " in line for line in sup.log.lines)
+
+
+@pytest.mark.parametrize("command", ["restart-group", "supervise"])
+def test_a_stack_with_a_key_and_no_vllm_api_key_is_exit_2_before_anything_acts(command: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    extra = ["--yes"] if command == "restart-group" else ["--hang-s=60", "--metrics-listen", "192.0.2.1:9465"]
+    out = subprocess.run([sys.executable, "-m", "stacks", command, "h20", *extra, "--lock", str(tmp_path / "lock"),
+                          "--assume-secret", "api_key"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                         env={**env, NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert out.returncode == 2, out.stderr
+    assert "VLLM_API_KEY is not set" in out.stderr and "/etc/vllm-cluster/h20-supervisor.env" in out.stderr
+    assert "stop:" not in out.stdout and "Traceback" not in out.stderr
+    dry = stacks("restart-group", "h20", "--assume-secret", "api_key", env={"VLLM_API_KEY": ""})
+    assert dry.returncode == 0, "the dry run needs no key: " + dry.stderr
+    keyed = subprocess.run([sys.executable, "-m", "stacks", command, "h20", *extra, "--lock", str(tmp_path / "lock"),
+                            "--assume-secret", "api_key"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                           env={**env, "VLLM_API_KEY": "k", NODE_MAP_ENV: UNREACHABLE_NODES})
+    assert keyed.returncode == 2 and "VLLM_API_KEY is not set" not in keyed.stderr, keyed.stderr
+    assert ("cannot listen" if command == "supervise" else "cannot run") in keyed.stderr, "went on past the check"
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["supervise", "h20", "--golden-metrics-url", "http://[fd00::1:9464/metrics"], {},
+     "--golden-metrics-url 'http://"),
+    (["supervise", "h20"], {"VLLM_CLUSTER_ALERT_WEBHOOK": "https://[fd00::1/x"}, "VLLM_CLUSTER_ALERT_WEBHOOK "),
+    (["supervise", "h20", "--metrics-listen", "0.0.0.0:9465"], {}, "a wildcard address"),
+    (["supervise", "h20", "--metrics-listen", "[::]:9465"], {}, "a wildcard address"),
+    (["supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable, "--metrics-file", "/tmp/vllm.prom"],
+     {}, "PrivateTmp=yes"),
+    (["supervisor-unit", "h20", "--user", "deploy", "--python", sys.executable, "--metrics-file",
+      "/var/tmp/x/vllm.prom"], {}, "PrivateTmp=yes"),
+])
+def test_low_bad_inputs_are_exit_2_naming_the_flag(args: list[str], env: dict[str, str], says: str) -> None:
+    out = stacks(*args, env=env)
+    assert out.returncode == 2 and says in out.stderr and "internal error" not in out.stderr, out.stderr
+    assert "ExecStart" not in out.stdout
+
+
+def test_a_metrics_file_name_too_long_is_exit_2(textfile_dir: Path) -> None:
+    path = str(textfile_dir / ("a" * 300 + ".prom"))
+    out = stacks("supervise", "h20", "--hang-s=60", "--metrics-file", path)
+    assert out.returncode == 2 and "--metrics-file '" in out.stderr and "File name too long" in out.stderr, out.stderr
+
+
+def test_supervise_help_says_every_flag_and_its_default() -> None:
+    out = stacks("supervise", "--help")
+    text = " ".join(out.stdout.split())
+    for flag, default in (("--lock", "/run/lock/vllm-cluster-STACK.lock"), ("--ca-file", "system's CAs"),
+                          ("--backoff-first-s", "default 60"), ("--max-per-hour", "default 4")):
+        assert flag in text and default in text, (flag, text)
