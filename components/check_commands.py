@@ -23,7 +23,7 @@ from stacks.model.golden import golden_json
 from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import LABEL_PREFIX, node_api_host, rank_name, rank_port
 from stacks.planner.load_estimate import EngineMemory, engine_memory
-from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_kwarg
+from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_args
 from stacks.planner.profiles import ModelProfile, get_profile
 from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
@@ -227,15 +227,6 @@ def engines_command(plan: Plan, check: CheckSpec) -> str:
 
 def health_deadline_s(config: StackConfig) -> int:
     return config.api.health_timeout_s or config.serving.engine_ready_timeout_s + 600
-
-
-def thinking_args(config: StackConfig, sections: list[str]) -> list[str]:
-    """`--thinking-kwarg` for the chat, thinking and stream sections when the card's key is not the check's
-    default (`thinking`, DeepSeek's): Qwen3 reads `enable_thinking`, gpt-oss a reasoning effort."""
-    kwarg = thinking_kwarg(config)[0]
-    if kwarg is None or kwarg == "thinking" or not set(sections) & {"chat", "thinking", "stream"}:
-        return []
-    return ["--thinking-kwarg", kwarg]
 
 
 def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:

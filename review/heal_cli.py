@@ -22,7 +22,7 @@ from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
-from stacks.planner.plan import Plan, build_plan
+from stacks.planner.plan import Plan, build_plan, thinking_args
 from stacks.planner.topology import endpoint_rank_nodes
 
 CODE_ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]
             "--api-key-env", "VLLM_API_KEY", "--dp-size", str(dp_size)]
     if rank_nodes:
         argv += ["--rank-nodes", ",".join(rank_nodes)]
-    return tuple(argv)
+    return tuple(argv + thinking_args(config, ["chat"]))
 
 
 def golden_max_age_s(config: StackConfig, dp_size: int) -> int:

@@ -142,3 +142,16 @@ def test_a_cards_routes_know_the_control_paths() -> None:
     control = admin_routes("card:vllm_vllm-openai_v0.32.0")
     assert {"/pause", "/sleep", "/collective_rpc", "/metrics", "/docs", "/abort_requests"} <= control
     assert "/v1/chat/completions" not in control
+
+
+@pytest.mark.parametrize(("profile", "flag"), [("qwen3-8b", ["--thinking-kwarg", "enable_thinking"]),
+                                               ("deepseek-v3", [])])
+def test_the_group_restarts_golden_round_sends_the_cards_thinking_key(profile: str, flag: list[str]) -> None:
+    """The supervisor's and `restart-group`'s golden round is a chat check too: with DeepSeek's `thinking` key a
+    Qwen3 server would think through the round's small token budget and the restart would count as failed."""
+    from review.heal_cli import golden_argv
+
+    config = parse_config("cards", _two_node(profile))
+    words = list(golden_argv(build_plan("cards", config), config, "python3"))
+    at = [i for i, w in enumerate(words) if w == "--thinking-kwarg"]
+    assert [words[i + j] for i in at for j in (0, 1)] == flag

@@ -605,6 +605,15 @@ def thinking_kwarg(config: StackConfig) -> tuple[str | None, str]:
     return thinking_request(profile, config.serving.reasoning_parser)
 
 
+def thinking_args(config: StackConfig, sections: list[str]) -> list[str]:
+    """`--thinking-kwarg` for the chat, thinking and stream sections when the card's key is not the check's
+    default (`thinking`, DeepSeek's): Qwen3 reads `enable_thinking`, gpt-oss a reasoning effort."""
+    kwarg = thinking_kwarg(config)[0]
+    if kwarg is None or kwarg == "thinking" or not set(sections) & {"chat", "thinking", "stream"}:
+        return []
+    return ["--thinking-kwarg", kwarg]
+
+
 def _api_check_applies(config: StackConfig, check: str) -> bool:
     smoke = config.api.smoke
     return {
