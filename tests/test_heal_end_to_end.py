@@ -290,6 +290,9 @@ def test_supervise_treats_a_rank_failing_the_watch_units_golden_set_as_dead(grou
         group.control({"down_rank": 1})
         wait_for(lambda: supervisor.seen(" death: "), "the failing rank treated as dead")
         dead = time.monotonic()
+        # the cause stays until the supervisor has looked again and begun the restart: cleared earlier, its fresh
+        # look before restarting finds every rank answering and (rightly) restarts nothing ("recovered")
+        wait_for(lambda: supervisor.seen(" restart: ") or supervisor.proc.poll() is not None, "the restart begun")
         group.control({})  # the cause is gone: the restarted group answers
         wait_for(lambda: supervisor.seen(" healed: ") or supervisor.proc.poll() is not None, "the group healed")
         print(f"\nsupervise: rank 1 failing -> death {dead - failing:.1f}s (hang 8 s), healed "
