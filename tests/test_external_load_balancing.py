@@ -27,7 +27,7 @@ from stacks.model.loader import parse_config
 from stacks.planner.firewall import render_table
 from stacks.planner.image_cards import card_of_version
 from stacks.planner.load_balancing import EXTERNAL_DENSE, EXTERNAL_DP_ONE, EXTERNAL_HEADLESS
-from stacks.planner.managed import HYBRID_LB_ERROR
+from stacks.planner.managed import HYBRID_LB_ERROR, TWO_LB_MODES_ERROR
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.render import render_plan
@@ -320,7 +320,10 @@ REFUSALS = [
     ("headless-in-extra-args", lambda: _set(dp16("external"), serving__extra_args=["--headless"]),
      "serving.extra_args.0", HYBRID_LB_ERROR),
     ("a-rank-in-extra-args", lambda: _set(dp16("external"), serving__extra_args=["--data-parallel-rank", "3"]),
-     "serving.extra_args.0", HYBRID_LB_ERROR),
+     "serving.extra_args.0", TWO_LB_MODES_ERROR),
+    ("a-start-rank-in-extra-args", lambda: _set(dp16("external"),
+                                                serving__extra_args=["--data-parallel-start-rank", "0"]),
+     "serving.extra_args.0", TWO_LB_MODES_ERROR),
     ("shared-gpus", lambda: _set(dp16("external"), container__set_cuda_visible_devices=False),
      "container.set_cuda_visible_devices", None),
     ("one-gpu-list-for-every-rank", lambda: _set(dp16("external"), container__managed_env_overrides={

@@ -19,6 +19,9 @@ from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import ArgvItem, OptionTable, card_table, option_table, read_argv, read_serve_argv
 
 HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+TWO_LB_MODES_ERROR = ("Cannot use more than one data parallel load balancing mode "
+                      "(vllm/entrypoints/cli/serve.py:99-105)")
+"""A load-balancing option on top of the one hybrid or external mode already renders for every rank."""
 ELASTIC_EP_MULTINODE_ERROR = "RuntimeError: Elastic EP is not yet supported with multi-node TP/PP"
 
 MANAGED_OPTIONS: dict[str, str] = {
@@ -268,8 +271,11 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
             problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
                                     "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
         elif item.dest in MANAGED_OPTIONS:
-            headless_refused = item.dest == "headless" and config.parallelism.dp_load_balancing != "internal"
-            upstream = HYBRID_LB_ERROR if item.dest in LB_MODE_OPTIONS or headless_refused else (
+            mode = config.parallelism.dp_load_balancing
+            headless_refused = item.dest == "headless" and mode != "internal"
+            second_mode = item.dest in LB_MODE_OPTIONS and mode != "internal"
+            upstream = TWO_LB_MODES_ERROR if second_mode else HYBRID_LB_ERROR if (
+                item.dest in LB_MODE_OPTIONS or headless_refused) else (
                 f"{ELASTIC_EP_MULTINODE_ERROR} (vllm/distributed/parallel_state.py:1987-1995, with a replica over "
                 "nodes)" if item.dest == "enable_elastic_ep" else None)
             why = MANAGED_OPTIONS[item.dest]
@@ -278,8 +284,10 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
                                         f"not support: {why.split(':', 1)[-1].strip()}", upstream=upstream,
                                         fix="remove it"))
             else:
+                fix = (f"remove it: parallelism.dp_load_balancing ({mode}) already sets it for every rank"
+                       if second_mode else f"remove it; set {why} instead")
                 problems.append(Problem(shown, value, f"{item.option} sets vLLM's {item.dest}, which the config "
-                                        "manages", upstream=upstream, fix=f"remove it; set {why} instead"))
+                                        "manages", upstream=upstream, fix=fix))
         elif item.problem and item.dest is None and not own and "has no option" in item.problem:
             warnings.append(f"{key}: {item.word!r} is not an option of vLLM {table.version}, the newest option "
                             f"table known here; the argument dry run checks it against {config.image.ref}")
