@@ -296,6 +296,9 @@ def test_a_hang_is_a_death_after_the_stated_time(cluster: Cluster, tmp_path: Pat
         wait_for(lambda: running.seen("healthy:"), "the group seen serving")
         (cluster.ctl / "hang").write_text("")
         wait_for(lambda: running.seen("death:"), "the hang treated as a death")
+        # the hang stays until the restart has begun: ended earlier, the supervisor's fresh look before restarting
+        # finds the group serving and (rightly) restarts nothing
+        wait_for(lambda: running.seen(" restart: "), "the restart begun")
         (cluster.ctl / "hang").unlink()
         wait_for(lambda: running.seen("healed:"), "the group healed")
     finally:
