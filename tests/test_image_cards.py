@@ -232,14 +232,16 @@ def test_image_card_with_an_interpreter_writes_a_card_the_planner_reads(tmp_path
 def test_image_card_runs_the_probe_inside_the_image(tmp_path: Path) -> None:
     why = docker_ready()
     assert why is None, f"this test needs a Docker engine (.ci/run starts dockerd): {why}"
-    good = build_image("vllm-cluster-test/vllm:card", tmp_path)
-    bare = build_image("vllm-cluster-test/python:card-bare", tmp_path, with_vllm=False)
+    # tags unique to this process: a second test run on the same Docker engine removes its own images, not ours
+    tag = f"card-{os.getpid()}"
+    good = build_image(f"vllm-cluster-test/vllm:{tag}", tmp_path)
+    bare = build_image(f"vllm-cluster-test/python:{tag}-bare", tmp_path, with_vllm=False)
     try:
         out = _image_card(good, "--out", str(tmp_path / "cards"))
         assert out.returncode == 0, out.stderr
-        card = image_cards.parse_card("c", json.loads((tmp_path / "cards" / "vllm-cluster-test_vllm_card.json")
+        card = image_cards.parse_card("c", json.loads((tmp_path / "cards" / f"vllm-cluster-test_vllm_{tag}.json")
                                                       .read_text()))
-        assert card.refs == ("vllm-cluster-test/vllm:card",) and card.vllm_version == "0.33.0"
+        assert card.refs == (f"vllm-cluster-test/vllm:{tag}",) and card.vllm_version == "0.33.0"
         assert "--tensor-parallel-size" in card_table(card).options
         assert "docker run --network none" in card.taken_with
         refused = _image_card(bare, "--out", str(tmp_path / "cards"))
