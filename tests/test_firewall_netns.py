@@ -272,21 +272,26 @@ def test_without_nft_the_command_cannot_run(lab: Lab, tmp_path: Path) -> None:
     assert lab.ruleset("head") == ""
 
 
-def test_hybrid_behind_the_proxy_the_other_nodes_api_admits_only_the_head(lab: Lab, tmp_path: Path) -> None:
-    """vLLM's key guards only /v1: the peer's API port (hybrid load balancing behind the head's nginx) must take
-    connections from the head alone — not from another host of the network — and from the peer itself (its own
-    checks and healthcheck, over lo)."""
+def behind_the_proxy(lab: Lab, mode: str) -> StackConfig:
+    """The DP16 wide-EP stack with `mode` load balancing behind the head's nginx, on the lab's head and peer."""
     from bench.dp_lb_real_vllm import dp16
     from stacks.model.loader import parse_config
     from tests.test_load_balancing import proxied
 
-    values = proxied(dp16("hybrid"))
+    values = proxied(dp16(mode))
     for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
         node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
                     data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
     values["fabric"] |= {"private_networks": [], "public_private_networks": [], "control_plane": "management",
                          "nccl_socket": "management"}
-    config = parse_config("lab", values)
+    return parse_config("lab", values)
+
+
+def test_hybrid_behind_the_proxy_the_other_nodes_api_admits_only_the_head(lab: Lab, tmp_path: Path) -> None:
+    """vLLM's key guards only /v1: the peer's API port (hybrid load balancing behind the head's nginx) must take
+    connections from the head alone — not from another host of the network — and from the peer itself (its own
+    checks and healthcheck, over lo)."""
+    config = behind_the_proxy(lab, "hybrid")
     spec = build_plan("lab", config).firewall.nodes[1]
     assert (spec.node, spec.upstream_ports, spec.upstream_sources) == ("peer", ["8000"], [f"{lab.v4('head')}/32"])
     command = firewall_command(spec, config.nodes[1], state_dir=str(tmp_path), unit_dir=str(tmp_path))
@@ -307,17 +312,7 @@ def test_external_behind_the_proxy_every_rank_port_of_the_other_node_admits_only
     """External load balancing: the peer runs a server per DP rank on 8000-8007; behind the head's nginx each of
     those ports takes the head and the peer itself, and drops another host; a port outside the ranks' is not
     touched."""
-    from bench.dp_lb_real_vllm import dp16
-    from stacks.model.loader import parse_config
-    from tests.test_load_balancing import proxied
-
-    values = proxied(dp16("external"))
-    for node, role in zip(values["nodes"], ("head", "peer"), strict=True):
-        node.update(name=role, ssh={"host": lab.v4(role)}, management_ip=lab.v4(role), management_ifname="eth0",
-                    data_ips=[lab.v6(role)], nics=["eth0"], hcas=["mlx5_0:1"])
-    values["fabric"] |= {"private_networks": [], "public_private_networks": [], "control_plane": "management",
-                         "nccl_socket": "management"}
-    config = parse_config("lab", values)
+    config = behind_the_proxy(lab, "external")
     spec = build_plan("lab", config).firewall.nodes[1]
     assert (spec.node, spec.upstream_ports, spec.upstream_sources) == ("peer", ["8000-8007"],
                                                                        [f"{lab.v4('head')}/32"])
