@@ -357,12 +357,23 @@ def test_the_refusals_say_what_vllm_and_the_layout_need() -> None:
 
 
 def test_a_rank_port_on_another_listeners_port_is_refused() -> None:
-    """Rank 1 of the head listens on serving.port + 1: the DP RPC port there is refused as a clash."""
+    """Rank 1 of the head listens on serving.port + 1: the DP RPC port there is refused as a clash, under the
+    fixed port's own key and value (serving.port is 8000, not the rank's 8001), with the rank range to avoid."""
     values = _set(dp16("external"), parallelism__data_parallel_rpc_port=8001)
-    problems = problems_of(values)
-    clash = [p for p in problems if "both listen on h20-1:8001" in p.message]
-    assert clash and clash[0].key in ("serving.port", "parallelism.data_parallel_rpc_port"), [
-        p.render() for p in problems]
+    clash = [p for p in problems_of(values) if "both listen on h20-1:8001" in p.message]
+    assert len(clash) == 1, [p.render() for p in problems_of(values)]
+    assert (clash[0].key, clash[0].value) == ("parallelism.data_parallel_rpc_port", 8001)
+    assert "DP rank 1's own server, on serving.port 8000 + 1)" in clash[0].message
+    assert "outside 8000-8007" in (clash[0].fix or "") and "RAY_PORTS" not in (clash[0].fix or "")
+
+
+def test_a_rank_port_on_a_monitoring_port_names_the_monitoring_key() -> None:
+    """A monitoring port moves most easily: the clash with rank 3's server is that key's, with its own value."""
+    values = _set(dp16("external"), observability__enabled=True) | {"grafana_admin_password": SECRET}
+    values["observability"]["ports"] = {"node_exporter": 8003}
+    clash = [p for p in problems_of(values) if "both listen on h20-2:8003" in p.message]
+    assert clash and (clash[0].key, clash[0].value) == ("observability.ports.node_exporter", 8003), [
+        p.render() for p in problems_of(values)]
 
 
 def test_warnings_name_every_ranks_server() -> None:

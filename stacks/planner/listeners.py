@@ -504,18 +504,41 @@ def listener_problems(listeners: list[Listener]) -> list[Problem]:
     for fixed in by_node.values():
         for i, x in enumerate(fixed):
             other = next((o for o in fixed[:i] if _clash(o, x)), None)
-            if other is None:
-                continue
-            port = max(x.port, other.port)
-            problems.append(Problem(
-                PORT_KEYS.get(x.source) or PORT_KEYS.get(other.source)  # monitoring ports move most easily
-                or _KEYS.get(other.source) or _KEYS.get(x.source) or "<listeners>", port,
-                f"{x.purpose} and {other.purpose} both listen on {x.node}:{port}: one fails to bind "
-                "(OSError: [Errno 98] Address already in use)",
-                fix="another port; Ray's fixed ports are stacks/planner/listeners.py RAY_PORTS ("
-                    f"{RAY_PORTS.node_manager}-{RAY_PORTS.metrics_export}, {RAY_PORTS.min_worker}-"
-                    f"{RAY_PORTS.max_worker}, {RAY_PORTS.dashboard_agent_http}, {RAY_PORTS.dashboard_metrics})"))
+            if other is not None:
+                problems.append(_clash_problem(x, other, fixed))
     return problems
+
+
+def _clash_problem(x: Listener, other: Listener, on_node: list[Listener]) -> Problem:
+    """Name the key the user should move and its own value. A DP rank's server (external load balancing) is on
+    a computed port, serving.port + the rank's index on its node: the other listener's key comes first, and when
+    serving.port is the key its value is serving.port itself, not the rank's port."""
+    port = max(x.port, other.port)
+    ranks = sorted(o.port for o in on_node if o.source == SRC_API_EXTERNAL)
+    pair = sorted((x, other), key=lambda o: o.source == SRC_API_EXTERNAL)  # a rank's server last
+    key = (PORT_KEYS.get(x.source) or PORT_KEYS.get(other.source)  # monitoring ports move most easily
+           or _KEYS.get(pair[0].source) or _KEYS.get(pair[1].source) or "<listeners>")
+    value = ranks[0] if key == "serving.port" and ranks else port
+
+    def named(o: Listener) -> str:
+        if o.source != SRC_API_EXTERNAL or o.port == ranks[0]:
+            return o.purpose
+        return f"{o.purpose.removesuffix(')')}, on serving.port {ranks[0]} + {o.port - ranks[0]})"
+
+    if ranks and SRC_API_EXTERNAL in (x.source, other.source):
+        fix = (f"keep {key} outside {ranks[0]}-{ranks[-1]} (on {x.node}, serving.port to serving.port + "
+               f"{len(ranks) - 1}: one port per DP rank), or move serving.port so that range avoids {port}")
+        if key == "serving.port":
+            fix = f"move serving.port so that {len(ranks)} ports from it ({ranks[0]}-{ranks[-1]} now) avoid {port}"
+    else:
+        fix = "another port"
+    if RAY_SRC in x.source or RAY_SRC in other.source or x.source.startswith("ray/") or other.source.startswith(
+            "ray/"):
+        fix += (f"; Ray's fixed ports are stacks/planner/listeners.py RAY_PORTS ({RAY_PORTS.node_manager}-"
+                f"{RAY_PORTS.metrics_export}, {RAY_PORTS.min_worker}-{RAY_PORTS.max_worker}, "
+                f"{RAY_PORTS.dashboard_agent_http}, {RAY_PORTS.dashboard_metrics})")
+    return Problem(key, value, f"{named(x)} and {named(other)} both listen on {x.node}:{port}: one fails to bind "
+                   "(OSError: [Errno 98] Address already in use)", fix=fix)
 
 
 def _clash(a: Listener, b: Listener) -> bool:
