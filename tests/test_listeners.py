@@ -182,6 +182,28 @@ def test_a_port_clash_with_a_pinned_ray_port_is_refused(h20_values: dict[str, An
         plan_of(h20_values)
 
 
+def _ephemeral(plan: Plan) -> list[str]:
+    return [w for w in plan.warnings if "ephemeral range" in w]
+
+
+def test_a_chosen_port_in_the_kernels_ephemeral_range_is_warned_with_the_sysctl_that_reserves_it(
+        prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
+    """serving.port 40000 can be held by an outgoing connection when vLLM restarts: warned under its key with the
+    reservation; Ray's own defaults in the range (dashboard metrics 44227, agent 52365) are not the user's to move."""
+    assert _ephemeral(plan_of(prod_values)) == [] and _ephemeral(plan_of(h20_values)) == []
+    prod_values["serving"]["port"] = 40000
+    [warning] = _ephemeral(plan_of(prod_values))
+    assert warning.startswith("serving.port: port(s) 40000 (OpenAI API) lie in the kernel's ephemeral range "
+                              "32768-60999")
+    assert "net.ipv4.ip_local_reserved_ports=40000," in warning and "below 32768" in warning
+    prod_values["firewall"] = {"ephemeral_ports": [50000, 60999]}     # the range the nodes really have
+    assert _ephemeral(plan_of(prod_values)) == []
+    prod_values["firewall"] = {"ephemeral_ports": [40004, 60999]}
+    prod_values["parallelism"] = prod_values["parallelism"] | {"data_parallel_rpc_port": 40005}
+    [warning] = _ephemeral(plan_of(prod_values))
+    assert warning.startswith("parallelism.data_parallel_rpc_port: port(s) 40005 ")
+
+
 def test_planned_ray_flags_pin_every_fixed_ray_port() -> None:
     plan = build_plan("h20", load_stack("h20"))
     head, worker = (n.containers[0] for n in plan.nodes)

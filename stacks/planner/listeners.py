@@ -541,6 +541,40 @@ def _clash_problem(x: Listener, other: Listener, on_node: list[Listener]) -> Pro
                    "(OSError: [Errno 98] Address already in use)", fix=fix)
 
 
+def ephemeral_port_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
+    """A fixed port the user chose inside the kernel's ephemeral range (`firewall.ephemeral_ports`, Linux's
+    32768-60999 by default): an outgoing connection or an OS-picked listener (NCCL, Gloo, ZMQ, TCPStore) can hold
+    it when the process (re)starts, which then fails to bind now and then. One line per key; Ray's own fixed
+    ports are not the user's to choose and are left out."""
+    low, high = config.firewall.ephemeral_ports
+    seen: dict[str, list[Listener]] = {}
+    for x in table:
+        key = PORT_KEYS.get(x.source) or _KEYS.get(x.source)
+        if key and not x.ephemeral and x.port <= high and (x.port_end or x.port) >= low:
+            seen.setdefault(key, []).append(x)
+    warnings = []
+    for key, hits in seen.items():
+        spans = _spans(sorted({(max(x.port, low), min(x.port_end or x.port, high)) for x in hits}))
+        warnings.append(
+            f"{key}: port(s) {spans} ({hits[0].purpose.split(' (')[0]}) lie in the kernel's ephemeral range "
+            f"{low}-{high} (firewall.ephemeral_ports): an outgoing connection or an OS-picked port can hold one when "
+            f"the process restarts, and the bind fails (Address already in use); pick a port below {low}, or "
+            f"reserve them on every node (sysctl -w net.ipv4.ip_local_reserved_ports={spans}, persisted in "
+            "/etc/sysctl.d)")
+    return warnings
+
+
+def _spans(ranges: list[tuple[int, int]]) -> str:
+    """Sorted (first, last) port ranges merged where they touch, as sysctl's list syntax: `8000-8007,9090`."""
+    merged: list[list[int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in merged)
+
+
 def _clash(a: Listener, b: Listener) -> bool:
     return (a.process != b.process and _overlap(a.bind, b.bind)
             and a.port <= (b.port_end or b.port) and b.port <= (a.port_end or a.port))

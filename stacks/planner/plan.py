@@ -19,7 +19,7 @@ from stacks.planner import deepep
 from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
 from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers, rank_port
-from stacks.planner.listeners import Listener, listener_problems, listener_table
+from stacks.planner.listeners import Listener, ephemeral_port_warnings, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed import image_card, rendered_argv_problems
 from stacks.planner.observability import ObservabilityPlan, observability_plan
@@ -242,6 +242,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         observability=(obs := observability_plan(stack, config, topo, containers)),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
+        + ephemeral_port_warnings(config, table)
         + _unpinned_monitoring(obs) + _shadowing_card(config),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
