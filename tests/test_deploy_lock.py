@@ -7,7 +7,6 @@ import runpy
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,18 +19,16 @@ from components.deploy_lock import DeployLock, hold_for_update, lock_path
 from review.registrations import own_event_loop
 from tests.conftest import ROOT
 from tests.pulumi_harness import Mocks
+from tests.waiting import wait_for
 
 HOLD = ("import sys; from pathlib import Path; from components.deploy_lock import hold_for_update; "
         "hold_for_update('s', lambda line: print(line, flush=True), Path(sys.argv[1])); print('taken', flush=True); "
         "sys.stdin.read()")
 
 
-def wait_for(lines: list[str], text: str, deadline_s: float = 120) -> None:
-    end = time.monotonic() + deadline_s
-    while not any(text in line for line in list(lines)):
-        if time.monotonic() > end:
-            raise AssertionError(f"no {text!r} within {deadline_s}s: {lines}")
-        time.sleep(0.1)
+def wait_for_line(lines: list[str], text: str) -> None:
+    """Until a line the holder printed contains `text` (its reader thread appends to `lines`)."""
+    wait_for(lambda: any(text in line for line in list(lines)), lambda: f"no {text!r} in {lines}", 120)
 
 
 def test_an_update_waits_while_a_restart_holds_the_lock_and_holds_it_until_it_exits(tmp_path: Path) -> None:
@@ -44,10 +41,10 @@ def test_an_update_waits_while_a_restart_holds_the_lock_and_holds_it_until_it_ex
     out = update.stdout
     threading.Thread(target=lambda: lines.extend(line.strip() for line in out), daemon=True).start()
     try:
-        wait_for(lines, "waiting for the deploy lock")
+        wait_for_line(lines, "waiting for the deploy lock")
         assert "taken" not in lines and update.poll() is None
         restart.release()
-        wait_for(lines, "taken")
+        wait_for_line(lines, "taken")
         assert not DeployLock(lock_path("s", tmp_path)).try_acquire(), "the update holds it while it runs"
     finally:
         restart.release()

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import derive_topology
 from tests.conftest import ROOT, clone_node
 from tests.test_check_api import free_port
+from tests.waiting import wait_for
 
 FIXTURES = ROOT / "tests" / "fixtures" / "observability"
 VLLM_EXPOSITION = FIXTURES / "vllm-0.33.0-metrics.txt"
@@ -260,18 +260,20 @@ def query(port: int, promql: str) -> dict[str, Any]:
         return json.loads(response.read())  # type: ignore[no-any-return]
 
 
-def wait_for(port: int, promql: str, want: int, deadline_s: float = 120) -> list[dict[str, Any]]:
-    end = time.monotonic() + deadline_s
-    last: Any = None
-    while time.monotonic() < end:
+def wait_for_series(port: int, promql: str, want: int) -> list[dict[str, Any]]:
+    """Until the query answers at least `want` series (Prometheus scrapes every few seconds; its HTTP API may not
+    listen yet)."""
+    last: list[Any] = [None]
+
+    def answered() -> list[dict[str, Any]] | None:
         try:
-            last = query(port, promql)["data"]["result"]
-            if len(last) >= want:
-                return list(last)
+            last[0] = query(port, promql)["data"]["result"]
         except OSError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"{promql!r}: {last!r} after {deadline_s}s")
+            last[0] = exc
+            return None
+        return list(last[0]) if len(last[0]) >= want else None
+
+    return wait_for(answered, lambda: f"{promql!r}: {last[0]!r}", 120)  # type: ignore[no-any-return]
 
 
 def test_real_prometheus_joins_vllm_series_to_node_and_generation(tmp_path: Path) -> None:
@@ -313,15 +315,15 @@ def test_real_prometheus_joins_vllm_series_to_node_and_generation(tmp_path: Path
           process(PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
                   f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                   cwd=tmp_path) as prometheus):
-        wait_for(prom_port, "up == 1", 3)
-        joined = wait_for(prom_port, f"vllm:kv_cache_usage_perc * on(stack, dp_rank) group_left(node, generation, "
-                          f"image) {ENGINE_INFO}", 2)
+        wait_for_series(prom_port, "up == 1", 3)
+        joined = wait_for_series(prom_port, "vllm:kv_cache_usage_perc * on(stack, dp_rank) group_left(node, "
+                                 f"generation, image) {ENGINE_INFO}", 2)
         assert sorted((r["metric"]["dp_rank"], r["metric"]["node"], r["metric"]["generation"]) for r in joined) == [
             ("0", "node1", gen), ("1", "node2", gen)]
         assert {r["metric"]["image"] for r in joined} == {config.image.ref}
-        golden = wait_for(prom_port, "vllm_cluster_golden_ok == 1", 2)
+        golden = wait_for_series(prom_port, "vllm_cluster_golden_ok == 1", 2)
         assert sorted(r["metric"]["node"] for r in golden) == ["node1", "node2"]
-        applied = wait_for(prom_port, NODE_GENERATION, 1)
+        applied = wait_for_series(prom_port, NODE_GENERATION, 1)
         assert applied[0]["metric"]["generation"] == gen and applied[0]["metric"]["node"] == "node1"
         # every dashboard query is valid PromQL for this Prometheus; the vLLM and watch ones return data
         for where, expr in dashboard_queries(files):

@@ -34,7 +34,8 @@ from checks.weights_verify import (
     verify_dir,
 )
 from tests.conftest import ROOT
-from tests.weights_harness import KEY_ID, SECRET, Moto, checkpoint, moto_server, tree, upload, wait_for
+from tests.waiting import wait_for
+from tests.weights_harness import KEY_ID, SECRET, Moto, checkpoint, moto_server, tree, upload
 
 BUCKET, PREFIX = "ckpt", "models/ds-v4"
 SOURCE = f"s3://{BUCKET}/{PREFIX}"
@@ -147,8 +148,8 @@ def test_interrupted_sync_resumes_and_a_half_file_never_counts(moto: Moto, wdir:
     try:
         # files are fetched in key order: config.json, generation_config.json, then the 6 MB first shard; at 1 MB/s
         # the signal has ~5 s to land in its middle (at 3 MB/s it was ~1.7 s, less than a loaded machine may take)
-        assert wait_for(lambda: len(_journal_keys(dest)) >= 2 and _sidecar_parts(dest) >= 1, 120), \
-            "the sync never reached the middle of a shard"
+        wait_for(lambda: len(_journal_keys(dest)) >= 2 and _sidecar_parts(dest) >= 1,
+                 "the sync never reached the middle of a shard", 120)
         process.send_signal(how)
         out, err = process.communicate(timeout=30)
     finally:

@@ -9,7 +9,6 @@ import random
 import struct
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -123,15 +122,6 @@ def upload(client: Any, bucket: str, prefix: str, files: dict[str, bytes], multi
     for name, blob in files.items():
         client.upload_fileobj(BytesIO(blob), bucket, f"{prefix.rstrip('/')}/{name}" if prefix else name,
                               Config=config)
-
-
-def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False
 
 
 def tree(root: str) -> dict[str, bytes]:
