@@ -579,7 +579,7 @@ def _number(value: float) -> str:
 
 def metric_family(name: str, kind: str, text: str, samples: Sequence[tuple[dict[str, str], float]]) -> list[str]:
     """One family in Prometheus text format 0.0.4: HELP, TYPE, then one line per sample (none is valid: the family
-    is declared, no series yet). Shared by the watch unit and the group supervisor (review/supervisor.py)."""
+    is declared, no series yet). Shared by the watch unit and the group supervisor (heal/supervisor.py)."""
     return [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
             *(f"{name}{_label_text(labels)} {_number(value)}" for labels, value in samples)]
 

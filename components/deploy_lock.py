@@ -1,7 +1,7 @@
 """The deploy lock: `pulumi up` and the group supervisor never act on a stack at the same time.
 
 One exclusive `flock(2)` on `/run/lock/vllm-cluster-<stack>.lock` on the deploying host. The supervisor takes it
-for each group restart (review/supervisor.py) and `restart-group --yes` too; the Pulumi program takes it itself
+for each group restart (heal/supervisor.py) and `restart-group --yes` too; the Pulumi program takes it itself
 when it runs for an update (`__main__.py`, never for a preview) and holds it until its process exits, which is
 after its last resource is registered. Pulumi's own stack lock lives in the backend, where the supervisor cannot
 see it; this one is local, so it only orders processes of the same host.

@@ -1,6 +1,6 @@
 """`python -m stacks plan|nginx-conf|rollback|diff|preview-summary|matrix|watch-unit|observability|reference|
 model-card|image-card`: offline tools, no Pulumi engine needed; `restart-group|drift|supervisor-unit|supervise`
-(review/heal_cli.py) reach the nodes."""
+(heal/cli.py) reach the nodes."""
 
 from __future__ import annotations
 
@@ -81,9 +81,9 @@ CODE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _watch_unit(args: argparse.Namespace) -> int:
-    """The systemd service that runs `checks.api --watch` for this stack (review/watch_unit.py) on stdout; what to
+    """The systemd service that runs `checks.api --watch` for this stack (heal/watch_unit.py) on stdout; what to
     put next to it (the key file, the proxy's certificate) on stderr."""
-    from review.watch_unit import render_watch_unit, unit_name
+    from heal.watch_unit import render_watch_unit, unit_name
     from stacks.planner.plan import check_client, thinking_kwarg
     from stacks.planner.topology import endpoint_rank_nodes
 
@@ -437,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph RGW)")
     card.add_argument("--region", help="S3 region [AWS_REGION or us-east-1]")
     card.set_defaults(func=_model_card, argv=None)
-    from review.heal_cli import add_commands
+    from heal.cli import add_commands
     add_commands(sub, _add_overrides)
     return parser
 

@@ -149,7 +149,7 @@ def test_a_cards_routes_know_the_control_paths() -> None:
 def test_the_group_restarts_golden_round_sends_the_cards_thinking_key(profile: str, flag: list[str]) -> None:
     """The supervisor's and `restart-group`'s golden round is a chat check too: with DeepSeek's `thinking` key a
     Qwen3 server would think through the round's small token budget and the restart would count as failed."""
-    from review.heal_cli import golden_argv
+    from heal.cli import golden_argv
 
     config = parse_config("cards", _two_node(profile))
     words = list(golden_argv(build_plan("cards", config), config, "python3"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from review.drift import compare_container, foreign_containers, gpus_of, table
+from heal.drift import compare_container, foreign_containers, gpus_of, table
 from stacks.planner.launch import ContainerSpec, VolumeSpec
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
@@ -198,8 +198,8 @@ def test_every_kind_of_hand_change_on_real_containers(image: str, tmp_path: Path
 def test_inspect_keeps_the_containers_that_exist_when_another_is_gone(image: str) -> None:
     """A container removed between `docker ps` and `docker inspect` (a busy node, another test run here) makes inspect
     exit 1 after printing the others: those still reach the foreign-container check, not None for all."""
-    from review.node_access import MappedAccess
-    from review.node_access import inspect as node_inspect
+    from heal.node_access import MappedAccess
+    from heal.node_access import inspect as node_inspect
 
     name = f"heal-drift-{uuid.uuid4().hex[:8]}-kept"
     docker("create", "--name", name, image, "python3", "/rank.py")
@@ -243,7 +243,7 @@ def running(name: str, gpus: bool, stack: str | None) -> dict[str, Any]:
 
 
 def test_the_stacks_own_monitoring_containers_are_known_by_name_and_label_not_foreign() -> None:
-    from review.heal_cli import drift_rows
+    from heal.cli import drift_rows
     from stacks.model.loader import load_stack
     from stacks.planner.plan import build_plan
 

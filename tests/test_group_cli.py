@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from review.group import group_of, restart_steps
-from review.node_access import NODE_MAP_ENV, SshAccess
+from heal.group import group_of, restart_steps
+from heal.node_access import NODE_MAP_ENV, SshAccess
 from stacks.model.loader import parse_config
 from tests.conftest import ROOT, plan_of
 from tests.docker_harness import build_image, docker_ready, remove_image

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from checks.api import Target, WatchMetrics, serve_metrics
-from review.group import Group, Rank
-from review.heal_cli import check_golden_url, golden_max_age_s, golden_url
-from review.supervisor import DeployLock, Log, Settings, Supervisor, read_golden
+from heal.cli import check_golden_url, golden_max_age_s, golden_url
+from heal.group import Group, Rank
+from heal.supervisor import DeployLock, Log, Settings, Supervisor, read_golden
 from stacks.model.loader import parse_config
 from tests.conftest import plan_of
 from tests.nginx_harness import free_port

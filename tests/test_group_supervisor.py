@@ -2,7 +2,7 @@
 
 Each "rank" is tests/group_rank.py in an imported image; it appends its node name to a shared start log when it
 starts, serves /health and /golden, and obeys control files (hang, crash). Nodes map to containers through the
-test seam of review/node_access.py. The supervisor runs in a thread with short intervals; every wait is on a
+test seam of heal/node_access.py. The supervisor runs in a thread with short intervals; every wait is on a
 condition (a log line, a container state) with a generous deadline.
 """
 
@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 import pytest
 
 from checks.api import serve_metrics
-from review.group import Group, Rank
-from review.node_access import MappedAccess
-from review.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
+from heal.group import Group, Rank
+from heal.node_access import MappedAccess
+from heal.supervisor import GAVE_UP, DeployLock, Log, Settings, Supervisor
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
 from tests.waiting import wait_for as harness_wait_for
@@ -315,7 +315,7 @@ def test_a_hang_is_a_death_after_the_stated_time(cluster: Cluster, tmp_path: Pat
 
 def test_the_supervisor_refuses_to_restart_into_drift(cluster: Cluster, tmp_path: Path) -> None:
     """A restart policy changed by hand (`docker update`) on a rank: the supervisor says why and restarts nothing."""
-    from review.drift import compare_container
+    from heal.drift import compare_container
     from stacks.planner.launch import ContainerSpec
 
     planned = ContainerSpec(name=cluster.names[1], purpose="", image="", vllm_args=None, command=[], entrypoint=None,

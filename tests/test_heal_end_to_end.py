@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from review.node_access import NODE_MAP_ENV
-from review.watch_unit import watch_argv
+from heal.node_access import NODE_MAP_ENV
+from heal.watch_unit import watch_argv
 from stacks.model.loader import load_stack
 from stacks.planner.launch import ContainerSpec
 from stacks.planner.plan import Plan, build_plan

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from review.group import Group, Rank
-from review.node_access import NODE_MAP_ENV
-from review.supervisor import DeployLock, Log, Settings, Supervisor, http_ok, read_golden
+from heal.group import Group, Rank
+from heal.node_access import NODE_MAP_ENV
+from heal.supervisor import DeployLock, Log, Settings, Supervisor, http_ok, read_golden
 from tests.conftest import ROOT
 
 DEADLINE_S = 120.0
@@ -180,7 +180,7 @@ def test_a_refused_golden_url_never_shows_its_token(command: str) -> None:
 
 
 def test_drift_that_cannot_run_is_a_wait_and_only_a_real_drift_gives_up(tmp_path: Path) -> None:
-    from review.node_access import AccessError
+    from heal.node_access import AccessError
 
     answers: list[list[str] | AccessError] = [
         AccessError("node node2: docker container inspect failed (exit 124): timed out after 120s: ssh …"),
@@ -250,7 +250,7 @@ def test_a_multi_line_error_stays_one_log_line(tmp_path: Path) -> None:
 
 
 def test_drift_json_that_cannot_run_prints_a_json_error(h20_values: dict[str, object]) -> None:
-    from review.node_access import NODE_MAP_ENV
+    from heal.node_access import NODE_MAP_ENV
 
     unreachable = json.dumps({"h20-1": {"docker_host": "unix:///nonexistent/docker.sock"},
                               "h20-2": {"docker_host": "unix:///nonexistent/docker.sock"}})
@@ -262,7 +262,7 @@ def test_drift_json_that_cannot_run_prints_a_json_error(h20_values: dict[str, ob
 
 @pytest.mark.parametrize("command", ["restart-group", "supervise"])
 def test_a_lock_in_a_missing_folder_is_exit_2_naming_lock(command: str, tmp_path: Path) -> None:
-    from review.node_access import NODE_MAP_ENV
+    from heal.node_access import NODE_MAP_ENV
 
     for lock, says in ((tmp_path / "nonexistent" / "x.lock", "does not exist"), (tmp_path, "is a folder")):
         out = stacks(command, "h20", "--yes" if command == "restart-group" else "--hang-s=60", "--lock", str(lock),
@@ -321,7 +321,7 @@ def test_supervisor_unit_wants_a_user_and_opens_only_the_textfile_folder(textfil
 
 def test_ssh_puts_its_shared_socket_in_the_units_runtime_directory(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Path) -> None:
-    from review.node_access import RUNTIME_DIR_ENV, SshAccess
+    from heal.node_access import RUNTIME_DIR_ENV, SshAccess
     from stacks.model.loader import load_stack
 
     access = SshAccess("h20", load_stack("h20"))
@@ -406,7 +406,7 @@ def test_a_round_time_in_the_future_or_not_a_number_is_not_used(
 
 def test_a_short_hang_without_a_probe_timeout_is_accepted() -> None:
     """The probe timeout's default (10 s) shrinks to a shorter --hang-s instead of refusing it."""
-    from review.heal_cli import check_timing
+    from heal.cli import check_timing
 
     args = type("Args", (), {"interval_s": 1.0, "hang_s": 8.0, "probe_timeout_s": None})()
     assert check_timing(args) is None  # type: ignore[arg-type]
@@ -463,7 +463,7 @@ def test_supervise_that_cannot_bind_its_metrics_address_is_exit_2_before_any_pro
 
 
 def test_a_metrics_listen_given_to_the_unit_renderer_cannot_add_a_line(tmp_path: Path) -> None:
-    from review.supervisor_unit import render_supervisor_unit
+    from heal.supervisor_unit import render_supervisor_unit
 
     with pytest.raises(ValueError, match="--metrics-listen"):
         render_supervisor_unit(stack="h20", python=sys.executable, workdir=str(ROOT), env_file="/etc/x.env",
@@ -524,7 +524,7 @@ def observed_plan(stack: str = "h20", *extra: str) -> object:
 
 @pytest.mark.parametrize("extra", [(), ("api.proxy.enabled=true", "api.proxy.tls=false", "serving.host=127.0.0.1")])
 def test_the_clean_step_requires_free_only_the_ports_the_restart_stops(extra: tuple[str, ...]) -> None:
-    from review.group import group_of
+    from heal.group import group_of
     from stacks.planner.plan import Plan
 
     plan = observed_plan("h20", *extra)
@@ -595,7 +595,7 @@ def test_losing_sight_of_the_nodes_is_blind_never_a_hang(tmp_path: Path,
 
 def test_a_restart_waits_for_fresh_evidence_and_none_when_the_group_came_back(
         tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
-    from review.node_access import AccessError
+    from heal.node_access import AccessError
 
     url, _ = metrics_server
     sup, nodes, clock = watched(tmp_path, url)

@@ -1,4 +1,4 @@
-"""The layers (docs/architecture.md): imports run one way, review -> components -> planner -> model.
+"""The layers (docs/architecture.md): imports run one way, review -> heal -> components -> planner -> model.
 
 An AST walk of every production module (top-level and function-level imports alike), so a lazy import cannot hide
 an arrow that points up. The few links between the core and the host checks are listed by name, with the reason.
@@ -11,15 +11,17 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PROJECT = ("stacks", "review", "components", "checks", "policy", "bench")
+PROJECT = ("stacks", "review", "heal", "components", "checks", "policy", "bench")
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "stacks.model": ("stacks.model",),
     "stacks.planner": ("stacks.model", "stacks.planner"),
     "components": ("stacks.model", "stacks.planner", "components", "checks"),
-    "review": ("stacks.model", "stacks.planner", "components", "review", "checks"),
+    "review": ("stacks.model", "stacks.planner", "components", "heal", "review", "checks"),
+    "heal": ("stacks.model", "stacks.planner", "components", "heal", "checks"),
     "checks": ("checks",),
     "policy": ("stacks.model", "stacks.planner", "policy"),
-    "bench": ("stacks.model", "stacks.planner", "components", "checks", "review", "policy", "bench", "tests"),
+    "bench": ("stacks.model", "stacks.planner", "components", "checks", "heal", "review", "policy", "bench",
+              "tests"),
 }
 """Which packages a module of each layer may import (its own included)."""
 LINKS = {
@@ -84,6 +86,6 @@ def test_every_named_link_still_exists() -> None:
 
 def test_the_layers_are_folders() -> None:
     """Where each concern lives, by folder name alone."""
-    for folder in ("stacks/model", "stacks/planner", "components", "checks", "review", "policy"):
+    for folder in ("stacks/model", "stacks/planner", "components", "checks", "heal", "review", "policy"):
         assert (ROOT / folder / "__init__.py").is_file(), folder
     assert not [p.name for p in (ROOT / "stacks").glob("*.py") if p.name not in ("__init__.py", "__main__.py")]

@@ -210,9 +210,9 @@ def test_the_watch_series_are_the_ones_the_rules_and_dashboards_name() -> None:
 
 
 def test_the_supervisor_series_and_unit_are_the_ones_the_rules_name() -> None:
-    from review.group import Group
-    from review.supervisor import METRICS, Settings, Supervisor
-    from review.supervisor_unit import supervisor_unit_name
+    from heal.group import Group
+    from heal.supervisor import METRICS, Settings, Supervisor
+    from heal.supervisor_unit import supervisor_unit_name
 
     assert tuple(METRICS) == SUPERVISOR_METRICS
     supervisor = Supervisor(Group("prod", (), 1, "http://127.0.0.1:9/health", ()), None,  # type: ignore[arg-type]

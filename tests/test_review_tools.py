@@ -32,7 +32,7 @@ def repo(tmp_path: Path) -> Path:
 
 def make_repo(tmp_path: Path) -> Path:
     """This project's planner and stack files, committed once as the base."""
-    for package in ("stacks", "review", "checks", "components", "models", "images"):  # the cards: models, images
+    for package in ("stacks", "review", "heal", "checks", "components", "models", "images"):  # cards: models, images
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     for stack in ("prod", "h20"):
         shutil.copy(ROOT / f"Pulumi.{stack}.yaml", tmp_path)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from review.watch_unit import render_watch_unit, systemd_quote, unit_name, watch_argv
+from heal.watch_unit import render_watch_unit, systemd_quote, unit_name, watch_argv
 from stacks.model.golden import GoldenPair
 from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT, plan_of

@@ -20,7 +20,7 @@ vllm_cluster_engine_info` joins any vLLM series to its node and release. What ea
 its node exporter: `vllm_cluster_node_generation_info{generation, image}` is uploaded into that node's exporter
 after its engine container was applied, so a half-applied update shows as nodes with different generations.
 
-The group supervisor (review/supervisor.py) serves its own series the same way, scraped as the job `supervisor`:
+The group supervisor (heal/supervisor.py) serves its own series the same way, scraped as the job `supervisor`:
 `vllm_cluster_group_gave_up` 1 fires VllmClusterGroupGaveUp, and its target down VllmClusterSupervisorDown.
 """
 
@@ -67,7 +67,7 @@ SUPERVISOR_METRICS = ("vllm_cluster_group_restarts_total", GROUP_GAVE_UP, "vllm_
                       "vllm_cluster_group_max_restarts_per_hour", "vllm_cluster_group_backoff_seconds",
                       "vllm_cluster_group_next_restart_in_seconds",
                       "vllm_cluster_group_last_restart_timestamp_seconds", "vllm_cluster_group_last_restart_success")
-"""The series the group supervisor serves (review/supervisor.py METRICS; a test holds them equal)."""
+"""The series the group supervisor serves (heal/supervisor.py METRICS; a test holds them equal)."""
 SUPERVISOR_JOB = "supervisor"
 RUNBOOK = "docs/runbooks.md, \"An engine died\""
 
@@ -77,7 +77,7 @@ SRC_ALERTMANAGER = "stacks/planner/observability.py (alertmanager --web.listen-a
 SRC_ALERTMANAGER_CLUSTER = "stacks/planner/observability.py (alertmanager --cluster.listen-address=127.0.0.1:<port>)"
 SRC_NODE_EXPORTER = "stacks/planner/observability.py (node_exporter --web.listen-address=<management IP>:<port>)"
 SRC_DCGM = "stacks/planner/observability.py (dcgm-exporter --address <management IP>:<port>)"
-SRC_SUPERVISOR = "review/supervisor_unit.py (python -m stacks supervise --metrics-listen <supervisor address>:<port>)"
+SRC_SUPERVISOR = "heal/supervisor_unit.py (python -m stacks supervise --metrics-listen <supervisor address>:<port>)"
 PORT_KEYS = {SRC_PROMETHEUS: "observability.ports.prometheus", SRC_GRAFANA: "observability.ports.grafana",
              SRC_ALERTMANAGER: "observability.ports.alertmanager",
              SRC_ALERTMANAGER_CLUSTER: "observability.ports.alertmanager_cluster",
@@ -272,7 +272,7 @@ ALERTS = ("VllmClusterTargetDown", "VllmClusterGoldenFailing", "VllmClusterKvCac
 
 
 def supervisor_unit(stack: str) -> str:
-    """The supervisor's systemd unit, as review/supervisor_unit.py names it (a test holds the two equal)."""
+    """The supervisor's systemd unit, as heal/supervisor_unit.py names it (a test holds the two equal)."""
     return f"vllm-cluster-supervisor-{stack}.service"
 
 

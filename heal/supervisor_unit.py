@@ -8,7 +8,7 @@ listener) stop it for good (`RestartPreventExitStatus=2 3`): after a give-up a p
 `systemctl restart`. The alert webhook and the API key come from `EnvironmentFile=`, never from the unit text.
 `ReadWritePaths` opens the deploy lock's directory and the metrics file's directory; OpenSSH's shared connection
 socket goes to the unit's `RuntimeDirectory=` (/run/vllm-cluster-supervisor-STACK, created for `User=` by systemd,
-named to ssh by $RUNTIME_DIRECTORY: review/node_access.py `control_path`), not ~/.ssh: `%h` in a system unit is
+named to ssh by $RUNTIME_DIRECTORY: heal/node_access.py `control_path`), not ~/.ssh: `%h` in a system unit is
 root's home whatever `User=` says (systemd.unit(5)), so the user's own ~/.ssh would stay read-only.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from review.watch_unit import check_unit_inputs, stack_unit_name, systemd_quote
+from heal.watch_unit import check_unit_inputs, stack_unit_name, systemd_quote, unit_file
 
 
 def supervisor_unit_name(stack: str) -> str:
@@ -48,26 +48,10 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
     writable = ["/run/lock"]
     if metrics_file:
         writable.append(metrics_file.rsplit("/", 1)[0] or "/")
-    lines = [
-        f"# {name}: rendered by vllm-cluster (review/supervisor_unit.py) for stack {stack!r}.",
-        f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
-        f"# Read:    journalctl -u {name}   (one line per action, with its reason)",
-        *([f"# Metrics: http://{metrics_listen}/metrics   (the stack's Prometheus scrapes it: job supervisor)"]
-          if metrics_listen else []),
-        "[Unit]",
-        f"Description=vllm-cluster {stack}: restart the whole engine group in start order when a rank dies",
-        "Wants=network-online.target",
-        "After=network-online.target",
-        "StartLimitIntervalSec=0",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"WorkingDirectory={systemd_quote(workdir)}",
-        f"EnvironmentFile={env_file}",
-    ]
+    service = [f"WorkingDirectory={systemd_quote(workdir)}", f"EnvironmentFile={env_file}"]
     if user:
-        lines.append(f"User={user}")
-    lines += [
+        service.append(f"User={user}")
+    service += [
         "Environment=PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1",
         "ExecStart=" + " ".join(systemd_quote(word) for word in argv),
         "Restart=on-failure",
@@ -83,8 +67,10 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         "ProtectControlGroups=yes",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
         f"SyslogIdentifier=vllm-cluster-supervisor-{stack}",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
     ]
-    return "\n".join(lines) + "\n"
+    return unit_file(
+        name=name, renderer="heal/supervisor_unit.py", stack=stack,
+        comments=[f"# Read:    journalctl -u {name}   (one line per action, with its reason)",
+                  *([f"# Metrics: http://{metrics_listen}/metrics   (the stack's Prometheus scrapes it: job "
+                       "supervisor)"] if metrics_listen else [])],
+        description="restart the whole engine group in start order when a rank dies", service=service)

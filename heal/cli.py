@@ -1,5 +1,5 @@
 """`python -m stacks restart-group|drift|supervisor-unit|supervise STACK`: the group restart by hand, the drift
-report, and the supervisor's unit and loop. The logic lives in review/group.py, drift.py and supervisor.py."""
+report, and the supervisor's unit and loop. The logic lives in heal/group.py, drift.py and supervisor.py."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from checks.api import ConfigProblem, parse_listen, serve_metrics, tls_context
-from review.drift import DriftRow, compare_container, foreign_containers, table
-from review.group import Group, group_of, render_steps
-from review.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
-from review.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
+from heal.drift import DriftRow, compare_container, foreign_containers, table
+from heal.group import Group, group_of, render_steps
+from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
+from heal.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
@@ -70,6 +69,8 @@ def check_metrics_listen(value: str | None, from_plan: bool = False) -> str | No
     """Why `--metrics-listen` cannot be served, or None: checked before anything acts."""
     if not value:
         return None
+    from checks.api import ConfigProblem, parse_listen  # in the functions: the plan-only venv has no httpx
+
     where = (" (from the stack: observability.supervisor_address and observability.ports.supervisor)"
              if from_plan else "")
     try:
@@ -328,6 +329,8 @@ def ca_file_problem(path: str | None) -> str | None:
         return f"--ca-file {path!r}: not readable by this user; fix its mode or run as its owner"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return f"--ca-file {path!r}: cannot be read as text ({type(exc).__name__}); give a PEM certificate file"
+    from checks.api import tls_context
+
     try:
         tls_context(pem)
     except (ValueError, ssl.SSLError) as exc:
@@ -390,6 +393,8 @@ def _restart_group(args: argparse.Namespace) -> int:
 
 
 def _supervise(args: argparse.Namespace) -> int:
+    from checks.api import parse_listen, serve_metrics
+
     problem = check_timing(args)
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
@@ -449,7 +454,7 @@ def _supervise(args: argparse.Namespace) -> int:
 
 
 def _supervisor_unit(args: argparse.Namespace) -> int:
-    from review.supervisor_unit import render_supervisor_unit, supervisor_unit_name
+    from heal.supervisor_unit import render_supervisor_unit, supervisor_unit_name
 
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here

@@ -91,25 +91,12 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
                       golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,
                       name=f"api-watch-{stack}", metrics_listen=metrics_listen, info_json=info_json,
                       thinking_kwarg=thinking_kwarg)
-    lines = [
-        f"# {name}: rendered by vllm-cluster (review/watch_unit.py) for stack {stack!r}.",
-        f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
-        f"# Read:    journalctl -u {name}   (one line per DP rank going down or coming back)",
-        "[Unit]",
-        f"Description=vllm-cluster {stack}: golden prompt on every DP rank ({dp_size}), one line per transition",
-        "Wants=network-online.target",
-        "After=network-online.target",
-        "StartLimitIntervalSec=0",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"WorkingDirectory={systemd_quote(workdir)}",
-    ]
+    service = [f"WorkingDirectory={systemd_quote(workdir)}"]
     if env_file:
-        lines.append(f"EnvironmentFile={env_file}")
+        service.append(f"EnvironmentFile={env_file}")
     if user:
-        lines.append(f"User={user}")
-    lines += [
+        service.append(f"User={user}")
+    service += [
         "Environment=PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1",
         "ExecStart=" + " ".join(systemd_quote(word) for word in argv),
         "Restart=on-failure",
@@ -123,6 +110,30 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
         "ProtectControlGroups=yes",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
         f"SyslogIdentifier=vllm-cluster-watch-{stack}",
+    ]
+    return unit_file(name=name, renderer="heal/watch_unit.py", stack=stack,
+                     comments=[f"# Read:    journalctl -u {name}   (one line per DP rank going down or coming back)"],
+                     description=f"golden prompt on every DP rank ({dp_size}), one line per transition",
+                     service=service)
+
+
+def unit_file(*, name: str, renderer: str, stack: str, comments: list[str], description: str,
+              service: list[str]) -> str:
+    """A systemd service of this project: the same header (who rendered it, how to install it), [Unit] and
+    [Install] for the watch unit and the group supervisor; `service` is the [Service] section after Type."""
+    lines = [
+        f"# {name}: rendered by vllm-cluster ({renderer}) for stack {stack!r}.",
+        f"# Install: cp {name} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now {name}",
+        *comments,
+        "[Unit]",
+        f"Description=vllm-cluster {stack}: {description}",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+        *service,
         "",
         "[Install]",
         "WantedBy=multi-user.target",

@@ -4,7 +4,7 @@
 a container restarted by hand, an image tag moved to another build, a variable set by hand or a compose container
 started next to the engine stays invisible until the next failure. This module compares, for one node, the
 planned `ContainerSpec` with what the node's Docker engine reports, and lists the other containers that use the
-node's GPUs or ports. The caller (review/node_access.py, `python -m stacks drift`) fetches the JSON.
+node's GPUs or ports. The caller (heal/node_access.py, `python -m stacks drift`) fetches the JSON.
 
 Secret variables (`secret_env`) are compared by name only: their values are never read into a row. A variable the
 plan does not set is shown by name only too (it may be a secret someone added by hand).

@@ -14,7 +14,7 @@ nothing about the ranks).
 
 Then, with the deploy lock held (`DeployLock`: `pulumi up` run through `flock` takes the same file, so neither
 runs while the other does), and only when `drift` finds nothing that would bring back a container the plan did
-not create, it runs the group restart of review/group.py: stop every rank, clean, start in order, wait within
+not create, it runs the group restart of heal/group.py: stop every rank, clean, start in order, wait within
 the plan's load estimate, golden check.
 
 Attempts back off (`backoff_first_s` doubling to `backoff_max_s`; the count resets after the group has served for
@@ -51,10 +51,9 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from checks.api import metric_family
 from components.deploy_lock import DeployLock, lock_path
-from review.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
-from review.node_access import AccessError, NodeAccess
+from heal.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
+from heal.node_access import AccessError, NodeAccess
 
 GAVE_UP = 3
 WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
@@ -517,6 +516,8 @@ class Supervisor:
         if last is not None:  # no series before the first restart: 0 would read as "failed at 1970"
             values["vllm_cluster_group_last_restart_timestamp_seconds"] = [(label, round(last[0], 3))]
             values["vllm_cluster_group_last_restart_success"] = [(label, 1 if last[1] else 0)]
+        from checks.api import metric_family  # here: `python -m stacks plan` loads this module without httpx
+
         return "\n".join(line for name, samples in values.items()
                          for line in metric_family(name, *METRICS[name], samples)) + "\n"
 
