@@ -5,10 +5,16 @@ one shell per block (the environment a block exports is carried to the next, as 
 copy of the tracked and not-ignored files with a fresh git history. A block marked `<!-- tutorial: exit 2 -->`
 must end with exit 2 (a refused config). The one thing that differs from a user's clone is `venv/`: the copy's
 venv links to the interpreter running this test, with its `make venv-plan` and `make venv` stamps newer than the
-requirements, so neither has anything to do (a fresh install would need the network and minutes)."""
+requirements, so neither has anything to do (a fresh install would need the network and minutes). So that it is
+no bigger than the plan-only venv the tutorial builds, every import outside requirements-plan.txt (and what its
+packages need), the standard library and the project fails in the tutorial's processes (`plan_only_site`).
+
+Files the tutorial itself creates (`cp … Pulumi.mycluster.yaml`) are left out of the copy: a user who did the
+tutorial in this checkout and then runs the tests has one already, committed or not."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -25,10 +31,16 @@ def tutorial_blocks(readme: str) -> list[tuple[str, int]]:
     return [(m["body"], 2 if m["exit"] else 0) for m in MARKER.finditer(readme)]
 
 
+def created_by_tutorial() -> set[str]:
+    """The files the tutorial's `cp SRC DEST` lines create."""
+    text = "".join(body for body, _ in tutorial_blocks((ROOT / "README.md").read_text()))
+    return set(re.findall(r"^cp \S+ (\S+)$", text, re.M))
+
+
 def fresh_copy(dest: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
-    for name in filter(None, files):
+    for name in set(filter(None, files)) - created_by_tutorial():
         source = ROOT / name
         if source.is_file():  # a tracked file deleted in the working tree is not part of the copy
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +56,47 @@ def fresh_copy(dest: Path) -> None:
     for name in stamps:
         (venv / name).touch()
         os.utime(venv / name, (newest + 1, newest + 1))
+
+
+BLOCKER = """
+import importlib.abc, importlib.machinery, os, sys, sysconfig
+ALLOWED = {allowed!r}
+STDLIB = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"),
+          os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload")]
+class PlanOnly(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in ALLOWED or top in sys.stdlib_module_names or (
+                importlib.machinery.PathFinder.find_spec(top, STDLIB) is not None):
+            return None
+        raise ModuleNotFoundError(f"No module named {{name!r}} (not in requirements-plan.txt)", name=name)
+sys.meta_path.insert(0, PlanOnly())
+"""
+
+
+def plan_only_site(folder: Path) -> Path:
+    """A folder with a `sitecustomize.py` that refuses every import the plan-only venv could not satisfy: allowed
+    are the distributions in requirements-plan.txt and what they require (from their installed metadata), the
+    standard library and the project's own packages."""
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+    wanted = [re.split(r"[=<>\[; ]", line.strip())[0] for line in
+              (ROOT / "requirements-plan.txt").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    closure: set[str] = set()
+    while wanted:
+        name = norm(wanted.pop())
+        if name in closure:
+            continue
+        closure.add(name)
+        for req in importlib.metadata.requires(name) or []:
+            if "extra ==" not in req:
+                wanted.append(re.split(r"[=<>!~\[; (]", req.strip())[0])
+    modules = {mod for mod, dists in importlib.metadata.packages_distributions().items()
+               if any(norm(d) in closure for d in dists)}
+    modules |= {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(BLOCKER.format(allowed=sorted(modules)))
+    return folder
 
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A User",
@@ -64,6 +117,7 @@ def test_the_readme_tutorial_runs_verbatim_on_a_fresh_copy(tmp_path: Path) -> No
     repo = tmp_path / "vllm-cluster"
     fresh_copy(repo)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_CLUSTER_", "GIT_"))} | GIT_ENV
+    env["PYTHONPATH"] = str(plan_only_site(tmp_path / "plan-only-site"))
     for argv in (["git", "init", "-q"], ["git", "add", "-A"],
                  ["git", "commit", "-qm", "clone"]):
         subprocess.run(argv, cwd=repo, env=env, check=True, timeout=120, capture_output=True)
