@@ -59,6 +59,25 @@ def test_proxy_port_clash_and_plain_http_warning(prod_values: dict[str, Any]) ->
     assert plan.endpoint == "http://10.30.8.1:8080"
 
 
+def test_plain_http_without_a_port_listens_on_80_not_443(prod_values: dict[str, Any]) -> None:
+    assert plan_of(with_proxy(prod_values, tls=False)).endpoint == "http://10.30.8.1:80"
+    assert plan_of(with_proxy(prod_values)).endpoint == "https://10.30.8.1:443"
+    assert plan_of(with_proxy(prod_values, tls=False, port=443)).endpoint == "http://10.30.8.1:443"  # as written
+
+
+def test_a_server_name_without_tls_is_refused_with_fixes_that_plan(prod_values: dict[str, Any]) -> None:
+    """server_name takes host names only, so the fix cannot be "one of the head's addresses" there: it says to leave
+    it unset or to name the address the checks call in api.public_host; each of those plans."""
+    values = with_proxy(prod_values, tls=False, server_name="llm.internal")
+    [problem] = [p for p in problems_of(values) if p.key == "api.proxy.server_name"]
+    assert "leave api.proxy.server_name unset" in (problem.fix or "") and "api.public_host" in (problem.fix or "")
+    del values["api"]["proxy"]["server_name"]
+    assert plan_of(values).endpoint == "http://10.30.8.1:80"
+    values["api"]["proxy"]["server_name"] = "llm.internal"
+    values["api"]["public_host"] = "10.30.8.1"
+    assert plan_of(values).endpoint == "http://10.30.8.1:80"
+
+
 def test_listeners_show_bind_and_network_and_nothing_internal_is_public(prod_values: dict[str, Any],
                                                                        h20_values: dict[str, Any]) -> None:
     for values in (prod_values, h20_values):

@@ -774,6 +774,32 @@ def _node_addresses(node: NodeConfig) -> list[tuple[str, str]]:
     return [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]
 
 
+def _stray_address_warnings(config: StackConfig) -> list[str]:
+    """A node address in none of `fabric.private_networks` while the other nodes' same address (management IP,
+    or the same rail's data IP) is in one: most likely a typo (192.168.2.22 for 192.168.20.22). A warning, not a
+    refusal, since a routed fabric can put a node elsewhere; NCCL and the firewall would then use it as written."""
+    networks = [ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks]
+    if not networks or len(config.nodes) < 2:
+        return []
+
+    def home(address: str) -> str | None:
+        ip = ipaddress.ip_address(address)
+        return next((str(n) for n in networks if ip.version == n.version and ip in n), None)
+
+    warnings = []
+    for key in sorted({k for n in config.nodes for k, _ in _node_addresses(n)}):
+        rows = [(i, dict(_node_addresses(n)).get(key)) for i, n in enumerate(config.nodes)]
+        homes = {home(a) for _, a in rows if a is not None} - {None}
+        for i, address in rows:
+            if address is not None and home(address) is None and homes:
+                warnings.append(
+                    f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is in none of fabric.private_networks "
+                    f"({', '.join(map(str, networks))}), while the other nodes' {key} are in "
+                    f"{', '.join(sorted(h for h in homes if h))}: a typo? If the node really is on another routed "
+                    "network, add it to fabric.private_networks")
+    return warnings
+
+
 def _address_rules(config: StackConfig, result: Validation) -> None:
     """Addresses the nodes use to reach each other must be able to: no loopback across nodes, one address family
     for the control plane, and vLLM's bind one of the head's own addresses (or all, or loopback)."""
@@ -784,6 +810,7 @@ def _address_rules(config: StackConfig, result: Validation) -> None:
                 result.problems.append(Problem(f"nodes.{i}.{key}", address, "is a loopback address: the other nodes "
                                                "cannot reach this node there", fix="the node's address on the network "
                                                "between the nodes"))
+    result.warnings += _stray_address_warnings(config)
     controls = [(i, ip, ipaddress.ip_address(ip).version)
                 for i, ip in ((i, control_ip(config, n)) for i, n in enumerate(config.nodes)) if ip]
     mixed = [(i, ip) for i, ip, version in controls if version != controls[0][2]]
@@ -1047,7 +1074,7 @@ def head_addresses(config: StackConfig) -> list[str]:
 def _endpoint_rules(config: StackConfig, result: Validation) -> None:
     """The API checks send a bearer key. With the proxy's TLS they trust only the stack's own certificate, so
     only the holder of tls_private_key receives it; without TLS nothing proves who answers, so the host they
-    call must be one of the head's own addresses. And they must call where vLLM listens (issue 12 item 5)."""
+    call must be one of the head's own addresses. And they must call where vLLM listens."""
     proxy, serving, api = config.api.proxy, config.serving, config.api
     own = head_addresses(config)
     if proxy.enabled:
@@ -1060,8 +1087,11 @@ def _endpoint_rules(config: StackConfig, result: Validation) -> None:
         result.problems.append(Problem(
             key, host, "without TLS the API checks cannot tell the head from whoever answers at this name or "
             "address, and they would send it the bearer key",
-            fix=f"one of the head's own addresses ({', '.join(own)}), or api.proxy with tls: true (the checks then "
-                "trust only the stack's certificate)"))
+            fix=(f"one of the head's own addresses ({', '.join(own)}), or api.proxy with tls: true (the checks then "
+                 "trust only the stack's certificate)" if key == "api.public_host" else
+                 "leave api.proxy.server_name unset (it takes host names only; the checks then call the head's "
+                 f"address), or add api.public_host: one of the head's own addresses ({', '.join(own)}) for the "
+                 "checks to call, or api.proxy with tls: true (the checks then trust only the stack's certificate)")))
     bind = serving.host
     if not proxy.enabled and api.public_host and bind not in WILDCARDS and not is_loopback(bind) \
             and api.public_host != bind and api.public_host in own:
