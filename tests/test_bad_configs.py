@@ -259,6 +259,7 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("ssh-host-newline", "prod", {"nodes.0.ssh.host": "a\nb"}, "nodes.0.ssh.host"),
     ("ssh-host-empty", "prod", {"nodes.0.ssh.host": ""}, "nodes.0.ssh.host"),
     ("ssh-host-url", "prod", {"nodes.0.ssh.host": "ssh://10.30.8.1"}, "nodes.0.ssh.host"),
+    ("ssh-host-mistyped-ipv4", "prod", {"nodes.0.ssh.host": "10.30.8.1l"}, "nodes.0.ssh.host"),
     ("ssh-host-user-at", "prod", {"nodes.0.ssh.host": "root@10.30.8.1"}, "nodes.0.ssh.host"),
     ("ssh-host-bad-ipv4", "prod", {"nodes.0.ssh.host": "10.30.8"}, "nodes.0.ssh.host"),
     ("ssh-host-unicode", "prod", {"nodes.0.ssh.host": "nöde1.example"}, "nodes.0.ssh.host"),

@@ -244,3 +244,28 @@ def test_image_as_one_pinned_string(prod_values: dict[str, Any]) -> None:
     assert problem.key == "image" and "has no tag" in problem.message and "repo:tag@sha256" in (problem.fix or "")
     prod_values["image"] = "vllm/vllm-openai:v0.33.0@sha256:short"
     assert problems_of(prod_values)[0].key == "image.digest"
+
+
+def test_a_node_address_outside_every_private_network_the_others_use_is_warned(prod_values: dict[str, Any]) -> None:
+    """192.168.2.22 for 192.168.20.22: one digit dropped. The other node's same rail is in a private network, this
+    one is in none: warned by key, value and node; the others and a rail nobody declared stay quiet."""
+    def typos(values: dict[str, Any]) -> list[str]:
+        return [w for w in plan_of(values).warnings if "a typo?" in w]
+
+    assert typos(prod_values) == []
+    prod_values["nodes"][1]["data_ips"][1] = "1.1.20.1"
+    [warning] = typos(prod_values)
+    assert warning.startswith("nodes.1.data_ips.1: 1.1.20.1 (") and "are in 1.1.2.0/24" in warning
+    prod_values["fabric"]["private_networks"] = [*prod_values["fabric"]["private_networks"], "1.1.20.0/24"]
+    prod_values["fabric"]["public_private_networks"] = [*prod_values["fabric"]["public_private_networks"],
+                                                        "1.1.20.0/24"]
+    assert typos(prod_values) == []
+
+
+def test_a_mistyped_ipv4_address_is_not_taken_for_a_host_name(prod_values: dict[str, Any]) -> None:
+    prod_values["nodes"][1]["ssh"]["host"] = "10.30.8.2l"   # a letter l for the digit 1
+    [problem] = problems_of(prod_values)
+    assert (problem.key, problem.value) == ("nodes.1.ssh.host", "10.30.8.2l")
+    assert "mistyped IPv4" in problem.message
+    prod_values["nodes"][1]["ssh"]["host"] = "gpu-2.example.com"
+    assert plan_of(prod_values).nodes[1].host == "gpu-2.example.com"

@@ -521,7 +521,7 @@ class ProxyConfig(_Model):
                                description="nginx image")
     container_name: ContainerName = Field(default="vllm-proxy", description="proxy container name")
     bind: IpAddress = Field(default="0.0.0.0", description="address the proxy listens on")
-    port: Port = Field(default=443, description="proxy port")
+    port: Port = Field(default=443, description="proxy port (default 443; 80 with tls: false)")
     tls: bool = Field(default=True, description="certificate and key from the tls_* secrets")
     server_name: ServerName | None = Field(default=None, description="nginx server_name and the endpoint's host")
     max_body_mb: int = Field(default=8, ge=1, le=1024, description="request body cap in MB")
@@ -539,6 +539,14 @@ class ProxyConfig(_Model):
         default_factory=list, max_length=64,
         description="control paths (pause, sleep, weights, collective_rpc, profiling, LoRA, metrics, docs) that "
         "allowed_paths may then pass: each is also listed there; every client key can then call it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_http_port(cls, data: Any) -> Any:
+        """Without TLS the unset port is HTTP's 80: plain HTTP on 443 surprises every client and scanner."""
+        if isinstance(data, dict) and "port" not in data and data.get("tls") is False:
+            return {**data, "port": 80}
+        return data
 
     @field_validator("allowed_paths", "admin_paths")
     @classmethod

@@ -170,7 +170,15 @@ def is_hostname(value: str) -> bool:
     if not value or len(value) > 253 or value.endswith("."):
         return False
     labels = value.split(".")
-    return all(_LABEL.fullmatch(label) for label in labels) and not labels[-1].isdigit()
+    return (all(_LABEL.fullmatch(label) for label in labels) and not labels[-1].isdigit()
+            and not looks_like_mistyped_ipv4(value))
+
+
+def looks_like_mistyped_ipv4(value: str) -> bool:
+    """Three numeric labels and a fourth that is not a number (`192.168.10.2l`, a letter l for a one): RFC 1123
+    allows it as a name, but no one names a host that way."""
+    labels = value.split(".")
+    return len(labels) == 4 and all(label.isdigit() for label in labels[:3]) and not labels[3].isdigit()
 
 
 def _ip(value: str) -> str:
@@ -192,6 +200,9 @@ def _host(value: str) -> str:
     """A host something connects to: a name, or the address of one host (not 0.0.0.0, ::, multicast, broadcast)."""
     if is_hostname(value):
         return value.lower()
+    if looks_like_mistyped_ipv4(value):
+        raise refuse("looks like a mistyped IPv4 address (three numbers and a fourth part that is not one)",
+                     "the address with digits only, e.g. 192.168.10.21, or a real host name")
     try:
         literal = _ip(value)
     except PydanticCustomError as exc:
