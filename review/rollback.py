@@ -33,6 +33,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.loader import parse_config
 from stacks.model.stack_file import parse_stack_text
 from stacks.planner.images import canonical_ref, get_capabilities
+from stacks.planner.managed import NO_CARD
 from stacks.planner.plan import build_plan
 
 PROJECT = "vllm-cluster"
@@ -345,7 +346,8 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
                       f"{plan.model.get('profile')} and the flags")
     elif caps is None:
         capability = (f"WARNING: {target.image.ref} is not a known image (no image card): only the "
-                      "general rules were checked; the argument dry run in `pulumi up` is the next line of defence")
+                      "general rules were checked; the argument dry run in `pulumi up` is the next line of defence "
+                      f"(a card: python -m stacks image-card {target.image.ref})")
     else:
         capability = (f"capability entry {target.image.ref} (vLLM {caps.vllm_version}) accepts this topology "
                       f"({plan.topology.get('label')}), model {plan.model.get('profile')} and parsers")
@@ -353,7 +355,8 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
         before = set(build_plan(stack, parse_config(stack, values)).warnings)
     except ConfigError:
         before = set()
-    warnings = [w for w in plan.warnings if w not in before and "is not a known image" not in w]
+    warnings = [w for w in plan.warnings  # the no-card warnings say what `capability` already says, once
+                if w not in before and "is not a known image" not in w and not w.startswith(NO_CARD)]
     if canonical_ref(target.image.repository) != canonical_ref(current.repository):
         warnings.insert(0, f"the repository changes: {current.repository} -> {target.image.repository} (this stack "
                            "ran it before, per the history); check that this is the registry you mean")

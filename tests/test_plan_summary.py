@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bench.plan_scale import scaled
+from stacks.model.errors import ConfigError
 from stacks.model.loader import load_stack, parse_config, read_stack_values
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.render import SEPARATOR, SUMMARY_MAX_LINES, render_plan, render_summary
@@ -93,3 +94,31 @@ def test_cli_prints_summary_first_and_json_carries_it() -> None:
     assert data["summary"]["memory"] == _plan("prod").summary.memory.model_dump()
     assert data["summary"]["roles"] == {"dp-head": ["node1"], "headless-engine": ["node2"]}
     assert sum(data["summary"]["checks_by_kind"].values()) == len(data["checks"])
+
+
+def test_summary_warnings_are_cut_after_a_whole_word() -> None:
+    """A warning too long for its line ends after a whole word and an ellipsis: a word cut in two reads as
+    another word."""
+    plan = build_plan("three-node", load_stack("three-node", root=EXAMPLES, assume_secret=EXAMPLE_SECRETS))
+    shown = [line.removeprefix("   - ") for line in render_summary(plan) if line.startswith("   - ")]
+    cut = [line for line in shown if line.endswith("…")]
+    assert cut, shown
+    for line in cut:
+        full = next(" ".join(w.split()) for w in plan.warnings if " ".join(w.split()).startswith(line[:-1]))
+        assert full[len(line) - 1:][:1] in (" ", ",", ";", ":", "("), (line, full[len(line) - 1:][:20])
+
+
+EXAMPLES = ROOT / "examples"
+EXAMPLE_SECRETS = ("api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key")
+
+
+def test_the_missing_secrets_hint_names_keys_that_plan() -> None:
+    """The hint under missing secrets names each one, in the flag form and in make's SECRETS= form, and the keys
+    it names are accepted as written (the client key as proxy_keys.team-a, not bare proxy_keys)."""
+    with pytest.raises(ConfigError) as refused:
+        build_plan("three-node", load_stack("three-node", root=EXAMPLES))
+    hint = refused.value.report().splitlines()[-1]
+    secrets = re.search(r'SECRETS="([^"]+)"', hint)
+    assert secrets and sorted(secrets[1].split()) == sorted(EXAMPLE_SECRETS), hint
+    assert all(f"--assume-secret {k}" in hint for k in EXAMPLE_SECRETS)
+    assert build_plan("three-node", load_stack("three-node", root=EXAMPLES, assume_secret=secrets[1].split())).nodes

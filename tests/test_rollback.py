@@ -198,6 +198,8 @@ def test_cli_rewrites_the_stack_file_and_prints_where_the_image_came_from(tmp_pa
             "of 2026-11-30T12:48:37.000Z: 10.30.8.1, 10.30.8.2)") in out.stdout
     assert ("WARNING: vllm/vllm-openai:nightly-7a1c9e2f4b6d8a0c1e3f5b7d9a2c4e6f8b0d2a4c is not a known image (no "
             "image card)") in out.stdout
+    assert out.stdout.lower().count("warning") == 1, out.stdout  # the missing card said once, with its command
+    assert "python -m stacks image-card vllm/vllm-openai:nightly-7a1c" in out.stdout
     assert "pulumi preview -s prod --diff" in out.stdout and "pulumi up -s prod" in out.stdout
     assert current_image((tmp_path / "Pulumi.prod.yaml").read_text()).pull_ref == C7A1C
     plan = _cli(tmp_path, "plan", "prod")

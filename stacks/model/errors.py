@@ -74,7 +74,11 @@ class ConfigError(Exception):
     def report(self) -> str:
         head = f"stack {self.stack!r}: {len(self.problems)} config problem(s), nothing was created"
         lines = [head, *(p.render() for p in self.problems)]
-        if any(p.fix and "pulumi config set --secret" in p.fix for p in self.problems):
-            lines.append("(to plan before the secrets exist, without the Pulumi CLI: add --assume-secret KEY per "
-                         "missing secret, e.g. --assume-secret api_key --assume-secret proxy_keys.team-a)")
+        secrets = [f"{p.key}.team-a" if p.key == "proxy_keys" else p.key  # a client's key: any name will do
+                   for p in self.problems if p.fix and "pulumi config set --secret" in p.fix]
+        if secrets:
+            any_name = "; team-a stands for any client name" if "proxy_keys.team-a" in secrets else ""
+            lines.append("(to plan before the secrets exist, without the Pulumi CLI: "
+                         + " ".join(f"--assume-secret {k}" for k in secrets)
+                         + f"; with make: SECRETS=\"{' '.join(secrets)}\"{any_name})")
         return "\n".join(lines)

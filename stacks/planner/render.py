@@ -18,8 +18,13 @@ SEPARATOR = "=" * 30 + " full plan " + "=" * 30
 
 
 def _cut(text: str, width: int = WIDTH) -> str:
+    """One line of at most `width` characters, cut after a whole word (a cut word reads as a different one)."""
     text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 1] + "…"
+    if len(text) <= width:
+        return text
+    head = text[:width - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > width // 2 else head).rstrip(" ,;:(") + "…"
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -129,7 +134,8 @@ def render_detail(plan: Plan) -> str:
         for c in node.containers:
             lines.append(f"== {node.name} ({node.role}): container {c.name} — {c.purpose}")
             for key, value in c.env.items():
-                lines.append(f"   env {key}={value}")
+                exact = "   (the leading '=': exactly this name, not a prefix)" if value.startswith("=") else ""
+                lines.append(f"   env {key}={value}{exact}")
             for key, ref in c.secret_env.items():
                 lines.append(f"   env {key}=[secret] (Pulumi secret {ref})")
             if c.entrypoint:
@@ -142,7 +148,8 @@ def render_detail(plan: Plan) -> str:
             ulimits = " ".join(f"{k}={v[0]}:{v[1]}" for k, v in c.ulimits.items())
             vols = " ".join(f"{v.host}:{v.container}{':ro' if v.read_only else ''}" for v in c.volumes)
             lines.append(f"   network={c.network_mode} ipc={c.ipc_mode} privileged={c.privileged} gpus={c.gpus} "
-                         f"restart={c.restart} shm={c.shm_size_mb or '-'}MB ulimits {ulimits}")
+                         f"restart={c.restart}" + (f" shm={c.shm_size_mb}MB" if c.shm_size_mb else "")
+                         + f" ulimits {ulimits}")
             lines.append(f"   volumes {vols}" + (f" devices {' '.join(c.devices)}" if c.devices else ""))
             lines.append("")
     if plan.proxy is not None:
