@@ -33,7 +33,7 @@ from stacks.model.loader import load_stack
 from stacks.planner.plan import build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "stacks" / "planner" / "data"
+DATA = ROOT / "tests" / "fixtures"
 STANDIN = {"PYTHONPATH": str(ROOT / "tests" / "vllm_standin"),
            "VLLM_STANDIN_FLAGS": str(DATA / "vllm-0.33.0-serve-flags.json"),
            "VLLM_STANDIN_REGISTRIES": str(DATA / "vllm-0.33.0-registries.json")}

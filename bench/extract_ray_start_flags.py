@@ -1,4 +1,4 @@
-"""`ray start`'s options as data, in the format of `stacks/planner/data/vllm-<v>-serve-flags.json`, for the policy pack.
+"""`ray start`'s options as data, in the format of `tests/fixtures/vllm-<v>-serve-flags.json`, for the policy pack.
 
     venv/bin/python bench/extract_ray_start_flags.py   # -> stacks/planner/data/ray-<version>-start-flags.json
 

@@ -24,8 +24,8 @@ from tests.conftest import ROOT
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
 STANDIN = ROOT / "tests" / "vllm_standin"
-FLAGS = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-serve-flags.json"
-REGISTRIES = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-registries.json"
+FLAGS = ROOT / "tests" / "fixtures" / "vllm-0.33.0-serve-flags.json"
+REGISTRIES = ROOT / "tests" / "fixtures" / "vllm-0.33.0-registries.json"
 SITE = "usr/local/lib/python3.11/dist-packages"
 RUN = uuid.uuid4().hex[:8]
 """In every image tag and container name a test makes: two test runs sharing one Docker engine never touch each

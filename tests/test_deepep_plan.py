@@ -20,7 +20,7 @@ from stacks.planner.plan import build_plan, node_checks
 from tests.conftest import ROOT
 from tests.pulumi_harness import dependency_edges, run_program, waits_for
 
-FLAGS = ROOT / "stacks" / "planner" / "data" / "vllm-0.33.0-serve-flags.json"
+FLAGS = ROOT / "tests" / "fixtures" / "vllm-0.33.0-serve-flags.json"
 
 
 def vllm_backends() -> list[str]:

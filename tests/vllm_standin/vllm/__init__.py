@@ -1,8 +1,8 @@
 """A stand-in for the vLLM package inside a test image: the real 0.33.0 `vllm serve` flag surface and the
 part of serve's own logic that runs before the engine is built, no engine.
 
-Flags (with their defaults) come from stacks/planner/data/vllm-0.33.0-serve-flags.json and the parser registries
-from stacks/planner/data/vllm-0.33.0-registries.json, both dumped from the real package (tests/fixtures/README.md);
+Flags (with their defaults) come from tests/fixtures/vllm-0.33.0-serve-flags.json and the parser registries
+from tests/fixtures/vllm-0.33.0-registries.json, both dumped from the real package (tests/fixtures/README.md);
 `_flags.json` / `_registries.json` beside this file override them (a "newer vLLM" that renamed a flag).
 Every check reproduced here names the upstream lines it mirrors; nothing else of vLLM is imitated.
 bench/dry_run_real_vllm.py runs the same argv through this stand-in and the real vLLM 0.33.0 and compares.

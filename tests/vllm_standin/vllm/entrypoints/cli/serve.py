@@ -11,7 +11,7 @@ Mirrored from vLLM 0.33.0 entrypoints/cli/serve.py:
   check.
 - `run_multi_api_server` lines 269-313: the asserts, the rust frontend with more than one API server,
   `setup_server`, engine args, engine config.
-The parser is built from stacks/planner/data/vllm-0.33.0-serve-flags.json (option strings, dest, nargs, type,
+The parser is built from tests/fixtures/vllm-0.33.0-serve-flags.json (option strings, dest, nargs, type,
 default of the real parser); argparse does the parsing, so an unknown flag fails with argparse's message.
 """
 
