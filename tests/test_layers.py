@@ -26,8 +26,11 @@ LINKS = {
     ("checks.api", "stacks.model.golden"): "the golden set's type and matcher, pasted into the on-node API check",
     ("checks.collective", "stacks.model.busbw"): "the bus-bandwidth floor's range, shared with fabric.min_busbw_gbps",
     ("checks.preflight", "stacks.planner.memory"): "the memory model, pasted into the node preflight",
-    ("stacks.model.weights_source", "checks.weights"): "one S3 source rule for the stack file and the sync program",
-    ("stacks.planner.validation", "checks.weights"): "the same rule, for model.host_dir against system directories",
+    ("checks.weights", "stacks.model.s3_source"): "the S3 source rule the stack file is validated by, pasted into the "
+                                                   "weight sync's node script",
+    ("checks.weights_verify", "stacks.model.s3_source"): "the same rule's path check, for every listed and indexed key",
+    ("checks.weights_node", "stacks.model.s3_source"): "the same rule, so a bad source fails at preview",
+    ("checks.local_s3", "stacks.model.s3_source"): "the same rule, so the sync command it prints runs",
     ("stacks.__main__", "review.cli"): "`python -m stacks` is the users' entry point to the review tools",
 }
 """Arrows outside MAY_IMPORT, each one a deliberate link (the pasted modules are stdlib and pydantic only)."""
