@@ -24,7 +24,8 @@ from components.check_commands import api_command, collective_command, preflight
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config
-from stacks.planner.launch import LABEL_PREFIX, group_generation
+from stacks.planner.container_spec import LABEL_PREFIX
+from stacks.planner.launch import group_generation
 from stacks.planner.plan import (
     AFTER_PULL,
     BEFORE_PULL,
