@@ -23,7 +23,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from checks.weights import CannotRun, parse_source
+from stacks.model.s3_source import CannotRun, parse_source
 
 ACCESS_KEY_ID = "AKIALOCALS3TRYIT0000"
 SECRET_ACCESS_KEY = "local-s3-dummy-secret"

@@ -8,7 +8,9 @@
 Credentials come from the standard AWS variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN;
 AWS_CA_BUNDLE for a private CA), never from argv. The S3 client is boto3 (botocore signs, retries and
 validates; nothing here speaks the protocol by hand). `bench/sync_throughput.py` measured it against
-`aws s3 sync` and s5cmd on the same moto bucket (docs/weights.md).
+`aws s3 sync` and s5cmd on the same moto bucket (docs/weights.md). What `--source`, `--endpoint-url`, `--region`,
+`--workers` and `--part-size-mb` accept is `stacks/model/s3_source.py`, the rule the stack file's `model.source` is
+validated by too (`checks.weights_node` pastes that module into the script it sends to a node).
 
 How a sync stays correct when interrupted: each object is written to `<name>.weights-partial` in parts
 (`--part-size-mb`, a ranged GET with `If-Match: <ETag>` each, so a part never mixes two versions of an object);
@@ -38,7 +40,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import stat
@@ -50,9 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from checks.verdict import Verdict, emit, mask_url
+from checks.verdict import Verdict, emit
 from checks.weights_verify import (
     HASH_NAME,
     JOURNAL_NAME,
@@ -72,21 +72,26 @@ from checks.weights_verify import (
     unsafe_reason,
     verify_dir,
 )
+from stacks.model.s3_source import (
+    DEFAULT_PART_MB,
+    DEFAULT_WORKERS,
+    MAX_PART_MB,
+    MAX_WORKERS,
+    MIN_PART_MB,
+    REGION_RE,
+    CannotRun,
+    check_endpoint,
+    parse_source,
+    system_dir_reason,
+)
 
 DESCRIPTION = "Stage a checkpoint from S3 (or MinIO / Ceph RGW) into a model directory, then verify it."
-DEFAULT_WORKERS = 16
-MAX_WORKERS = 64
-DEFAULT_PART_MB = 256
-MIN_PART_MB, MAX_PART_MB = 1, 5120
 CHUNK = 8 * 1024 * 1024
 """Bytes per read from the response stream: large enough that Python overhead per byte is negligible."""
 READ_ATTEMPTS = 5
 """A part whose stream breaks is re-requested from the byte it reached, this many times (botocore already
 retries failed requests; a stream that breaks after the headers is ours to retry)."""
 DEFAULT_PROGRESS_S = 10.0
-BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
-"""S3's rules (3-63 lower-case letters, digits, '.', '-') widened to what MinIO and Ceph RGW accept."""
-REGION_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 CREDENTIAL_ERRORS = {
     "InvalidAccessKeyId": "the access key is unknown to the store",
     "SignatureDoesNotMatch": "the secret key does not match the access key",
@@ -97,10 +102,6 @@ CREDENTIAL_ERRORS = {
 }
 DENIED = {"AccessDenied", "AllAccessDisabled", "Forbidden", "403"}
 REGION_ERRORS = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException", "301"}
-
-
-class CannotRun(Exception):
-    """Why the sync cannot start (or must stop): one line, exit 2."""
 
 
 class FileFailed(Exception):
@@ -138,88 +139,6 @@ class Options:
 # ---------------------------------------------------------------------------------------------- arguments
 
 
-_URL_TAIL = re.compile(r"[?#&=]|%(?:3f|23|26|3d)|x-amz-", re.I)
-"""What marks a URL query, a fragment or a presigned URL (`?X-Amz-Signature=…&X-Amz-Credential=…`), encoded or
-not: never part of a model's bucket prefix, and possibly a live signature, so never echoed past this point."""
-
-
-def mask_source(text: str) -> str:
-    """`text` as a message may show it: cut after the first query, fragment or presigned-URL marker (`s3://b/ds?***`);
-    what remains still holds the marker, so the masked value is refused as the original is."""
-    text = mask_url(text)  # userinfo (s3://KEY:SECRET@bucket) too
-    found = _URL_TAIL.search(text)
-    return f"{text[:found.end()]}***" if found else text
-
-
-def mask_endpoint(url: str) -> str:
-    """`url` as a message may show it: userinfo and everything after the authority masked (`https://***@host:9000/***`);
-    a masked value is refused as the original is."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return mask_source(url)
-    cut = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
-    authority, tail = rest[:cut], rest[cut:]
-    if "@" in authority:
-        authority = "***@" + authority.rsplit("@", 1)[1]
-    if tail not in ("", "/"):
-        tail = tail[0] + "***"
-    return f"{scheme}://{authority}{tail}"
-
-
-def parse_source(text: str) -> tuple[str, str]:
-    """(bucket, prefix ending in '/') of `s3://bucket/prefix`; CannotRun with the fix otherwise. The one rule for
-    a source: the stack's `model.source.url` is validated by this function too (`stacks/model/weights_source.py`).
-    Every message starts with `--source '<the value, masked>'`."""
-    shown = mask_source(text)
-    if not text.startswith("s3://"):
-        raise CannotRun(f"--source {shown!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
-                        "(for MinIO or Ceph RGW add --endpoint-url http(s)://HOST:PORT)")
-    text = mask_url(text)  # userinfo (s3://KEY:SECRET@bucket) too
-    found = _URL_TAIL.search(text)
-    if found:
-        raise CannotRun(f"--source {shown!r} holds {found.group(0)!r}, which marks a URL query or a presigned URL, "
-                        "not a bucket prefix: write the plain s3://BUCKET/PREFIX (the sync signs its own requests "
-                        "with the AWS_* credentials; a presigned URL names one object)")
-    bucket, _, prefix = text[len("s3://"):].partition("/")
-    if not bucket:
-        raise CannotRun(f"--source {shown!r} names no bucket: write s3://BUCKET/PREFIX")
-    if not BUCKET_RE.match(bucket) or ".." in bucket:
-        raise CannotRun(f"--source {shown!r}: bucket {bucket!r} is not a bucket name (3-255 of letters, digits, "
-                        "'.', '_', '-', starting and ending with a letter or digit)")
-    prefix = prefix.strip("/")
-    if not prefix:
-        raise CannotRun(f"--source {shown!r} names a bucket without a prefix: every object in the bucket would "
-                        "land in the model directory; write s3://BUCKET/PREFIX, the prefix that holds config.json "
-                        "and the shards")
-    reason = unsafe_reason(prefix)
-    if reason and not reason.startswith("name collides"):
-        raise CannotRun(f"--source {shown!r}: prefix {prefix!r}: {reason}")
-    return bucket, prefix + "/"
-
-
-def check_endpoint(url: str) -> str:
-    """`url` without a trailing '/'; CannotRun unless it is http(s)://HOST[:PORT] (no userinfo, path, query or
-    fragment). The stack's `model.source.endpoint_url` is validated by this function too. Every message starts with
-    `--endpoint-url '<the value, masked>'`."""
-    shown = mask_endpoint(url)
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise CannotRun(f"--endpoint-url {shown!r} is not a URL ({exc}): write http(s)://HOST[:PORT]") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CannotRun(f"--endpoint-url {shown!r} is not an http(s)://HOST[:PORT] URL")
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise CannotRun(f"--endpoint-url {shown!r} carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
-                        "AWS_SECRET_ACCESS_KEY in the environment")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in url or "#" in url:
-        raise CannotRun(f"--endpoint-url {shown!r} has a path, query or fragment: pass only http(s)://HOST[:PORT] "
-                        "(the bucket and prefix go in --source)")
-    if port == 0:
-        raise CannotRun(f"--endpoint-url {shown!r}: port 0")
-    return url.rstrip("/")
-
-
 def check_dest(dest: str) -> str:
     if not dest.startswith("/"):
         raise CannotRun(f"--dest {dest!r} is not an absolute path: pass the model directory as /PATH")
@@ -227,24 +146,6 @@ def check_dest(dest: str) -> str:
     if normal == "/" or ".." in dest.split("/"):
         raise CannotRun(f"--dest {dest!r}: must be a model directory below /, without '..'")
     return normal
-
-
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
-                         "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
-                         "/var/tmp"})
-"""Directories that hold a system, users or other mounts: never a model directory themselves (a directory below one
-is fine: /home/me/models/NAME, /tmp/NAME)."""
-KERNEL_TREES = ("/proc", "/sys", "/dev")
-"""Kernel file systems: nothing below them is a model directory."""
-
-
-def system_dir_reason(path: str) -> str | None:
-    """Why `path` (absolute) must not be a sync's --dest, or None."""
-    normal = os.path.normpath(path)
-    if normal in SYSTEM_DIRS:
-        return f"{normal} is a system directory"
-    tree = next((t for t in KERNEL_TREES if normal == t or normal.startswith(t + "/")), None)
-    return f"{normal} is in {tree}, a kernel file system" if tree else None
 
 
 def check_sync_dest(dest: str) -> str:

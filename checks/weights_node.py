@@ -21,45 +21,52 @@ import re
 import shlex
 from pathlib import Path
 
-from checks.weights import (
+from checks.weights import check_dest, check_sync_dest
+from stacks.model.s3_source import (
     DEFAULT_PART_MB,
     DEFAULT_WORKERS,
     MAX_WORKERS,
+    SYNC_TIMEOUT_S,
     CannotRun,
-    check_dest,
     check_endpoint,
-    check_sync_dest,
     parse_source,
 )
 
-HERE = Path(__file__).resolve().parent
-MODULES = ("verdict", "weights_verify", "weights")
-"""Pasted in this order; each later one imports names from the earlier ones."""
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ("stacks.model.s3_source", "checks.verdict", "checks.weights_verify", "checks.weights")
+"""Pasted in this order; each later one imports names from the earlier ones (`stacks.model.s3_source`: the source
+rule the stack file is validated by too, standard library only)."""
 CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 PASS_THROUGH = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
 """Proxy settings of the node's shell, passed by name when set (a node that reaches S3 through a proxy)."""
 MARKER = "VLLM_CLUSTER_WEIGHTS_EOF"
-SYNC_TIMEOUT_S = 6 * 3600
-"""511 GB at 30 MB/s (a slow store) is 4.7 h; a run cut by the timeout resumes where it stopped."""
 VERIFY_TIMEOUT_S = 3600
 """`--content` reads every file: 511 GB in an hour needs 142 MB/s, far below one NVMe drive or a few cores of
 sha256 (docs/weights.md, "Content digests")."""
-_LOCAL_IMPORT = re.compile(r"^from checks\.\w+ import (\([^)]*\)|.*)$\n", re.M)
+_LOCAL_IMPORT = re.compile(rf"^from (?:{'|'.join(map(re.escape, MODULES))}) import (\([^)]*\)|.*)$\n", re.M)
+"""An import of one of MODULES (pasted before the importer); any other project import stays and fails the test."""
 _MAIN_GUARD = re.compile(r"^if __name__ == \"__main__\":\n    sys\.exit\(main\(\)\)\n", re.M)
 _FUTURE = "from __future__ import annotations\n"
 _HASH = re.compile(r"\b(?:manifest|listing|content)-sha256=([0-9a-f]{64})\b")
 
 
+def module_path(module: str) -> Path:
+    """The file of a module of MODULES (`checks.verdict` -> checks/verdict.py)."""
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
 @functools.cache  # the same files for every node: read and pasted once per process
 def remote_script() -> str:
-    """verdict + weights_verify + weights as one script: local imports removed, one `__main__` guard (the last)."""
+    """s3_source + verdict + weights_verify + weights as one script: local imports removed, one `__main__` guard
+    (the last)."""
     parts = []
     for i, module in enumerate(MODULES):
-        source = (HERE / f"{module}.py").read_text().replace(_FUTURE, "")
+        path = module_path(module)
+        source = path.read_text().replace(_FUTURE, "")
         source = _LOCAL_IMPORT.sub("", source)
         if i < len(MODULES) - 1:
             source = _MAIN_GUARD.sub("", source)
-        parts.append(f"# ---- checks/{module}.py\n{source}")
+        parts.append(f"# ---- {path.relative_to(ROOT)}\n{source}")
     script = _FUTURE + "\n".join(parts)
     if MARKER in script:
         raise ValueError(f"the script contains the heredoc marker {MARKER}")

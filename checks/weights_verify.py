@@ -1,7 +1,8 @@
 """Is a model directory complete? The manifest a sync writes, its hash, and the check that reads both.
 
-Standard library only: it runs on a node's own `python3` or inside any image (shipped as one heredoc by
-`checks.weights_node`), and `checks.weights` (the S3 sync, which needs boto3) builds on it.
+Standard library only (with `stacks.model.s3_source`'s path rule): it runs on a node's own `python3` or inside
+any image (shipped as one heredoc by `checks.weights_node`), and `checks.weights` (the S3 sync, which needs boto3)
+builds on it.
 
 A directory passes when `config.json` parses, a tokenizer file is there, every shard that
 `model.safetensors.index.json` names is present, no shard is shorter than its own safetensors header says
@@ -27,7 +28,6 @@ import os
 import struct
 import sys
 import time
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.verdict import CheckParser, Verdict, emit
+from stacks.model.s3_source import unsafe_path_reason
 
 VERIFY_DESCRIPTION = "Is a model directory complete (config, tokenizer, every indexed shard, manifest sizes)?"
 MANIFEST_NAME = ".weights-manifest.json"
@@ -53,14 +54,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 """A tokenizer a transformers `AutoTokenizer` can build from (`tokenizer_config.json` alone is not one)."""
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The safetensors format refuses headers above 100 MB (safetensors `MAX_HEADER_SIZE`)."""
-INVISIBLE = {"Cc": "control character", "Cf": "format character", "Cs": "surrogate", "Zl": "line separator",
-             "Zp": "paragraph separator"}
-"""Unicode categories refused in a path besides ASCII controls: DEL and C1 controls, format characters (U+202E
-right-to-left override, zero-width space and joiners, U+FEFF, soft hyphen), surrogates, U+2028/U+2029."""
-BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800\u180e") | frozenset(chr(c) for c in range(0xFE00, 0xFE10))
-"""Characters that render as nothing or as a space though they are letters or marks (Hangul fillers, the
-Braille blank, variation selectors): refused like the non-ASCII spaces (category Zs). Homoglyphs of other
-scripts (a Cyrillic `с` in `сonfig.json`) are not refused: the verify step names every file of the index."""
 MANIFEST_VERSION = 2
 """Version 2 records each file's sha256; version 1 manifests (no digests) still load."""
 READ_VERSIONS = (1, 2)
@@ -170,36 +163,13 @@ def hash_files(root: Path, rels: Sequence[str], workers: int | None = None) -> t
 
 def unsafe_reason(key: str) -> str | None:
     """Why a relative path from a bucket listing or an index must not be written under the model directory, or
-    None. Refuses anything that could leave the directory or collide with the sync's own files."""
-    if not key:
-        return "empty path"
-    if "\x00" in key or any(ord(c) < 32 for c in key):
-        return "control character in path"
-    for char in key:
-        kind = unicodedata.category(char)
-        if char in BLANK_LOOKING or (kind == "Zs" and char != " "):
-            name = unicodedata.name(char, "")
-            return (f"blank-looking character U+{ord(char):04X}{f' ({name})' if name else ''} in path: two names "
-                    "that print alike could both be loaded")
-        if kind in INVISIBLE:
-            name = unicodedata.name(char, "")
-            return (f"{INVISIBLE[kind]} U+{ord(char):04X}{f' ({name})' if name else ''} in path: it hides or "
-                    "reorders what a listing shows")
-    if "\\" in key:
-        return "backslash in path"
-    if key.startswith("/"):
-        return "absolute path"
-    parts = key.split("/")
-    if any(p == "" for p in parts):
-        return "empty path component (// or trailing /)"
-    if any(p in (".", "..") for p in parts):
-        return "'.' or '..' component"
-    if any(len(p.encode()) > 255 for p in parts):
-        return "path component longer than 255 bytes"
-    if len(key.encode()) > 4000:
-        return "path longer than 4000 bytes"
-    name = parts[-1]
-    if name in OWN_NAMES or name.endswith((PARTIAL_SUFFIX, SIDECAR_SUFFIX)):
+    None. Refuses anything that could leave the directory (`stacks.model.s3_source.unsafe_path_reason`, the rule a
+    source's prefix obeys too) or collide with the sync's own files."""
+    reason = unsafe_path_reason(key)
+    if reason:
+        return reason
+    name = key.split("/")[-1]
+    if is_own_file(name):
         return f"name collides with the sync's own files ({name})"
     return None
 

@@ -20,8 +20,10 @@ from components.collective_check import COLLECTIVE_TIMEOUT_S, CollectiveRun, col
 from stacks.model.config import StackConfig
 from stacks.model.field_types import host_port
 from stacks.model.golden import golden_json
+from stacks.planner.addresses import node_api_host, rank_port
+from stacks.planner.container_spec import LABEL_PREFIX
 from stacks.planner.deepep import nic_handler, reach_targets
-from stacks.planner.launch import LABEL_PREFIX, node_api_host, rank_name, rank_port
+from stacks.planner.launch import rank_name
 from stacks.planner.load_estimate import EngineMemory, engine_memory
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_args
 from stacks.planner.profiles import ModelProfile, get_profile

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from checks.collective import DEFAULT_MASTER_PORT, DEFAULT_SIZES
 from stacks.model.config import StackConfig
+from stacks.planner.container_spec import LABEL_PREFIX
 from stacks.planner.fabric import control_ip, node_env
-from stacks.planner.launch import LABEL_PREFIX
 from stacks.planner.plan import Plan
 
 COLLECTIVE_TIMEOUT_S = 900

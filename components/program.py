@@ -49,9 +49,9 @@ from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_document, secret_problems
 from stacks.model.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
+from stacks.planner.container_spec import GENERATION_LABEL
 from stacks.planner.fabric import node_env
 from stacks.planner.firewall import firewall_commands, preflight_args
-from stacks.planner.launch import GENERATION_LABEL
 from stacks.planner.plan import (
     CheckSpec,
     Plan,

@@ -20,7 +20,8 @@ import pulumi_docker as docker
 
 from components.barrier import barrier
 from components.gpu_node import GpuNode
-from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_LABEL, ContainerSpec
+from stacks.planner.container_spec import GENERATION_LABEL, ContainerSpec
+from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
 from stacks.planner.plan import Plan
 
 REPLACE_ON_CHANGES = list(ENGINE_REPLACE_ON_CHANGES)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stacks.planner.launch import LABEL_PREFIX, ContainerSpec
+from stacks.planner.container_spec import LABEL_PREFIX, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
          "restarted", "foreign", "monitoring")

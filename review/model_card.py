@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from stacks.model.field_types import ParserName
+from stacks.model.s3_source import CannotRun, check_endpoint, mask_source, parse_source
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.profiles import (
     CARD_VERSION,
@@ -107,15 +108,15 @@ def _as_model_card(text: str) -> str:
 
 
 class S3Source(Source):
-    """The weights sync's source rule, client and error texts (checks/weights.py)."""
+    """The weights sync's source rule (stacks/model/s3_source.py), client and error texts (checks/weights.py)."""
 
     def __init__(self, url: str, endpoint_url: str | None, region: str | None) -> None:
         from checks import weights
 
         try:
-            bucket, prefix = weights.parse_source(url)
-            endpoint = weights.check_endpoint(endpoint_url) if endpoint_url else None
-        except weights.CannotRun as exc:
+            bucket, prefix = parse_source(url)
+            endpoint = check_endpoint(endpoint_url) if endpoint_url else None
+        except CannotRun as exc:
             raise CardError(_as_model_card(str(exc))) from exc
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.opts = weights.Options(url, bucket, prefix, "/nonexistent", endpoint, region,
@@ -125,9 +126,9 @@ class S3Source(Source):
         try:
             self.client = weights.make_client(self.opts)
             self.keys = {e.key: e.size for e in weights.list_prefix(self.client, self.opts)}
-        except weights.CannotRun as exc:
+        except CannotRun as exc:
             raise CardError(_as_model_card(str(exc))) from exc
-        self.label = weights.mask_source(url)
+        self.label = mask_source(url)
 
     def exists(self, name: str) -> bool:
         return name in self.keys

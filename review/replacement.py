@@ -78,8 +78,8 @@ SPEC_INPUTS: dict[str, str] = {
     "gpus": "gpus", "ulimits": "ulimits", "shm_size_mb": "shmSize", "volumes": "volumes", "devices": "devices",
     "capabilities": "capabilities", "restart": "restart", "labels": "labels", "healthcheck": "healthcheck",
 }
-"""Plan container-spec field (stacks/planner/launch.py ContainerSpec) -> the docker input VllmEngine feeds it into;
-`purpose` and `vllm_args` feed none (prose, and a copy of `command`)."""
+"""Plan container-spec field (stacks/planner/container_spec.py ContainerSpec) -> the docker input VllmEngine feeds it
+into; `purpose` and `vllm_args` feed none (prose, and a copy of `command`)."""
 
 
 PROXY_PLAN_OUTSIDE_CONTAINER = ("check_client",)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from checks.weights import CannotRun, check_sync_dest
+from checks.weights import check_sync_dest
+from stacks.model.s3_source import CannotRun
 from tests.conftest import ROOT
 
 DOC = (ROOT / "docs" / "weights.md").read_text()

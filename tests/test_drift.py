@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from heal.drift import compare_container, foreign_containers, gpus_of, table
-from stacks.planner.launch import ContainerSpec, VolumeSpec
+from stacks.planner.container_spec import ContainerSpec, VolumeSpec
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
 

@@ -316,7 +316,7 @@ def test_a_hang_is_a_death_after_the_stated_time(cluster: Cluster, tmp_path: Pat
 def test_the_supervisor_refuses_to_restart_into_drift(cluster: Cluster, tmp_path: Path) -> None:
     """A restart policy changed by hand (`docker update`) on a rank: the supervisor says why and restarts nothing."""
     from heal.drift import compare_container
-    from stacks.planner.launch import ContainerSpec
+    from stacks.planner.container_spec import ContainerSpec
 
     planned = ContainerSpec(name=cluster.names[1], purpose="", image="", vllm_args=None, command=[], entrypoint=None,
                             env={}, secret_env={}, network_mode="bridge", ipc_mode="private", privileged=False,

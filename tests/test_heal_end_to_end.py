@@ -40,7 +40,7 @@ import yaml
 from heal.node_access import NODE_MAP_ENV
 from heal.watch_unit import watch_argv
 from stacks.model.loader import load_stack
-from stacks.planner.launch import ContainerSpec
+from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.topology import dp_rank_nodes
 from tests.conftest import ROOT

@@ -28,7 +28,8 @@ from review.replacement import (
 )
 from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS
 from stacks.model.loader import parse_config, read_stack_values
-from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_FIELDS, NOT_GENERATION_FIELDS, ContainerSpec
+from stacks.planner.container_spec import ContainerSpec
+from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES, GENERATION_FIELDS, NOT_GENERATION_FIELDS
 from stacks.planner.plan import build_plan
 from tests.conftest import ROOT
 

@@ -22,6 +22,7 @@ from checks.weights_node import (
     CREDENTIAL_NAMES,
     MODULES,
     credentials_stdin,
+    module_path,
     node_sync_command,
     node_verify_command,
     remote_script,
@@ -122,13 +123,14 @@ def verdict_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def test_remote_script_is_one_program_without_local_imports_or_name_clashes() -> None:
     script = remote_script()
     tree_ = ast.parse(script)
-    assert "from checks." not in script and "import checks" not in script
+    assert not [line for line in script.splitlines() if line.startswith(("from checks", "import checks",
+                                                                          "from stacks", "import stacks"))]
     guards = [n for n in tree_.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
     assert len(guards) == 1
     seen: dict[str, str] = {}
     clashes = []
     for module in MODULES:
-        body = ast.parse((Path(__file__).resolve().parent.parent / "checks" / f"{module}.py").read_text()).body
+        body = ast.parse(module_path(module).read_text()).body
         for node in body:
             names = [node.name] if isinstance(node, ast.FunctionDef | ast.ClassDef) else [
                 t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]

@@ -19,15 +19,13 @@ from hypothesis import strategies as st
 
 import checks.collective
 import checks.preflight
-import checks.weights
-import checks.weights_node
-import stacks.model.weights_source as ws
 from checks.api import main as api_main
 from components.check_commands import api_command, collective_command, preflight_command, weights_command
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config
-from stacks.planner.launch import LABEL_PREFIX, group_generation
+from stacks.planner.container_spec import LABEL_PREFIX
+from stacks.planner.launch import group_generation
 from stacks.planner.plan import (
     AFTER_PULL,
     BEFORE_PULL,
@@ -60,10 +58,6 @@ def one_node(h20_values: dict[str, Any]) -> dict[str, Any]:
 def test_planner_constants_equal_the_checks_own() -> None:
     assert (BEFORE_PULL, AFTER_PULL) == (checks.preflight.BEFORE_PULL, checks.preflight.AFTER_PULL)
     assert DEFAULT_MIN_BUSBW_GBPS == checks.collective.DEFAULT_MIN_BUSBW_GBPS
-    assert (ws.DEFAULT_WORKERS, ws.MAX_WORKERS) == (checks.weights.DEFAULT_WORKERS, checks.weights.MAX_WORKERS)
-    assert (ws.DEFAULT_PART_MB, ws.MIN_PART_MB, ws.MAX_PART_MB) == (
-        checks.weights.DEFAULT_PART_MB, checks.weights.MIN_PART_MB, checks.weights.MAX_PART_MB)
-    assert ws.SYNC_TIMEOUT_S == checks.weights_node.SYNC_TIMEOUT_S
 
 
 # --- node checks: weights, the preflight split, their order ----------------------------------------------------

@@ -1,12 +1,9 @@
 """`model.source`: where every node syncs the model directory from (S3, MinIO, Ceph RGW), validated at plan time.
 
-The values are checked by the same functions the sync itself uses (`checks.weights`: `parse_source`,
-`check_endpoint`, `REGION_RE`), so a source the node would refuse with exit 2 is refused at preview instead, with
-the key and a fix; and masked by its `mask_source` / `mask_endpoint` before validation, so a presigned signature,
-a password or an endpoint path never reaches a message. They are imported where a source is validated, not at
-import time: `stacks/` plans without `checks/` beside it (`review.git_base` runs an old revision's planner), and
-only a stack with a source needs them.
-The bounds below equal `checks.weights`' (a test keeps them equal).
+The values are checked by the functions the sync itself uses (`stacks/model/s3_source.py`: `parse_source`,
+`check_endpoint`, `REGION_RE`, the workers and part-size bounds), so a source the node would refuse with exit 2 is
+refused at preview instead, with the key and a fix; and masked by its `mask_source` / `mask_endpoint` before
+validation, so a presigned signature, a password or an endpoint path never reaches a message.
 
 Credentials are not here: they are the top-level secrets `s3_access_key_id`, `s3_secret_access_key` and
 `s3_session_token` (stacks/model/config.py `SECRET_KEYS`), which reach the node on the remote command's stdin, never in
@@ -22,15 +19,23 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from stacks.model.field_types import Kind, refuse
+from stacks.model.s3_source import (
+    DEFAULT_PART_MB,
+    DEFAULT_WORKERS,
+    MAX_PART_MB,
+    MAX_WORKERS,
+    MIN_PART_MB,
+    REGION_RE,
+    SYNC_TIMEOUT_S,
+    CannotRun,
+    check_endpoint,
+    mask_endpoint,
+    mask_source,
+    parse_source,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CREDENTIAL_KEY = re.compile(r"key|secret|token|passw|credential", re.I)
-DEFAULT_WORKERS, MAX_WORKERS = 16, 64
-"""checks.weights DEFAULT_WORKERS, MAX_WORKERS."""
-DEFAULT_PART_MB, MIN_PART_MB, MAX_PART_MB = 256, 1, 5120
-"""checks.weights DEFAULT_PART_MB, MIN_PART_MB, MAX_PART_MB."""
-SYNC_TIMEOUT_S = 6 * 3600
-"""checks.weights_node SYNC_TIMEOUT_S: 511 GB at 30 MB/s is 4.7 h."""
 
 
 def _reason(exc: Exception, flag: str, shown: str) -> str:
@@ -39,8 +44,6 @@ def _reason(exc: Exception, flag: str, shown: str) -> str:
 
 
 def _s3_url(value: str) -> str:
-    from checks.weights import CannotRun, mask_source, parse_source
-
     if _CONTROL.search(value):
         raise refuse("contains a control character", "s3://BUCKET/PREFIX on one line")
     try:
@@ -54,8 +57,6 @@ def _s3_url(value: str) -> str:
 
 
 def _endpoint(value: str) -> str:
-    from checks.weights import CannotRun, check_endpoint, mask_endpoint
-
     if _CONTROL.search(value):
         raise refuse("contains a control character", "http(s)://HOST[:PORT] on one line")
     try:
@@ -75,8 +76,6 @@ def _masked(value: Any, mask: Callable[[str], str]) -> Any:
 
 
 def _region(value: str) -> str:
-    from checks.weights import REGION_RE
-
     if not REGION_RE.match(value):
         raise refuse("is not a region name", "e.g. us-east-1 (MinIO and Ceph RGW accept any; us-east-1 is usual)")
     return value
@@ -108,8 +107,6 @@ class WeightsSource(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_string(cls, value: Any) -> Any:
-        from checks.weights import mask_endpoint, mask_source
-
         if isinstance(value, str):
             value = {"url": value}
         if not isinstance(value, dict):

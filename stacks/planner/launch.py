@@ -10,67 +10,25 @@ import hashlib
 import json
 import shlex
 
-from pydantic import BaseModel, ConfigDict
-
 from stacks.model.config import NodeConfig, ParallelismConfig, StackConfig
 from stacks.model.field_types import host_port
+from stacks.planner.addresses import api_bind, node_api_host, rank_port
+from stacks.planner.container_spec import (
+    GENERATION_LABEL,
+    LABEL_PREFIX,
+    ContainerSpec,
+    HealthcheckSpec,
+    VolumeSpec,
+)
 from stacks.planner.fabric import control_ip, node_env
 from stacks.planner.listeners import RAY_PORTS
 from stacks.planner.profiles import ModelProfile
 from stacks.planner.topology import NodeTopology, Role, Topology
 
-LABEL_PREFIX = "vllm-cluster"
-GENERATION_LABEL = f"{LABEL_PREFIX}.generation"
-
 ENGINE_REPLACE_ON_CHANGES = ("healthcheck", "envs", "labels", "command", "entrypoints")
 """VllmEngine's `replace_on_changes`: `healthcheck` would otherwise be an update the daemon ignores until the
 container is recreated; the rest are replacing already and stated again so a provider release that relaxes one
 cannot turn a launch change into a silent no-op."""
-
-
-class VolumeSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    host: str
-    container: str
-    read_only: bool
-
-
-class HealthcheckSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    test: list[str]
-    interval_s: int
-    timeout_s: int
-    retries: int
-    start_period_s: int
-
-
-class ContainerSpec(BaseModel):
-    """One container of the engine group, as the plan shows it and the component creates it."""
-
-    model_config = ConfigDict(frozen=True)
-    name: str
-    purpose: str
-    image: str
-    vllm_args: list[str] | None
-    command: list[str]
-    entrypoint: list[str] | None
-    env: dict[str, str]
-    """Plain variables only: what the plan, the dry run and labels may show."""
-    secret_env: dict[str, str]
-    """Variable -> the secret config key its value comes from (`api_key`, `env_secrets.HF_TOKEN`): the
-    component takes each from a Pulumi secret; it never appears in argv, labels, the dry run or the plan."""
-    network_mode: str
-    ipc_mode: str
-    privileged: bool
-    gpus: str | None
-    ulimits: dict[str, list[int]]
-    shm_size_mb: int | None
-    volumes: list[VolumeSpec]
-    devices: list[str]
-    capabilities: list[str]
-    restart: str
-    labels: dict[str, str]
-    healthcheck: HealthcheckSpec | None
 
 
 def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology,
@@ -157,31 +115,6 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), ensure_ascii=False)]
     args += list(serving.extra_args)
     return args
-
-
-def api_bind(config: StackConfig, node: NodeTopology) -> str:
-    """The address a node's API server binds: `serving.host` on the head and wherever it is a wildcard. With
-    hybrid load balancing behind the proxy the head's vLLM stays on loopback (only nginx beside it reaches it),
-    while every other node's binds that node's `fabric.control_plane` address (`fabric.control_ip`: the first of
-    its data_ips, or its management_ip), where the head's nginx reaches it from the head's own such address (the
-    firewall admits only that address there, `listeners.proxy_upstream_sources`; vLLM still wants api_key)."""
-    host = config.serving.host
-    if node.index == 0 or host in ("0.0.0.0", "::"):
-        return host
-    return str(control_ip(config, config.nodes[node.index]) or config.nodes[node.index].management_ip)
-
-
-def rank_port(config: StackConfig, node: NodeTopology, rank: int) -> int:
-    """External load balancing: the API port of DP rank `rank`'s own server, `serving.port` + its index among the
-    node's ranks (0.33.0's multi-port supervisor numbers them the same way: `args.port + local_rank`,
-    vllm/entrypoints/launchers/dp_supervisor.py:118-124)."""
-    return config.serving.port + node.dp_ranks.index(rank)
-
-
-def node_api_host(config: StackConfig, node: NodeTopology) -> str:
-    """Where a process on the node itself reaches its API server (loopback when it binds all addresses)."""
-    bind = api_bind(config, node)
-    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
 
 
 def expert_parallel_args(par: ParallelismConfig) -> list[str]:
@@ -294,11 +227,6 @@ def _volumes(config: StackConfig) -> list[VolumeSpec]:
         vols.append(VolumeSpec(host=config.container.cache_dir, container="/root/.cache", read_only=False))
     vols += [VolumeSpec(host=v.host, container=v.container, read_only=v.read_only) for v in config.container.volumes]
     return vols
-
-
-def local_api_host(config: StackConfig) -> str:
-    """Where a process on the head reaches vLLM's API: the bind address, or loopback when it binds all."""
-    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(config.serving.host, config.serving.host)
 
 
 def _healthcheck(config: StackConfig, node: NodeTopology, port: int | None = None) -> HealthcheckSpec:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import Problem
+from stacks.planner.addresses import api_bind, rank_port
 from stacks.planner.exposure import ANYWHERE, WILDCARDS, admits_outside, bind_reachable, is_loopback
 from stacks.planner.fabric import control_ip
 from stacks.planner.observability import (
@@ -298,8 +299,6 @@ def _hybrid_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
     only the head's nginx (and Prometheus, when it scrapes) may call it: vLLM's key guards only /v1 paths, so
     /invocations, /tokenize, /metrics... would be open to every cluster host. Without the proxy clients and their
     load balancer call it."""
-    from stacks.planner.launch import api_bind
-
     proxy = config.api.proxy.enabled
     sources = tuple(c for c, _ in proxy_upstream_sources(config, config.nodes[node.index])) if proxy else None
     return [_Row(config.serving.port, _bind_of(api_bind(config, node)),
@@ -310,11 +309,9 @@ def _hybrid_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
 
 def _rank_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
     """External load balancing: each DP rank's own API server, on `serving.port` + its index on the node
-    (`launch.rank_port`). On the head they bind `serving.host` like the head's API server (the proxy's row comes
+    (`addresses.rank_port`). On the head they bind `serving.host` like the head's API server (the proxy's row comes
     first); on the other nodes they are reached as hybrid's are (`_hybrid_api_rows`): behind the proxy only by the
     head's nginx (and Prometheus), else by clients and their load balancer."""
-    from stacks.planner.launch import api_bind, rank_port
-
     proxy = config.api.proxy
     head = node.role.is_head
     rows = [r for r in _api_rows(config) if r.process == "nginx"] if head else []
@@ -333,7 +330,7 @@ def _rank_api_rows(config: StackConfig, node: NodeTopology) -> list[_Row]:
 def proxy_upstream_sources(config: StackConfig, node: NodeConfig) -> list[tuple[str, str]]:
     """(CIDR, who) allowed to open a connection to a node's API server behind the proxy (hybrid load balancing).
 
-    The node's vLLM binds its control-plane address (`launch.api_bind`); the head's nginx connects to it from
+    The node's vLLM binds its control-plane address (`addresses.api_bind`); the head's nginx connects to it from
     the head's control-plane address (same `fabric.control_plane`, so the same network), and Prometheus, when
     it runs on another node, scrapes it from that node's control-plane address. The node's own checks
     (`api-node-<node>`) and container healthcheck connect from the node itself, which the firewall's `iif lo`

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.planner.addresses import api_bind, rank_port
 from stacks.planner.profiles import ModelProfile
 from stacks.planner.topology import NodeTopology, Topology, replica_spans_nodes
 
@@ -107,8 +108,6 @@ def load_balancing_rules(config: StackConfig, topo: Topology, profile: ModelProf
                 "own load balancer over every node's API port"))
     warnings: list[str] = []
     if not problems and proxy and not config.firewall.enabled:
-        from stacks.planner.launch import api_bind
-
         others = ", ".join(f"{api_bind(config, n)}:{config.serving.port}" for n in topo.nodes[1:])
         warnings.append(
             f"{KEY}: hybrid behind api.proxy with firewall.enabled: false: the other nodes' vLLM ({others}) admits "
@@ -183,8 +182,6 @@ def external_rules(config: StackConfig, topo: Topology, profile: ModelProfile | 
     warnings: list[str] = []
     if problems or not all(n.dp_ranks for n in topo.nodes):  # a node without ranks: the topology rule says so
         return problems, warnings
-    from stacks.planner.launch import api_bind, rank_port
-
     def ports(n: NodeTopology) -> str:
         first, last = rank_port(config, n, n.dp_ranks[0]), rank_port(config, n, n.dp_ranks[-1])
         return f"{first}-{last}" if last != first else str(first)

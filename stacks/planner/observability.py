@@ -29,17 +29,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import StackConfig
 from stacks.model.field_types import bracket_host
+from stacks.planner.addresses import api_bind, rank_port
+from stacks.planner.container_spec import GENERATION_LABEL, ContainerSpec
 from stacks.planner.topology import NodeTopology, Topology
-
-if TYPE_CHECKING:  # launch imports listeners, which imports this module
-    from stacks.planner.launch import ContainerSpec
 
 PROMETHEUS_DIR = "/etc/prometheus"
 """Where the Prometheus container reads prometheus.yml and rules/ (uploaded files)."""
@@ -142,8 +141,6 @@ def vllm_scrape_address(config: StackConfig) -> str:
 def _hybrid_scrape_address(config: StackConfig, node: NodeTopology, port: int | None = None) -> str:
     """With hybrid (or external) load balancing: where each node's API server (each rank's, on `port`) is
     scraped (its bind, or its management address when it binds all)."""
-    from stacks.planner.launch import api_bind
-
     if node.index == 0:
         address = vllm_scrape_address(config)
         return address if port is None else f"{address.rsplit(':', 1)[0]}:{port}"
@@ -180,7 +177,6 @@ def rank_infos(topo: Topology) -> list[RankInfo]:
 
 
 def generation(containers: dict[str, list[ContainerSpec]], node: str) -> str:
-    from stacks.planner.launch import GENERATION_LABEL
     specs = containers.get(node, [])
     return next((c.labels[GENERATION_LABEL] for c in specs if GENERATION_LABEL in c.labels), "")
 
@@ -216,8 +212,6 @@ def prometheus_config(stack: str, config: StackConfig, topo: Topology,
                          "labels": _labels(stack, t.name, t.role.value, t.dp_ranks, generation(containers, t.name))}
                         for t in topo.nodes]
     if topo.external:  # every rank's own server reports only its own engine: scrape each
-        from stacks.planner.launch import rank_port
-
         vllm_targets = [{"targets": [_hybrid_scrape_address(config, t, rank_port(config, t, r))],
                          "labels": _labels(stack, t.name, t.role.value, [r], generation(containers, t.name))}
                         for t in topo.nodes for r in t.dp_ranks]

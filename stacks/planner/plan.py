@@ -16,9 +16,11 @@ from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import bracket_host
 from stacks.planner import deepep
+from stacks.planner.addresses import rank_port
+from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
 from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.images import get_capabilities
-from stacks.planner.launch import LABEL_PREFIX, ContainerSpec, engine_containers, rank_port
+from stacks.planner.launch import engine_containers
 from stacks.planner.listeners import Listener, ephemeral_port_warnings, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed import image_card, rendered_argv_problems
@@ -268,7 +270,7 @@ def with_weights_identity(config: StackConfig, containers: dict[str, list[Contai
     identity = weights_identity(config)
     if identity is None:
         return containers
-    key = f"{LABEL_PREFIX}.generation"
+    key = GENERATION_LABEL
     out: dict[str, list[ContainerSpec]] = {}
     for node, specs in containers.items():
         out[node] = []

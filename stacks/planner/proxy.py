@@ -35,7 +35,9 @@ from pathlib import Path
 from stacks.model.config import ProxyConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
+from stacks.planner.addresses import api_bind, local_api_host, rank_port
 from stacks.planner.images import get_capabilities
+from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"
 ALLOWED_PATHS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")
@@ -295,7 +297,7 @@ class FrontDoor:
 
     proxy: ProxyConfig
     upstream_host: str
-    """An IP literal: `stacks.planner.launch.local_api_host` (loopback, as the proxy rule requires)."""
+    """An IP literal: `stacks.planner.addresses.local_api_host` (loopback, as the proxy rule requires)."""
     upstream_port: int
     routes: Routes
     more_upstreams: tuple[tuple[str, int], ...] = ()
@@ -322,8 +324,6 @@ class FrontDoor:
 
 
 def front_door(config: StackConfig) -> FrontDoor:
-    from stacks.planner.launch import local_api_host
-
     return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
                      balanced_upstreams(config))
 
@@ -331,11 +331,8 @@ def front_door(config: StackConfig) -> FrontDoor:
 def balanced_upstreams(config: StackConfig) -> tuple[tuple[str, int], ...]:
     """The API servers behind the proxy besides the head's own (DP rank 0's with external), as (address, port):
     with `parallelism.dp_load_balancing: hybrid` every node after the head, at the address its vLLM binds
-    (stacks.planner.launch.api_bind); with `external` every other DP rank's own server, on its port
-    (`launch.rank_port`), the head's other ranks on the head's local address; otherwise none."""
-    from stacks.planner.launch import api_bind, local_api_host, rank_port
-    from stacks.planner.topology import derive_topology
-
+    (`stacks.planner.addresses.api_bind`); with `external` every other DP rank's own server, on its port
+    (`addresses.rank_port`), the head's other ranks on the head's local address; otherwise none."""
     if config.parallelism.dp_load_balancing == "internal":
         return ()
     topo, _ = derive_topology(config)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from stacks.model.config import DboConfig, NodeConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import bracket_host, is_ip_literal
+from stacks.model.s3_source import system_dir_reason
 from stacks.planner.exposure import (
     API_EXPOSURE_FIX,
     WILDCARDS,
@@ -946,9 +947,7 @@ def _weights_source_rules(config: StackConfig, result: Validation) -> None:
                                        "s3_secret_access_key (temporary credentials come as three values)",
                                        fix=fix.format(key="s3_access_key_id") + " and s3_secret_access_key"))
     if config.model.source is not None:
-        from checks.weights import system_dir_reason  # the sync's own rule (it refuses such a --dest with exit 2)
-
-        reason = system_dir_reason(config.model.host_path)
+        reason = system_dir_reason(config.model.host_path)  # the sync refuses such a --dest with exit 2
         if reason:
             result.problems.append(Problem("model.path", config.model.path, f"model.host_dir/model.path is "
                                            f"{config.model.host_path}: {reason}, and model.source syncs a checkpoint "
