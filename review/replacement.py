@@ -43,12 +43,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from stacks.planner.container_spec import GENERATION_LABEL
+
 CONTAINER = "docker:index/container:Container"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 COMPONENT_PREFIX = "vllm-cluster:index:"
 COMMAND_TYPES = frozenset({"command:remote:Command", "command:local:Command", "command:remote:CopyToRemote",
                            "command:remote:CopyFile"})
-GENERATION_LABEL = "vllm-cluster.generation"
 
 CONTAINER_REPLACE_INPUTS = frozenset({
     "capabilities", "cgroupParent", "cgroupnsMode", "command", "cpus", "deviceRequests", "devices", "dns",

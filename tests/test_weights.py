@@ -887,3 +887,13 @@ def test_the_stores_full_object_sha256_is_used_and_a_composite_one_is_not(wdir: 
         assert code == 1 and small in bad["summary"] and "full-object SHA256" in bad["summary"], bad
         assert big not in bad["details"]["failed"], "the composite checksum was not used"
         assert not (dest / small).exists() and (dest / big).exists()
+
+
+def test_the_model_masks_url_userinfo_with_the_same_pattern_as_the_checks() -> None:
+    """stacks/model/s3_source.py may not import checks.verdict (the model imports nothing above it), so it keeps a
+    copy of the userinfo pattern; a change to one must reach the other, or a key could show in one report."""
+    from checks import verdict
+    from stacks.model import s3_source
+
+    assert (s3_source._USERINFO.pattern, s3_source._USERINFO.flags) == (
+        verdict._URL_USERINFO.pattern, verdict._URL_USERINFO.flags)
