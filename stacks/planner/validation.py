@@ -959,10 +959,6 @@ def _weights_source_rules(config: StackConfig, result: Validation) -> None:
                                "directories are only verified)")
 
 
-EPHEMERAL_PORTS = range(32768, 61000)
-"""Linux's default net.ipv4.ip_local_port_range: any outgoing connection may hold a port in it."""
-
-
 def _observability_rules(config: StackConfig, result: Validation) -> None:
     """The monitoring node exists, can reach vLLM's port, and Grafana has an admin password."""
     obs = config.observability
@@ -987,17 +983,13 @@ def _observability_rules(config: StackConfig, result: Validation) -> None:
 
 def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:
     """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
-    1875-1877): distinct from every other port bound there, and better not an ephemeral port. vLLM's DP
+    1875-1877): distinct from every other port bound there (in the kernel's ephemeral range it is warned with every
+    other chosen port: `listeners.ephemeral_port_warnings`). vLLM's DP
     process-group port is no clash: with DP > 1, 0.33.0 replaces it with free ports (config/parallel.py:998-1014)."""
     port = config.parallelism.master_port
     if port in seen:
         result.problems.append(Problem("parallelism.master_port", port, f"same port as {seen[port]}: one would fail "
                                        "to bind (OSError: [Errno 98] Address already in use)", fix="a distinct port"))
-    if port in EPHEMERAL_PORTS:
-        result.warnings.append(
-            f"parallelism.master_port {port} is in Linux's ephemeral range {EPHEMERAL_PORTS.start}-"
-            f"{EPHEMERAL_PORTS.stop - 1}: an outgoing connection on the head may hold it when rank 0 binds; "
-            "prefer a port below 32768 (vLLM's default is 29501)")
 
 
 LOOPBACK = ("127.0.0.1", "::1")
