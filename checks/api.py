@@ -224,7 +224,7 @@ def check_models(api: Api, served: str) -> Section:
 
 
 THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
-"""How the request turns reasoning on and off, as the model card says (stacks/planner/profiles.py
+"""How the request turns reasoning on and off, as the model card says (stacks/planner/model_cards.py
 THINKING_KWARG_BY_PARSER): a chat template kwarg, or gpt-oss's reasoning effort (it always reasons)."""
 
 

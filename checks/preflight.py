@@ -340,7 +340,7 @@ def model_memory(root: Path, cfg: dict[str, object], shards: list[str], a: argpa
         problems.append(f"the KV cache of one {a.max_model_len}-token sequence does not fit: {gpu.total:.1f} GB per "
                         f"GPU > {budget:.1f} GB; max_model_len <= {gpu.max_len_that_fits(budget)} fits")
         step = ("lower serving.max_model_len (the plan's figures came from the profile: "
-                "fix stacks/planner/profiles.py too)")
+                "fix stacks/planner/model_cards.py too)")
     host_need = 0.0 if engram_on_gpu else sum(s.engram_gb for s in stages) * a.engram_copies
     if host_need:
         need = host_need + HOST_GB_PER_RANK * a.ranks_on_node

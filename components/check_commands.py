@@ -25,8 +25,8 @@ from stacks.planner.container_spec import LABEL_PREFIX
 from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import rank_name
 from stacks.planner.load_estimate import EngineMemory, engine_memory
+from stacks.planner.model_cards import ModelProfile, get_profile
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_args
-from stacks.planner.profiles import ModelProfile, get_profile
 from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
 DRY_RUN_TIMEOUT_S = 600

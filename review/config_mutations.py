@@ -30,8 +30,8 @@ from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig, pa
 from stacks.model.errors import ConfigError
 from stacks.model.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.model.loader import parse_config
+from stacks.planner.model_cards import CardProblem, card_names, get_profile
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.profiles import CardProblem, card_names, get_profile
 
 LIST = "[]"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from stacks.model.config import parse_image_ref
+from stacks.planner.image_capabilities import canonical_ref
 from stacks.planner.image_cards import CARDS, PROBE, card_file_name, parse_card
-from stacks.planner.images import canonical_ref
 
 
 class CardError(Exception):

@@ -31,7 +31,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 from stacks.model.field_types import ParserName
 from stacks.model.s3_source import CannotRun, check_endpoint, mask_source, parse_source
 from stacks.planner.memory import EMBEDDING, classify
-from stacks.planner.profiles import (
+from stacks.planner.model_cards import (
     CARD_VERSION,
     FAMILIES,
     SHIPPED,

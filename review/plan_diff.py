@@ -14,7 +14,7 @@ from typing import Any
 from review.downtime import downtime_of as default_downtime_of
 from review.replacement import PROXY_PLAN_OUTSIDE_CONTAINER, SPEC_INPUTS, container_action
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
-from stacks.planner.managed import NO_CARD
+from stacks.planner.managed_options import NO_CARD
 
 GENERATION = "vllm-cluster.generation"
 LOAD_ESTIMATE = "vllm-cluster.estimated-load-s"

@@ -32,8 +32,8 @@ from stacks.model.config import ImageConfig
 from stacks.model.errors import ConfigError
 from stacks.model.loader import parse_config
 from stacks.model.stack_file import parse_stack_text
-from stacks.planner.images import canonical_ref, get_capabilities
-from stacks.planner.managed import NO_CARD
+from stacks.planner.image_capabilities import canonical_ref, get_capabilities
+from stacks.planner.managed_options import NO_CARD
 from stacks.planner.plan import build_plan
 
 PROJECT = "vllm-cluster"
@@ -323,8 +323,9 @@ class RollbackPlan:
 def prepare(stack: str, text: str, file_name: str, history: History, to: str) -> RollbackPlan:
     """Match the history to the stack, choose the image, and validate the stack file's config with it.
 
-    The validation is the whole plan (`build_plan`): the image's capability entry (stacks/planner/images.py) against
-    this topology, model and parsers, and every general rule. A refusal leaves the file alone.
+    The validation is the whole plan (`build_plan`): the image's capability entry
+    (stacks/planner/image_capabilities.py) against this topology, model and parsers, and every general rule. A
+    refusal leaves the file alone.
     """
     try:
         values = parse_stack_text(text, file_name).values

@@ -67,7 +67,7 @@ def test_no_reasoning_parser_no_thinking_check() -> None:
                                                ("gpt-oss-20b", ["--thinking-kwarg", "reasoning_effort"]),
                                                ("deepseek-v3", []), ("llama-3.1-8b-instruct", [])])
 def test_the_api_check_sends_the_cards_thinking_key(profile: str, flag: list[str]) -> None:
-    """The key comes from the card's reasoning parser (stacks/planner/profiles.py THINKING_KWARG_BY_PARSER):
+    """The key comes from the card's reasoning parser (stacks/planner/model_cards.py THINKING_KWARG_BY_PARSER):
     Qwen3's parser reads enable_thinking, gpt-oss reasons at an effort; DeepSeek's `thinking` is the default."""
     import shlex
 

@@ -17,7 +17,7 @@ from tests.test_review_tools import GIT, diff, edit, make_repo
 
 IMAGE_TAG = "tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657"
 OFFLOADING = "tag: v0.33.0\n    digest: sha256:" + "ab" * 32
-"""An image whose vLLM keeps Engram tables in pinned host memory by default (stacks/planner/images.py)."""
+"""An image whose vLLM keeps Engram tables in pinned host memory by default (stacks/planner/image_capabilities.py)."""
 KEY_A = "  vllm-cluster:api_key:\n    secure: v1:AAAAAAAAAAAAAAAA:cmVkYWN0ZWQtb25l\n"
 KEY_B = "  vllm-cluster:api_key:\n    secure: v1:BBBBBBBBBBBBBBBB:cmVkYWN0ZWQtdHdv\n"
 

@@ -27,7 +27,7 @@ from stacks.model.loader import parse_config
 from stacks.planner.firewall import render_table
 from stacks.planner.image_cards import card_of_version
 from stacks.planner.load_balancing import EXTERNAL_DENSE, EXTERNAL_DP_ONE, EXTERNAL_HEADLESS
-from stacks.planner.managed import HYBRID_LB_ERROR, TWO_LB_MODES_ERROR
+from stacks.planner.managed_options import HYBRID_LB_ERROR, TWO_LB_MODES_ERROR
 from stacks.planner.plan import Plan, build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.render import render_plan

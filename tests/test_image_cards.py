@@ -21,7 +21,7 @@ from review.plan_diff import diff_plans, to_markdown
 from stacks.model.errors import Problem
 from stacks.planner import image_cards
 from stacks.planner.image_cards import all_cards, card_file_name, card_for, card_of_version
-from stacks.planner.managed import NO_CARD
+from stacks.planner.managed_options import NO_CARD
 from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import card_table, read_argv
 from tests.conftest import ROOT, plan_of, problems_of

@@ -29,7 +29,7 @@ from stacks.planner.memory import (
     pp_partition,
     stage_splits,
 )
-from stacks.planner.profiles import get_profile
+from stacks.planner.model_cards import get_profile
 from tests.conftest import ROOT, plan_of, problems_of
 
 V033 = {"repository": "vllm/vllm-openai", "tag": "v0.33.0"}

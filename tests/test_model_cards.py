@@ -34,7 +34,7 @@ from review.model_card import (
 )
 from stacks.model.errors import ConfigError, Problem
 from stacks.planner.memory import gqa_kv_bytes_per_layer, mla_kv_bytes_per_layer, pp_partition
-from stacks.planner.profiles import get_profile
+from stacks.planner.model_cards import get_profile
 from tests.checkpoint_layout import (
     DEFAULT_MAX_SHARD_SIZE,
     QWEN3_MAX_SHARD_SIZE,

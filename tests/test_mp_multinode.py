@@ -27,9 +27,9 @@ from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner import validation
-from stacks.planner.managed import ELASTIC_EP_MULTINODE_ERROR
+from stacks.planner.managed_options import ELASTIC_EP_MULTINODE_ERROR
+from stacks.planner.model_cards import get_profile
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.profiles import get_profile
 from stacks.planner.render import render_plan
 from stacks.planner.validation import DSPARK_PP_ERROR
 from tests.conftest import ROOT, clone_node, flag_pairs, plan_of, problems_of

@@ -244,7 +244,7 @@ def test_ray_and_dp1_get_one_unpinned_golden_check(h20_values: dict[str, Any]) -
 
 def test_a_source_change_replaces_the_whole_group_and_no_source_changes_nothing(prod_values: dict[str, Any]) -> None:
     from stacks.planner.launch import engine_containers
-    from stacks.planner.profiles import get_profile
+    from stacks.planner.model_cards import get_profile
     from stacks.planner.topology import derive_topology
 
     config = parse_config("prod", prod_values)

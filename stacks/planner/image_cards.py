@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from stacks.planner.images import canonical_ref
+from stacks.planner.image_capabilities import canonical_ref
 
 CARDS = Path(__file__).resolve().parents[2] / "images"
 """The committed cards, one JSON file per image (`python -m stacks image-card IMAGE` writes them)."""

@@ -22,7 +22,7 @@ from stacks.planner.container_spec import (
 )
 from stacks.planner.fabric import control_ip, node_env
 from stacks.planner.listeners import RAY_PORTS
-from stacks.planner.profiles import ModelProfile
+from stacks.planner.model_cards import ModelProfile
 from stacks.planner.topology import NodeTopology, Role, Topology
 
 ENGINE_REPLACE_ON_CHANGES = ("healthcheck", "envs", "labels", "command", "entrypoints")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.addresses import api_bind, rank_port
-from stacks.planner.profiles import ModelProfile
+from stacks.planner.model_cards import ModelProfile
 from stacks.planner.topology import NodeTopology, Topology, replica_spans_nodes
 
 KEY = "parallelism.dp_load_balancing"

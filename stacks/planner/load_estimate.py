@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacks.model.config import StackConfig
-from stacks.planner.images import get_capabilities
+from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.memory import (
     GpuMemory,
     WeightSplit,
@@ -26,7 +26,7 @@ from stacks.planner.memory import (
     mla_kv_bytes_per_layer,
     pp_partition,
 )
-from stacks.planner.profiles import ModelProfile
+from stacks.planner.model_cards import ModelProfile
 from stacks.planner.serve_options import option_table, read_argv
 from stacks.planner.topology import Topology
 
@@ -70,7 +70,7 @@ class EngineMemory:
 
 def engram_on_gpu(config: StackConfig) -> tuple[bool, str]:
     """Where the Engram tables live: an explicit `--engram-config` cpu_offload in serving.extra_args, else the
-    image's default from stacks/planner/images.py, else (unknown image) GPU memory, the safe assumption."""
+    image's default from stacks/planner/image_capabilities.py, else (unknown image) GPU memory, the safe assumption."""
     offload = _engram_offload_arg(config.serving.extra_args)
     if offload is not None:
         return not offload, f"--engram-config cpu_offload={str(offload).lower()} in serving.extra_args"

@@ -19,13 +19,13 @@ from stacks.planner import deepep
 from stacks.planner.addresses import rank_port
 from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
 from stacks.planner.firewall import FirewallPlan, firewall_plan
-from stacks.planner.images import get_capabilities
+from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.launch import engine_containers
 from stacks.planner.listeners import Listener, ephemeral_port_warnings, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
-from stacks.planner.managed import image_card, rendered_argv_problems
+from stacks.planner.managed_options import image_card, rendered_argv_problems
+from stacks.planner.model_cards import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.observability import ObservabilityPlan, observability_plan
-from stacks.planner.profiles import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.proxy import front_door
 from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
 from stacks.planner.validation import validate
@@ -597,7 +597,7 @@ def _spanning_proves(topo: Topology, node: NodeTopology) -> str:
 
 
 def thinking_kwarg(config: StackConfig) -> tuple[str | None, str]:
-    """The request key of the thinking check (stacks/planner/profiles.py `thinking_request`); None when the stack
+    """The request key of the thinking check (stacks/planner/model_cards.py `thinking_request`); None when the stack
     serves no reasoning parser (or its card cannot be read: the plan names that)."""
     try:
         profile = get_profile(config.model.profile)

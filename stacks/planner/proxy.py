@@ -36,7 +36,7 @@ from stacks.model.config import ProxyConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
-from stacks.planner.images import get_capabilities
+from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"

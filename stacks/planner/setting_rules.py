@@ -137,7 +137,7 @@ def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
     refuses them without `--numa-bind` (vllm/config/parallel.py:556-561), and a worker whose GPU index is past
     the end of either list fails at start-up, after the weights are fetched (vllm/utils/numa_utils.py:238-242,
     314-318: "Ensure the binding lists cover every visible GPU"). Each node sees its `gpus.count` GPUs."""
-    from stacks.planner.managed import table_for  # managed reads the image card; the rules above need none
+    from stacks.planner.managed_options import table_for  # managed reads the image card; the rules above need none
     from stacks.planner.serve_options import last_values, read_argv
 
     values = last_values(read_argv(list(config.serving.extra_args), table_for(config)[0]))

@@ -1,7 +1,8 @@
 """Topology rules: refuse at preview, in seconds, what vLLM would refuse after loading 511 GB of weights.
 
 Each rule names the config key and value, quotes the upstream error it prevents and says what works. The
-general rules come from the model profile; the rules that differ per image come from `stacks.planner.images`.
+general rules come from the model profile; the rules that differ per image come from
+`stacks.planner.image_capabilities`.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from stacks.planner.exposure import (
 )
 from stacks.planner.fabric import control_ip, fabric_problems
 from stacks.planner.gpus import known_gpu
+from stacks.planner.image_capabilities import ImageCapabilities, get_capabilities
 from stacks.planner.image_cards import ImageCard
-from stacks.planner.images import ImageCapabilities, get_capabilities
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
-from stacks.planner.managed import argv_problems, env_problems, image_card, table_for
+from stacks.planner.managed_options import argv_problems, env_problems, image_card, table_for
 from stacks.planner.memory import GpuMemory
-from stacks.planner.profiles import (
+from stacks.planner.model_cards import (
     CardProblem,
     ModelProfile,
     card_names,
@@ -244,7 +245,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
         if profile.family == "deepseek-v4" and profile.key not in image.profiles:
             add(Problem("image.tag", config.image.tag, f"image {config.image.ref} cannot run {profile.key}",
                         upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
-                        fix=f"an image listed for {profile.key} in stacks/planner/images.py"))
+                        fix=f"an image listed for {profile.key} in stacks/planner/image_capabilities.py"))
         serving = config.serving
         shipped = image_parsers(config, image)
         for key, own, default in (("tokenizer_mode", serving.tokenizer_mode, profile.tokenizer_mode),
@@ -268,7 +269,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
 
 def image_parsers(config: StackConfig, image: ImageCapabilities) -> dict[str, frozenset[str]]:
     """The tokenizer modes, tool-call and reasoning parsers the image ships: from its card's registries (what its
-    vLLM registered, `images/`), else the capability table's list (`stacks/planner/images.py`)."""
+    vLLM registered, `images/`), else the capability table's list (`stacks/planner/image_capabilities.py`)."""
     card, _ = image_card(config)
     if card is None:
         return dict.fromkeys(("tokenizer_mode", "tool_call_parser", "reasoning_parser"), image.parsers)
