@@ -8,28 +8,17 @@ general rules come from the model profile; the rules that differ per image come 
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import math
-from dataclasses import dataclass, field
 
-from stacks.model.config import DboConfig, NodeConfig, StackConfig
+from stacks.model.config import DboConfig, StackConfig
 from stacks.model.errors import Problem
-from stacks.model.field_types import bracket_host, is_ip_literal
 from stacks.model.s3_source import system_dir_reason
-from stacks.planner.exposure import (
-    API_EXPOSURE_FIX,
-    WILDCARDS,
-    api_exposed,
-    api_exposure_message,
-    is_loopback,
-    private_network_findings,
-)
-from stacks.planner.fabric import control_ip, fabric_problems
+from stacks.planner.fabric import fabric_problems
+from stacks.planner.findings import Validation
 from stacks.planner.gpus import known_gpu
 from stacks.planner.image_capabilities import ImageCapabilities, get_capabilities
 from stacks.planner.image_cards import ImageCard
 from stacks.planner.launch import restart_policy_warnings
-from stacks.planner.listeners import api_sources, cluster_addresses, collapse
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
 from stacks.planner.managed_options import argv_problems, env_problems, image_card, table_for
@@ -42,7 +31,15 @@ from stacks.planner.model_cards import (
     regenerate_hint,
     thinking_request,
 )
-from stacks.planner.proxy import routes_problems
+from stacks.planner.network_rules import (
+    address_rules,
+    endpoint_rules,
+    exposure_rules,
+    host_key_rules,
+    port_rules,
+    proxy_rules,
+    uniqueness_rules,
+)
 from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
     backend_rules,
@@ -53,7 +50,7 @@ from stacks.planner.setting_rules import (
     numa_rules,
     timeout_rules,
 )
-from stacks.planner.topology import Topology, derive_topology, replica_spans_nodes
+from stacks.planner.topology import Topology, derive_topology
 
 _PARSER_ERRORS = {
     # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
@@ -64,17 +61,6 @@ _PARSER_ERRORS = {
 
 DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
                    "Supported models implement the SupportsPP interface.")
-
-
-@dataclass
-class Validation:
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Validation]:
@@ -135,16 +121,16 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     result.problems += lb_problems
     result.warnings += lb_warnings
     _expert_parallel_rules(config, profile, result)
-    _uniqueness_rules(config, result)
-    _address_rules(config, result)
+    uniqueness_rules(config, result)
+    address_rules(config, result)
     _mount_rules(config, result)
     _container_name_rules(config, result)
     _engine_config_rules(config, image, result)
-    _port_rules(config, result)
-    _proxy_rules(config, result)
-    _exposure_rules(config, result)
-    _endpoint_rules(config, result)
-    _host_key_rules(config, result)
+    port_rules(config, result)
+    proxy_rules(config, result)
+    exposure_rules(config, result)
+    endpoint_rules(config, result)
+    host_key_rules(config, result)
     _weights_source_rules(config, result)
     _observability_rules(config, result)
     _free_form_rules(config, image, result)
@@ -708,8 +694,6 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
         result.warnings.append(f"mixed GPU models {sorted(models)}: the slowest node paces every step")
 
 
-
-
 def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, profile: ModelProfile | None) -> None:
     """Replicas that span nodes (vLLM's `--nnodes`): what vLLM 0.33.0 itself refuses or makes slow.
 
@@ -735,111 +719,6 @@ def _spanning_rules(config: StackConfig, topo: Topology, result: Validation, pro
             f"TP{par.tensor} crosses nodes ({share} GPUs of each replica per node): every layer's all-reduce goes "
             f"over the fabric; prefer tensor = GPUs per node and pipeline = nodes per replica "
             f"({topo.replica_nodes})")
-
-
-def _uniqueness_rules(config: StackConfig, result: Validation) -> None:
-    """Names unique; every node address (management, data, a literal SSH host) belongs to one node only: the head's
-    DP address or an SSH host that is another node's address sends traffic, or a deploy, to the wrong machine."""
-    names = [n.name for n in config.nodes]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            result.problems.append(Problem(f"nodes.{i}.name", name, "used by more than one node",
-                                           fix="a unique value per node"))
-    owner: dict[str, tuple[int, str]] = {}
-    for i, node in enumerate(config.nodes):
-        addresses = _node_addresses(node)
-        if is_ip_literal(node.ssh.host):
-            addresses.append(("ssh.host", str(ipaddress.ip_address(node.ssh.host))))
-        data: set[str] = set()  # one NIC may carry the management address too; two NICs never share one
-        for key, address in addresses:
-            if address in owner and owner[address][0] != i:
-                other, other_key = owner[address]
-                result.problems.append(Problem(
-                    f"nodes.{i}.{key}", address, f"is node {config.nodes[other].name}'s {other_key} too: one address, "
-                    "one node", fix="this node's own address"))
-            elif key.startswith("data_ips"):
-                if address in data:
-                    result.problems.append(Problem(f"nodes.{i}.{key}", address, "data-plane IP used twice",
-                                                   fix="a unique data-plane IP per NIC"))
-                data.add(address)
-            owner.setdefault(address, (i, key))
-    hosts = [(n.ssh.host, n.ssh.port) for n in config.nodes]
-    for i, host in enumerate(hosts):
-        if host in hosts[:i]:
-            result.problems.append(Problem(f"nodes.{i}.ssh.host", host[0], "another node is reached at the same SSH "
-                                           "host and port: both would be deployed on one machine",
-                                           fix="this node's own SSH address (or its own port for a tunnel)"))
-
-
-def _node_addresses(node: NodeConfig) -> list[tuple[str, str]]:
-    """(config key below the node, address) of the node's management and data-plane IPs."""
-    return [("management_ip", node.management_ip), *[(f"data_ips.{k}", ip) for k, ip in enumerate(node.data_ips)]]
-
-
-def _stray_address_warnings(config: StackConfig) -> list[str]:
-    """A node address in none of `fabric.private_networks` while the other nodes' same address (management IP,
-    or the same rail's data IP) is in one: most likely a typo (192.168.2.22 for 192.168.20.22). A warning, not a
-    refusal, since a routed fabric can put a node elsewhere; NCCL and the firewall would then use it as written."""
-    networks = [ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks]
-    if not networks or len(config.nodes) < 2:
-        return []
-
-    def home(address: str) -> str | None:
-        ip = ipaddress.ip_address(address)
-        return next((str(n) for n in networks if ip.version == n.version and ip in n), None)
-
-    warnings = []
-    for key in sorted({k for n in config.nodes for k, _ in _node_addresses(n)}):
-        rows = [(i, dict(_node_addresses(n)).get(key)) for i, n in enumerate(config.nodes)]
-        homes = {home(a) for _, a in rows if a is not None} - {None}
-        for i, address in rows:
-            if address is not None and home(address) is None and homes:
-                warnings.append(
-                    f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is in none of fabric.private_networks "
-                    f"({', '.join(map(str, networks))}), while the other nodes' {key} are in "
-                    f"{', '.join(sorted(h for h in homes if h))}: a typo? If the node really is on another routed "
-                    "network, add it to fabric.private_networks")
-    return warnings
-
-
-def _address_rules(config: StackConfig, result: Validation) -> None:
-    """Addresses the nodes use to reach each other must be able to: no loopback across nodes, one address family
-    for the control plane, and vLLM's bind one of the head's own addresses (or all, or loopback)."""
-    multi = len(config.nodes) > 1
-    for i, node in enumerate(config.nodes):
-        for key, address in _node_addresses(node):
-            if multi and ipaddress.ip_address(address).is_loopback:
-                result.problems.append(Problem(f"nodes.{i}.{key}", address, "is a loopback address: the other nodes "
-                                               "cannot reach this node there", fix="the node's address on the network "
-                                               "between the nodes"))
-    result.warnings += _stray_address_warnings(config)
-    controls = [(i, ip, ipaddress.ip_address(ip).version)
-                for i, ip in ((i, control_ip(config, n)) for i, n in enumerate(config.nodes)) if ip]
-    mixed = [(i, ip) for i, ip, version in controls if version != controls[0][2]]
-    if mixed:
-        i, ip = mixed[0]
-        result.problems.append(Problem(
-            f"nodes.{i}.{'management_ip' if config.fabric.control_plane == 'management' else 'data_ips.0'}", ip,
-            "the control plane mixes IPv4 and IPv6: NCCL, Gloo, the DP handshake and Ray connect within one family",
-            fix="the same address family on every node"))
-    bind, head = config.serving.host, config.head
-    own = {head.management_ip, *head.data_ips}
-    if bind not in WILDCARDS and not is_loopback(bind) and bind not in own:
-        result.problems.append(Problem(
-            "serving.host", bind, f"is not an address of the head {head.name}: vLLM could not bind it",
-            fix=f"0.0.0.0 (all, behind the firewall), 127.0.0.1 (behind the proxy) or one of {', '.join(sorted(own))}"))
-    proxy = config.api.proxy
-    if proxy.enabled and proxy.bind not in WILDCARDS and not is_loopback(proxy.bind) and proxy.bind not in own:
-        result.problems.append(Problem(
-            "api.proxy.bind", proxy.bind, f"is not an address of the head {head.name}: nginx could not bind it",
-            fix=f"0.0.0.0, or one of {', '.join(sorted(own))}"))
-    target = config.api.public_host or (proxy.server_name if proxy.enabled else None) or head.management_ip
-    listen = proxy.bind if proxy.enabled else bind
-    if listen == "0.0.0.0" and is_ip_literal(target) and ipaddress.ip_address(target).version == 6:
-        result.problems.append(Problem(
-            "api.proxy.bind" if proxy.enabled else "serving.host", listen,
-            f"binds IPv4 only, but clients and the API checks call the IPv6 address {target}",
-            fix="'::' (all addresses, IPv6 and IPv4 on Linux)"))
 
 
 def _container_name_rules(config: StackConfig, result: Validation) -> None:
@@ -910,29 +789,6 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
                          "vllm/config/cache.py CacheDType)", fix=f"one of {', '.join(dtypes)}"))
 
 
-def _port_rules(config: StackConfig, result: Validation) -> None:
-    """Every port bound on the head is distinct, and none is the head's sshd port (host networking)."""
-    ports = {"serving.port": config.serving.port}
-    if config.api.proxy.enabled:
-        ports["api.proxy.port"] = config.api.proxy.port
-    dp = config.parallelism.backend == "mp" and config.parallelism.data > 1
-    if dp:
-        ports["parallelism.data_parallel_rpc_port"] = config.parallelism.data_parallel_rpc_port
-    if config.parallelism.backend == "ray":
-        ports |= {"ray.gcs_port": config.ray.gcs_port, "ray.dashboard_port": config.ray.dashboard_port,
-                  "ray.client_port": config.ray.client_port}
-    if len(config.nodes) > 1:  # the collective check's rendezvous store (checks/collective.py) on the head
-        ports["fabric.collective_port"] = config.fabric.collective_port
-    seen: dict[int, str] = {config.head.ssh.port: "nodes.0.ssh.port (the head's sshd)"}
-    for key, port in ports.items():
-        if port in seen:
-            result.problems.append(Problem(key, port, f"same port as {seen[port]}: one would fail to bind "
-                                           "(OSError: [Errno 98] Address already in use)", fix="a distinct port"))
-        seen.setdefault(port, key)
-    if replica_spans_nodes(config):
-        _master_port_rules(config, result, seen)
-
-
 def _weights_source_rules(config: StackConfig, result: Validation) -> None:
     """The S3 credentials come as a pair (a session token only with it), and only with a `model.source`.
     Neither key is fine: the node's own credentials (an instance role) are used then (plan note)."""
@@ -980,127 +836,6 @@ def _observability_rules(config: StackConfig, result: Validation) -> None:
     if "/metrics" in config.api.proxy.allowed_paths and config.api.proxy.enabled:
         result.warnings.append("api.proxy.allowed_paths passes /metrics through the front door: Prometheus "
                                "scrapes vLLM on the private network; remove it from allowed_paths and admin_paths")
-
-
-def _master_port_rules(config: StackConfig, result: Validation, seen: dict[int, str]) -> None:
-    """`--master-port` is bound by global rank 0's TCPStore on the head (vllm/distributed/parallel_state.py:
-    1875-1877): distinct from every other port bound there (in the kernel's ephemeral range it is warned with every
-    other chosen port: `listeners.ephemeral_port_warnings`). vLLM's DP
-    process-group port is no clash: with DP > 1, 0.33.0 replaces it with free ports (config/parallel.py:998-1014)."""
-    port = config.parallelism.master_port
-    if port in seen:
-        result.problems.append(Problem("parallelism.master_port", port, f"same port as {seen[port]}: one would fail "
-                                       "to bind (OSError: [Errno 98] Address already in use)", fix="a distinct port"))
-
-
-LOOPBACK = ("127.0.0.1", "::1")
-
-
-def _proxy_rules(config: StackConfig, result: Validation) -> None:
-    """With the proxy on, vLLM must be reachable only through it, and every secret it needs must exist."""
-    proxy = config.api.proxy
-    if not proxy.enabled:
-        if config.serving.host not in LOOPBACK and config.api_key is None:
-            result.warnings.append(
-                f"serving.host {config.serving.host} exposes vLLM without a key: every path, /v1 included, "
-                "is open to the private networks; set api_key (a secret) or turn on api.proxy")
-        elif config.serving.host in LOOPBACK:
-            result.warnings.append(
-                f"serving.host {config.serving.host} with api.proxy off: vLLM answers only processes on "
-                f"{config.head.name}; the API checks run there (docker exec in the engine container, over SSH), "
-                "and clients need api.proxy (or an SSH tunnel)")
-        return
-    problems, warnings = routes_problems(config)
-    result.problems += problems
-    result.warnings += warnings
-    if config.serving.host not in LOOPBACK:
-        result.problems.append(Problem(
-            "serving.host", config.serving.host, "with api.proxy.enabled vLLM must listen where only the proxy "
-            "reaches it; on this address clients could go around the allowlist and the keys",
-            fix="127.0.0.1 (the proxy shares the head's host network)"))
-    if config.api_key is None:
-        result.problems.append(Problem(
-            "api_key", None, "the proxy forwards with vLLM's own key and vLLM must still refuse anyone else",
-            fix="pulumi config set --secret vllm-cluster:api_key \"$(openssl rand -hex 32)\""))
-    if not config.proxy_keys:
-        result.problems.append(Problem(
-            "proxy_keys", None, "the proxy has no client keys: every request would be refused with 401",
-            fix="pulumi config set --secret --path 'vllm-cluster:proxy_keys.<client>' \"$(openssl rand -hex 32)\""))
-    elif proxy.check_client is not None and proxy.check_client not in config.proxy_keys:
-        result.problems.append(Problem("api.proxy.check_client", proxy.check_client, "no such client in proxy_keys",
-                                       fix=f"one of {sorted(config.proxy_keys)}"))
-    if proxy.tls:
-        for key, pem in (("tls_certificate", "server.crt"), ("tls_private_key", "server.key")):
-            if getattr(config, key) is None:
-                result.problems.append(Problem(
-                    key, None, "api.proxy.tls is on but the secret is not set",
-                    fix=f"pulumi config set --secret vllm-cluster:{key} < {pem} "
-                        "(PEM), or api.proxy.tls: false on a trusted network"))
-    else:
-        result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
-
-
-def _exposure_rules(config: StackConfig, result: Validation) -> None:
-    """`stacks.planner.exposure`, the rule the policy pack applies too: no private network that is everything or
-    unacknowledged public space, and vLLM's own port never reachable from outside them, whatever its key."""
-    fabric = config.fabric
-    findings = private_network_findings(fabric.private_networks, fabric.public_private_networks)
-    result.problems += [Problem(f.key, f.value, f.message, fix=f.fix) for f in findings]
-    if findings or config.api.proxy.enabled:  # with the proxy, _proxy_rules keeps vLLM on loopback
-        return
-    serving = config.serving
-    allowed = api_sources(config)
-    trusted = collapse([*cluster_addresses(config), *fabric.private_networks])
-    if api_exposed(serving.host, allowed, trusted, fabric.private_networks):
-        result.problems.append(Problem("serving.host", serving.host,
-                                       api_exposure_message(serving.host, serving.port, allowed),
-                                       fix=API_EXPOSURE_FIX))
-
-
-def head_addresses(config: StackConfig) -> list[str]:
-    """What names the head in this config: its SSH host, management and data addresses."""
-    head = config.head
-    return list(dict.fromkeys([head.ssh.host, head.management_ip, *head.data_ips]))
-
-
-def _endpoint_rules(config: StackConfig, result: Validation) -> None:
-    """The API checks send a bearer key. With the proxy's TLS they trust only the stack's own certificate, so
-    only the holder of tls_private_key receives it; without TLS nothing proves who answers, so the host they
-    call must be one of the head's own addresses. And they must call where vLLM listens."""
-    proxy, serving, api = config.api.proxy, config.serving, config.api
-    own = head_addresses(config)
-    if proxy.enabled:
-        host, key = ((api.public_host, "api.public_host") if api.public_host
-                     else (proxy.server_name, "api.proxy.server_name"))
-    else:
-        host, key = api.public_host, "api.public_host"
-    sends_key = proxy.enabled or config.api_key is not None
-    if host is not None and sends_key and not (proxy.enabled and proxy.tls) and host not in own:
-        result.problems.append(Problem(
-            key, host, "without TLS the API checks cannot tell the head from whoever answers at this name or "
-            "address, and they would send it the bearer key",
-            fix=(f"one of the head's own addresses ({', '.join(own)}), or api.proxy with tls: true (the checks then "
-                 "trust only the stack's certificate)" if key == "api.public_host" else
-                 "leave api.proxy.server_name unset (it takes host names only; the checks then call the head's "
-                 f"address), or add api.public_host: one of the head's own addresses ({', '.join(own)}) for the "
-                 "checks to call, or api.proxy with tls: true (the checks then trust only the stack's certificate)")))
-    bind = serving.host
-    if not proxy.enabled and api.public_host and bind not in WILDCARDS and not is_loopback(bind) \
-            and api.public_host != bind and api.public_host in own:
-        result.problems.append(Problem(
-            "api.public_host", api.public_host, f"vLLM binds only {bind}; the API checks would call "
-            f"{bracket_host(api.public_host)}:{serving.port}, where nothing listens, and wait until their deadline",
-            fix=f"api.public_host: {bind} (or leave it unset), or serving.host: 0.0.0.0 behind the firewall"))
-
-
-def _host_key_rules(config: StackConfig, result: Validation) -> None:
-    missing = [n.name for n in config.nodes if n.ssh.host_key is None]
-    if missing:
-        result.warnings.append(
-            f"nodes[].ssh.host_key is not set for {', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}: "
-            "the check commands and the Docker provider accept any host key there, so whoever sits on the path "
-            "can answer PASS or receive the engines' secrets; set each from `ssh-keyscan -t ed25519 <host>` "
-            "(checked against the console) - the prod policy refuses a stack without them")
 
 
 def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, result: Validation) -> None:
