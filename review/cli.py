@@ -306,6 +306,12 @@ def _image_card(args: argparse.Namespace) -> int:
         print(f"image-card {args.image}: {exc}", file=sys.stderr)
         return 2
     print(summary(taken))
+    if Path(args.out).resolve() == CARDS.resolve():  # this checkout's images/: its support rows list every card
+        from review.support import rewrite_support_tables
+
+        changed = rewrite_support_tables(CARDS.parent)
+        if changed:
+            print(f"wrote {', '.join(changed)}: the support tables now list {args.image} (commit them with the card)")
     return 0
 
 

@@ -892,6 +892,12 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     w = card["weights"]
     echo(f"wrote {path}: {card['architecture']} ({card['family']}), {card['layers']} layers, "
          f"{w['total_bytes'] / 1e9:.2f} GB of weights ({w['source'].split(' (')[0].split(';')[0]})")
+    if root.resolve() == SHIPPED.parent.resolve():  # this checkout: its generated support tables list every card
+        from review.support import rewrite_support_tables
+
+        changed = rewrite_support_tables(root)
+        if changed:
+            echo(f"wrote {', '.join(changed)}: the support tables now list {name} (commit them with the card)")
     return 0
 
 

@@ -30,6 +30,7 @@ from review.model_card import (
     build_card,
     main,
     model_facts,
+    support_matrix,
     synthesize,
 )
 from stacks.model.errors import ConfigError, Problem
@@ -49,7 +50,12 @@ from tests.conftest import ROOT, clone_node, plan_of
 
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
 DECISIONS = json.loads((FIXTURES / "vllm-0.33.0-decisions.json").read_text())["cases"]
-CARDS = sorted(p.stem for p in (ROOT / "models").glob("*.json"))
+SHIPPED_FAMILIES = {"deepseek-v3": "moe-mla", "deepseek-v4-flash": "deepseek-v4", "deepseek-v4.1-flash": "deepseek-v4",
+                    "devstral-small-2507": "dense-gqa", "gpt-oss-20b": "moe-gqa", "llama-3.1-8b-instruct": "dense-gqa",
+                    "qwen3-235b-a22b-instruct-2507": "moe-gqa", "qwen3-30b-a3b": "moe-gqa", "qwen3-8b": "dense-gqa"}
+"""The cards this repository ships, by name. A user's own card in models/ (docs/your-model.md) is not one: these
+tests are about the shipped cards' provenance, and must stay green for a user who adds a card."""
+CARDS = sorted(SHIPPED_FAMILIES)
 
 
 def _regenerate(command: str, root: Path) -> dict[str, Any]:
@@ -75,12 +81,35 @@ def test_committed_cards_are_what_the_command_writes(name: str, tmp_path: Path, 
 
 
 def test_nine_cards_seven_public_families() -> None:
-    families = {n: get_profile(n).family for n in CARDS}  # type: ignore[union-attr]
-    assert families == {"deepseek-v3": "moe-mla", "deepseek-v4-flash": "deepseek-v4",
-                        "deepseek-v4.1-flash": "deepseek-v4", "devstral-small-2507": "dense-gqa",
-                        "gpt-oss-20b": "moe-gqa", "llama-3.1-8b-instruct": "dense-gqa",
-                        "qwen3-235b-a22b-instruct-2507": "moe-gqa", "qwen3-30b-a3b": "moe-gqa",
-                        "qwen3-8b": "dense-gqa"}
+    assert {n: get_profile(n).family for n in CARDS} == SHIPPED_FAMILIES  # type: ignore[union-attr]
+    assert set(CARDS) <= {p.stem for p in (ROOT / "models").glob("*.json")}
+
+
+def test_a_card_written_into_this_checkout_rewrites_the_support_tables(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user who makes a card for their model as docs/your-model.md says gets the README's support rows and the
+    page's card table rewritten with it, so the tests comparing those tables with the cards stay green."""
+    import review.model_card
+    from review.support import rewrite_support_tables, with_rows
+
+    for part in ("models", "images"):
+        (tmp_path / part).mkdir()
+        for card in (ROOT / part).glob("*.json"):
+            (tmp_path / part / card.name).write_text(card.read_text())
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the cards' sources (fixtures) as the table reads them
+    for page in ("README.md", "docs/your-model.md"):
+        (tmp_path / page).write_text((ROOT / page).read_text())
+    assert rewrite_support_tables(tmp_path) == []  # the committed tables are current
+    monkeypatch.setattr(review.model_card, "SHIPPED", tmp_path / "models")  # tmp_path plays this checkout
+    monkeypatch.chdir(ROOT)
+    lines: list[str] = []
+    assert main("tests/fixtures/models/tiny-llama-48h-8kv", "my-llama", synthesize_weights=True, facts=[], why=None,
+                endpoint_url=None, region=None, root=tmp_path, command=[], echo=lines.append) == 0, lines
+    assert any("README.md, docs/your-model.md" in line and "my-llama" in line for line in lines), lines
+    readme, page = (tmp_path / "README.md").read_text(), (tmp_path / "docs/your-model.md").read_text()
+    assert readme == with_rows(readme, tmp_path) and "my-llama" in readme.split("<!-- support: end -->")[0]
+    assert f"<!-- cards -->\n{support_matrix(tmp_path / 'models')}<!-- /cards -->" in page and "| my-llama |" in page
 
 
 def test_synthesized_gpt_oss_matches_the_published_index() -> None:
