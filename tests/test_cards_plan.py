@@ -155,3 +155,17 @@ def test_the_group_restarts_golden_round_sends_the_cards_thinking_key(profile: s
     words = list(golden_argv(build_plan("cards", config), config, "python3"))
     at = [i for i, w in enumerate(words) if w == "--thinking-kwarg"]
     assert [words[i + j] for i in at for j in (0, 1)] == flag
+
+
+def test_a_dense_models_memory_lines_name_no_experts_and_no_engram() -> None:
+    """A dense model's plan says its weights are in every DP rank over TP, with no expert or Engram parts and no
+    host-RAM line (nothing is pinned); an MoE model keeps its expert part."""
+    from stacks.planner.render import render_summary
+
+    dense = build_plan("cards", parse_config("cards", _two_node("qwen3-8b")))
+    note = next(n for n in dense.notes if n.startswith("memory per GPU"))
+    assert "experts" not in note and "Engram" not in note and "weights in every DP rank over TP" in note, note
+    assert not [line for line in render_summary(dense) if line.startswith("host RAM")]
+    moe = build_plan("cards", parse_config("cards", _two_node("qwen3-30b-a3b")))
+    note = next(n for n in moe.notes if n.startswith("memory per GPU"))
+    assert "weights experts " in note and "experts over DP" in note and "Engram" not in note, note

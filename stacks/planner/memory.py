@@ -109,10 +109,12 @@ class GpuMemory:
         return self.weights + self.kv + self.reserve
 
     def weights_text(self) -> str:
-        engram = f" + Engram {self.engram:.1f}" if self.engram else ""
-        redundant = f" + redundant experts {self.redundant_experts:.1f}" if self.redundant_experts else ""
-        return (f"experts {self.experts:.1f}{redundant} + dense {self.dense:.1f} + replicated {self.replicated:.1f}"
-                f"{engram} = {self.weights:.1f} GB")
+        parts = [f"experts {self.experts:.1f}"] if self.experts or self.redundant_experts else []
+        parts += [f"redundant experts {self.redundant_experts:.1f}"] if self.redundant_experts else []
+        parts.append(f"dense {self.dense:.1f}")  # a dense model: no expert part; norms alone round to 0.0
+        parts += [f"replicated {self.replicated:.1f}"] if round(self.replicated, 1) else []
+        parts += [f"Engram {self.engram:.1f}"] if self.engram else []
+        return f"{' + '.join(parts)} = {self.weights:.1f} GB"
 
     def text(self) -> str:
         return (f"weights {self.weights_text()}; KV for one {self.max_model_len}-token sequence {self.kv:.1f} GB "

@@ -81,9 +81,8 @@ def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
     if mem.engram == "host":
         lines.append(f"host RAM: {mem.host_pinned_gb_per_node:.0f} GB pinned per node for Engram tables "
                      "(the preflight checks MemTotal)")
-    else:
-        lines.append("host RAM: no pinned tables (" + ("Engram tables in GPU memory" if mem.engram == "gpu"
-                                                       else "the model has no Engram tables") + ")")
+    elif mem.engram == "gpu":  # a model without Engram tables pins nothing: no line to read
+        lines.append("host RAM: no pinned tables (Engram tables in GPU memory)")
     lines.append(f"warnings ({len(plan.warnings)})" + (":" if plan.warnings else ": none"))
     lines += [f"   - {_cut(w, WIDTH - 5)}" for w in plan.warnings[:SHOWN_WARNINGS]]
     if len(plan.warnings) > SHOWN_WARNINGS:

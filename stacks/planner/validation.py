@@ -597,9 +597,10 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
     node = config.nodes[mem.node_index]
     key = f"nodes.{mem.node_index}.gpus.memory_gb"
     data = config.parallelism.data if config.parallelism.backend == "mp" else 1
-    layout = (f"experts over DP{data} x TP{config.parallelism.tensor}, dense and Engram weights in every DP rank "
-              f"over TP{config.parallelism.tensor}" + (f", PP{config.parallelism.pipeline} stages"
-                                                       if config.parallelism.pipeline > 1 else ""))
+    tp = config.parallelism.tensor
+    rest = "dense and Engram weights" if profile.engram_hash_heads else "dense weights" if profile.moe else "weights"
+    layout = ((f"experts over DP{data} x TP{tp}, " if profile.moe else "") + f"{rest} in every DP rank over TP{tp}"
+              + (f", PP{config.parallelism.pipeline} stages" if config.parallelism.pipeline > 1 else ""))
     engram = f"; Engram tables: {mem.engram_reason}" if mem.gpu.engram or mem.gpu.engram_host_per_node else ""
     need_gb = math.ceil(gpu.total / util)
     offload = (f"; Engram in pinned host memory (--engram-config '{{\"cpu_offload\": true}}' in serving.extra_args, "
