@@ -269,3 +269,18 @@ def test_a_mistyped_ipv4_address_is_not_taken_for_a_host_name(prod_values: dict[
     assert "mistyped IPv4" in problem.message
     prod_values["nodes"][1]["ssh"]["host"] = "gpu-2.example.com"
     assert plan_of(prod_values).nodes[1].host == "gpu-2.example.com"
+
+
+def test_a_data_ip_on_the_management_network_is_warned(prod_values: dict[str, Any]) -> None:
+    """Node 2's data IP set to its own management IP while node 1's is on the data network: warned, naming both
+    networks; the same data IPs on every node's management network (a single-network cluster) are quiet."""
+    def typos(values: dict[str, Any]) -> list[str]:
+        return [w for w in plan_of(values).warnings if "management network" in w]
+
+    assert typos(prod_values) == []
+    prod_values["nodes"][1]["data_ips"][0] = prod_values["nodes"][1]["management_ip"]
+    [warning] = typos(prod_values)
+    assert warning.startswith("nodes.1.data_ips.0: 10.30.8.2 (") and "10.30.8.0/24" in warning, warning
+    assert "1.1.1.0/24" in warning
+    prod_values["nodes"][0]["data_ips"][0] = "10.30.8.11"
+    assert typos(prod_values) == []

@@ -76,17 +76,28 @@ def _stray_address_warnings(config: StackConfig) -> list[str]:
         ip = ipaddress.ip_address(address)
         return next((str(n) for n in networks if ip.version == n.version and ip in n), None)
 
+    management = {home(n.management_ip) for n in config.nodes} - {None}
     warnings = []
     for key in sorted({k for n in config.nodes for k, _ in _node_addresses(n)}):
         rows = [(i, dict(_node_addresses(n)).get(key)) for i, n in enumerate(config.nodes)]
         homes = {home(a) for _, a in rows if a is not None} - {None}
         for i, address in rows:
-            if address is not None and home(address) is None and homes:
+            if address is None:
+                continue
+            mine = home(address)
+            others = [home(a) for j, a in rows if j != i and a is not None]
+            if mine is None and homes:
                 warnings.append(
                     f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is in none of fabric.private_networks "
                     f"({', '.join(map(str, networks))}), while the other nodes' {key} are in "
                     f"{', '.join(sorted(h for h in homes if h))}: a typo? If the node really is on another routed "
                     "network, add it to fabric.private_networks")
+            elif (key.startswith("data_ips") and mine in management and others
+                  and all(o is not None and o not in management for o in others)):
+                warnings.append(
+                    f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is on the management network {mine}, "
+                    f"while the other nodes' {key} are in {', '.join(sorted({o for o in others if o}))}: NCCL's "
+                    "traffic to this node would go over the management network, or nowhere; a typo?")
     return warnings
 
 
