@@ -284,3 +284,12 @@ def test_a_data_ip_on_the_management_network_is_warned(prod_values: dict[str, An
     assert "1.1.1.0/24" in warning
     prod_values["nodes"][0]["data_ips"][0] = "10.30.8.11"
     assert typos(prod_values) == []
+
+
+def test_the_tensor_sizes_suggested_for_kv_heads_fit_the_stack(prod_values: dict[str, Any]) -> None:
+    """qwen3-8b (32 heads, 8 KV heads) at TP3 on two 8-GPU nodes: the sizes offered are all at most 16 GPUs."""
+    prod_values["model"] = {**prod_values["model"], "profile": "qwen3-8b"}
+    prod_values["parallelism"] = {**prod_values["parallelism"], "tensor": 3, "expert": False}
+    fixes = [p.fix or "" for p in problems_of(prod_values) if p.key == "parallelism.tensor"]
+    offered = [int(n) for f in fixes for n in __import__("re").findall(r"\d+", f.partition("tensor in ")[2])]
+    assert offered and max(offered) <= 16 and 8 in offered, fixes

@@ -189,7 +189,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                     "carry reasoning, so the check would fail after every deploy",
                     fix="api.smoke.thinking_check: false, or serving.reasoning_parser set to the model's parser"))
     if profile.num_attention_heads % tp:
-        good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0]
+        good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0 and d <= _all_gpus(config)]
         add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
                     f"TP{tp}", upstream=f"Total number of attention heads ({profile.num_attention_heads}) must be "
                     f"divisible by tensor parallel size ({tp}).", fix=f"tensor in {good}"))
@@ -275,6 +275,11 @@ def _long_len_allowed(config: StackConfig) -> bool:
     return value.strip().lower() in ("1", "true")
 
 
+def _all_gpus(config: StackConfig) -> int:
+    """The most GPUs one TP group could have here: a suggested TP above it would be refused next."""
+    return sum(n.gpus.count for n in config.nodes)
+
+
 def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
     """What vLLM 0.33.0 asserts at model init (after the engine config passed): KV heads against TP, PP against
     the layers, EP against the experts."""
@@ -291,7 +296,7 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                         fix=f"tensor <= {kv}, and data parallelism for more GPUs"))
         elif (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             # vLLM 0.33.0 models/llama.py:148-156, qwen3.py:91-99, qwen3_moe.py:268-276, layers/linear.py:1066-1071
-            good = [d for d in range(1, 65) if profile.num_attention_heads % d == 0 and (
+            good = [d for d in range(1, min(64, _all_gpus(config)) + 1) if profile.num_attention_heads % d == 0 and (
                 (kv >= d and kv % d == 0) or (kv < d and d % kv == 0))]
             add(Problem("parallelism.tensor", tp, f"{profile.key} has {kv} KV heads: TP{tp} neither divides them nor "
                         "is a multiple of them (vLLM splits KV heads over TP, or replicates whole ones when TP "
