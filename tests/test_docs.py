@@ -108,3 +108,13 @@ def test_the_support_table_follows_the_cards() -> None:
 
     readme = (ROOT / "README.md").read_text()
     assert with_rows(readme, ROOT) == readme, "stale support table: venv/bin/python -m review.support"
+
+
+def test_the_plan_json_keys_are_all_documented() -> None:
+    """docs/plan-your-cluster.md names every top-level key of `plan --json` (a key added to the Plan and not to
+    the page would leave a reader of `jq .memory` guessing)."""
+    from stacks.planner.plan import Plan
+
+    page = (ROOT / "docs" / "plan-your-cluster.md").read_text()
+    documented = page[page.index("The JSON has "):page.index("A listener is `public`")]
+    assert [k for k in Plan.model_fields if f"`{k}`" not in documented] == []
