@@ -324,11 +324,14 @@ def _reference(args: argparse.Namespace) -> int:
 
 def _model_card(args: argparse.Namespace) -> int:
     from review.model_card import main as model_card
+    from review.support import rewrite_support_tables
     from stacks.model.loader import PROJECT_ROOT
+    from stacks.planner.model_cards import SHIPPED
 
+    in_checkout = PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()  # its generated support tables list every card
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
-                      guard_shipped=True,
+                      guard_shipped=True, on_written=rewrite_support_tables if in_checkout else None,
                       command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
                       echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
 

@@ -864,7 +864,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why: str | None,
          endpoint_url: str | None, region: str | None, root: Path, command: list[str],
-         echo: Callable[[str], None], guard_shipped: bool = False) -> int:
+         echo: Callable[[str], None], guard_shipped: bool = False,
+         on_written: Callable[[Path], list[str]] | None = None) -> int:
+    """Write the card of `src` as `name` under `root`; `on_written(root)` then rewrites what lists the cards (the
+    command line passes the support-table writer when `root` is this checkout) and returns the files it changed."""
     if not NAME_RE.match(name):
         echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
         return 2
@@ -892,10 +895,8 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     w = card["weights"]
     echo(f"wrote {path}: {card['architecture']} ({card['family']}), {card['layers']} layers, "
          f"{w['total_bytes'] / 1e9:.2f} GB of weights ({w['source'].split(' (')[0].split(';')[0]})")
-    if root.resolve() == SHIPPED.parent.resolve():  # this checkout: its generated support tables list every card
-        from review.support import rewrite_support_tables
-
-        changed = rewrite_support_tables(root)
+    if on_written is not None:
+        changed = on_written(root)
         if changed:
             echo(f"wrote {', '.join(changed)}: the support tables now list {name} (commit them with the card)")
     return 0
