@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from stacks.model.config import SECRET_MARKER
 from stacks.model.errors import ConfigError
-from stacks.model.loader import load_stack, parse_config
+from stacks.model.loader import load_stack, parse_config, read_stack_values
 from stacks.planner.firewall import firewall_command
 from stacks.planner.listeners import Listener, listener_table
 from stacks.planner.plan import Plan, build_plan
@@ -186,22 +187,35 @@ def _ephemeral(plan: Plan) -> list[str]:
     return [w for w in plan.warnings if "ephemeral range" in w]
 
 
-def test_a_chosen_port_in_the_kernels_ephemeral_range_is_warned_with_the_sysctl_that_reserves_it(
+def test_a_chosen_port_in_the_kernels_ephemeral_range_is_warned_with_one_reservation_for_all(
         prod_values: dict[str, Any], h20_values: dict[str, Any]) -> None:
-    """serving.port 40000 can be held by an outgoing connection when vLLM restarts: warned under its key with the
-    reservation; Ray's own defaults in the range (dashboard metrics 44227, agent 52365) are not the user's to move."""
+    """serving.port 40000 can be held by an outgoing connection when vLLM restarts: warned under its key; then one
+    line reserves every fixed port in the range at once (the kernel keeps one list; a sysctl per key would undo the
+    one before), Ray's pinned ports included. Ray's defaults alone (dashboard metrics 44227, agent 52365) are not
+    warned: the stack did not choose them."""
     assert _ephemeral(plan_of(prod_values)) == [] and _ephemeral(plan_of(h20_values)) == []
     prod_values["serving"]["port"] = 40000
-    [warning] = _ephemeral(plan_of(prod_values))
-    assert warning.startswith("serving.port: port(s) 40000 (OpenAI API) lie in the kernel's ephemeral range "
-                              "32768-60999")
-    assert "net.ipv4.ip_local_reserved_ports=40000," in warning and "below 32768" in warning
+    prod_values["parallelism"] = prod_values["parallelism"] | {"data_parallel_rpc_port": 40100}
+    first, second, reserve = _ephemeral(plan_of(prod_values))
+    assert first.startswith("serving.port: port(s) 40000 (OpenAI API) lie in the kernel's ephemeral range "
+                            "32768-60999")
+    assert second.startswith("parallelism.data_parallel_rpc_port: port(s) 40100 ")
+    assert reserve.startswith("ephemeral range 32768-60999: reserve") and ": 40000,40100 -> " in reserve
+    h20_values["serving"]["port"] = 40000
+    assert ": 40000,44227,52365 -> net.ipv4.ip_local_reserved_ports" in _ephemeral(plan_of(h20_values))[-1]
     prod_values["firewall"] = {"ephemeral_ports": [50000, 60999]}     # the range the nodes really have
     assert _ephemeral(plan_of(prod_values)) == []
-    prod_values["firewall"] = {"ephemeral_ports": [40004, 60999]}
-    prod_values["parallelism"] = prod_values["parallelism"] | {"data_parallel_rpc_port": 40005}
-    [warning] = _ephemeral(plan_of(prod_values))
-    assert warning.startswith("parallelism.data_parallel_rpc_port: port(s) 40005 ")
+    prod_values["firewall"] = {"ephemeral_ports": [40050, 60999]}
+    assert [w.split(":")[0] for w in _ephemeral(plan_of(prod_values))] == [
+        "parallelism.data_parallel_rpc_port", "ephemeral range 40050-60999"]
+
+
+def test_the_watch_units_port_clash_is_its_own_keys() -> None:
+    """The watch unit's metrics port moves most easily: a clash with it is filed under observability.ports.watch."""
+    values = read_stack_values("prod") | {"grafana_admin_password": SECRET_MARKER}
+    values["observability"] = {"enabled": True, "ports": {"watch": values["serving"]["port"]}}
+    keys = [p.key for p in problems_of(values) if "watch unit" in p.message]
+    assert keys == ["observability.ports.watch"], [p.render() for p in problems_of(values)]
 
 
 def test_planned_ray_flags_pin_every_fixed_ray_port() -> None:

@@ -42,6 +42,7 @@ from stacks.planner.observability import (
     SRC_NODE_EXPORTER,
     SRC_PROMETHEUS,
     SRC_SUPERVISOR,
+    SRC_WATCH,
     alertmanager_enabled,
     monitor_node,
     supervisor_host,
@@ -399,7 +400,7 @@ def _observability_rows(config: StackConfig, node: NodeConfig) -> list[_Row]:
                       role="monitoring")]
         if watch_host(config) == ip:  # the watch unit runs here (its default place)
             rows += [_Row(ports.watch, ip, "watch unit: golden results and info series (unauthenticated)",
-                          "watch-unit", "checks/api.py --watch --metrics-listen", role="monitoring")]
+                          "watch-unit", SRC_WATCH, role="monitoring")]
         if alertmanager_enabled(config):
             rows += [_Row(ports.alertmanager, ip, "Alertmanager API (unauthenticated)", "alertmanager",
                           SRC_ALERTMANAGER, role="monitoring"),
@@ -541,24 +542,32 @@ def _clash_problem(x: Listener, other: Listener, on_node: list[Listener]) -> Pro
 def ephemeral_port_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
     """A fixed port the user chose inside the kernel's ephemeral range (`firewall.ephemeral_ports`, Linux's
     32768-60999 by default): an outgoing connection or an OS-picked listener (NCCL, Gloo, ZMQ, TCPStore) can hold
-    it when the process (re)starts, which then fails to bind now and then. One line per key; Ray's own fixed
-    ports are not the user's to choose and are left out."""
+    it when the process (re)starts, which then fails to bind now and then. One line per key the user can move,
+    then one line with every fixed port in the range (Ray's pinned ones too, which alone are not warned: they are
+    Ray's defaults) to reserve at once: the kernel keeps
+    one list, and `sysctl -w` replaces it, so a reservation per key would undo the one before."""
     low, high = config.firewall.ephemeral_ports
+    inside = [x for x in table if not x.ephemeral and x.port <= high and (x.port_end or x.port) >= low]
+    if not inside:
+        return []
     seen: dict[str, list[Listener]] = {}
-    for x in table:
+    for x in inside:
         key = PORT_KEYS.get(x.source) or _KEYS.get(x.source)
-        if key and not x.ephemeral and x.port <= high and (x.port_end or x.port) >= low:
+        if key:
             seen.setdefault(key, []).append(x)
-    warnings = []
-    for key, hits in seen.items():
-        spans = _spans(sorted({(max(x.port, low), min(x.port_end or x.port, high)) for x in hits}))
-        warnings.append(
-            f"{key}: port(s) {spans} ({hits[0].purpose.split(' (')[0]}) lie in the kernel's ephemeral range "
-            f"{low}-{high} (firewall.ephemeral_ports): an outgoing connection or an OS-picked port can hold one when "
-            f"the process restarts, and the bind fails (Address already in use); pick a port below {low}, or "
-            f"reserve them on every node (sysctl -w net.ipv4.ip_local_reserved_ports={spans}, persisted in "
-            "/etc/sysctl.d)")
-    return warnings
+
+    def spans_of(rows: list[Listener]) -> str:
+        return _spans(sorted({(max(x.port, low), min(x.port_end or x.port, high)) for x in rows}))
+
+    if not seen:  # only Ray's own pinned ports (its defaults): nothing the stack chose
+        return []
+    warnings = [f"{key}: port(s) {spans_of(hits)} ({hits[0].purpose.split(' (')[0]}) lie in the kernel's ephemeral "
+                f"range {low}-{high} (firewall.ephemeral_ports): an outgoing connection or an OS-picked port can hold "
+                "one when the process restarts, and the bind fails (Address already in use); pick a port outside "
+                "that range, or reserve it (next line)" for key, hits in seen.items()]
+    return [*warnings, f"ephemeral range {low}-{high}: reserve the fixed ports in it on every node, all in one list "
+            f"(it is one setting; sysctl -w replaces what it held, so add to it): {spans_of(inside)} -> "
+            "net.ipv4.ip_local_reserved_ports, in a file under /etc/sysctl.d"]
 
 
 def _spans(ranges: list[tuple[int, int]]) -> str:

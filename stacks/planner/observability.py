@@ -77,11 +77,12 @@ SRC_ALERTMANAGER_CLUSTER = "stacks/planner/observability.py (alertmanager --clus
 SRC_NODE_EXPORTER = "stacks/planner/observability.py (node_exporter --web.listen-address=<management IP>:<port>)"
 SRC_DCGM = "stacks/planner/observability.py (dcgm-exporter --address <management IP>:<port>)"
 SRC_SUPERVISOR = "heal/supervisor_unit.py (python -m stacks supervise --metrics-listen <supervisor address>:<port>)"
+SRC_WATCH = "checks/api.py --watch --metrics-listen"
 PORT_KEYS = {SRC_PROMETHEUS: "observability.ports.prometheus", SRC_GRAFANA: "observability.ports.grafana",
              SRC_ALERTMANAGER: "observability.ports.alertmanager",
              SRC_ALERTMANAGER_CLUSTER: "observability.ports.alertmanager_cluster",
              SRC_NODE_EXPORTER: "observability.ports.node_exporter", SRC_DCGM: "observability.ports.dcgm_exporter",
-             SRC_SUPERVISOR: "observability.ports.supervisor"}
+             SRC_SUPERVISOR: "observability.ports.supervisor", SRC_WATCH: "observability.ports.watch"}
 
 
 class _Frozen(BaseModel):
