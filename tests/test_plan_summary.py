@@ -122,3 +122,22 @@ def test_the_missing_secrets_hint_names_keys_that_plan() -> None:
     assert secrets and sorted(secrets[1].split()) == sorted(EXAMPLE_SECRETS), hint
     assert all(f"--assume-secret {k}" in hint for k in EXAMPLE_SECRETS)
     assert build_plan("three-node", load_stack("three-node", root=EXAMPLES, assume_secret=secrets[1].split())).nodes
+
+
+def test_the_secrets_hint_offers_only_what_assume_secret_can_fill() -> None:
+    """A secret held in plain text is no missing secret: no hint for it (--assume-secret would not cure it); the
+    client key is offered by the check client's name when one is set."""
+    values = read_stack_values("three-node", EXAMPLES)
+    values["api"]["proxy"] = values["api"]["proxy"] | {"check_client": "ops"}
+    with pytest.raises(ConfigError) as refused:
+        build_plan("three-node", parse_config("three-node", values))
+    hint = refused.value.report().splitlines()[-1]
+    assert "proxy_keys.ops" in hint and "team-a" not in hint, hint
+    secrets = re.search(r'SECRETS="([^"]+)"', hint)
+    assert secrets
+    assert build_plan("three-node", load_stack("three-node", root=EXAMPLES, overrides=["api.proxy.check_client=ops"],
+                                               assume_secret=secrets[1].split())).nodes
+    plain = read_stack_values("three-node", EXAMPLES) | {"api_key": "sk-" + "a" * 40}
+    with pytest.raises(ConfigError) as refused:
+        parse_config("three-node", plain)
+    assert "--assume-secret api_key" not in refused.value.report()

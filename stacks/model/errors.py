@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from dataclasses import dataclass
 from typing import Any
@@ -74,11 +75,20 @@ class ConfigError(Exception):
     def report(self) -> str:
         head = f"stack {self.stack!r}: {len(self.problems)} config problem(s), nothing was created"
         lines = [head, *(p.render() for p in self.problems)]
-        secrets = [f"{p.key}.team-a" if p.key == "proxy_keys" else p.key  # a client's key: any name will do
-                   for p in self.problems if p.fix and "pulumi config set --secret" in p.fix]
+        secrets = [_assumable(p) for p in self.problems  # only a secret that is missing: --assume-secret fills it
+                   if p.value is None and p.fix and "pulumi config set --secret" in p.fix]
         if secrets:
             any_name = "; team-a stands for any client name" if "proxy_keys.team-a" in secrets else ""
             lines.append("(to plan before the secrets exist, without the Pulumi CLI: "
                          + " ".join(f"--assume-secret {k}" for k in secrets)
                          + f"; with make: SECRETS=\"{' '.join(secrets)}\"{any_name})")
         return "\n".join(lines)
+
+
+def _assumable(problem: Problem) -> str:
+    """The `--assume-secret` key for a missing secret: a client key by the client its fix names
+    (api.proxy.check_client), else by an example name."""
+    if problem.key != "proxy_keys":
+        return problem.key
+    named = re.search(r"proxy_keys\.([A-Za-z0-9_-]+)'", problem.fix or "")
+    return f"proxy_keys.{named[1] if named else 'team-a'}"

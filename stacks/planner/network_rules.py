@@ -207,7 +207,8 @@ def proxy_rules(config: StackConfig, result: Validation) -> None:
     if not config.proxy_keys:
         result.problems.append(Problem(
             "proxy_keys", None, "the proxy has no client keys: every request would be refused with 401",
-            fix="pulumi config set --secret --path 'vllm-cluster:proxy_keys.<client>' \"$(openssl rand -hex 32)\""))
+            fix=f"pulumi config set --secret --path 'vllm-cluster:proxy_keys.{proxy.check_client or '<client>'}' "
+                "\"$(openssl rand -hex 32)\""))
     elif proxy.check_client is not None and proxy.check_client not in config.proxy_keys:
         result.problems.append(Problem("api.proxy.check_client", proxy.check_client, "no such client in proxy_keys",
                                        fix=f"one of {sorted(config.proxy_keys)}"))
