@@ -85,10 +85,11 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
         "proxy": {}, "listeners": {"added": [], "removed": []}, "monitoring": {},
         "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
         "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
-        "memory": {}, "secrets": [], "firewall": {},
+        "memory": {}, "secrets": [], "firewall": {}, "endpoint": {},
     }
     if base is None or head is None:
         return result
+    result["endpoint"] = _changes({"endpoint": base.get("endpoint")}, {"endpoint": head.get("endpoint")})
     result["memory"] = _memory(base, head)
     result["secrets"] = _secrets(secret_changes or {}, base, head)
     result["warnings"] = _added_removed(base.get("warnings", []), head.get("warnings", []))
@@ -341,6 +342,10 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
+    if diff.get("endpoint"):  # what clients call moves: every client and load balancer must follow
+        before, after = diff["endpoint"]["endpoint"]
+        lines.append(f"- **Clients:** the endpoint moves: {_code(before)} → {_code(after)}; every client, load "
+                     "balancer and DNS name that calls the old one must change with it")
     estimate = diff.get("estimated_load_s") or {}
     if estimate.get("base") and estimate.get("head") and estimate["base"] != estimate["head"]:
         lines.append(f"- **Estimated load time:** {estimate['base']} s → {estimate['head']} s (what a group "

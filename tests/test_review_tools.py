@@ -386,3 +386,25 @@ def test_a_change_to_any_golden_pair_shows_in_the_review(repo: Path) -> None:
     md = diff(repo, "prod", "--base", "HEAD").stdout
     assert "- changed `api-golden-rank-0`: proves " in md and "[golden set " in md, md
     assert "No change to what gets deployed." not in md
+
+
+def test_turning_tls_off_moves_the_endpoint_and_the_diff_tells_clients() -> None:
+    """With the proxy on and no port, TLS off means plain HTTP on 80: the endpoint moves from :443, and the review
+    says so under Clients; the plan's clear-text warning names the port."""
+    from review.plan_diff import diff_plans, to_markdown
+    from stacks.model.config import SECRET_MARKER
+    from stacks.model.loader import parse_config, read_stack_values
+    from stacks.planner.plan import build_plan
+
+    values = read_stack_values("prod")
+    values["serving"]["host"] = "127.0.0.1"
+    values |= {"api_key": SECRET_MARKER, "proxy_keys": {"team-a": SECRET_MARKER},
+               "tls_certificate": SECRET_MARKER, "tls_private_key": SECRET_MARKER}
+    values["api"] = {"proxy": {"enabled": True}}
+    base = build_plan("prod", parse_config("prod", values)).to_json_dict()
+    values["api"] = {"proxy": {"enabled": True, "tls": False}}
+    head_plan = build_plan("prod", parse_config("prod", values))
+    assert any("clear text (on port 80" in w for w in head_plan.warnings)
+    text = to_markdown(diff_plans("prod", "HEAD", base, head_plan.to_json_dict()))
+    assert "- **Clients:** the endpoint moves: `https://10.30.8.1:443` → `http://10.30.8.1:80`" in text, text
+    assert "**Clients:**" not in to_markdown(diff_plans("prod", "HEAD", base, copy.deepcopy(base)))

@@ -220,7 +220,9 @@ def proxy_rules(config: StackConfig, result: Validation) -> None:
                     fix=f"pulumi config set --secret vllm-cluster:{key} < {pem} "
                         "(PEM), or api.proxy.tls: false on a trusted network"))
     else:
-        result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text")
+        result.warnings.append("api.proxy.tls is off: bearer keys and prompts cross the network in clear text" + (
+            " (on port 80, the default without TLS; set api.proxy.port for another, e.g. 443 where clients call "
+            "that)" if proxy.port == 80 else ""))
 
 
 def exposure_rules(config: StackConfig, result: Validation) -> None:
