@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -255,7 +256,7 @@ def test_a_node_address_outside_every_private_network_the_others_use_is_warned(p
     assert typos(prod_values) == []
     prod_values["nodes"][1]["data_ips"][1] = "1.1.20.1"
     [warning] = typos(prod_values)
-    assert warning.startswith("nodes.1.data_ips.1: 1.1.20.1 (") and "are in 1.1.2.0/24" in warning
+    assert warning.startswith("nodes.1.data_ips.1: 1.1.20.1 (") and "are: 1 in 1.1.2.0/24" in warning
     prod_values["fabric"]["private_networks"] = [*prod_values["fabric"]["private_networks"], "1.1.20.0/24"]
     prod_values["fabric"]["public_private_networks"] = [*prod_values["fabric"]["public_private_networks"],
                                                         "1.1.20.0/24"]
@@ -293,3 +294,26 @@ def test_the_tensor_sizes_suggested_for_kv_heads_fit_the_stack(prod_values: dict
     fixes = [p.fix or "" for p in problems_of(prod_values) if p.key == "parallelism.tensor"]
     offered = [int(n) for f in fixes for n in __import__("re").findall(r"\d+", f.partition("tensor in ")[2])]
     assert offered and max(offered) <= 16 and 8 in offered, fixes
+
+
+def test_a_management_ip_in_the_data_network_or_apart_from_the_majority_is_warned(
+        prod_values: dict[str, Any]) -> None:
+    """Two nodes: a management IP typed into the data network is warned (the other role's network); four nodes
+    with one elsewhere in a declared network: the majority decides; two and two: no majority, no warning."""
+    def typos(values: dict[str, Any]) -> list[str]:
+        return [w for w in plan_of(values).warnings if "a typo?" in w]
+
+    values = copy.deepcopy(prod_values)
+    values["nodes"][1]["management_ip"] = "1.1.1.50"
+    [warning] = typos(values)
+    assert warning.startswith("nodes.1.management_ip: 1.1.1.50 (") and "is on the data network 1.1.1.0/24" in warning
+    values = copy.deepcopy(prod_values)
+    values["nodes"] = [clone_node(values["nodes"][0], i) for i in range(4)]
+    values["parallelism"] = values["parallelism"] | {"data": 4}
+    values["fabric"]["private_networks"] = [*values["fabric"]["private_networks"], "10.30.9.0/24"]
+    values["nodes"][3]["management_ip"] = values["nodes"][3]["ssh"]["host"] = "10.30.9.4"
+    [warning] = typos(values)
+    assert warning.startswith("nodes.3.management_ip: 10.30.9.4 (node4) is in 10.30.9.0/24, while the other nodes' "
+                              "management_ip are: 3 in 10.30.8.0/24")
+    values["nodes"][2]["management_ip"] = values["nodes"][2]["ssh"]["host"] = "10.30.9.3"
+    assert typos(values) == []

@@ -6,6 +6,7 @@ calls them after the topology and model rules."""
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import Problem
@@ -65,9 +66,12 @@ def _node_addresses(node: NodeConfig) -> list[tuple[str, str]]:
 
 
 def _stray_address_warnings(config: StackConfig) -> list[str]:
-    """A node address in none of `fabric.private_networks` while the other nodes' same address (management IP,
-    or the same rail's data IP) is in one: most likely a typo (192.168.2.22 for 192.168.20.22). A warning, not a
-    refusal, since a routed fabric can put a node elsewhere; NCCL and the firewall would then use it as written."""
+    """A node address that sits apart from the other nodes' same address (management IP, or the same rail's data
+    IP), judged by `fabric.private_networks`: most likely a typo (192.168.2.22 for 192.168.20.22). Warned when it
+    is in none of the networks while another node's is in one; when it is in the network of the other role (a
+    data IP on the management network, or the reverse) while no other node's is; or when more than half of the
+    nodes share one network and it is elsewhere. A warning, not a refusal: a routed fabric can put a node on a
+    network of its own, and two racks in two networks are not told apart from a typo (no majority: no warning)."""
     networks = [ipaddress.ip_network(c, strict=False) for c in config.fabric.private_networks]
     if not networks or len(config.nodes) < 2:
         return []
@@ -76,28 +80,30 @@ def _stray_address_warnings(config: StackConfig) -> list[str]:
         ip = ipaddress.ip_address(address)
         return next((str(n) for n in networks if ip.version == n.version and ip in n), None)
 
-    management = {home(n.management_ip) for n in config.nodes} - {None}
+    by_role = {role: {home(a) for n in config.nodes for k, a in _node_addresses(n) if k.startswith(role)} - {None}
+               for role in ("management", "data")}
     warnings = []
     for key in sorted({k for n in config.nodes for k, _ in _node_addresses(n)}):
-        rows = [(i, dict(_node_addresses(n)).get(key)) for i, n in enumerate(config.nodes)]
-        homes = {home(a) for _, a in rows if a is not None} - {None}
-        for i, address in rows:
-            if address is None:
+        other_role = by_role["data" if key == "management_ip" else "management"]
+        rows = [(i, home(a), a) for i, n in enumerate(config.nodes) if (a := dict(_node_addresses(n)).get(key))]
+        counts = Counter(h for _, h, _ in rows if h is not None)
+        major, many = counts.most_common(1)[0] if counts else (None, 0)
+        for i, mine, address in rows:
+            others = [h for j, h, _ in rows if j != i]
+            if mine is None and any(others):
+                where = f"is in none of fabric.private_networks ({', '.join(map(str, networks))})"
+            elif mine is not None and mine in other_role and others and mine not in others:
+                where = f"is on the {'data' if key == 'management_ip' else 'management'} network {mine}"
+            elif mine != major and 2 * many > len(rows):
+                where = f"is in {mine}"
+            else:
                 continue
-            mine = home(address)
-            others = [home(a) for j, a in rows if j != i and a is not None]
-            if mine is None and homes:
-                warnings.append(
-                    f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is in none of fabric.private_networks "
-                    f"({', '.join(map(str, networks))}), while the other nodes' {key} are in "
-                    f"{', '.join(sorted(h for h in homes if h))}: a typo? If the node really is on another routed "
-                    "network, add it to fabric.private_networks")
-            elif (key.startswith("data_ips") and mine in management and others
-                  and all(o is not None and o not in management for o in others)):
-                warnings.append(
-                    f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) is on the management network {mine}, "
-                    f"while the other nodes' {key} are in {', '.join(sorted({o for o in others if o}))}: NCCL's "
-                    "traffic to this node would go over the management network, or nowhere; a typo?")
+            peers = Counter(h or "none of them" for h in others)
+            said = ", ".join(f"{c} in {h}" for h, c in peers.most_common())
+            warnings.append(
+                f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) {where}, while the other nodes' {key} are: "
+                f"{said}: a typo? If the node really is on another routed network, add that network to "
+                "fabric.private_networks")
     return warnings
 
 
