@@ -311,8 +311,8 @@ def test_master_port_vs_proxy_sshd_and_ephemeral(h20_values: dict[str, Any]) -> 
     assert "same port as api.proxy.port" in _only(problems_of(values), "parallelism.master_port").message
     values = h20_mp(h20_values)
     values["parallelism"]["master_port"] = 45000
-    [warning] = [w for w in plan_of(values).warnings if "ephemeral range" in w]   # said once, under its key
-    assert warning.startswith("parallelism.master_port: port(s) 45000 ")
+    warning, reserve = [w for w in plan_of(values).warnings if "ephemeral range" in w]   # once, under its key
+    assert warning.startswith("parallelism.master_port: port(s) 45000 ") and ": 45000 -> " in reserve
 
 
 def test_dspark_has_no_pp_per_replica(prod_values: dict[str, Any]) -> None:
