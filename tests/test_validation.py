@@ -268,8 +268,11 @@ def test_a_mistyped_ipv4_address_is_not_taken_for_a_host_name(prod_values: dict[
     [problem] = problems_of(prod_values)
     assert (problem.key, problem.value) == ("nodes.1.ssh.host", "10.30.8.2l")
     assert "mistyped IPv4" in problem.message
-    prod_values["nodes"][1]["ssh"]["host"] = "gpu-2.example.com"
-    assert plan_of(prod_values).nodes[1].host == "gpu-2.example.com"
+    for name in ("gpu-2.example.com", "1.2.3.example", "10.40.0.1e2"):   # real names, however odd
+        prod_values["nodes"][1]["ssh"]["host"] = name
+        assert plan_of(prod_values).nodes[1].host == name
+    prod_values["nodes"][1]["ssh"]["host"] = "10.30.8.2 "                 # a trailing space, as in an IP field
+    assert plan_of(prod_values).nodes[1].host == "10.30.8.2"
 
 
 def test_a_data_ip_on_the_management_network_is_warned(prod_values: dict[str, Any]) -> None:

@@ -175,10 +175,13 @@ def is_hostname(value: str) -> bool:
 
 
 def looks_like_mistyped_ipv4(value: str) -> bool:
-    """Three numeric labels and a fourth that is not a number (`192.168.10.2l`, a letter l for a one): RFC 1123
-    allows it as a name, but no one names a host that way."""
+    """Three numbers of an IPv4 address and a fourth part of digits and letters that look like digits
+    (`192.168.10.2l`: a letter l for a one; O for 0): RFC 1123 allows it as a name, but no one names a host that
+    way. A real name (`1.2.3.example`, `10.40.0.1e2`) is left alone."""
     labels = value.split(".")
-    return len(labels) == 4 and all(label.isdigit() for label in labels[:3]) and not labels[3].isdigit()
+    return (len(labels) == 4 and all(label.isdigit() and int(label) <= 255 for label in labels[:3])
+            and 0 < len(labels[3]) <= 3 and any(c.isdigit() for c in labels[3])
+            and not labels[3].isdigit() and all(c.isdigit() or c in "lIoO" for c in labels[3]))
 
 
 def _ip(value: str) -> str:
@@ -197,7 +200,9 @@ def _ip(value: str) -> str:
 
 
 def _host(value: str) -> str:
-    """A host something connects to: a name, or the address of one host (not 0.0.0.0, ::, multicast, broadcast)."""
+    """A host something connects to: a name, or the address of one host (not 0.0.0.0, ::, multicast, broadcast).
+    Spaces around it are dropped, as for an IP address field."""
+    value = value.strip()
     if is_hostname(value):
         return value.lower()
     if looks_like_mistyped_ipv4(value):
