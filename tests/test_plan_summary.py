@@ -141,3 +141,14 @@ def test_the_secrets_hint_offers_only_what_assume_secret_can_fill() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config("three-node", plain)
     assert "--assume-secret api_key" not in refused.value.report()
+
+
+def test_cut_lines_keep_an_ipv6_address_whole_and_only_nccl_names_get_the_exact_note() -> None:
+    from stacks.planner.render import _cut
+
+    assert _cut("bind to fd00:40:: and then more words here", 22) == "bind to fd00:40::…"
+    values = read_stack_values("prod")
+    values["container"] = values.get("container", {}) | {"env": {"MY_FLAG": "=on"}}
+    text = render_plan(build_plan("prod", parse_config("prod", values)))
+    assert "env MY_FLAG==on\n" in text
+    assert all("not a prefix" in line for line in text.splitlines() if line.startswith("   env NCCL_IB_HCA=="))

@@ -17,6 +17,10 @@ WIDTH = 118
 SEPARATOR = "=" * 30 + " full plan " + "=" * 30
 
 
+EXACT_MATCH_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")
+"""Variables whose value NCCL reads as a prefix unless it starts with '=' (exact names only)."""
+
+
 def _cut(text: str, width: int = WIDTH) -> str:
     """One line of at most `width` characters, cut after a whole word (a cut word reads as a different one)."""
     text = " ".join(text.split())
@@ -24,7 +28,7 @@ def _cut(text: str, width: int = WIDTH) -> str:
         return text
     head = text[:width - 1]
     space = head.rfind(" ")
-    return (head[:space] if space > width // 2 else head).rstrip(" ,;:(") + "…"
+    return (head[:space] if space > width // 2 else head).rstrip(" ,;(") + "…"  # ':' may end an IPv6 address
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -133,7 +137,8 @@ def render_detail(plan: Plan) -> str:
         for c in node.containers:
             lines.append(f"== {node.name} ({node.role}): container {c.name} — {c.purpose}")
             for key, value in c.env.items():
-                exact = "   (the leading '=': exactly this name, not a prefix)" if value.startswith("=") else ""
+                exact = ("   (the leading '=': exactly this name, not a prefix)"
+                         if key in EXACT_MATCH_ENV and value.startswith("=") else "")
                 lines.append(f"   env {key}={value}{exact}")
             for key, ref in c.secret_env.items():
                 lines.append(f"   env {key}=[secret] (Pulumi secret {ref})")
