@@ -320,3 +320,12 @@ def test_a_management_ip_in_the_data_network_or_apart_from_the_majority_is_warne
                               "management_ip are: 3 in 10.30.8.0/24")
     values["nodes"][2]["management_ip"] = values["nodes"][2]["ssh"]["host"] = "10.30.9.3"
     assert typos(values) == []
+
+
+def test_a_node_with_fewer_gpus_than_the_others_is_named_by_its_count(prod_values: dict[str, Any]) -> None:
+    """prod is DP2 x TP8 on two 8-GPU nodes; node2 written with 6 GPUs: the refusal is keyed on that node's count
+    (a typo there is likelier than a wrong TP), and the DP mapping's fix lists every node's count."""
+    prod_values["nodes"][1]["gpus"]["count"] = 6
+    problems = problems_of(prod_values)
+    assert ("nodes.1.gpus.count", 6) in [(p.key, p.value) for p in problems], [p.render() for p in problems]
+    assert not [p for p in problems if p.key == "parallelism.tensor"]

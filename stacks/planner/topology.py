@@ -218,7 +218,10 @@ def _mp_nodes(config: StackConfig) -> tuple[list[NodeTopology], list[Problem]]:
             "parallelism.data", par.data,
             f"DP ranks do not map onto the nodes: {assigned} rank(s) fit "
             f"(TP{par.tensor} x PP{par.pipeline} = {per_rank} GPUs per rank, local DP {locals_})",
-            fix=f"parallelism.data = {capacity_total} for these nodes, or add nodes / set data_parallel_local"))
+            fix=f"parallelism.data = {capacity_total} for these nodes, or add nodes / set data_parallel_local"
+                + ("" if len({n.gpus.count for n in config.nodes}) == 1 else
+                   "; or check nodes[].gpus.count (now " + ", ".join(f"{n.name} {n.gpus.count}" for n in config.nodes)
+                   + ")")))
     for i, (node, local) in enumerate(zip(config.nodes, locals_, strict=True)):
         if local == 0 and assigned == par.data:
             problems.append(Problem(

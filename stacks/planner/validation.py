@@ -684,8 +684,17 @@ def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
     elif topo.spans_nodes:
         _spanning_rules(config, topo, result, profile)
     else:
-        for node in config.nodes:
-            if par.tensor * par.pipeline > node.gpus.count:
+        need = par.tensor * par.pipeline
+        for i, node in enumerate(config.nodes):
+            others = [n.gpus.count for n in config.nodes if n is not node]
+            if need > node.gpus.count and others and min(others) >= need:  # the odd node out: its count?
+                add(Problem(f"nodes.{i}.gpus.count", node.gpus.count,
+                            f"{node.name} has {node.gpus.count} GPUs, the other nodes {min(others)} or more; each DP "
+                            f"rank runs inside one node and needs TP{par.tensor} x PP{par.pipeline} = {need} GPUs",
+                            fix=f"the GPUs {node.name} really has (nvidia-smi -L); with fewer than {need}, leave it "
+                            "out of this stack"))
+                break
+            if need > node.gpus.count:
                 add(Problem("parallelism.tensor", par.tensor,
                             f"with {len(config.nodes)} node(s) for {par.data} replica(s) each DP rank runs inside "
                             f"one node: TP{par.tensor} x PP{par.pipeline} > {node.gpus.count} GPUs on {node.name}",
