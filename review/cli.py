@@ -274,12 +274,12 @@ def _matrix(args: argparse.Namespace) -> int:
     from review.matrix import RegisterError, compute
     from review.replacement import markdown, row_dict, text
 
-    try:
-        from review.registrations import register
-    except ImportError as exc:
-        print(f"matrix: the Pulumi SDK is needed to run the program under mocks ({exc}); install requirements.txt",
-              file=sys.stderr)
+    problem = needs("running the Pulumi program under mocks", "review.registrations")
+    if problem:
+        print(f"matrix: {problem}", file=sys.stderr)
         return 2
+    from review.registrations import register
+
     names = matrix_stacks(args.stack)
     try:
         rows = compute({name: read_stack_values(name) for name in names}, register)
@@ -335,6 +335,11 @@ def _model_card(args: argparse.Namespace) -> int:
     from stacks.model.loader import PROJECT_ROOT
     from stacks.planner.model_cards import SHIPPED
 
+    if args.src.startswith("s3://"):
+        problem = needs("reading the model from S3", "boto3")
+        if problem:
+            print(f"model-card: {problem}", file=sys.stderr)
+            return 2
     in_checkout = PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()  # its generated support tables list every card
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
