@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from heal.drift import DriftRow, compare_container, foreign_containers, table
+from heal.full_venv import CHECKS, CHECKS_WHAT, needs
 from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
 from heal.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
@@ -340,7 +341,10 @@ def ca_file_problem(path: str | None) -> str | None:
 
 
 def _restart_group(args: argparse.Namespace) -> int:
-    problem = ca_file_problem(args.ca_file) or (check_lock(args.lock, args.stack) if args.yes else None)
+    # the golden check (`python -m checks.api`) runs after the group was stopped, and --ca-file is read by it:
+    # an interpreter that cannot import it is refused before anything is read or stopped
+    problem = ((needs(CHECKS_WHAT, CHECKS) if args.yes or args.ca_file else None) or ca_file_problem(args.ca_file)
+               or (check_lock(args.lock, args.stack) if args.yes else None))
     if problem:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -393,6 +397,10 @@ def _restart_group(args: argparse.Namespace) -> int:
 
 
 def _supervise(args: argparse.Namespace) -> int:
+    problem = needs(CHECKS_WHAT, CHECKS) or (needs(CHECKS_WHAT, CHECKS, args.python) if args.python else None)
+    if problem:
+        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        return 2
     from checks.api import parse_listen, serve_metrics
 
     problem = check_timing(args)
@@ -459,7 +467,14 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here
     listen = metrics_listen(plan, None)
-    problem = (check_golden_url(args.golden_metrics_url) or check_timing(args)
+    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    problem = needs("the unit's `supervise` (its probes and golden check: checks.api)", CHECKS, python)
+    if problem:  # the unit would start, fail at its first import and be restarted by systemd for ever
+        print(f"supervisor-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
+              file=sys.stderr)
+        return 2
+    problem = ((needs(f"checking the metrics address {listen} (checks.api)", CHECKS) if listen else None)
+               or check_golden_url(args.golden_metrics_url) or check_timing(args)
                or check_metrics_file(args.metrics_file, in_unit=True) or check_metrics_listen(listen, from_plan=True))
     if problem:
         print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
@@ -467,8 +482,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     try:
         name = supervisor_unit_name(args.stack)
         text = render_supervisor_unit(
-            stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
-            workdir=args.workdir or str(CODE_ROOT), user=args.user,
+            stack=args.stack, python=python, workdir=args.workdir or str(CODE_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
             metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url,
             metrics_listen=listen,
@@ -482,7 +496,6 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
               "user (its ~/.ssh holds the stack's key and pinned known_hosts), or --user root to choose root",
               file=sys.stderr)
         return 2
-    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
     if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start
         shown = f"--python {python!r}" if args.python else f"--python's default {python!r} (this checkout's venv)"
         print(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "

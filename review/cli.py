@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown
+from heal.full_venv import CHECKS, needs
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
 from review.plan_diff import diff_plans
@@ -87,6 +88,12 @@ def _watch_unit(args: argparse.Namespace) -> int:
     from stacks.planner.plan import check_client, thinking_kwarg
     from stacks.planner.topology import endpoint_rank_nodes
 
+    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    problem = needs("the watch unit's command (checks.api --watch)", CHECKS, python)
+    if problem:  # the unit would start, fail at its first import and watch nothing
+        print(f"watch-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
+              file=sys.stderr)
+        return 2
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
     client = check_client(config)
@@ -108,8 +115,8 @@ def _watch_unit(args: argparse.Namespace) -> int:
     try:
         name = unit_name(args.stack)
         text = render_watch_unit(
-            stack=args.stack, python=args.python or str(CODE_ROOT / "venv" / "bin" / "python"),
-            workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint, served_name=config.model.served_name,
+            stack=args.stack, python=python, workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint,
+            served_name=config.model.served_name,
             dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
             interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
             ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json,
@@ -267,12 +274,12 @@ def _matrix(args: argparse.Namespace) -> int:
     from review.matrix import RegisterError, compute
     from review.replacement import markdown, row_dict, text
 
-    try:
-        from review.registrations import register
-    except ImportError as exc:
-        print(f"matrix: the Pulumi SDK is needed to run the program under mocks ({exc}); install requirements.txt",
-              file=sys.stderr)
+    problem = needs("running the Pulumi program under mocks", "review.registrations")
+    if problem:
+        print(f"matrix: {problem}", file=sys.stderr)
         return 2
+    from review.registrations import register
+
     names = matrix_stacks(args.stack)
     try:
         rows = compute({name: read_stack_values(name) for name in names}, register)
@@ -328,6 +335,11 @@ def _model_card(args: argparse.Namespace) -> int:
     from stacks.model.loader import PROJECT_ROOT
     from stacks.planner.model_cards import SHIPPED
 
+    if args.src.startswith("s3://"):
+        problem = needs("reading the model from S3", "boto3")
+        if problem:
+            print(f"model-card: {problem}", file=sys.stderr)
+            return 2
     in_checkout = PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()  # its generated support tables list every card
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,

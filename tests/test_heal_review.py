@@ -709,3 +709,61 @@ def test_supervise_help_says_every_flag_and_its_default() -> None:
     for flag, default in (("--lock", "/run/lock/vllm-cluster-STACK.lock"), ("--ca-file", "system's CAs"),
                           ("--backoff-first-s", "default 60"), ("--max-per-hour", "default 4")):
         assert flag in text and default in text, (flag, text)
+
+
+OBSERVED = ["--set", "observability.enabled=true", "--assume-secret", "grafana_admin_password"]
+
+
+@pytest.mark.parametrize(("args", "what"), [
+    (["restart-group", "h20", "--yes"], "the API check (checks.api)"),
+    (["restart-group", "h20", "--ca-file", "CERT"], "the API check (checks.api)"),
+    (["supervise", "h20", "--hang-s=60", "--metrics-listen", "192.0.2.1:9465"], "the API check (checks.api)"),
+    (["supervisor-unit", "h20", "--user", "me", "--python", sys.executable], "the unit's `supervise`"),
+    (["supervisor-unit", "h20", "--user", "me", "--python", sys.executable, *OBSERVED], "the unit's `supervise`"),
+    (["watch-unit", "h20", "--python", sys.executable], "the watch unit's command"),
+    (["watch-unit", "h20", "--python", sys.executable, *OBSERVED], "the watch unit's command"),
+])
+def test_the_heal_tools_in_the_plan_only_venv_are_exit_2_naming_httpx_before_anything_acts(
+        args: list[str], what: str, tmp_path: Path) -> None:
+    """`make venv-plan` has no httpx: each tool that runs the API check, or prints a unit that does, says so and
+    what installs it before it reads a node, takes the lock or prints a unit; nothing is stopped."""
+    from tests.nginx_harness import make_certificate
+    from tests.test_tutorial import plan_only_site
+
+    args = [str(make_certificate(tmp_path).cert) if a == "CERT" else a for a in args]
+    lock = tmp_path / "lock"
+    extra = ["--lock", str(lock)] if args[0] in ("restart-group", "supervise") else []
+    env = {NODE_MAP_ENV: UNREACHABLE_NODES, "PYTHONPATH": str(plan_only_site(tmp_path / "plan-only"))}
+    out = stacks(*args, *extra, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{args[0]} h20: {what}" in out.stderr and f"needs httpx (requirements.txt), which {sys.executable} " \
+        "cannot import" in out.stderr and "run `make venv`" in out.stderr, out.stderr
+    assert "internal error" not in out.stderr and "cannot run" not in out.stderr, out.stderr  # no node was asked
+    assert out.stdout == "" and not lock.exists()  # no step, no unit; the lock was never taken
+    if args[:3] == ["restart-group", "h20", "--yes"]:
+        went_on = stacks(*args, *extra, env={NODE_MAP_ENV: UNREACHABLE_NODES})  # with httpx: on to the nodes
+        assert went_on.returncode == 2 and "cannot run" in went_on.stderr, went_on.stderr
+
+
+def test_the_restart_dry_run_needs_no_httpx(tmp_path: Path) -> None:
+    """The steps come from the plan alone: the plan-only venv shows them."""
+    from tests.test_tutorial import plan_only_site
+
+    out = stacks("restart-group", "h20", env={NODE_MAP_ENV: UNREACHABLE_NODES,
+                                              "PYTHONPATH": str(plan_only_site(tmp_path / "plan-only"))})
+    assert out.returncode == 0 and "dry run: nothing was touched" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("command", ["supervisor-unit", "watch-unit"])
+def test_a_unit_whose_python_has_no_httpx_is_exit_2(command: str, tmp_path: Path) -> None:
+    """--python another interpreter on this host: it is asked, as the unit would run it, before the unit is
+    printed; this interpreter (with httpx) gets the unit."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    out = stacks(command, "h20", "--user", "me", "--python", python)
+    assert out.returncode == 2 and f"needs httpx (requirements.txt), which {python} cannot import" in out.stderr, \
+        out.stderr
+    assert "or give --python the python of a venv that has it" in out.stderr and "ExecStart" not in out.stdout
+    good = stacks(command, "h20", "--user", "me", "--python", sys.executable)
+    assert good.returncode == 0 and f"ExecStart={sys.executable} -m " in good.stdout, good.stderr

@@ -275,6 +275,24 @@ def test_bad_files_for_preview_summary_are_exit_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("args", "package", "pinned"), [
+    (["matrix", "h20"], "pulumi", "requirements.txt"),
+    (["model-card", "s3://bucket/models/x", "--name", "x"], "boto3", "requirements-dev.txt"),
+])
+def test_the_review_tools_beyond_planning_name_what_the_plan_only_venv_lacks(
+        args: list[str], package: str, pinned: str, tmp_path: Path) -> None:
+    """The same answer as the heal tools' (heal/full_venv.py): exit 2, the package, its requirements file and
+    `make venv`, before the program runs or a bucket is asked."""
+    from tests.test_tutorial import plan_only_site
+
+    out = subprocess.run([sys.executable, "-m", "stacks", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180, env=os.environ | {"PYTHONPATH": str(plan_only_site(tmp_path / "plan-only"))})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{args[0]}: " in out.stderr and f"needs {package} ({pinned}), which {sys.executable} cannot import" \
+        in out.stderr and "run `make venv`" in out.stderr and "internal error" not in out.stderr, out.stderr
+    assert out.stdout == ""
+
+
 def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path) -> None:
     main = repo / "stacks" / "__main__.py"
     good = main.read_text()

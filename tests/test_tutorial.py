@@ -7,7 +7,9 @@ must end with exit 2 (a refused config). The one thing that differs from a user'
 venv links to the interpreter running this test, with its `make venv-plan` and `make venv` stamps newer than the
 requirements, so neither has anything to do (a fresh install would need the network and minutes). So that it is
 no bigger than the plan-only venv the tutorial builds, every import outside requirements-plan.txt (and what its
-packages need), the standard library and the project fails in the tutorial's processes (`plan_only_site`).
+packages need), the standard library and the project fails in every process the copy's venv/bin/python runs: its
+site-packages carries the blocker (`plan_only_blocker`) in a .pth file, so it holds whatever environment a process
+gets (`diff` plans the base with its own minimal one), as the missing packages would in a real plan-only venv.
 
 Files the tutorial itself creates (`cp … Pulumi.mycluster.yaml`) are left out of the copy: a user who did the
 tutorial in this checkout and then runs the tests has one already, committed or not."""
@@ -15,11 +17,13 @@ tutorial in this checkout and then runs the tests has one already, committed or 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -46,11 +50,12 @@ def fresh_copy(dest: Path) -> None:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
     venv = dest / "venv"
-    venv.mkdir()
     stamps = (".plan-installed", ".installed")
-    for entry in Path(sys.prefix).iterdir():
-        if entry.name not in stamps:
-            (venv / entry.name).symlink_to(entry)
+    assert (Path(sys.prefix) / "pyvenv.cfg").is_file(), f"run the tests from a venv, not {sys.prefix}"
+    site = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)  # lib/pythonX.Y/site-packages
+    mirror(Path(sys.prefix), venv, site.parts, skip=stamps)
+    (venv / site / "_plan_only.py").write_text(plan_only_blocker())
+    (venv / site / PTH).write_text("import _plan_only\n")
     newest = max((dest / r).stat().st_mtime
                  for r in ("requirements-plan.txt", "requirements.txt", "requirements-dev.txt"))
     for name in stamps:
@@ -74,10 +79,39 @@ sys.meta_path.insert(0, PlanOnly())
 """
 
 
+PTH = "zz-plan-only.pth"
+"""The venv copy's .pth that installs the blocker: named to come after every other .pth (site reads them sorted),
+whose own imports (setuptools' `_distutils_hack`) it would refuse."""
+
+
+def mirror(source: Path, target: Path, inside: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
+    """`target` as a real folder of links to `source`'s entries, except the path `inside` (its first part a real
+    folder again, and so on down): the copy's own site-packages, where the blocker goes. A relative link (a venv's
+    `lib64 -> lib`) is copied as that link, so it points into the copy."""
+    target.mkdir()
+    for entry in source.iterdir():
+        if entry.name in skip:
+            continue
+        if inside and entry.name == inside[0] and not entry.is_symlink():
+            mirror(entry, target / entry.name, inside[1:])
+        elif entry.is_symlink() and not os.readlink(entry).startswith("/"):
+            (target / entry.name).symlink_to(os.readlink(entry))
+        else:
+            (target / entry.name).symlink_to(entry)
+
+
 def plan_only_site(folder: Path) -> Path:
-    """A folder with a `sitecustomize.py` that refuses every import the plan-only venv could not satisfy: allowed
-    are the distributions in requirements-plan.txt and what they require (from their installed metadata), the
-    standard library and the project's own packages."""
+    """A folder with a `sitecustomize.py` (put it on PYTHONPATH) that refuses every import the plan-only venv could
+    not satisfy (`plan_only_blocker`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(plan_only_blocker())
+    return folder
+
+
+def plan_only_blocker() -> str:
+    """The text of a module that, imported at start-up, refuses every import the plan-only venv could not satisfy:
+    allowed are the distributions in requirements-plan.txt and what they require (from their installed metadata),
+    the standard library and the project's own packages."""
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
     wanted = [re.split(r"[=<>\[; ]", line.strip())[0] for line in
@@ -94,9 +128,7 @@ def plan_only_site(folder: Path) -> Path:
     modules = {mod for mod, dists in importlib.metadata.packages_distributions().items()
                if any(norm(d) in closure for d in dists)}
     modules |= {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sitecustomize.py").write_text(BLOCKER.format(allowed=sorted(modules)))
-    return folder
+    return BLOCKER.format(allowed=sorted(modules))
 
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "A User",
@@ -116,8 +148,11 @@ def test_the_tutorial_has_the_steps_the_readme_promises() -> None:
 def test_the_readme_tutorial_runs_verbatim_on_a_fresh_copy(tmp_path: Path) -> None:
     repo = tmp_path / "vllm-cluster"
     fresh_copy(repo)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_CLUSTER_", "GIT_"))} | GIT_ENV
-    env["PYTHONPATH"] = str(plan_only_site(tmp_path / "plan-only-site"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VLLM_CLUSTER_", "GIT_", "PYTHON"))} | GIT_ENV
+    blocked = subprocess.run([str(repo / "venv/bin/python"), "-c", "import httpx"], capture_output=True, text=True,
+                             timeout=60, env={"PATH": "/usr/bin:/bin"})  # the environment diff's base plan gets
+    assert blocked.returncode == 1 and "not in requirements-plan.txt" in blocked.stderr, blocked.stderr
     for argv in (["git", "init", "-q"], ["git", "add", "-A"],
                  ["git", "commit", "-qm", "clone"]):
         subprocess.run(argv, cwd=repo, env=env, check=True, timeout=120, capture_output=True)
@@ -134,6 +169,14 @@ def test_the_readme_tutorial_runs_verbatim_on_a_fresh_copy(tmp_path: Path) -> No
     plan, diff, refused = outputs[1], outputs[2], outputs[3]
     assert "topology mp-dp3-tp8-pp1-ep24" in plan and "start order: gpu2 -> gpu3 -> gpu1" in plan
     assert "argv `--max-model-len`: `131072` → `262144`" in diff and "the whole engine group" in diff
+    # the base's own code planned the base, not this code its stack file (the fallback when the base cannot plan)
+    assert "<sub>base: planned by the code at HEAD</sub>" in diff and "the base cannot plan" not in diff, diff
+    assumed = [w for key in exported["SECRETS"].split() for w in ("--assume-secret", key)]
+    done = subprocess.run(["venv/bin/python", "-m", "stacks", "plan", "mycluster", "--json", *assumed], cwd=repo,
+                          capture_output=True, text=True, timeout=300, env=env | exported)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["stack"] == "mycluster" and data["topology"]["label"] == "mp-dp3-tp8-pp1-ep24", done.stdout[:500]
     assert "vllm-cluster:parallelism.tensor = 16" in refused and "nothing was created" in refused
     assert "Traceback" not in "".join(outputs)
 
