@@ -50,7 +50,16 @@ def _archive(root: Path, ref: str, into: Path) -> None:
     if done.returncode != 0:
         raise BaseError(f"git archive {ref} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-        tar.extractall(into, filter="data")
+        tar.extractall(into, filter=_safe_or_skipped)
+
+
+def _safe_or_skipped(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, but a member it refuses (an absolute symlink committed by mistake, a link out of the
+    tree) is left out instead of failing the whole diff: planning the base reads none of them."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def base_plan(stack: str, ref: str, root: Path, assume_secret: Sequence[str] = ()

@@ -307,6 +307,18 @@ def test_a_base_that_cannot_plan_is_planned_by_the_working_trees_code(repo: Path
     assert "argv `--max-num-seqs`: `128` → `96`" in out.stdout
 
 
+def test_an_absolute_symlink_committed_by_mistake_does_not_break_the_diff(repo: Path) -> None:
+    """A link to an absolute path (a venv link, say) is left out of the base's copy, not a crash of the review."""
+    (repo / "venv-link").symlink_to("/usr")
+    (repo / "escape").symlink_to("../../etc")
+    subprocess.run([*GIT, "add", "venv-link", "escape"], cwd=repo, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "links"], cwd=repo, check=True)
+    edit(repo, "prod", ("max_num_seqs: 128", "max_num_seqs: 96"))
+    out = diff(repo, "prod", "--base", "HEAD~1")
+    assert out.returncode == 0, out.stderr
+    assert "planned by the code at HEAD~1" in out.stdout and "argv `--max-num-seqs`: `128` → `96`" in out.stdout
+
+
 def test_a_restart_policy_change_is_an_update_in_place(repo: Path) -> None:
     edit(repo, "prod", ("restart: unless-stopped", 'restart: "no"'))
     out = diff(repo, "prod", "--base", "HEAD~1")
