@@ -491,7 +491,7 @@ def test_the_watch_refuses_bad_metrics_arguments() -> None:
 
 
 @pytest.mark.parametrize(("port", "field", "key"), [
-    (8030, "watch", "serving.port"),  # the watch unit's listener on the monitoring node clashes with vLLM's API
+    (8030, "watch", "observability.ports.watch"),  # the watch unit on the monitoring node, on vLLM's API port
     (22, "watch", "observability.ports.watch"),  # the nodes' SSH port
     (22, "node_exporter", "observability.ports.node_exporter"),
     (9464, "supervisor", "observability.ports.supervisor"),  # the watch unit's port, on the same node
