@@ -552,7 +552,7 @@ def ephemeral_port_warnings(config: StackConfig, table: list[Listener]) -> list[
         return []
     seen: dict[str, list[Listener]] = {}
     for x in inside:
-        key = PORT_KEYS.get(x.source) or _KEYS.get(x.source)
+        key = _KEYS.get(x.source)  # monitoring ports included (PORT_KEYS)
         if key:
             seen.setdefault(key, []).append(x)
 

@@ -86,19 +86,20 @@ def _stray_address_warnings(config: StackConfig) -> list[str]:
     for key in sorted({k for n in config.nodes for k, _ in _node_addresses(n)}):
         other_role = by_role["data" if key == "management_ip" else "management"]
         rows = [(i, home(a), a) for i, n in enumerate(config.nodes) if (a := dict(_node_addresses(n)).get(key))]
-        counts = Counter(h for _, h, _ in rows if h is not None)
+        every = Counter(h for _, h, _ in rows)  # None counted too: the other nodes' are every node's but one
+        counts = Counter({h: c for h, c in every.items() if h is not None})
         major, many = counts.most_common(1)[0] if counts else (None, 0)
         for i, mine, address in rows:
-            others = [h for j, h, _ in rows if j != i]
-            if mine is None and any(others):
+            housed = sum(counts.values()) - (mine is not None)  # other nodes inside a declared network
+            if mine is None and housed:
                 where = f"is in none of fabric.private_networks ({', '.join(map(str, networks))})"
-            elif mine is not None and mine in other_role and others and mine not in others:
+            elif mine is not None and mine in other_role and len(rows) > 1 and every[mine] == 1:
                 where = f"is on the {'data' if key == 'management_ip' else 'management'} network {mine}"
             elif mine != major and 2 * many > len(rows):
                 where = f"is in {mine}"
             else:
                 continue
-            peers = Counter(h or "none of them" for h in others)
+            peers = Counter(h or "none of them" for j, h, _ in rows if j != i)  # only for a warning: rare
             said = ", ".join(f"{c} in {h}" for h, c in peers.most_common())
             warnings.append(
                 f"nodes.{i}.{key}: {address} ({config.nodes[i].name}) {where}, while the other nodes' {key} are: "
