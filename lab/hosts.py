@@ -44,6 +44,7 @@ S3_KEY_ID, S3_SECRET, S3_REGION = "AKIAVLLMLAB000000000", "vllm-lab-dummy-secret
 OVERLAID = ("etc", "var", "opt", "srv")
 IFNAME = "lab0"
 """Every node's one interface (management and data alike: `nodes[].nics`)."""
+NAMESPACES = ("mount", "uts", "ipc", "pid")
 MARKER = ".vllm-lab"
 """In the state dir from the start: `down` deletes only a directory that holds it."""
 Log = Callable[[str], None]
@@ -85,9 +86,7 @@ class Lab:
 
     def enter(self, node: Node) -> list[str]:
         """argv prefix that runs a command inside the node, without SSH (for setup and status)."""
-        ns = Path(self.state_dir) / "ns"
-        return ["nsenter", f"--net=/run/netns/{node.netns}", f"--mount={ns / node.name}.mnt",
-                f"--uts={ns / node.name}.uts", "--"]
+        return ["nsenter", f"--net=/run/netns/{node.netns}", *_ns_options(Path(self.state_dir), node.name), "--"]
 
     def ssh(self, node: Node, command: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
         """`command` run by the node's sshd as the lab user, as the program's remote commands are."""
@@ -99,6 +98,11 @@ class Lab:
         first on PATH supplies its key and known_hosts, as ~/.ssh/config would)."""
         path = f"{Path(self.state_dir) / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         return {**os.environ, "PATH": path, "DOCKER_HOST": f"ssh://{self.ssh_user}@{node.address}"}
+
+
+def _ns_options(state: Path, name: str) -> list[str]:
+    """The node's own mount, UTS, IPC and PID namespaces, by the files that keep them (unshare's and nsenter's)."""
+    return [f"--{kind}={state / 'ns' / name}.{kind[:3]}" for kind in NAMESPACES]
 
 
 def _run(*argv: str, timeout_s: float = 120, quiet: bool = False) -> str:
@@ -188,8 +192,8 @@ def _node_files(lab_nodes: list[tuple[str, str]], name: str, address: str, node_
     return host_key
 
 
-def _boot_script(name: str, node_dir: Path) -> str:
-    """Run once in the node's new mount and UTS namespaces: its own /sys (cgroups kept), disk and tmpfs mounts."""
+def _boot_script(name: str, node_dir: Path, init: str) -> str:
+    """Run first in the node's new namespaces: its own /sys (cgroups kept), disk and tmpfs mounts, host name."""
     n = shlex.quote(str(node_dir))
     overlays = " ".join(d for d in OVERLAID if Path(f"/{d}").is_dir())
     return f"""n={n}
@@ -201,6 +205,8 @@ mount --bind $n/root /root && mount --bind $n/docker /var/lib/docker && mount --
 mount -t tmpfs -o mode=755 tmpfs /run && mkdir -p /run/sshd && mkdir -m 1777 /run/lock
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /tmp
 hostname {shlex.quote(name)}
+echo booted
+exec {init} -- sleep infinity
 """
 
 
@@ -271,18 +277,22 @@ def _create(count: int, state: Path, prefix: str, subnet: str, log: Log) -> Lab:
         nodes.append(Node(name, address, netns, host_key))
     lab = Lab(**{**asdict(lab), "nodes": tuple(nodes)})
     _write_client_files(lab)
-    log(f"lab: booting {count} node(s): mount namespaces, sshd, dockerd")
+    log(f"lab: booting {count} node(s): namespaces, sshd, dockerd")
     ns = state / "ns"
     ns.mkdir()
     _run("mount", "--bind", str(ns), str(ns))
     _run("mount", "--make-private", str(ns))  # a namespace file may only be bound below a private mount
+    init = shutil.which("docker-init") or "docker-init"  # tini, from docker.io: the node's pid 1 reaps orphans
     for node in nodes:
-        (ns / f"{node.name}.mnt").touch()
-        (ns / f"{node.name}.uts").touch()
-        _run("nsenter", f"--net=/run/netns/{node.netns}", "--", "unshare", f"--mount={ns / node.name}.mnt",
-             f"--uts={ns / node.name}.uts", "--propagation", "private", "--", "sh", "-ec",
-             _boot_script(node.name, state / "nodes" / node.name))
+        for kind in NAMESPACES:
+            (ns / f"{node.name}.{kind[:3]}").touch()
+        _daemon(["nsenter", f"--net=/run/netns/{node.netns}", "--", "unshare", *_ns_options(state, node.name),
+                 "--fork", "--mount-proc", "--propagation", "private", "--", "sh", "-ec",
+                 _boot_script(node.name, state / "nodes" / node.name, init)],
+                state / "nodes" / node.name / "log" / "init.log")
+    for node in nodes:
         node_log = state / "nodes" / node.name / "log"
+        _wait_boot(node_log / "init.log")
         _daemon([*lab.enter(node), "/usr/sbin/sshd", "-D", "-e"], node_log / "sshd.log")
         _daemon([*lab.enter(node), "dockerd", "--config-file", "/etc/docker/daemon.json"], node_log / "dockerd.log")
     registry = state / "registry"
@@ -312,6 +322,10 @@ def _create(count: int, state: Path, prefix: str, subnet: str, log: Log) -> Lab:
     (state / "lab.json").write_text(json.dumps(asdict(lab), indent=2) + "\n")
     log(f"lab: up in {time.monotonic() - start:.1f} s")
     return lab
+
+
+def _wait_boot(log: Path) -> None:
+    _wait(lambda: _tail(log).endswith("booted\n"), lambda: f"boot: {_tail(log)}")
 
 
 def _wait_node(lab: Lab, node: Node) -> None:
@@ -355,14 +369,14 @@ def lab_pids(state_dir: Path | str, prefix: str) -> dict[int, str]:
     sessions, host-network containers) or in a node engine's cgroups (every container)."""
     inodes = {i for i in (_ns_inode(Path("/run/netns") / n) for n in _netns_names(prefix)) if i}
     ns_dir = Path(state_dir) / "ns"
-    inodes |= {i for i in (_ns_inode(p) for p in (ns_dir.glob("*.mnt") if ns_dir.is_dir() else [])) if i}
+    inodes |= {i for i in (_ns_inode(p) for p in (ns_dir.iterdir() if ns_dir.is_dir() else [])) if i}
     cgroup = re.compile(rf":/{re.escape(prefix)}-[^/\n]+(/|$)", re.M)
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            links = {os.readlink(entry / "ns" / kind) for kind in ("net", "mnt")}
+            links = {os.readlink(entry / "ns" / kind) for kind in ("net", "mnt", "pid")}
             mine = any(int(link.split("[")[1].rstrip("]")) in inodes for link in links)
             if mine or cgroup.search((entry / "cgroup").read_text()):
                 stat = (entry / "stat").read_text()
