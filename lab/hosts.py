@@ -77,10 +77,6 @@ class Lab:
     registry: str
     s3_endpoint: str
 
-    @property
-    def switch(self) -> str:
-        return f"{self.prefix}-sw"
-
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 
