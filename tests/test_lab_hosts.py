@@ -18,7 +18,7 @@ from lab.hosts import Lab, LabError, down, lab_pids, load, push_image, s3_client
 from stacks.model.field_types import SshHostKey
 from tests.docker_harness import RUN, build_image, docker_ready, remove_image
 
-pytestmark = pytest.mark.xdist_group("lab_hosts")  # one lab, built once, on one worker
+pytestmark = pytest.mark.xdist_group(__name__)  # one lab, built once, on one worker (conftest names it so too)
 PREFIX = f"vt{os.getpid() % 100000}"
 SUBNET = f"10.232.{os.getpid() % 250 + 1}"
 """Names and a /24 of this process's own: a user's lab (vlab, 10.231.0) or a second test run never collide."""
