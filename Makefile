@@ -12,7 +12,7 @@ PLAN_FLAGS = $(foreach s,$(SET),--set $(s)) $(foreach s,$(SECRETS),--assume-secr
 # than cores still pays. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 4
 
-.PHONY: venv venv-plan services test lint typecheck unit plan diff bench up
+.PHONY: venv venv-plan services test lint typecheck unit plan diff bench up toolchain lab
 
 ## One virtualenv, venv/ (Pulumi.yaml runs the program from it), installed in two stages:
 ## planning needs only requirements-plan.txt; tests, lint and the Pulumi program need the rest.
@@ -45,7 +45,7 @@ typecheck: venv
 	$(BIN)/python -m mypy
 
 unit: venv
-	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/python -m pytest --ignore=tests/lab $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 ## make plan STACK=prod: the offline launch plan of a stack
 plan: venv-plan
@@ -62,3 +62,13 @@ up:
 
 bench: venv
 	$(BIN)/python bench/plan_scale.py
+
+## make toolchain: the Pulumi CLI, its Python language host and the command and docker plugins, built from Go
+## modules into ~/.cache/vllm-cluster/toolchain (toolchain/README.md); the last line printed is their directory
+toolchain:
+	@bash toolchain/build.sh
+
+## make lab: a lab cluster of network namespaces on this machine, deployed with the real Pulumi CLI: preview, up,
+## diff, a failing check, rollback, secrets, policy, refresh and destroy (docs/rehearse.md); tears the lab down
+lab: services venv
+	$(BIN)/python -m pytest tests/lab -p no:randomly -o addopts="-q -p no:cacheprovider" -n 0
