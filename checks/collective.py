@@ -27,6 +27,9 @@ nothing.
 
 With NCCL the check refuses to run (exit 2) while any GPU holds more than `--max-gpu-used-mib` of memory: a
 serving group owns them, and measuring beside it would measure neither.
+
+With `--rehearsal` (a stack that declares no GPUs, docs/rehearsal.md) the check runs with gloo on CPU, one process
+per node, and says on its line that NCCL on GPUs was not run (`NOT RUN nccl: …`); `--backend nccl` is refused then.
 """
 
 from __future__ import annotations
@@ -49,7 +52,19 @@ from datetime import timedelta
 from typing import Any
 
 from checks.nccl_transport import by_process, classify
-from checks.verdict import CheckParser, Verdict, check_name, count, emit, integer, number, port, seconds, unicast_ip
+from checks.verdict import (
+    REHEARSAL,
+    CheckParser,
+    Verdict,
+    check_name,
+    count,
+    emit,
+    integer,
+    number,
+    port,
+    seconds,
+    unicast_ip,
+)
 from stacks.model.busbw import MIN_BUSBW_GBPS_RANGE
 
 DEFAULT_MASTER_PORT = 29700
@@ -496,8 +511,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=seconds(86_400), default=600.0, help="rendezvous and run, per process")
     p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
     p.add_argument("--max-gpu-used-mib", type=integer(0, 10**7), default=2048, help="nccl: GPUs above this are busy")
+    p.add_argument("--rehearsal", action="store_true", help="the stack declares no GPUs (vllm-cluster:rehearsal): "
+                   "gloo on CPU only, and the line says NCCL was not run")
     p.add_argument("--json", action="store_true")
     return p
+
+
+def rehearsal_note(transport: str) -> str:
+    """What a rehearsal's line adds: the GPU part of the check, named as not run."""
+    return (f"NOT RUN nccl: {REHEARSAL}: the all-reduce ran with gloo on CPU, not with NCCL on GPUs over "
+            f"fabric.transport {transport}, so the bandwidth is the CPUs' and the network's, not the fabric's")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -509,9 +532,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.nnodes * args.procs_per_node < 2:
             raise BadArgument(f"--nnodes {args.nnodes} x --procs-per-node {args.procs_per_node}: a collective over "
                               "one process proves nothing; at least 2")
+        if args.rehearsal and args.backend != "gloo":
+            raise BadArgument(f"--rehearsal with --backend {args.backend}: a stack without GPUs runs --backend gloo")
     except BadArgument as exc:
         return emit(Verdict(args.name, "cannot-run", f"bad argument: {exc}"), args.json)
-    return emit(run(args, sizes), args.json)
+    verdict = run(args, sizes)
+    if args.rehearsal:
+        verdict.summary += f"; {rehearsal_note(args.transport)}"
+    return emit(verdict, args.json)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ points it at a fixture tree of /proc, /sys, /dev and /etc. Sections (docs/deepep
 - reach: from each local data NIC (`--local IFNAME=IP`, the socket bound to that device and address) a TCP
   connection to every peer NIC (`--peers NODE:IFNAME=IP`) on `--probe-port`: an answer, even a refusal (RST),
   proves the path; a timeout or "no route" names the pair. NICs x peer NICs probes, `--parallel` at a time.
+
+With `--rehearsal` (a stack that declares no GPUs, docs/rehearsal.md) ibgda and peermem print `NOT RUN`; reach runs.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from checks.verdict import (
     listed,
     mask_credentials,
     port,
+    rehearsal_section,
     seconds,
     shown,
     unicast_ip,
@@ -325,6 +328,12 @@ def check_reach(a: argparse.Namespace) -> Section:
                    "dropping TCP between data networks)")
 
 
+REHEARSAL_NOT_RUN = {
+    "ibgda": "the NVIDIA driver's IBGDA options and gdrdrv are not read: no DeepEP kernel runs on a GPU here",
+    "peermem": "GPU memory registration with the NIC (dma-buf, nvidia_peermem) is not looked for",
+}
+"""With --rehearsal (docs/rehearsal.md): the GPU sections print NOT RUN; reach (TCP between the data NICs) runs."""
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
     "ibgda": check_ibgda,
     "peermem": check_peermem,
@@ -358,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of " + ",".join(SECTIONS))
     p.add_argument("--json", action="store_true")
     p.add_argument("--root", default="/", type=existing_dir, help="where /proc, /sys, /dev and /etc are read")
+    p.add_argument("--rehearsal", action="store_true", help="the stack declares no GPUs (vllm-cluster:rehearsal): "
+                   "ibgda and peermem print NOT RUN, reach runs")
     p.add_argument("--nic-handler", default="auto", choices=["auto", "gpu", "cpu"],
                    help="NVSHMEM_IBGDA_NIC_HANDLER as the engine runs it")
     r = p.add_argument_group("reach")
@@ -475,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(problem)
     sections = []
     for name in args.sections:
+        if args.rehearsal and name in REHEARSAL_NOT_RUN:
+            sections.append(rehearsal_section(name, REHEARSAL_NOT_RUN[name]))
+            continue
         try:
             sections.append(SECTIONS[name](args))
         except Exception as exc:  # an unexpected host must still end in a verdict
@@ -489,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def emit_lines(verdict: Verdict, sections: list[Section]) -> int:
     """The verdict as a status line, then one line per evidence item and per section's next step: a host without
     a driver fails every section, and one line of all of it is unreadable."""
-    out = [f"{verdict.status.upper()} {verdict.check}: {verdict.summary}"]
+    out = [f"{verdict.label} {verdict.check}: {verdict.summary}"]
     out += [f"  evidence: {item}" for item in verdict.evidence]
     if verdict.status != "pass":
         out += [f"  next step ({s.name}): {s.next_step}" for s in sections if s.ok is not True and s.next_step]

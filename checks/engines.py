@@ -7,6 +7,9 @@ profiled memory, just before it reports ready to the coordinator.
 Where a replica spans nodes (`--workers N`), a node's own workers are the evidence too: each worker process
 logs `(Worker[_DP<d>][_PP<p>][_TP<t>][_EP<e>] pid=N) … Model loading took …` once (vllm/v1/executor/
 multiproc_executor.py:1195-1229, vllm/v1/worker/gpu_model_runner.py:5088-5092), on the node it runs on.
+
+With `--rehearsal` (a stack that declares no GPUs, docs/rehearsal.md) the check prints `NOT RUN` and reads no log:
+no vLLM engine core loads weights onto a GPU there, and a substitute engine's log lines would prove nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +17,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, integer, listed, path, read_log
+from checks.verdict import (
+    REHEARSAL,
+    CheckParser,
+    Verdict,
+    check_name,
+    container_name,
+    emit,
+    integer,
+    listed,
+    path,
+    read_log,
+)
 
 RANK = re.compile(r"EngineCore_DP(\d+)|\(EngineCore pid=")
 WORKER = re.compile(r"\((Worker(?:_[A-Z]+\d+)*) pid=(\d+)\)")
@@ -89,9 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "container per DP rank)")
     p.add_argument("--log-file", default="-", type=path)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--rehearsal", action="store_true", help="the stack declares no GPUs (vllm-cluster:rehearsal): "
+                   "print NOT RUN, read no log")
     args = p.parse_args(argv)
     if not args.ranks and not args.workers:
         p.error("--ranks '' with --workers 0: nothing to check; give the node's DP ranks or its worker count")
+    if args.rehearsal:
+        what = f"DP rank(s) {','.join(map(str, args.ranks))}" if args.ranks else f"{args.workers} worker(s)"
+        return emit(Verdict(args.name, "not-run", f"{REHEARSAL}: no vLLM engine core loads weights onto a GPU or "
+                            f"logs its GPU KV cache, so the logs of {what} are not read (the substitute engine's "
+                            "answers are checked by the api-* checks)"), args.json)
     try:
         text = "\n".join(read_log(c, args.log_file) for c in args.container) if args.container else \
             read_log(None, args.log_file)

@@ -1,7 +1,8 @@
 """NCCL transport evidence from engine logs: RDMA with GPU Direct, or a silent socket fallback.
 
 Reads a log file, stdin, or `docker logs <container>`. Needs NCCL_DEBUG=INFO in the engine's environment;
-without NCCL INFO lines the verdict is "inconclusive" (exit 2), never a pass.
+without NCCL INFO lines the verdict is "inconclusive" (exit 2), never a pass. With `--rehearsal` (a stack that
+declares no GPUs, docs/rehearsal.md) it prints `NOT RUN` and reads no log: no engine there runs NCCL.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, path, read_log
+from checks.verdict import REHEARSAL, CheckParser, Verdict, check_name, container_name, emit, path, read_log
 
 IB_USING = re.compile(r"NET/IB : Using (.*?)(?: ?\[RO\])?; OOB")
 SOCKET_BAD = ("NET/IB : No device found", "Using network Socket", "via NET/Socket")
@@ -76,7 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--transport", choices=["roce", "ib"], default="roce")
     p.add_argument("--no-require-gdr", dest="require_gdr", action="store_false")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--rehearsal", action="store_true", help="the stack declares no GPUs (vllm-cluster:rehearsal): "
+                   "print NOT RUN, read no log")
     args = p.parse_args(argv)
+    if args.rehearsal:
+        return emit(Verdict(args.name, "not-run", f"{REHEARSAL}: no engine runs NCCL on GPUs, so its log holds no "
+                            f"NCCL transport line ({args.transport.upper() if args.transport == 'ib' else 'RoCE'} "
+                            "with GPU Direct RDMA is not looked for)"), args.json)
     try:
         text = read_log(args.container, args.log_file)
     except OSError as exc:

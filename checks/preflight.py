@@ -10,6 +10,10 @@ Runs on the host over SSH with Python 3's standard library only (shipped by `che
 - firewall: nft is there and answers, and the kernel's ephemeral range lies inside the one the host firewall
   guards (before the project's nftables table is applied).
 
+On a rehearsal stack (`--rehearsal`: the stack declares no GPUs, docs/rehearsal.md) gpu, toolkit, memlock,
+infiniband, hca and gid print `NOT RUN <section>: <why>` instead of running, and ownership leaves nvidia-smi out; the
+rest run.
+
 Every external call has its own timeout inside its section's budget (`SECTION_BUDGET_S`); the shell's outer
 `timeout` is the sum plus start-up (`outer_timeout_s`), so a hung `docker` still ends in a verdict that names the
 sections that did not run, never in exit 124.
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.verdict import (
+    REHEARSAL,
     CheckParser,
     Section,
     abs_path,
@@ -55,6 +60,7 @@ from checks.verdict import (
     port,
     port_range,
     printable_line,
+    rehearsal_section,
     seconds,
     shown,
 )
@@ -742,11 +748,14 @@ def check_ownership(ctx: Context) -> Section:
                      for i in sockets.get(p, [])] for p in ports}
     evidence: list[str] = []
     gpu_apps: list[tuple[dict[str, str], str | None]] = []
-    code, apps = _run(ctx, COMPUTE_APPS_QUERY, 20)
-    if code == 0:
-        gpu_apps = [(row, container_of(a.procfs_root, int(row["pid"]))) for row in parse_compute_apps(apps)]
+    if a.rehearsal:
+        evidence.append(f"NOT RUN GPU processes: {REHEARSAL}: nvidia-smi is not asked who holds a GPU")
     else:
-        evidence.append(f"GPU processes not checked: {apps[-120:]}")
+        code, apps = _run(ctx, COMPUTE_APPS_QUERY, 20)
+        if code == 0:
+            gpu_apps = [(row, container_of(a.procfs_root, int(row["pid"]))) for row in parse_compute_apps(apps)]
+        else:
+            evidence.append(f"GPU processes not checked: {apps[-120:]}")
     holders = ownership_holders(containers, owned, names, ports, listeners, gpu_apps, a.procfs_root)
     seen = (f"{len(containers)} container(s), ports {', '.join(map(str, ports)) or 'none'}, "
             f"{len(gpu_apps)} GPU process(es)")
@@ -903,6 +912,18 @@ def _ifname(value: str) -> str:
     return value
 
 
+REHEARSAL_NOT_RUN = {
+    "gpu": "nvidia-smi is not asked for the node's GPUs (nodes[].gpus are what the substitute engine pretends)",
+    "toolkit": "no `docker run --gpus all` (the NVIDIA Container Toolkit): no container of this stack gets a GPU",
+    "memlock": "unlimited memlock serves NCCL's RDMA memory registration, which no engine of this stack does",
+    "infiniband": "no engine of this stack runs NCCL over RDMA, so /dev/infiniband is not looked for",
+    "hca": "no engine of this stack runs NCCL over RDMA, so the HCA ports are not read",
+    "gid": "no engine of this stack runs NCCL over RDMA, so the RoCE GID is not read",
+}
+"""With --rehearsal (a stack that declares no GPUs, docs/rehearsal.md): the sections that need a GPU or serve RDMA,
+each printed as `NOT RUN <section>: <why>`. The others run as on a GPU node; ownership leaves out nvidia-smi's list
+of GPU processes and says so."""
+
 SECTIONS: dict[str, Callable[[Context], Section]] = {
     "ownership": check_ownership,
     "disk": check_disk,
@@ -931,6 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu-model", default="", type=printable_line)
     g.add_argument("--gpu-memory-gb", type=GB_AMOUNT, default=0.0)
     g.add_argument("--image", default="", type=image_ref)
+    g.add_argument("--rehearsal", action="store_true", help="the stack declares no GPUs (vllm-cluster:rehearsal): "
+                   "gpu, toolkit, memlock, infiniband, hca and gid print NOT RUN, ownership skips nvidia-smi")
     m = p.add_argument_group("model (files; per-GPU memory when --tp is given)")
     m.add_argument("--model-dir", default="", type=optional_abs_path)
     m.add_argument("--heads", type=count(1 << 16))
@@ -986,6 +1009,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = []
     for name in names:
         ctx.budget = Budget(SECTION_BUDGET_S[name], args.call_timeout_s)
+        if args.rehearsal and name in REHEARSAL_NOT_RUN:
+            sections.append(rehearsal_section(name, REHEARSAL_NOT_RUN[name]))
+            continue
         try:
             sections.append(SECTIONS[name](ctx))
         except Exception as exc:  # a bug or an unexpected host must still end in a verdict

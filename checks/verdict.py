@@ -14,7 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2}
+EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2, "not-run": 0}
+"""`not-run`: a check a rehearsal stack does not run by design (it needs a GPU); its line starts `NOT RUN` and says
+why, and it exits 0 so the deploy goes on."""
+REHEARSAL = "the stack declares no GPUs (vllm-cluster:rehearsal: true)"
+"""Why a GPU-only check or section prints NOT RUN on a rehearsal stack (docs/rehearsal.md)."""
 LOG_TIMEOUT_S = 120
 """`docker logs` of an engine container; the evidence checks' outer timeout is longer (components/check_commands)."""
 
@@ -32,8 +36,13 @@ class Verdict:
     def exit_code(self) -> int:
         return EXIT[self.status]
 
+    @property
+    def label(self) -> str:
+        """What the line starts with: PASS, FAIL, CANNOT-RUN, INCONCLUSIVE or NOT RUN."""
+        return "NOT RUN" if self.status == "not-run" else self.status.upper()
+
     def line(self) -> str:
-        text = f"{self.status.upper()} {self.check}: {self.summary}"
+        text = f"{self.label} {self.check}: {self.summary}"
         if self.evidence:
             text += " | evidence: " + "; ".join(self.evidence)
         if self.next_step and self.status != "pass":
@@ -49,11 +58,32 @@ class Section:
     ok: bool | None
     evidence: list[str]
     next_step: str | None = None
+    not_run: str | None = None
+    """Why the section was not run by design (a GPU-only section on a rehearsal stack); it neither passes nor fails,
+    and the verdict line says `NOT RUN <section>: <why>`."""
+
+
+def rehearsal_section(name: str, why: str) -> Section:
+    """A section a rehearsal stack does not run: `why` says what it would have done."""
+    return Section(name, None, [], None, f"{REHEARSAL}: {why}")
 
 
 def combine(check: str, sections: list[Section]) -> Verdict:
     """Fail if any section failed, cannot-run if none failed but one did not run, else pass. The summary names
-    every section by outcome (failed, not run with the reason, passed), so a short line hides nothing."""
+    every section by outcome (failed, not run with the reason, passed), so a short line hides nothing. Sections
+    not run by design (`Section.not_run`) follow as `NOT RUN <section>: <why>`; when no other section ran, the
+    verdict is not-run (exit 0)."""
+    declined = [s for s in sections if s.not_run]
+    if declined:
+        tail = "; ".join(f"NOT RUN {s.name}: {s.not_run}" for s in declined)
+        ran = [s for s in sections if not s.not_run]
+        if not ran:
+            return Verdict(check, "not-run", f"no section ran; {tail}",
+                           details={s.name: {"ok": None, "not_run": s.not_run} for s in declined})
+        verdict = combine(check, ran)
+        verdict.summary += f"; {tail}"
+        verdict.details.update({s.name: {"ok": None, "not_run": s.not_run} for s in declined})
+        return verdict
     failed = [s for s in sections if s.ok is False]
     not_run = [s for s in sections if s.ok is None]
     passed = [s for s in sections if s.ok is True]
