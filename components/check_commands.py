@@ -93,6 +93,8 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--gid-index", str(node.gid_index)]
     if "sysctl" in sections:
         args += ["--nics", ",".join(node.nics)]
+    if config.rehearsal:  # no GPUs: gpu, toolkit and the RDMA sections print NOT RUN (stacks/planner/rehearsal.py)
+        args.append("--rehearsal")
     assert node_plan.gpus_present == node.gpus.count
     return heredoc_command("preflight", args, timeout_s=outer_timeout_s(check.sections))
 
@@ -113,6 +115,8 @@ def deepep_host_command(config: StackConfig, plan: Plan, check: CheckSpec) -> st
         for _, group in groupby(peers, key=lambda peer: peer.split(":", 1)[0]):
             args += ["--peers", ",".join(group)]  # one per peer node: each far below the per-argument cap
         pairs = len(local) * len(peers)
+    if config.rehearsal:  # no GPUs: ibgda and peermem print NOT RUN, reach runs
+        args.append("--rehearsal")
     return heredoc_command("deepep_host", args, timeout_s=deepep_host.outer_timeout_s(pairs))
 
 
@@ -214,8 +218,9 @@ def ray_ready_command(config: StackConfig, plan: Plan) -> str:
 def nccl_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     container = plan.node(str(check.node)).containers[0].name
     transport = "ib" if config.fabric.transport == "ib" else "roce"
+    rehearsal = ["--rehearsal"] if config.rehearsal else []  # no engine runs NCCL: the check prints NOT RUN
     return heredoc_command("nccl_transport", ["--name", check.name, "--container", container,
-                                              "--transport", transport], timeout_s=EVIDENCE_TIMEOUT_S)
+                                              "--transport", transport, *rehearsal], timeout_s=EVIDENCE_TIMEOUT_S)
 
 
 def engines_command(plan: Plan, check: CheckSpec) -> str:
@@ -224,6 +229,8 @@ def engines_command(plan: Plan, check: CheckSpec) -> str:
             "--ranks", ",".join(map(str, node.dp_ranks))]
     if "workers" in check.sections:  # a replica spans nodes: this node's own workers are evidence too
         args += ["--workers", str(node.gpus_used)]
+    if plan.rehearsal is not None:  # no vLLM engine loads onto a GPU: the check prints NOT RUN
+        args.append("--rehearsal")
     return heredoc_command("engines", args, timeout_s=EVIDENCE_TIMEOUT_S)
 
 

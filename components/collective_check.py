@@ -19,6 +19,8 @@ from stacks.planner.plan import Plan
 
 COLLECTIVE_TIMEOUT_S = 900
 """Outer `timeout` of each node's command: image start, torch import, rendezvous (600 s) and the sizes."""
+REHEARSAL_SIZES = "1M,4M,16M"
+"""A rehearsal's message sizes (gloo between CPUs: the larger ones would take minutes and measure no fabric)."""
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,16 @@ class CollectiveRun:
 
 
 def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | None = None,
-                    sizes: str = DEFAULT_SIZES, master_port: int = DEFAULT_MASTER_PORT, backend: str = "nccl",
+                    sizes: str | None = None, master_port: int = DEFAULT_MASTER_PORT, backend: str | None = None,
                     timeout_s: int = 600) -> list[CollectiveRun]:
     """One run per node, in node order (node rank = index; the head is 0). `min_busbw_gbps` None means the
-    check's default for `fabric.transport`."""
+    check's default for `fabric.transport`. `backend` and `sizes` None: nccl over DEFAULT_SIZES, or on a rehearsal
+    (no GPUs, stacks/planner/rehearsal.py) gloo on CPU over REHEARSAL_SIZES with `--rehearsal`, so the line says
+    that NCCL on GPUs did not run."""
+    if config.rehearsal and backend == "nccl":
+        raise ValueError("a rehearsal stack has no GPUs: the collective check runs gloo")
+    backend = backend or ("gloo" if config.rehearsal else "nccl")
+    sizes = sizes or (REHEARSAL_SIZES if config.rehearsal else DEFAULT_SIZES)
     head_ip = control_ip(config, config.head)
     if head_ip is None:
         raise ValueError("the head has no control IP (fabric.control_plane): nowhere to rendezvous")
@@ -62,6 +70,8 @@ def collective_runs(config: StackConfig, plan: Plan, *, min_busbw_gbps: float | 
                 "--timeout-s", str(timeout_s)]
         if min_busbw_gbps is not None:
             args += ["--min-busbw-gbps", f"{min_busbw_gbps:g}"]
+        if config.rehearsal:
+            args.append("--rehearsal")
         # The stack label: a run left behind (the deployer died mid-check) is this stack's to the ownership preflight.
         docker = ["docker", "run", "--rm", "-i", "--name", f"{config.container.name}-collective",
                   "--label", f"{LABEL_PREFIX}.stack={plan.stack}", "--network", "host", "--ipc", spec.ipc_mode,

@@ -89,6 +89,8 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
     }
     if base is None or head is None:
         return result
+    if bool(base.get("rehearsal")) != bool(head.get("rehearsal")):  # only then: a GPU stack's diff keeps its keys
+        result["rehearsal"] = {"base": bool(base.get("rehearsal")), "head": bool(head.get("rehearsal"))}
     result["endpoint"] = _changes({"endpoint": base.get("endpoint")}, {"endpoint": head.get("endpoint")})
     result["memory"] = _memory(base, head)
     result["secrets"] = _secrets(secret_changes or {}, base, head)
@@ -341,6 +343,12 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
               if str(w).startswith(NO_CARD)]
     if not (diff["validation"]["base"]["valid"] and diff["validation"]["head"]["valid"]):
         return "\n".join(lines) + "\n"
+    if diff.get("rehearsal"):  # docs/rehearsal.md: what deploys is, or stops being, a GPU-less rehearsal
+        lines.append("- **Rehearsal:** " + (
+            "this change makes the stack a rehearsal (rehearsal: true): no node has a GPU, the engine is a substitute "
+            "for vLLM, and every GPU-only check prints NOT RUN" if diff["rehearsal"]["head"] else
+            "this change ends the rehearsal (rehearsal: false): the nodes must have the GPUs, the engine is vLLM on "
+            "them, and every GPU check runs"))
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
     if diff.get("endpoint"):  # what clients call moves: every client and load balancer must follow
         before, after = diff["endpoint"]["endpoint"]

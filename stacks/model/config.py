@@ -658,6 +658,11 @@ class StackConfig(_Model):
     image: ImageConfig
     model: ModelConfig
     nodes: list[NodeConfig] = Field(min_length=1, max_length=1024)
+    rehearsal: bool = Field(
+        default=False, description="true: a CPU-only rehearsal, no node has a GPU (docs/rehearsal.md): nodes[].gpus "
+        "are what the engine image pretends (ranks and memory are planned on them), no container gets a GPU or "
+        "CUDA_VISIBLE_DEVICES, the collective check runs gloo on CPU, and every GPU-only check prints NOT RUN; the "
+        "image must serve the API without a GPU (a substitute engine, not a vLLM GPU image)")
     fabric: FabricConfig = Field(default_factory=FabricConfig)
     parallelism: ParallelismConfig = Field(description="TP, PP, DP, EP and the backend")
     serving: ServingConfig = Field(description="the `vllm serve` flags")

@@ -324,6 +324,10 @@ def _problem(error: Any, values: dict[str, Any] | None = None) -> Problem:
         if loc[:2] == ("parallelism", "dbo") and str(loc[-1]).endswith("_threshold") and _dbo_on(values or {}):
             return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(DBO_MIN_THRESHOLD, high)}"
                            " (dbo.enabled is true: 0 and 1 are refused, vllm/config/parallel.py:1178-1187)")
+        if len(loc) == 4 and loc[0] == "nodes" and loc[2:] == ("gpus", "count") and value == 0:
+            return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}; nodes without "
+                           "GPUs: vllm-cluster:rehearsal: true on the stack, with gpus as the GPUs its substitute "
+                           "engine pretends (docs/rehearsal.md)")
         return Problem(key, value, f"is out of range{what}", fix=f"a value {_range_text(low, high)}")
     if kind in ("bool_type", "bool_parsing"):
         return Problem(key, value, f"must be true or false{what}",

@@ -154,9 +154,9 @@ def engine_env(config: StackConfig, node: NodeConfig, node_topo: NodeTopology, r
                ) -> dict[str, str]:
     """The plain env of a node's engine (with `rank`, of that external-LB rank's container): GPUs, fabric,
     timeout, the user's extras, then any override the config explicitly allows (`container.managed_env_overrides`,
-    each a plan warning)."""
+    each a plan warning). A rehearsal (no GPUs, stacks/planner/rehearsal.py) gets no CUDA_VISIBLE_DEVICES."""
     env: dict[str, str] = {}
-    if config.container.set_cuda_visible_devices:
+    if config.container.set_cuda_visible_devices and not config.rehearsal:
         gpus = range(node_topo.gpus_used) if rank is None else rank_gpus(config, node_topo, rank)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
     fabric = node_env(config, node)
@@ -348,7 +348,7 @@ def _container(config: StackConfig, name: str, purpose: str, serve: list[str] | 
         network_mode=c.network_mode,
         ipc_mode=c.ipc_mode,
         privileged=c.privileged,
-        gpus="all",
+        gpus=None if config.rehearsal else "all",  # a rehearsal's nodes have no GPU (stacks/planner/rehearsal.py)
         ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
         shm_size_mb=c.shm_size_mb,
         volumes=_volumes(config),

@@ -27,6 +27,7 @@ from stacks.planner.managed_options import image_card, rendered_argv_problems
 from stacks.planner.model_cards import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.observability import ObservabilityPlan, observability_plan
 from stacks.planner.proxy import front_door
+from stacks.planner.rehearsal import DEEPEP_NOT_RUN, IMAGE_NEEDS, MIN_BUSBW_GBPS, PREFLIGHT_NOT_RUN
 from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
 from stacks.planner.validation import validate
 
@@ -158,6 +159,22 @@ def memory_summary(mem: EngineMemory, node: str, utilization: float) -> MemorySu
                          host_pinned_gb_per_node=round(gpu.engram_host_per_node, 1))
 
 
+class RehearsalPlan(_Frozen):
+    """What a stack that declares no GPUs (`rehearsal: true`, docs/rehearsal.md) runs differently from the GPU plan
+    it otherwise is: `plan --json` key `rehearsal`, absent on a GPU stack."""
+
+    engine: str
+    """What serves: the image's substitute engine, not vLLM on GPUs."""
+    pretended_gpus: dict[str, int]
+    """node -> the GPUs its `nodes[].gpus.count` declares, which the engine pretends (ranks are planned on them)."""
+    not_run: list[str]
+    """Every planned check or section that prints `NOT RUN` when it runs, and why."""
+    on_cpu: list[str]
+    """What runs differently because there is no GPU."""
+    image_needs: list[str]
+    """What the engine image must hold for the steps that run in it."""
+
+
 class Plan(_Frozen):
     stack: str
     image: dict[str, Any]
@@ -177,6 +194,8 @@ class Plan(_Frozen):
     summary: PlanSummary
     memory: list[dict[str, Any]] = []
     """One entry per node: what one of its GPUs holds (stacks/planner/load_estimate.py `memory_table`)."""
+    rehearsal: RehearsalPlan | None = None
+    """A stack that declares no GPUs: what runs differently; None (and no `rehearsal` key in the JSON) otherwise."""
 
     def node(self, name: str) -> NodePlan:
         return next(n for n in self.nodes if n.name == name)
@@ -186,7 +205,8 @@ class Plan(_Frozen):
         return self.nodes[0]
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        # `rehearsal` only where there is one, so a GPU stack's plan stays as it was
+        return self.model_dump(mode="json", exclude=None if self.rehearsal is not None else {"rehearsal"})
 
 
 def build_plan(stack: str, config: StackConfig) -> Plan:
@@ -249,6 +269,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
         memory=memory_table(config, profile, topo),
+        rehearsal=rehearsal_plan(config, checks),
     )
 
 
@@ -397,7 +418,67 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
         checks.append(CheckSpec(name=f"nccl-transport-{name}", node=name, runs_on="node",
                                 module="checks.nccl_transport", sections=[],
                                 proves="NCCL uses IB/RoCE with GPU Direct RDMA, not a socket fallback"))
+    if config.rehearsal:
+        checks = [_rehearsal_proves(c) for c in checks]
     return checks
+
+
+WHOLE_CHECK = "the whole check"
+
+
+def rehearsal_not_run(check: CheckSpec) -> list[str]:
+    """The parts of a planned check that a rehearsal (no GPUs) prints as NOT RUN when the check runs: GPU and RDMA
+    sections of the preflights (checks.preflight `REHEARSAL_NOT_RUN`) and of the DeepEP host check, nvidia-smi's
+    GPU processes in ownership, NCCL in the collective check (gloo on CPU runs), and the whole NCCL transport and
+    engine-log checks."""
+    if check.module == "checks.preflight":
+        parts = [s for s in check.sections if s in PREFLIGHT_NOT_RUN]
+        return [*parts, *(["ownership's GPU processes (nvidia-smi)"] if "ownership" in check.sections else [])]
+    if check.module == "checks.deepep_host":
+        return [s for s in check.sections if s in DEEPEP_NOT_RUN]
+    if check.module in ("checks.nccl_transport", "checks.engines"):
+        return [WHOLE_CHECK]
+    if check.module == "checks.collective":
+        return ["NCCL on GPUs (gloo on CPU runs instead)"]
+    return []
+
+
+def _rehearsal_proves(check: CheckSpec) -> CheckSpec:
+    parts = rehearsal_not_run(check)
+    if not parts or check.module == "checks.collective":  # the collective's proves says gloo already
+        return check
+    if parts == [WHOLE_CHECK]:
+        proves = f"rehearsal: prints NOT RUN and why, reads nothing (on GPU nodes: {check.proves})"
+    else:
+        proves = f"{check.proves} (rehearsal: NOT RUN {', '.join(parts)})"
+    return check.model_copy(update={"proves": proves})
+
+
+def rehearsal_plan(config: StackConfig, checks: list[CheckSpec]) -> RehearsalPlan | None:
+    """What runs differently on a stack that declares no GPUs (docs/rehearsal.md); None on a GPU stack."""
+    if not config.rehearsal:
+        return None
+    by_kind: dict[str, tuple[int, list[str]]] = {}
+    for check in checks:
+        parts = rehearsal_not_run(check)
+        if parts:
+            count, _ = by_kind.get(check_kind(check), (0, parts))
+            by_kind[check_kind(check)] = (count + 1, parts)
+    not_run = [f"{kind}{f' x{count}' if count > 1 else ''}: NOT RUN {', '.join(parts)}"
+               for kind, (count, parts) in by_kind.items()]
+    gpus = {n.name: n.gpus.count for n in config.nodes}
+    on_cpu = [f"engine containers: no GPU (no --gpus, no device request) and no CUDA_VISIBLE_DEVICES; the engine "
+              f"pretends the {sum(gpus.values())} GPU(s) of nodes[].gpus"]
+    if any(c.module == "checks.collective" for c in checks):
+        floor, origin = min_busbw_gbps(config)
+        on_cpu.append(f"collective-<node>: torch's gloo on CPU, one process per node, floor {floor:g} Gb/s ({origin})")
+    on_cpu.append("args-dry-run-<node>: as on GPU nodes (it never uses a GPU): the image's own `vllm` CLI parses "
+                  "each node's argv")
+    return RehearsalPlan(
+        engine=f"{config.image.ref} must be a substitute engine that serves vLLM's OpenAI API without a GPU: no vLLM "
+               "runs on GPUs, so the api-* checks prove the deployment (ports, firewall, keys, DP rank routing) and "
+               "the substitute engine's answers, not the model",
+        pretended_gpus=gpus, not_run=not_run, on_cpu=on_cpu, image_needs=list(IMAGE_NEEDS))
 
 
 def node_checks(config: StackConfig) -> list[CheckSpec]:
@@ -476,6 +557,8 @@ def min_busbw_gbps(config: StackConfig) -> tuple[float, str]:
     """The collective check's floor and where it comes from."""
     if config.fabric.min_busbw_gbps is not None:
         return config.fabric.min_busbw_gbps, "fabric.min_busbw_gbps"
+    if config.rehearsal:
+        return MIN_BUSBW_GBPS, "the rehearsal's default: gloo between CPUs measures no fabric"
     return DEFAULT_MIN_BUSBW_GBPS[config.fabric.transport], f"the default for {config.fabric.transport}"
 
 
@@ -485,6 +568,9 @@ def collective_checks(config: StackConfig) -> list[CheckSpec]:
     floor, origin = min_busbw_gbps(config)
     transport = config.fabric.transport
     how = "NCCL over sockets" if transport == "socket" else f"NCCL over {transport} with GPU Direct RDMA"
+    if config.rehearsal:
+        how = ("gloo on CPU, one process per node, over each node's GLOO_SOCKET_IFNAME (a rehearsal: NCCL on GPUs "
+               "is NOT RUN)")
     return [CheckSpec(
         name=f"collective-{node.name}", node=node.name, runs_on="node", module="checks.collective", sections=[],
         proves=f"an all-reduce over all {len(config.nodes)} nodes reaches {floor:g} Gb/s bus bandwidth ({origin}), "

@@ -72,6 +72,7 @@ def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
     lines = [
         f"stack {plan.stack}: {plan.model['served_name']} ({plan.model['profile']}) on {t['nodes']} node(s), "
         f"{t['gpus_used']} GPUs; endpoint {plan.endpoint}",
+        *rehearsal_summary(plan),
         _cut(f"image {plan.image['ref']} ({digest}{known})"),
         f"topology {t['label']}: backend {t['backend']}, TP{t['tensor']} PP{t['pipeline']} DP{t['data']} "
         f"EP{t['expert'] or '-'}",
@@ -100,6 +101,37 @@ def render_summary(plan: Plan, full_below: bool = True) -> list[str]:
     return lines
 
 
+REHEARSAL_LINE = ("REHEARSAL: no node has a GPU (vllm-cluster:rehearsal: true): a substitute engine, not vLLM on GPUs; "
+                  "GPUs pretended")
+"""The first words of a rehearsal's plan (docs/rehearsal.md): what deploys is not a model served on GPUs."""
+
+
+def rehearsal_summary(plan: Plan) -> list[str]:
+    """Two summary lines for a stack that declares no GPUs; none for a GPU stack."""
+    if plan.rehearsal is None:
+        return []
+    kinds = ", ".join(dict.fromkeys(line.split(": NOT RUN", 1)[0].split(" x", 1)[0]
+                                    for line in plan.rehearsal.not_run))
+    return [REHEARSAL_LINE, "   " + _cut(f"no container gets a GPU; these print NOT RUN and why: {kinds}", WIDTH - 3)]
+
+
+def rehearsal_detail(plan: Plan) -> list[str]:
+    """The rehearsal's section of the full plan: what serves, what is pretended, what does not run and why."""
+    r = plan.rehearsal
+    if r is None:
+        return []
+
+    def items(texts: list[str]) -> list[str]:
+        return [line for text in texts for line in textwrap.wrap(
+            text, WIDTH, initial_indent="   - ", subsequent_indent="     ", break_on_hyphens=False)]
+
+    return [REHEARSAL_LINE, *textwrap.wrap(f"engine: {r.engine}", WIDTH, initial_indent="   ",
+                                           subsequent_indent="     ", break_on_hyphens=False),
+            "   pretended GPUs (nodes[].gpus.count): " + ", ".join(f"{n} {g}" for n, g in r.pretended_gpus.items()),
+            "   not run (each check prints `NOT RUN <what>: <why>` when it runs):", *items(r.not_run),
+            "   on CPU:", *items(r.on_cpu), "   the engine image must hold:", *items(r.image_needs), ""]
+
+
 def render_plan(plan: Plan, full: bool = True) -> str:
     """The summary, then (unless `full` is false) the whole plan after a separator line."""
     summary = render_summary(plan, full_below=full)
@@ -118,6 +150,7 @@ def render_detail(plan: Plan) -> str:
         f"pipeline={t['pipeline']} data={t['data']} expert={t['expert'] or 'off'} gpus_used={t['gpus_used']}",
         f"endpoint {plan.endpoint}",
         "",
+        *rehearsal_detail(plan),
         f"{'node':<16} {'host':<18} {'role':<16} {'gpus':>9}  dp ranks",
     ]
     for n in plan.nodes:

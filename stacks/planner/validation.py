@@ -40,6 +40,7 @@ from stacks.planner.network_rules import (
     proxy_rules,
     uniqueness_rules,
 )
+from stacks.planner.rehearsal import rehearsal_problems, rehearsal_warnings
 from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
     backend_rules,
@@ -135,7 +136,8 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _observability_rules(config, result)
     _free_form_rules(config, image, result)
     result.problems += fabric_problems(config)
-    result.warnings += restart_policy_warnings(config)
+    result.problems += rehearsal_problems(config)
+    result.warnings += restart_policy_warnings(config) + rehearsal_warnings(config)
     _notes(config, topology, result)
     return topology, profile, result
 
