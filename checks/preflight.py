@@ -22,6 +22,8 @@ sections that did not run, never in exit 124.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
 import json
 import os
 import platform
@@ -244,12 +246,18 @@ def check_memlock(ctx: Context) -> Section:
                        "run this section after the image pull")
     value = out.strip().splitlines()[-1] if out.strip() else ""
     if code != 0 or value != "unlimited":
-        return Section("memlock", False, [f"ulimit -l in the container: {value or out[-200:]!r}"],
+        shown_out = value if code == 0 else " ".join(out.split())[-300:]
+        return Section("memlock", False, [f"ulimit -l in the container: {shown_out!r}"],
                        "allow unlimited memlock for containers (dockerd default-ulimits or LimitMEMLOCK=infinity)")
     return Section("memlock", True, ["ulimit -l inside the container: unlimited"])
 
 
 # ------------------------------------------------------------------------------------------------- model
+
+
+SYNC_FILES_PREFIX = ".weights-"
+"""The weight sync's own files in the model directory (checks/weights_verify.py: its manifest, journal and the empty
+lock file it holds while it writes): never an interrupted copy."""
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
@@ -397,7 +405,8 @@ def check_model(ctx: Context) -> Section:
         shards = sorted(p.name for p in root.glob("*.safetensors"))
         if not shards:
             problems.append("no model.safetensors.index.json and no *.safetensors")
-    empty = sorted(p.name for p in root.iterdir() if p.is_file() and p.stat().st_size == 0)
+    empty = sorted(p.name for p in root.iterdir()
+                   if p.is_file() and p.stat().st_size == 0 and not p.name.startswith(SYNC_FILES_PREFIX))
     if empty:
         problems.append(f"{len(empty)} empty file(s), e.g. {empty[0]} (interrupted copy?)")
     for key, expected in (("num_attention_heads", a.heads), ("o_groups", a.o_groups)):
@@ -455,11 +464,39 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
+def insecure_registry(ctx: Context, host: str) -> bool:
+    """Does this node's Docker pull from `host` over plain HTTP? Loopback registries, and those its daemon lists as
+    insecure (`insecure-registries` in daemon.json: by name in RegistryConfig.IndexConfigs, or by CIDR); Docker then
+    speaks HTTP to them, so asking them over HTTPS would only fail (moby registry/config.go `isSecureIndex`)."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name.strip("[]") in ("localhost", "127.0.0.1", "::1"):
+        return True
+    if ctx.docker_down:
+        return False
+    code, out = _docker(ctx, ["info", "--format", "{{json .RegistryConfig}}"], 20)
+    try:
+        config = json.loads(out) if code == 0 else {}
+    except ValueError:
+        return False
+    entry = (config.get("IndexConfigs") or {}).get(host)
+    if isinstance(entry, dict) and entry.get("Secure") is False:
+        return True
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    for cidr in config.get("InsecureRegistryCIDRs") or []:
+        with contextlib.suppress(ValueError, TypeError):
+            if address in ipaddress.ip_network(str(cidr), strict=False):
+                return True
+    return False
+
+
 def registry_image_gb(ctx: Context, ref: str, timeout: float = 10) -> tuple[float | None, str]:
     """Compressed size of the image for this host's platform, from the registry's manifests (Bearer token flow of
     the registry v2 API; Docker Hub included); (None, why) when it cannot be asked."""
     host, repo, reference = split_image_ref(ref)
-    scheme = "http" if host.split(":")[0] in ("localhost", "127.0.0.1", "::1") else "https"
+    scheme = "http" if insecure_registry(ctx, host) else "https"
     token: str | None = None
 
     def get(url: str) -> dict[str, Any]:

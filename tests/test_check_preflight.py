@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -176,13 +176,15 @@ def test_strict_rp_filter_and_missing_devices(tmp_path: Path) -> None:
     assert "rp_filter=2" in v["next_step"]
 
 
-def fake_docker(tmp: Path, root: Path, image_present: bool) -> None:
-    """`docker info` names `root` as Docker's data root; `docker image inspect` finds the image or not."""
+def fake_docker(tmp: Path, root: Path, image_present: bool, registry_config: dict[str, Any] | None = None) -> None:
+    """`docker info` names `root` as Docker's data root (and answers `registry_config` for its RegistryConfig);
+    `docker image inspect` finds the image or not."""
     script = tmp / "docker"
     tmp.mkdir(parents=True, exist_ok=True)
+    config = json.dumps(registry_config or {"IndexConfigs": {}, "InsecureRegistryCIDRs": []})
     script.write_text(f"""#!/bin/sh
 case "$1" in
-  info) echo '{root}|[["Backing Filesystem","extfs"]]' ;;
+  info) case "$3" in *RegistryConfig*) echo '{config}' ;; *) echo '{root}|[["Backing Filesystem","extfs"]]' ;; esac ;;
   image) {'echo sha256:abc' if image_present else 'echo "Error: No such image: $4" >&2; exit 1'} ;;
   *) echo "unexpected: $*" >&2; exit 3 ;;
 esac
@@ -234,6 +236,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
     """The registry v2 manifest API with Docker Hub's Bearer-token challenge, as a real HTTP server."""
 
     port = 0
+    host = "127.0.0.1"
     requests: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
@@ -242,7 +245,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
             return self._json({"token": "t0k"})
         if self.headers.get("Authorization") != "Bearer t0k":
             self.send_response(401)
-            self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{self.port}/token",'
+            self.send_header("WWW-Authenticate", f'Bearer realm="http://{self.host}:{self.port}/token",'
                              'service="fake-registry",scope="repository:vllm/vllm-openai:pull"')
             self.end_headers()
             return None
@@ -292,6 +295,50 @@ def test_disk_size_from_the_registry(tmp_path: Path, docker_root: Path) -> None:
         assert code == 1 and "pulling needs 37.5 GB" in " ".join(v["evidence"])
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("config", [
+    {"IndexConfigs": {"127.0.0.2:PORT": {"Name": "127.0.0.2:PORT", "Secure": False}}, "InsecureRegistryCIDRs": []},
+    {"IndexConfigs": {}, "InsecureRegistryCIDRs": ["127.0.0.0/8"]},
+    None,
+], ids=["insecure-by-name", "insecure-by-cidr", "secure"])
+def test_disk_asks_an_insecure_registry_over_http(tmp_path: Path, docker_root: Path,
+                                                  config: dict[str, Any] | None) -> None:
+    """A registry the node's Docker lists as insecure (daemon.json `insecure-registries`, by name or CIDR) is pulled
+    from over plain HTTP, so its size is asked over HTTP too; any other is asked over HTTPS (found on the lab:
+    the size of an image in a plain-HTTP registry was 'unknown', and 20 GB assumed)."""
+    server = ThreadingHTTPServer(("127.0.0.2", 0), FakeRegistry)
+    FakeRegistry.port, FakeRegistry.host = server.server_address[1], "127.0.0.2"
+    FakeRegistry.requests = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        text = json.dumps(config).replace("PORT", str(FakeRegistry.port)) if config else None
+        fake_docker(tmp_path / "bin", docker_root, image_present=False,
+                    registry_config=json.loads(text) if text else None)
+        image = f"127.0.0.2:{FakeRegistry.port}/vllm/vllm-openai:nightly-x"
+        code, v = run(tmp_path, "--sections", "disk", "--image", image, "--disk-headroom-gb", "1")
+        evidence = " ".join(v["evidence"])
+        if config is None:
+            assert "not reachable or refused" in evidence and "assumed 20 GB" in evidence, v
+            assert FakeRegistry.requests == [], "a secure registry is asked over HTTPS, which this one does not speak"
+        else:
+            assert code == 0 and "image 12.5 GB compressed" in evidence, v
+    finally:
+        server.shutdown()
+        FakeRegistry.host = "127.0.0.1"
+
+
+def test_model_ignores_the_syncs_own_lock_file(tmp_path: Path) -> None:
+    """The weight sync leaves its (empty) lock file in the model directory: not an interrupted copy (found on the
+    lab: every synced node failed the model section on `.weights-sync.lock`)."""
+    model = make_model(tmp_path)
+    (model / ".weights-sync.lock").write_bytes(b"")
+    args = ["--sections", "model", "--model-dir", str(model), "--heads", "64", "--o-groups", "8"]
+    code, v = run(tmp_path, *args)
+    assert code == 0, v
+    (model / "model-00003-of-00003.safetensors.weights-partial").write_bytes(b"")
+    code, v = run(tmp_path, *args)
+    assert code == 1 and "empty file(s)" in " ".join(v["evidence"]), "an empty partial file is still caught"
 
 
 def test_disk_unknown_size_is_assumed_and_said(tmp_path: Path, docker_root: Path) -> None:
