@@ -63,6 +63,18 @@ def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
     return pulumi.Output.concat(key, "=", pulumi.Output.secret(value))
 
 
+def go_duration(seconds: int) -> str:
+    """`seconds` as Go's `time.Duration.String()` writes it (600 -> "10m0s"): the docker provider reads a container's
+    healthcheck durations back that way (terraform-provider-docker `flattenContainerHealthcheck`), and the
+    healthcheck forces a replacement, so "600s" would replace the container on every `pulumi up` (found on the lab
+    with the real provider)."""
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
                    secrets: Mapping[str, pulumi.Input[str]]) -> docker.ContainerArgs:
     """The plan's container spec, field by field, as pulumi-docker arguments."""
@@ -88,8 +100,8 @@ def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
         restart=spec.restart,
         labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
         healthcheck=docker.ContainerHealthcheckArgs(
-            tests=list(health.test), interval=f"{health.interval_s}s", timeout=f"{health.timeout_s}s",
-            retries=health.retries, start_period=f"{health.start_period_s}s") if health else None,
+            tests=list(health.test), interval=go_duration(health.interval_s), timeout=go_duration(health.timeout_s),
+            retries=health.retries, start_period=go_duration(health.start_period_s)) if health else None,
         must_run=True,
         wait=False,
         logs=False,

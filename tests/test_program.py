@@ -282,3 +282,14 @@ def test_dependency_edges_grow_linearly_with_nodes() -> None:
         assert run.error is None, run.error
         per_node[nodes] = dependency_edges(run) / nodes
     assert per_node[32] <= per_node[8] * 1.1, per_node
+
+
+def test_healthcheck_durations_are_written_as_the_docker_provider_reads_them_back() -> None:
+    """terraform-provider-docker reads a container's healthcheck back with Go's `time.Duration.String()` and the
+    healthcheck forces a replacement: anything else ("600s") replaced the head's engine on every `pulumi up` of the
+    lab. These are the strings Go prints for these durations."""
+    from components.vllm_engine import go_duration
+
+    go_prints = {0: "0s", 2: "2s", 30: "30s", 59: "59s", 60: "1m0s", 61: "1m1s", 600: "10m0s", 3599: "59m59s",
+                 3600: "1h0m0s", 5430: "1h30m30s", 86400: "24h0m0s"}
+    assert {s: go_duration(s) for s in go_prints} == go_prints
