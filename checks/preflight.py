@@ -627,12 +627,14 @@ def socket_pids(procfs: str, inodes: set[int]) -> dict[int, int]:
     return found
 
 
-_CONTAINER_ID = re.compile(r"(?:docker[-/]|/docker/)([0-9a-f]{64})")
+_CONTAINER_ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
 
 
 def container_of(procfs: str, pid: int) -> str | None:
-    """The Docker container id a process runs in, from /proc/<pid>/cgroup (cgroup v1 `/docker/<id>`, v2 with
-    systemd `docker-<id>.scope`)."""
+    """The Docker container id a process runs in, from /proc/<pid>/cgroup: the 64-hex-digit segment of its cgroup
+    path, wherever dockerd put it (cgroup v1 `/docker/<id>`, v2 with systemd `docker-<id>.scope`, and under a
+    daemon's `cgroup-parent`, `/<parent>/<id>`: the lab's nodes, where this stack's own engine was taken for a
+    foreign process); callers only trust an id that `docker ps` lists."""
     try:
         match = _CONTAINER_ID.search((Path(procfs) / str(pid) / "cgroup").read_text())
     except OSError:

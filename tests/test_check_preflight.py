@@ -485,3 +485,20 @@ def test_no_or_unknown_sections_cannot_read_as_a_pass(sections: str, message: st
         preflight.main(["--sections", sections])
     assert exited.value.code == 2
     assert message in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("cgroup", "found"), [
+    ("0::/system.slice/docker-{id}.scope\n", True),
+    ("12:pids:/docker/{id}\n1:name=systemd:/docker/{id}\n", True),
+    ("0::/vlab-lab1/{id}\n", True),  # dockerd's cgroup-parent: found on the lab, was "not this stack's"
+    ("0::/kubepods/burstable/pod1234/{id}\n", True),
+    ("0::/user.slice/user-0.slice/session-3.scope\n", False),
+    ("0::/vlab-lab1/{id}0\n", False),  # 65 hex digits: no container id
+])
+def test_container_of_reads_the_id_wherever_docker_put_the_cgroup(tmp_path: Path, cgroup: str, found: bool) -> None:
+    from checks.preflight import container_of
+
+    cid = "0123456789abcdef" * 4
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "cgroup").write_text(cgroup.format(id=cid))
+    assert container_of(str(tmp_path), 42) == (cid if found else None)
