@@ -70,5 +70,5 @@ toolchain:
 
 ## make lab: a lab cluster of network namespaces on this machine, deployed with the real Pulumi CLI: preview, up,
 ## diff, a failing check, rollback, secrets, policy, refresh and destroy (docs/rehearse.md); tears the lab down
-lab: services venv
-	$(BIN)/python -m pytest tests/lab -p no:randomly -o addopts="-q -p no:cacheprovider" -n 0
+lab: services venv toolchain
+	$(BIN)/python -m pytest tests/lab -o addopts="-q -p no:cacheprovider" -o timeout=2400 -n 0

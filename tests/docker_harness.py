@@ -41,7 +41,7 @@ def docker_ready() -> str | None:
     return None if done.returncode == 0 else f"docker info failed: {done.stderr.strip()[:200]}"
 
 
-def _libraries(binary: Path) -> list[Path]:
+def shared_libraries(binary: Path) -> list[Path]:
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
     paths = []
     for line in out.splitlines():
@@ -69,7 +69,8 @@ def build_image(tag: str, workdir: Path, flags: dict[str, Any] | None = None, wi
         return None if _SKIP & set(Path(info.name).parts) else info
 
     with tarfile.open(archive, "w") as tar:
-        for lib in dict.fromkeys([PYTHON, *_libraries(PYTHON), *(x for b in libraries_of for x in _libraries(b))]):
+        libraries = [*shared_libraries(PYTHON), *(x for b in libraries_of for x in shared_libraries(b))]
+        for lib in dict.fromkeys([PYTHON, *libraries]):
             tar.add(lib.resolve(), arcname=str(lib).lstrip("/"))
         link = tarfile.TarInfo("usr/bin/python3")
         link.type, link.linkname = tarfile.SYMTYPE, "python3.11"

@@ -29,7 +29,7 @@ from checks.weights_node import (
     weights_hash,
 )
 from checks.weights_verify import MANIFEST_NAME
-from tests.docker_harness import PYTHON, SITE, STDLIB, _libraries, build_image, docker_ready, remove_image
+from tests.docker_harness import PYTHON, SITE, STDLIB, build_image, docker_ready, remove_image, shared_libraries
 from tests.weights_harness import Moto, checkpoint, moto_server, tree, upload
 
 FILES = checkpoint([2.5, 1.5], tokenizer_mb=0.2)
@@ -54,7 +54,7 @@ def build_boto_image(tag: str, workdir: Path) -> str:
 
     with tarfile.open(archive, "w") as tar:
         ssl_modules = [STDLIB / "lib-dynload" / f"{m}.cpython-311-x86_64-linux-gnu.so" for m in ("_ssl", "_hashlib")]
-        libraries = {lib for binary in [PYTHON, *ssl_modules] if binary.exists() for lib in _libraries(binary)}
+        libraries = {lib for binary in [PYTHON, *ssl_modules] if binary.exists() for lib in shared_libraries(binary)}
         for lib in [PYTHON, *sorted(libraries)]:
             tar.add(lib.resolve(), arcname=str(lib).lstrip("/"))
         link = tarfile.TarInfo("usr/bin/python3")

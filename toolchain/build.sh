@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make toolchain: the Pulumi CLI, its Python language host and the command and docker provider plugins, built
 # here from Go modules with the ordinary `go` command (no prebuilt Pulumi binary is on a registry this project
-# can reach). Idempotent: the binaries go into a cache directory outside the checkout, keyed by the versions and
-# by every file under toolchain/ but the READMEs and licenses, and a second run only prints where they are. The last line printed is that
-# directory: put it first on PATH (docs/rehearse.md).
+# can reach). Idempotent: the binaries go into a cache directory outside the checkout, keyed by the Go version,
+# the versions below and every source file under toolchain/ (not this script, the READMEs or the licenses), and
+# a second run only prints where they are. The last line printed is that directory: put it first on PATH
+# (docs/rehearse.md).
 #
 # What comes from where (toolchain/README.md): the CLI and its SDK straight from the module proxy (a wrapper
 # module, toolchain/cli, since pkg/v3's own go.mod has replace directives); the language host's and the two
@@ -22,6 +23,7 @@ BINARIES="pulumi pulumi-language-python pulumi-language-python-exec pulumi-resou
 fail() { echo "make toolchain: $*" >&2; exit 2; }
 step() { printf '%s  %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
 command -v go >/dev/null 2>&1 || fail "no 'go' on PATH: install Go 1.26 or newer (Debian: golang-go, or go.dev/dl)"
 go_version="$(go env GOVERSION)"
 case "$go_version" in
@@ -30,7 +32,7 @@ case "$go_version" in
 esac
 
 key="$( (echo "$go_version $CLI_VERSION $COMMAND_VERSION $DOCKER_VERSION $DOCKER_UPSTREAM"
-         cd "$HERE" && find . -type f ! -name README.md ! -name LICENSE -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12)"
+         cd "$HERE" && find . -type f ! -name README.md ! -name LICENSE ! -name build.sh -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12)"
 cache_root="${VLLM_CLUSTER_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-cluster/toolchain}"
 out="$cache_root/pulumi-${CLI_VERSION#v}-command-$COMMAND_VERSION-docker-$DOCKER_VERSION-$key"
 
@@ -49,7 +51,7 @@ if [ -f "$out/.complete" ]; then
   exit 0
 fi
 
-step "building the Pulumi toolchain into $out (cold: ~15 min on 2 cores, most of it the CLI and the docker provider)"
+step "building the Pulumi toolchain into $out (cold: ~10 min on 2 cores with downloads, most of it the CLI and the docker provider)"
 versions
 work="$out.tmp"
 rm -rf "$work"
