@@ -7,6 +7,7 @@ under the run's logs/ directory.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -173,21 +174,75 @@ def test_up_to_the_new_image(deployment: LabDeployment) -> None:
     engine_runs(d, "lab-2")
 
 
+def write_values(d: LabDeployment, values: dict[str, Any]) -> None:
+    """The stack file with these plain values, its secrets (`secure:` entries) and comments kept (ruamel)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    document = yaml.load(d.stack_file.read_text())
+    config = document["config"]
+    for key, value in values.items():
+        if config.get(f"vllm-cluster:{key}") != value:
+            config[f"vllm-cluster:{key}"] = value
+    with d.stack_file.open("w") as out:
+        yaml.dump(document, out)
+
+
 def test_argv_change_preview_is_the_group_and_no_image(deployment: LabDeployment) -> None:
-    """`pulumi preview --diff` after an argv-only change (`serving.max_model_len`): the engine group and the
-    checks that read argv, no image, and the matrix's prediction again resource by resource. Preview only: the
-    stack file is put back."""
+    """`pulumi preview --diff` after argv-only changes: `serving.max_model_len`, and tensor parallelism 1 -> 2 on
+    two pretended GPUs per node. The engine group and the checks that read argv change, no image is pulled, and
+    the matrix predicts every resource's step. Preview only: the stack file is put back."""
     d = deployment
     original = d.stack_file.read_text()
     before = plain_values(d)
-    assert "max_model_len: 4096" in original, "examples/Pulumi.lab.yaml changed: update this test's edit"
-    d.stack_file.write_text(original.replace("max_model_len: 4096", "max_model_len: 2048", 1))
+    tensor = copy.deepcopy(before)
+    tensor["parallelism"]["tensor"] = 2
+    for node in tensor["nodes"]:
+        node["gpus"]["count"] = 2
+    shorter = copy.deepcopy(before)
+    shorter["serving"]["max_model_len"] = before["serving"]["max_model_len"] // 2
     try:
-        real = assert_engine_agrees(d, before, "preview-argv-change")
+        for what, values in (("preview-max-model-len", shorter), ("preview-tensor-2", tensor)):
+            write_values(d, values)
+            real = assert_engine_agrees(d, before, what)
+            assert not [n for n in real if n.endswith("-image")], (what, real)
+            assert {f"engine-{n.name}-lab-engine" for n in d.lab.nodes} <= set(real), (what, real)
+            d.stack_file.write_text(original)
     finally:
         d.stack_file.write_text(original)
-    assert not [n for n in real if n.endswith("-image")], real
-    assert {f"engine-{n.name}-lab-engine" for n in d.lab.nodes} <= set(real), real
+
+
+MATRIX_KEYS = ("serving.max_num_seqs", "serving.gpu_memory_utilization", "container.shm_size_mb",
+               "parallelism.master_port", "fabric.min_busbw_gbps", "model.served_name", "firewall.ephemeral_ports",
+               "container.restart_epoch", "serving.engine_ready_timeout_s", "model.load_gb_per_s")
+"""Replacement-matrix rows the lab can express, each previewed for real: engine argv, container settings, ports,
+a check's threshold, the served name, the host firewall, a deliberate group restart, the ready timeout and
+the load estimate (no process should move for the last)."""
+
+
+def test_matrix_rows_agree_with_the_real_preview(deployment: LabDeployment) -> None:
+    """For each key of MATRIX_KEYS, the matrix's own mutation (review/config_mutations.py `mutate`) written into the
+    stack file, `pulumi preview --diff`, and the real engine's step for every resource equals the prediction.
+    Preview only: the stack file is put back after each key."""
+    from review.config_mutations import leaves, mutate
+
+    d = deployment
+    original = d.stack_file.read_text()
+    before = plain_values(d)
+    by_key = {leaf.key: leaf for leaf in leaves()}
+    tried = []
+    try:
+        for key in MATRIX_KEYS:
+            outcome = mutate(by_key[key], STACK, before, MOCK_SECRETS, [])
+            assert outcome.mutations, f"{key}: the matrix has no mutation for the lab stack ({outcome.refused})"
+            mutation = outcome.mutations[0]
+            write_values(d, {k: v for k, v in mutation.values.items() if k not in SECRET_KEYS})
+            assert_engine_agrees(d, before, f"preview-matrix-{key}")
+            tried.append(mutation.change)
+            d.stack_file.write_text(original)
+    finally:
+        d.stack_file.write_text(original)
+    assert len(tried) == len(MATRIX_KEYS), tried
 
 
 def test_rollback_reads_the_real_history_and_returns_without_a_pull(deployment: LabDeployment) -> None:
