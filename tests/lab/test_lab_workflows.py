@@ -33,7 +33,8 @@ def custom(type_: str) -> bool:
     return not type_.startswith(("vllm-cluster:", "pulumi:pulumi:Stack"))
 
 
-HEAD = re.compile(r"^\s*[-+~=<>]*(?P<type>[A-Za-z0-9_:/.$-]+): \((?P<op>[a-z-]+)\)\s*$")
+HEAD = re.compile(r"^\s*[-+~=<>]*\s*(?P<type>[A-Za-z0-9_:/.$-]+): \((?P<op>[a-z-]+)\)\s*$")
+"""A step's first line in `--diff` output: `    +-command:remote:Command: (replace)`, `    ~ …: (update)`."""
 URN = re.compile(r"^\s*\[urn=(?P<urn>[^\]]+)\]")
 OPS = {"same": None, "read": None, "refresh": None, "create": "create", "update": "update", "delete": "delete",
        "replace": "replace", "create-replacement": "replace", "delete-replaced": "replace"}
