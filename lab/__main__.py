@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("operands", nargs="*", help="push: IMAGE NAME; upload: DIR s3://BUCKET/PREFIX")
     parser.add_argument("--nodes", type=int, default=2, help="how many nodes `up` makes [2]")
     parser.add_argument("--state-dir", type=Path, default=hosts.DEFAULT_STATE, help=f"[{hosts.DEFAULT_STATE}]")
-    parser.add_argument("--prefix", default="vlab", help="`up`: namespace and link names begin with it [vlab]")
+    parser.add_argument("--prefix", default=None,
+                        help="`up`: namespace and link names begin with it [vlab]; `down`: remove that lab's even "
+                             "when --state-dir holds none (a lost state dir)")
     parser.add_argument("--subnet", default="10.231.0", help="`up`: the lab's /24, three octets [10.231.0]")
     args = parser.parse_args(argv)
     transfer = args.command in ("push", "upload")
@@ -48,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda line: print(line, flush=True)  # noqa: E731 (progress lines appear as they happen)
     try:
         if args.command == "up":
-            print("\n".join(summary(hosts.up(args.nodes, args.state_dir, args.prefix, args.subnet, log=say))))
+            print("\n".join(summary(hosts.up(args.nodes, args.state_dir, args.prefix or "vlab", args.subnet, log=say))))
         elif args.command == "down":
-            hosts.down(args.state_dir, log=say)
+            hosts.down(args.state_dir, args.prefix, log=say)
         elif transfer:
             lab = hosts.load(args.state_dir)
             if lab is None:

@@ -390,12 +390,16 @@ def _mounts_under(path: Path) -> list[str]:
 
 def down(state_dir: Path | str = DEFAULT_STATE, prefix: str | None = None, log: Log = print) -> None:
     """Remove everything a lab made: its processes (containers first among them), mounts, namespaces, links,
-    cgroups and the state dir. Idempotent; works from what exists, so also after a failed `up`."""
+    cgroups and the state dir. Idempotent; works from what exists, so also after a failed `up`. The prefix is the
+    state dir's own (its marker); a dir without one is left alone unless `prefix` is given."""
     start = time.monotonic()
     state = Path(state_dir).resolve()
     marker = state / MARKER
     if prefix is None:
-        prefix = marker.read_text().strip() if marker.is_file() else "vlab"
+        if not marker.is_file():  # not a lab's state dir: never guess a prefix (it would be another lab's)
+            log(f"lab: no lab in {state} (no {MARKER}); give --prefix to remove one made with another state dir")
+            return
+        prefix = marker.read_text().strip()
     pids = lab_pids(state, prefix)
     if pids:
         log(f"lab: stopping {len(pids)} process(es): {', '.join(sorted(set(pids.values())))}")
@@ -450,7 +454,9 @@ def status(state_dir: Path | str = DEFAULT_STATE) -> tuple[bool, list[str]]:
     state = Path(state_dir).resolve()
     lab = load(state)
     marker = state / MARKER
-    prefix = lab.prefix if lab else marker.read_text().strip() if marker.is_file() else "vlab"
+    if lab is None and not marker.is_file():  # not a lab's state dir: another lab's prefix is not this one's
+        return False, [f"state dir {state}: {'exists, no lab' if state.exists() else 'absent'}"]
+    prefix = lab.prefix if lab else marker.read_text().strip()
     pids = lab_pids(state, prefix)
     lines = [f"state dir {state}: {'a lab' if lab else 'exists, no lab.json' if state.exists() else 'absent'}",
              f"namespaces: {', '.join(_netns_names(prefix)) or 'none'}",

@@ -140,6 +140,25 @@ def _alive(pid: int, name: str) -> bool:
     return comm == name and state != "Z"
 
 
+def test_down_and_status_of_a_dir_without_a_lab_touch_no_other_lab(lab: Lab, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state dir that holds no lab names no prefix: `down` and `status` must not guess one (they guessed `vlab`,
+    so a test's `down` of its removed lab tore down a `make lab` running beside it)."""
+    import lab.hosts as hosts
+
+    def guessed(*_: object) -> dict[int, str]:
+        raise AssertionError("down/status looked for a lab's processes in a dir that holds none")
+
+    lines: list[str] = []
+    monkeypatch.setattr(hosts, "lab_pids", guessed)
+    down(tmp_path / "no-lab", log=lines.append)
+    assert lines and "no lab in" in lines[0]
+    healthy, report = status(tmp_path / "no-lab")
+    assert not healthy and report == [f"state dir {tmp_path / 'no-lab'}: absent"]
+    monkeypatch.undo()
+    assert status(lab.state_dir)[0], "the running lab is untouched"
+
+
 def test_down_leaves_no_namespace_process_mount_or_file(lab: Lab, pushed: str) -> None:
     """Last in the module: the fixture's own `down` then finds nothing, which is the idempotence check."""
     ok(lab.ssh(lab.nodes[0], f"docker run -d --name lab-sleeper-{RUN} {pushed} python3 -c 'import time; "
