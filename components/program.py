@@ -226,10 +226,20 @@ def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
     })
 
 
+def under_mocks() -> bool:
+    """Is this program run by Pulumi's test mocks (`pulumi.runtime.set_mocks`) rather than by an engine?"""
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.settings import get_monitor
+
+    return isinstance(get_monitor(), MockMonitor)
+
+
 def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
     checks = {c.name: c for c in plan.checks}
-    # Before any Docker provider connects: the pinned host keys its ssh reads (components/ssh_trust.py).
-    write_known_hosts(stack, config)
+    # Before any Docker provider connects: the pinned host keys its ssh reads (components/ssh_trust.py). Not under
+    # Pulumi's mocks: no provider connects there, and a test's stack would overwrite the real deploy's file.
+    if not under_mocks():
+        write_known_hosts(stack, config)
     facts = policy_facts(config, plan)
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,8 +91,17 @@ def _stack_file(project: Path, lab: hosts.Lab) -> None:
     (project / f"Pulumi.{STACK}.yaml").write_text(text)
 
 
+def _keep_node_logs(lab_state: Path, work: Path) -> None:
+    """Each node's sshd, dockerd and boot logs and the registry's, out of the lab's state dir before `down`
+    deletes it: a failed run keeps its evidence."""
+    for log in [*lab_state.glob("nodes/*/log/*.log"), *lab_state.glob("registry/*.log"), *lab_state.glob("*.log")]:
+        target = work / "logs" / "lab" / log.relative_to(lab_state)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(log, target)
+
+
 @pytest.fixture(scope="session")
-def deployment() -> Iterator[LabDeployment]:
+def deployment(request: pytest.FixtureRequest) -> Iterator[LabDeployment]:
     keep = os.environ.get("LAB_KEEP") == "1"
     work = Path(tempfile.mkdtemp(prefix="vllm-lab-run-"))
     print(f"\nlab run: {work} (logs in {work / 'logs'})")
@@ -123,10 +134,18 @@ def deployment() -> Iterator[LabDeployment]:
     finally:
         if agent_pid:
             subprocess.run(["kill", str(agent_pid)], capture_output=True)
-        if keep:
-            print(f"lab kept (LAB_KEEP=1): {work}; python -m lab down --state-dir {work / 'lab'}")
+        failed = request.session.testsfailed > 0
+        if keep:  # past pytest's capture: the user asked for it
+            print(f"\nlab kept (LAB_KEEP=1): {work}; python -m lab down --state-dir {work / 'lab'}",
+                  file=sys.__stderr__)
         else:
+            if (work / "lab").exists():
+                _keep_node_logs(work / "lab", work)
             hosts.down(work / "lab", log=lambda _: None)
+            if failed:
+                print(f"\nlab run failed: its logs are in {work / 'logs'}", file=sys.__stderr__)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
 
 
 def stack_resources(deployment: LabDeployment) -> list[dict[str, object]]:

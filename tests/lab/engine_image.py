@@ -78,9 +78,8 @@ def build_base(tag: str, workdir: Path) -> str:
         files[nvidia] = f"/{SITE}/nvidia"
     try:
         return build_image(tag, workdir, modules=present, files=files, libraries_of=binaries, changes=(ENTRYPOINT,))
-    finally:
-        for archive in workdir.glob("*.tar"):  # ~4 GB: Docker holds the image now
-            archive.unlink()
+    finally:  # its ~4 GB archive (build_image's name for it): Docker holds the image now
+        (workdir / f"{tag.replace('/', '_').replace(':', '_')}.tar").unlink(missing_ok=True)
 
 
 def build(base: str, tag: str, workdir: Path, answer: str | None = None) -> str:

@@ -22,7 +22,7 @@ PASSPHRASE = "lab-passphrase-not-secret"
 
 
 def toolchain_bin() -> Path:
-    """The directory `make toolchain` prints last (it builds on a cold cache, ~15 min, and is a cache hit after)."""
+    """The directory `make toolchain` prints last (a cold build ~10 min on 2 cores; a cache hit after)."""
     done = subprocess.run(["bash", str(ROOT / "toolchain" / "build.sh")], capture_output=True, text=True,
                           timeout=3600)
     if done.returncode != 0:
