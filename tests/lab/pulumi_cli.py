@@ -87,31 +87,29 @@ class PulumiCli:
     def run(self, *argv: str, what: str, stdin: str | None = None, timeout_s: float = 1800,
             check: bool = True) -> Done:
         """`pulumi ARGV` in the project; raises with the output's tail unless `check` is false."""
-        self.count += 1
-        logs = self.workdir / "logs"
-        logs.mkdir(exist_ok=True)
-        log = logs / f"{self.count:02d}-{what}.log"
         full = ["pulumi", *argv, "--non-interactive"]
-        done = subprocess.run(full, cwd=self.project, env=self.env(), input=stdin, capture_output=True, text=True,
-                              timeout=timeout_s)
-        out = done.stdout + (f"\n--- stderr ---\n{done.stderr}" if done.stderr else "")
-        log.write_text(f"$ {' '.join(full)}\n(exit {done.returncode})\n{out}")
-        if check and done.returncode != 0:
-            raise AssertionError(f"pulumi {' '.join(argv)} exited {done.returncode} (log {log}):\n{out[-6000:]}")
-        return Done(full, done.returncode, done.stdout, log)
+        return self._logged(full, " ".join(full), f"pulumi {' '.join(argv)}", what, stdin, timeout_s, check, 6000)
 
     def python(self, *argv: str, what: str, check: bool = True) -> Done:
         """`venv/bin/python ARGV` in the project with the CLI's environment (e.g. `-m stacks rollback`)."""
+        done = self._logged([str(self.project / "venv" / "bin" / "python"), *argv], f"python {' '.join(argv)}",
+                            f"python {' '.join(argv)}", what, None, 600, check, 4000)
+        return Done(list(argv), done.code, done.out, done.log)
+
+    def _logged(self, argv: list[str], shown: str, name: str, what: str, stdin: str | None, timeout_s: float,
+                check: bool, tail: int) -> Done:
+        """Run `argv` in the project with the CLI's environment; its output (stderr after stdout) goes to
+        `logs/NN-<what>.log` under the `$ shown` line, and a failure raises with the last `tail` characters."""
         self.count += 1
         log = self.workdir / "logs" / f"{self.count:02d}-{what}.log"
         log.parent.mkdir(exist_ok=True)
-        done = subprocess.run([str(self.project / "venv" / "bin" / "python"), *argv], cwd=self.project,
-                              env=self.env(), capture_output=True, text=True, timeout=600)
+        done = subprocess.run(argv, cwd=self.project, env=self.env(), input=stdin, capture_output=True, text=True,
+                              timeout=timeout_s)
         out = done.stdout + (f"\n--- stderr ---\n{done.stderr}" if done.stderr else "")
-        log.write_text(f"$ python {' '.join(argv)}\n(exit {done.returncode})\n{out}")
+        log.write_text(f"$ {shown}\n(exit {done.returncode})\n{out}")
         if check and done.returncode != 0:
-            raise AssertionError(f"python {' '.join(argv)} exited {done.returncode} (log {log}):\n{out[-4000:]}")
-        return Done(list(argv), done.returncode, done.stdout, log)
+            raise AssertionError(f"{name} exited {done.returncode} (log {log}):\n{out[-tail:]}")
+        return Done(argv, done.returncode, done.stdout, log)
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted((self.workdir / "logs").glob("*.log")))
