@@ -198,10 +198,11 @@ def _node_commands(plan: Plan, module: str, build: Callable[[CheckSpec], str]) -
 
 def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dict[str, command.remote.Command]:
     """The host firewall (stacks/planner/firewall.py), one `<node>-firewall` command per node: applied atomically on
-    create     and update (the trigger is the ruleset's sha256, so it re-runs exactly when the rules change), removed on
-    `pulumi destroy` (delete). Before it, after the node's preflight, `<node>-firewall-preflight` (the preflight's
-    `firewall` section: nft present and usable, the kernel's ephemeral range inside the guarded one). Every
-    engine container of the node waits for it. `firewall.enabled: false`: no resource (the plan warns)."""
+    create and update (a rules change is an update: never a replacement, whose delete would run after the new
+    table is applied, stacks/planner/firewall.py FirewallCommand), removed on `pulumi destroy` (delete). Before
+    it, after the node's preflight, `<node>-firewall-preflight` (the preflight's `firewall` section: nft present
+    and usable, the kernel's ephemeral range inside the guarded one). Every engine container of the node waits
+    for it. `firewall.enabled: false`: no resource (the plan warns)."""
     out: dict[str, command.remote.Command] = {}
     for name, fw in firewall_commands(config, plan.firewall).items():
         node = nodes[name]
@@ -210,11 +211,11 @@ def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dic
         check = heredoc_command("preflight", args, prefix="" if user == "root" else "sudo -n ",
                                 timeout_s=outer_timeout_s(["firewall"]))
         preflight = command.remote.Command(
-            f"{name}-firewall-preflight", connection=node.connection, create=check, triggers=[*fw.triggers, *args],
+            f"{name}-firewall-preflight", connection=node.connection, create=check, triggers=[fw.ruleset_sha256, *args],
             opts=pulumi.ResourceOptions(parent=node, depends_on=[node.preflight]))
         out[name] = command.remote.Command(
             f"{name}-firewall", connection=node.connection, create=fw.create, update=fw.update, delete=fw.delete,
-            triggers=list(fw.triggers), opts=pulumi.ResourceOptions(parent=node, depends_on=[preflight]))
+            opts=pulumi.ResourceOptions(parent=node, depends_on=[preflight], delete_before_replace=True))
     return out
 
 

@@ -3,13 +3,14 @@
 vLLM is fail-stop: a lone restarted rank hangs against stale peers. Every container carries the group's
 `generation` label (a hash of the inputs that replace a container, stacks/planner/launch.py GENERATION_FIELDS), so a
 change that replaces one node's container replaces every node's; the secret values the group uses (which no
-label may carry) move every container through `replacement_trigger` instead.
+label may carry) move every container through `replace_with` a secrets resource instead (`secrets_holder`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,17 +31,29 @@ REPLACE_ON_CHANGES = list(ENGINE_REPLACE_ON_CHANGES)
 
 def secrets_trigger(secrets: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
     """A secret digest of every secret value the group's containers use (sorted by config key): rotating
-    `api_key` changes only the head's env, and must still replace the whole group.
-
-    Set on every container as `replacement_trigger` (Pulumi engine >= 3.208: pkg/resource/deploy/step_generator.go
-    `shouldTriggerReplace` compares old and new with secrets unwrapped; a null on either side never triggers, so
-    a group without secrets still gets the digest of nothing). Stored in state as a secret, like the env itself."""
+    `api_key` changes only the head's env, and must still replace the whole group; the checks carry it as a
+    trigger so that they run again then. Stored in state as a secret, like the env itself."""
     refs = sorted(secrets)
 
     def digest(values: list[Any]) -> str:
         return hashlib.sha256(json.dumps(dict(zip(refs, values, strict=True)), sort_keys=True).encode()).hexdigest()
 
     return pulumi.Output.secret(pulumi.Output.all(*[secrets[r] for r in refs]).apply(digest))
+
+
+def secrets_holder(name: str, digest: pulumi.Input[str], parent: pulumi.Resource) -> command.local.Command:
+    """A resource that is replaced exactly when `digest` changes; every engine container names it in
+    `replace_with`, so a rotated secret replaces the whole group.
+
+    Not a `replacement_trigger` on the containers: the real CLI's `pulumi preview --json` (v3.277.0) panics with
+    "attempt to encrypt value" on a secret trigger (pkg/backend/display/json.go `stateForJSONOutput` masks inputs
+    and outputs, not the trigger), and a plain digest of the secrets would sit unencrypted in the state. Here the
+    digest is a secret input (`triggers`: pulumi-command replaces on a change) and the containers get the replace
+    through the engine's ReplaceWith rule (pkg/resource/deploy/step_generator.go: a resource whose ReplaceWith
+    list holds one being replaced is replaced too). Its command prints a fixed line, never the digest."""
+    return command.local.Command(
+        name, create=f"echo {shlex.quote(f'{name}: the engine group secrets are in place')}", triggers=[digest],
+        opts=pulumi.ResourceOptions(parent=parent))
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,7 @@ class VllmEngine(pulumi.ComponentResource):
         self._args = args
         self.generation = plan.head.containers[0].labels[GENERATION_LABEL]
         self.secrets_digest = secrets_trigger(args.secrets)
+        self.secrets_holder = secrets_holder(f"{name}-secrets", self.secrets_digest, self)
         self.check_triggers: list[pulumi.Input[str]] = [self.generation, self.secrets_digest]
         """What every check of the running group carries as triggers: whatever replaces the group re-runs them."""
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
@@ -144,7 +158,7 @@ class VllmEngine(pulumi.ComponentResource):
         checks = args.before_containers(self.gates[-1]) if args.before_containers is not None else []
         if checks:
             self.gates.append(barrier(f"{name}-gate-collectives", checks, parent=self))
-        gates: list[pulumi.Resource] = [self.gates[-1]]
+        gates: list[pulumi.Resource] = [self.gates[-1], self.secrets_holder]
         self.containers = {}
         """Node name -> its engine container; with several on a node (external load balancing), `node/container`."""
         self.node_containers: dict[str, list[docker.Container]] = {}
@@ -170,7 +184,7 @@ class VllmEngine(pulumi.ComponentResource):
                     args=container_args(spec, node.image.image_id, args.secrets),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
-                        replace_on_changes=REPLACE_ON_CHANGES, replacement_trigger=self.secrets_digest,
+                        replace_on_changes=REPLACE_ON_CHANGES, replace_with=[self.secrets_holder],
                         custom_timeouts=timeouts))
                 self.node_containers.setdefault(node_name, []).append(self.containers[key])
                 started.append(self.containers[key])

@@ -6,6 +6,9 @@ Layout for prefix P and subnet S (default `vlab`, 10.231.0):
   UTS namespace of its own, kept alive by bind mounts at STATE/ns/labI.{mnt,uts}. In it /etc, /var, /opt and /srv
   are overlays on the host's (what the node writes stays in STATE/nodes/labI/upper), /root, /var/lib/docker and
   /srv/lab-models are the node's own directories, /run, /tmp and /dev/shm fresh tmpfs, /sys shows its own links.
+  No systemd runs there (PID 1 is `sleep`): /run/systemd/system exists and /usr/local/sbin/systemctl (SYSTEMCTL)
+  is the real systemctl, which enables and disables units offline, less `daemon-reload`, so a unit a deployment
+  writes and enables (the host firewall's) is on the node's disk as on a real server's, and its removal shows.
   Its sshd (port 22, its own host key) and dockerd (the default socket /run/docker.sock, its own /etc/docker) run
   there, so `ssh root@S.I docker …` and `DOCKER_HOST=ssh://root@S.I` reach that node's engine only;
 - the root namespace gets S.253 on veth `P-host` into the bridge: the deployer reaches every node. Nothing routes
@@ -156,14 +159,25 @@ def _keygen(path: Path, comment: str) -> str:
     return " ".join(path.with_name(path.name + ".pub").read_text().split()[:2])
 
 
+SYSTEMCTL = """#!/bin/sh
+# The lab node runs no systemd: there is no manager for daemon-reload to reload. Everything else is the real
+# systemctl, which links and unlinks units under /etc/systemd/system offline (enable, disable, is-enabled).
+# SYSTEMD_OFFLINE: /run/systemd/system exists (scripts look for it), so systemctl would look for a bus too.
+[ "${1:-}" = daemon-reload ] && exit 0
+SYSTEMD_OFFLINE=1 exec /usr/bin/systemctl "$@"
+"""
+
+
 def _node_files(lab_nodes: list[tuple[str, str]], name: str, address: str, node_dir: Path, netns: str,
                 registry: str, client_key: str) -> str:
     """Everything the node's own disk holds before it boots (its /etc changes, its /root); its host key line."""
     for d in OVERLAID:
         (node_dir / "upper" / d).mkdir(parents=True, exist_ok=True)
         (node_dir / "work" / d).mkdir(parents=True, exist_ok=True)
-    for d in ("docker", "models", "log"):
+    for d in ("docker", "models", "log", "sbin"):
         (node_dir / d).mkdir(exist_ok=True)
+    (node_dir / "sbin" / "systemctl").write_text(SYSTEMCTL)
+    (node_dir / "sbin" / "systemctl").chmod(0o755)
     etc = node_dir / "upper" / "etc"
     host_key = _keygen(etc / "ssh" / "ssh_host_ed25519_key", f"root@{name}")
     (etc / "ssh" / "sshd_config").write_text(
@@ -198,7 +212,8 @@ mount -t sysfs sysfs /sys && mount --move $n/cgroup /sys/fs/cgroup
 for d in {overlays}; do mount -t overlay overlay -o lowerdir=/$d,upperdir=$n/upper/$d,workdir=$n/work/$d /$d; done
 mkdir -p /var/lib/docker {MODELS_DIR}
 mount --bind $n/root /root && mount --bind $n/docker /var/lib/docker && mount --bind $n/models {MODELS_DIR}
-mount -t tmpfs -o mode=755 tmpfs /run && mkdir -p /run/sshd && mkdir -m 1777 /run/lock
+mount -t tmpfs -o mode=755 tmpfs /run && mkdir -p /run/sshd /run/systemd/system && mkdir -m 1777 /run/lock
+mount --bind $n/sbin /usr/local/sbin
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /tmp
 hostname {shlex.quote(name)}
 echo booted

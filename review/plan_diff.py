@@ -209,8 +209,8 @@ def _memory(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
 
 def _secrets(changes: dict[str, str], base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, str]]:
     """Per changed secret, what `pulumi up` replaces when its value changed: a secret the engines read (their
-    `secret_env`) moves the group's `replacement_trigger`, so every engine container is replaced; a proxy secret
-    rewrites the proxy's files. Re-encrypting the same value changes the stack file but not the trigger."""
+    `secret_env`) replaces the group's secrets holder, and with it (`replace_with`) every engine container; a proxy
+    secret rewrites the proxy's files. Re-encrypting the same value changes the stack file but not the holder."""
     engine_refs = {ref for plan in (base, head) for n in plan["nodes"] for c in n["containers"]
                    for ref in (c.get("secret_env") or {}).values()}
     proxied = head.get("proxy") is not None or base.get("proxy") is not None

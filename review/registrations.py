@@ -112,7 +112,6 @@ def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> li
     config |= {f"vllm-cluster:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in secrets.items()}
     pulumi.runtime.set_all_config(config, secret_keys=[f"vllm-cluster:{k}" for k in secrets])
     options: dict[str, pulumi.ResourceOptions] = {}
-    triggers: dict[str, Any] = {}
     custom_init = pulumi.CustomResource.__init__
 
     def spy(self: Any, t: str, name: str, props: Any = None, opts: Any = None, *args: Any, **kwargs: Any) -> None:
@@ -120,12 +119,8 @@ def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> li
         custom_init(self, t, name, props, opts, *args, **kwargs)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
-    def program() -> pulumi.Output[Any]:
+    def program() -> None:
         deploy(stack)
-        pending = {n: o.replacement_trigger for n, o in options.items() if o.replacement_trigger is not None}
-        names = sorted(pending)
-        return pulumi.Output.all(*[pending[n] for n in names]).apply(
-            lambda values: triggers.update(zip(names, values, strict=True)))
 
     pulumi.CustomResource.__init__ = spy  # type: ignore[method-assign]
     try:
@@ -141,5 +136,5 @@ def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> li
         out.append(Registration(typ, name, inputs, custom=custom,
                                 replace_on_changes=tuple(opts.replace_on_changes or ()),
                                 delete_before_replace=bool(opts.delete_before_replace),
-                                replacement_trigger=triggers.get(name)))
+                                replace_with=tuple(sorted(r._name for r in opts.replace_with or ()))))
     return out

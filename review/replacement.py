@@ -22,8 +22,8 @@ The rules, each from the provider's or the engine's own source:
   and pulumi-docker marks none (schema: no `willReplaceOnChanges` in `provider.inputProperties`): an update; the
   resources it manages are diffed with the new settings, not replaced.
 - a component (`vllm-cluster:index:*`): no provider; a change to its inputs is recorded in the state, nothing runs.
-- Pulumi's `replacement_trigger` (engine >= 3.208, pkg/resource/deploy/step_generator.go
-  `shouldTriggerReplace`): a changed, non-null trigger replaces the resource whatever its inputs.
+- Pulumi's `replace_with` option (pkg/resource/deploy/step_generator.go): a resource whose `replace_with` list holds
+  a resource being replaced is replaced too, whatever its inputs (the engine containers and their secrets holder).
 - Delete-before-replace dependents (step_generator.go `calculateDependentReplacements`) only follow property
   dependencies on a replaced resource: the program feeds no replaced container's output into another resource's
   input (its checks only `depends_on` the containers), so none arise.
@@ -99,7 +99,8 @@ class Registration:
     custom: bool = True
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
-    replacement_trigger: Any = None
+    replace_with: tuple[str, ...] = ()
+    """names of resources whose replacement replaces this one (Pulumi's `replace_with` option)"""
 
 
 @dataclass(frozen=True)
@@ -144,12 +145,8 @@ def action(old: Registration | None, new: Registration | None) -> Action | None:
     if new is None:
         return Action("delete", (), "no longer registered")
     inputs = changed_inputs(old.inputs, new.inputs)
-    trigger = (old.replacement_trigger is not None and new.replacement_trigger is not None
-               and _canonical(old.replacement_trigger) != _canonical(new.replacement_trigger))
-    if not inputs and not trigger:
+    if not inputs:
         return None
-    if trigger:
-        return Action("replace", inputs, "replacement_trigger changed (a secret the group uses)")
     if new.type.startswith(COMPONENT_PREFIX) or not new.custom:
         return Action("state", inputs, "component: recorded in the state, nothing runs")
     if new.type == CONTAINER:
@@ -214,18 +211,37 @@ def _merge_level(a: str, b: str) -> str:
     return a if _STRENGTH[a] >= _STRENGTH[b] else b
 
 
+def actions(olds: Mapping[str, Registration], news: Mapping[str, Registration]) -> dict[str, Action]:
+    """Each resource's action, then Pulumi's `replace_with`: a resource that names a replaced one is replaced
+    (pkg/resource/deploy/step_generator.go, "marked for replacement because … (in its ReplaceWith list) is being
+    replaced"), whatever its own inputs say."""
+    acts: dict[str, Action] = {}
+    for name in sorted(set(olds) | set(news)):
+        act = action(olds.get(name), news.get(name))
+        if act is not None:
+            acts[name] = act
+    for name, reg in news.items():
+        if name not in olds:
+            continue
+        moved_with = [w for w in reg.replace_with if (a := acts.get(w)) is not None and a.kind == "replace"]
+        if moved_with:
+            own = acts.get(name)
+            acts[name] = Action("replace", own.inputs if own else (),
+                                f"replace_with: {', '.join(moved_with)} is replaced (a secret the group uses)")
+    return dict(sorted(acts.items()))
+
+
 def impact(old: list[Registration], new: list[Registration], normalise: Callable[[str], str] = str) -> Impact:
     """Every resource's action, summarised: the engine group as a whole, images, proxy, checks, the rest."""
     olds = {r.name: r for r in old}
     news = {r.name: r for r in new}
     out = Impact()
     engines = {n for n, r in {**olds, **news}.items() if is_engine(r)}
+    holders = {w for n in engines for w in (news.get(n) or olds[n]).replace_with}
+    """what engines are replaced with (their secrets): not a check, listed with the other resources"""
     moved: set[str] = set()
     updated: set[str] = set()
-    for name in sorted(set(olds) | set(news)):
-        act = action(olds.get(name), news.get(name))
-        if act is None:
-            continue
+    for name, act in actions(olds, news).items():
         reg = news.get(name) or olds[name]
         label = normalise(name)
         out.actions[label] = f"{act.kind}: {act.why}" + (f" ({', '.join(act.inputs)})" if act.inputs else "")
@@ -241,7 +257,7 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
                                      else "updated")
         elif reg.type == REMOTE_IMAGE:
             out.images.append(f"{label} ({'pulled' if act.kind in ('replace', 'create') else act.kind})")
-        elif reg.type in COMMAND_TYPES:
+        elif reg.type in COMMAND_TYPES and name not in holders:
             out.checks.append(label)
         elif reg.type.startswith("pulumi:providers:"):
             out.providers.append(f"{label} ({act.kind})")

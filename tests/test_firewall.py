@@ -180,22 +180,24 @@ def test_commands_timeout_sudo_and_triggers(prod_values: dict[str, Any]) -> None
     node1 = cmds["node1"]
     assert node1.create == node1.update and node1.create.startswith("timeout 120 sh -c ")
     assert node1.delete.startswith("timeout 120 sh -c ") and "delete table inet vllm_cluster" in node1.delete
-    assert node1.triggers == [plan.firewall.nodes[0].sha256]
+    assert node1.ruleset_sha256 == plan.firewall.nodes[0].sha256
     assert "flush ruleset" not in node1.create and "delete table inet vllm_cluster" in node1.create
     prod_values["nodes"][1]["ssh"]["user"] = "ops"
     prod_values["serving"]["max_num_seqs"] = 64                      # not a firewall input
     config2 = parse_config("prod", prod_values)
     cmds2 = firewall_commands(config2, build_plan("prod", config2).firewall)
     assert cmds2["node2"].create.startswith("sudo -n timeout 120 sh -c ")
-    assert cmds2["node1"].triggers == node1.triggers
+    assert cmds2["node1"].ruleset_sha256 == node1.ruleset_sha256
     prod_values["firewall"] = {"api_sources": ["10.30.8.0/24"]}
     config3 = parse_config("prod", prod_values)
-    assert firewall_commands(config3, build_plan("prod", config3).firewall)["node1"].triggers != node1.triggers
+    assert firewall_commands(config3, build_plan("prod", config3).firewall)["node1"].ruleset_sha256 != \
+        node1.ruleset_sha256
 
 
 def test_scripts_are_valid_shell() -> None:
     plan = build_plan("h20", load_stack("h20"))
-    for script in (apply_script(plan.firewall.nodes[0]), remove_script("h20-1")):
+    for script in (apply_script(plan.firewall.nodes[0]), remove_script("h20-1"),
+                   remove_script("h20-1", applied_sha256=plan.firewall.nodes[0].sha256)):
         done = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
 

@@ -215,13 +215,22 @@ def test_api_port_follows_its_configured_sources(lab: Lab, ports: dict[str, int]
         anywhere = lab_config(lab, front_door=True, api_sources=["0.0.0.0/0", "::/0"])
         update = firewall_command(head_firewall(anywhere), anywhere.nodes[0], state_dir=str(tmp_path),
                                   unit_dir=str(tmp_path))
-        assert update.triggers != command.triggers
+        assert update.ruleset_sha256 != command.ruleset_sha256
         assert run_command(lab, "head", update.update).returncode == 0
         assert reach(lab, "peer", 8000) == "ok"
         assert reach(lab, "out", 8000, v6=True) == "refused"          # let through; the listener is IPv4 only
         assert reach(lab, "out", 6379) == "timeout"
+        # The first ruleset's delete (a replaced or renamed resource, deleted after the new one applied its own)
+        # leaves the newer table in place.
+        stale = run_command(lab, "head", command.delete)
+        assert stale.returncode == 0 and "table left in place" in stale.stdout, stale.stdout + stale.stderr
+        assert "table inet vllm_cluster" in lab.run("head", ["nft", "list", "tables"]).stdout
+        assert reach(lab, "peer", 8000) == "ok" and reach(lab, "out", 6379) == "timeout"
     finally:
-        assert run_command(lab, "head", command.delete).returncode == 0
+        run_command(lab, "head", command.delete)
+        done = run_command(lab, "head", update.delete) if "update" in locals() else None
+        assert done is None or done.returncode == 0
+        assert "vllm_cluster" not in lab.run("head", ["nft", "list", "tables"]).stdout
 
 
 def test_foreign_tables_stay_untouched_and_cannot_bypass(lab: Lab, ports: dict[str, int], tmp_path: Path) -> None:

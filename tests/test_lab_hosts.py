@@ -67,6 +67,22 @@ def test_a_container_exists_only_on_its_node(lab: Lab) -> None:
     assert ok(lab.ssh(node2, f"docker image inspect {name}:1 >/dev/null 2>&1 || echo absent")) == "absent"
 
 
+def test_a_unit_is_enabled_and_disabled_on_its_node_only(lab: Lab) -> None:
+    """No systemd runs on a node, but a script that checks for it (the firewall's) finds /run/systemd/system, and
+    the real systemctl links and unlinks the unit offline; `daemon-reload` has nothing to reload."""
+    node1, node2, _ = lab.nodes
+    unit = f"lab-probe-{RUN}.service"
+    wants = f"/etc/systemd/system/multi-user.target.wants/{unit}"
+    ok(lab.ssh(node1, f"test -d /run/systemd/system && printf '[Service]\\nExecStart=/bin/true\\n[Install]\\n"
+                      f"WantedBy=multi-user.target\\n' > /etc/systemd/system/{unit} && systemctl daemon-reload "
+                      f"&& systemctl enable {unit} 2>&1"))
+    assert ok(lab.ssh(node1, f"readlink {wants}")) == f"/etc/systemd/system/{unit}"
+    assert ok(lab.ssh(node2, f"test -e {wants} && echo visible || echo absent")) == "absent"
+    assert not Path(wants).exists(), "the node enabled a unit on this machine's own disk"
+    ok(lab.ssh(node1, f"systemctl disable {unit} 2>&1 && rm /etc/systemd/system/{unit}"))
+    assert ok(lab.ssh(node1, f"test -e {wants} && echo left || echo gone")) == "gone"
+
+
 @pytest.mark.parametrize("path", ["/srv/lab-models/probe", "/etc/nftables.conf.probe", "/var/lib/vllm-cluster/probe",
                                   "/run/lock/probe", "/tmp/probe", "/root/probe"])
 def test_what_a_node_writes_stays_on_that_node(lab: Lab, path: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 from collections import Counter
 from typing import Any
 
@@ -38,12 +39,13 @@ def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     counts = Counter(r.typ for r in prod.mocks.resources)
     # per node: provider, image, container; weights, pre-pull and post-pull preflight, fabric preflight, firewall
     # preflight, firewall, args dry run, collective, dp-engines, nccl-transport; on the deployer: weights-match,
-    # api-health, api-smoke; and the three rollout barriers (images pulled, dry runs, collectives)
+    # api-health, api-smoke; the three rollout barriers (images pulled, dry runs, collectives) and the group's
+    # secrets holder (what every engine container is replaced with)
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3 + 3
+    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3 + 3 + 1
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3 + 3
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3 + 3 + 1
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
@@ -166,6 +168,28 @@ def test_checks_are_wrapped_triggered_and_ordered(prod: Run) -> None:
         triggers = prod.mocks.named(name).inputs["triggers"]
         # secret as a whole: the list also holds the digest of the group's secrets (a rotation re-runs the checks)
         assert triggers[SECRET_SIG] == SECRET_VALUE and triggers["value"][0] == generation
+
+
+def test_every_command_is_a_script_sh_parses(prod: Run, h20: Run) -> None:
+    """`create` runs through `/bin/sh -c` on the node or the deployer: a stray quote (an apostrophe in an echo) fails
+    only under the real CLI, never under mocks. `sh -n` reads each one as the shell will."""
+    for run in (prod, h20):
+        for kind in (REMOTE, LOCAL):
+            for r in run.mocks.of_type(kind):
+                done = subprocess.run(["sh", "-n", "-c", r.inputs["create"]], capture_output=True, text=True)
+                assert done.returncode == 0, (r.name, done.stderr)
+
+
+def test_a_rotated_secret_replaces_every_engine_container(prod: Run, h20: Run) -> None:
+    """Only the head's env holds `api_key`; every container names the group's secrets holder in `replace_with`,
+    so the engine replaces them all when the holder's triggers (the secrets' digest) change."""
+    for run in (prod, h20):
+        engine = run.result["engine"]
+        for name, container in engine.containers.items():
+            assert run.options[container._name].replace_with == [engine.secrets_holder], name
+            assert run.options[container._name].replacement_trigger is None, name
+        holder = run.mocks.named("engine-secrets")
+        assert holder.inputs["triggers"][SECRET_SIG] == SECRET_VALUE
 
 
 def test_secrets_never_in_argv_or_plain_inputs(prod: Run) -> None:

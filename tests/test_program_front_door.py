@@ -45,8 +45,10 @@ def test_one_firewall_command_per_node_after_its_preflight_and_before_any_engine
         assert registered.typ == REMOTE
         assert (registered.inputs["create"], registered.inputs["update"], registered.inputs["delete"]) == (
             fw.create, fw.update, fw.delete)
-        assert registered.inputs["triggers"] == fw.triggers and len(fw.triggers[0]) == 64
+        # no triggers: a rules change updates the table in place; a replacement's late delete would remove it
+        assert "triggers" not in registered.inputs and run.all_options[f"{name}-firewall"].delete_before_replace
         preflight = run.mocks.named(f"{name}-firewall-preflight")
+        assert preflight.inputs["triggers"][0] == fw.ruleset_sha256 and len(fw.ruleset_sha256) == 64
         assert "--sections firewall --ephemeral-ports 32768-60999" in preflight.inputs["create"]
         assert preflight.inputs["create"].startswith("timeout ")
         node = run.result["nodes"][name]
@@ -64,17 +66,22 @@ def test_one_firewall_command_per_node_after_its_preflight_and_before_any_engine
         assert all(waits_for(run, container, wall) for wall in walls.values())
 
 
-def test_rules_change_re_runs_the_firewall_and_nothing_else_does() -> None:
+def test_rules_change_updates_the_firewall_and_nothing_else_does() -> None:
+    """A rules change is an update of the firewall's command (its `update` applies the new table atomically) and a
+    re-run of its preflight; a change outside the rules leaves both alone."""
     base = _ok(run_program("prod"))
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"]["max_num_seqs"] = 64
     same = _ok(run_program("prod", values))
     values["firewall"] = {"api_sources": ["10.30.8.0/24"]}
     changed = _ok(run_program("prod", values))
-    trigger = {r.name: r.inputs["triggers"] for r in base.mocks.of_type(REMOTE)}
-    assert same.mocks.named("node1-firewall").inputs["triggers"] == trigger["node1-firewall"]
-    assert changed.mocks.named("node1-firewall").inputs["triggers"] != trigger["node1-firewall"]
-    assert "10.30.8.0/24 }" in changed.mocks.named("node1-firewall").inputs["create"]
+    before = {r.name: r.inputs for r in base.mocks.of_type(REMOTE)}
+    for name in ("node1-firewall", "node1-firewall-preflight"):
+        assert same.mocks.named(name).inputs == before[name]
+    wall = changed.mocks.named("node1-firewall").inputs
+    assert wall["update"] != before["node1-firewall"]["update"] and "10.30.8.0/24 }" in wall["update"]
+    assert changed.mocks.named("node1-firewall-preflight").inputs["triggers"] != \
+        before["node1-firewall-preflight"]["triggers"]
 
 
 def test_firewall_off_registers_no_firewall_and_non_root_uses_sudo() -> None:

@@ -123,9 +123,11 @@ def test_restart_policy_is_updated_in_place_and_secrets_move_the_whole_group(row
         restart = row(rows, stack, "container.restart")
         assert restart.impact.engines == "updated" and restart.impact.engine_inputs == ["restart"]
         assert restart.downtime.kind == "none" and restart.impact.checks == []
-        key = row(rows, stack, "api_key")  # only the head's env holds it; the replacement trigger moves the rest
+        key = row(rows, stack, "api_key")  # only the head's env holds it; its secrets holder moves the rest
         assert key.impact.engines == "replaced" and key.downtime.kind == "group"
-        assert any("replacement_trigger" in a for a in key.impact.actions.values())
+        moved = [n for n, a in key.impact.actions.items() if "replace_with: engine-secrets is replaced" in a]
+        assert moved == ["engine-<node>-<container>"], key.impact.actions
+        assert key.impact.actions["engine-secrets"].startswith("replace: triggers changed")
         ssh = row(rows, stack, "ssh_private_key")  # the check connections only
         assert ssh.impact.engines == "" and ssh.impact.checks and ssh.downtime.kind == "none"
 
@@ -172,25 +174,33 @@ def test_the_docs_print_the_matrix(rows: list[Row]) -> None:
 
 # --- the rules themselves, on hand-made registrations ---------------------------------------------------
 
-def _engine(name: str, envs: list[str], generation: str = "g1", trigger: Any = "t1", **inputs: Any) -> Registration:
+def _engine(name: str, envs: list[str], generation: str = "g1", **inputs: Any) -> Registration:
     labels = [{"label": "vllm-cluster.generation", "value": generation}]
     return Registration(CONTAINER, name, {"envs": envs, "labels": labels, **inputs},
                         replace_on_changes=ENGINE_REPLACE_ON_CHANGES, delete_before_replace=True,
-                        replacement_trigger=trigger)
+                        replace_with=("secrets",))
+
+
+def _holder(digest: str) -> Registration:
+    return Registration("command:local:Command", "secrets", {"create": "echo", "triggers": [digest]})
 
 
 def test_a_change_to_one_engine_alone_is_reported_as_a_lone_rank_restart() -> None:
-    """What the generation label and the replacement trigger exist to prevent, seen by the rules."""
-    before = [_engine("engine-a", ["A=1"]), _engine("engine-b", ["B=1"])]
-    after = [_engine("engine-a", ["A=2"]), _engine("engine-b", ["B=1"])]
+    """What the generation label and the secrets holder exist to prevent, seen by the rules."""
+    before = [_holder("d1"), _engine("engine-a", ["A=1"]), _engine("engine-b", ["B=1"])]
+    after = [_holder("d1"), _engine("engine-a", ["A=2"]), _engine("engine-b", ["B=1"])]
     found = impact(before, after)
     assert found.engines == "partial"
     assert downtime(found.engines, found.proxy, 600).kind == "lone-rank"
-    together = impact(before, [_engine("engine-a", ["A=2"], "g2"), _engine("engine-b", ["B=1"], "g2")])
+    together = impact(before, [_holder("d1"), _engine("engine-a", ["A=2"], "g2"), _engine("engine-b", ["B=1"], "g2")])
     assert together.engines == "replaced" and downtime(together.engines, "", 600).seconds == 600
-    by_trigger = impact(before, [_engine("engine-a", ["A=1"], trigger="t2"),
-                                 _engine("engine-b", ["B=1"], trigger="t2")])
-    assert by_trigger.engines == "replaced"
+    rotated = impact(before, [_holder("d2"), _engine("engine-a", ["A=1"]), _engine("engine-b", ["B=1"])])
+    assert rotated.engines == "replaced"
+    assert rotated.actions["engine-b"] == "replace: replace_with: secrets is replaced (a secret the group uses)"
+    unnamed = impact(before, [_holder("d2"), _engine("engine-a", ["A=1"]),
+                              Registration(CONTAINER, "engine-b", before[2].inputs,
+                                           replace_on_changes=ENGINE_REPLACE_ON_CHANGES)])
+    assert unnamed.engines == "partial"  # a container that does not name the holder stays: a lone-rank restart
 
 
 def test_provider_rules() -> None:

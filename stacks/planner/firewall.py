@@ -193,12 +193,20 @@ def apply_file(spec: NodeFirewall) -> str:
 
 @dataclass(frozen=True)
 class FirewallCommand:
-    """What a `pulumi_command.remote.Command` needs: create/update = apply, delete = remove, triggers."""
+    """What a `pulumi_command.remote.Command` needs: create/update = apply, delete = remove; no triggers.
+
+    A rules change must be an update (the new table replaces the old one atomically in `nft -f`), never a
+    replacement: Pulumi creates the replacement before it deletes the original, so the original's delete would
+    remove the table the replacement had just applied, leaving the node open while the state says it is closed
+    (seen on the lab when the front door was switched on). Where a replacement still happens (a state written
+    with the ruleset as trigger), the program deletes the old one first; and the delete leaves a table that
+    another ruleset applied since (`remove_script`)."""
 
     create: str
     update: str
     delete: str
-    triggers: list[str]
+    ruleset_sha256: str
+    """The applied file's sha256: what re-runs the firewall preflight, which reads the node against these rules."""
 
 
 def firewall_command(spec: NodeFirewall, node: NodeConfig, *, state_dir: str = STATE_DIR,
@@ -207,8 +215,9 @@ def firewall_command(spec: NodeFirewall, node: NodeConfig, *, state_dir: str = S
     is not root). `timeout` because remote commands ignore Pulumi's timeouts."""
     sudo = "" if node.ssh.user == "root" else "sudo -n "
     apply = f"{sudo}timeout {timeout_s} sh -c {shlex.quote(apply_script(spec, state_dir, unit_dir))}"
-    remove = f"{sudo}timeout {timeout_s} sh -c {shlex.quote(remove_script(spec.node, state_dir, unit_dir))}"
-    return FirewallCommand(create=apply, update=apply, delete=remove, triggers=[spec.sha256])
+    remove = f"{sudo}timeout {timeout_s} sh -c " + shlex.quote(
+        remove_script(spec.node, state_dir, unit_dir, applied_sha256=spec.sha256))
+    return FirewallCommand(create=apply, update=apply, delete=remove, ruleset_sha256=spec.sha256)
 
 
 def apply_script(spec: NodeFirewall, state_dir: str = STATE_DIR, unit_dir: str = UNIT_DIR) -> str:
@@ -260,11 +269,23 @@ echo "PASS {name}: table {FAMILY} {TABLE} applied (sha256 {spec.sha256[:16]}); $
 """
 
 
-def remove_script(node: str, state_dir: str = STATE_DIR, unit_dir: str = UNIT_DIR) -> str:
-    """Deletes our table only; missing table, unit or file are fine (destroy after a manual clean-up)."""
+def remove_script(node: str, state_dir: str = STATE_DIR, unit_dir: str = UNIT_DIR,
+                  applied_sha256: str | None = None) -> str:
+    """Deletes our table only; missing table, unit or file are fine (destroy after a manual clean-up). With
+    `applied_sha256`, only when the node's ruleset file is the one this resource applied: a node renamed in the
+    stack (a new resource, created before the old one is deleted) keeps the table its new resource applied."""
     unit = f"{unit_dir}/{UNIT}"
+    path = shlex.quote(f"{state_dir}/firewall.nft")
+    guard = "" if applied_sha256 is None else f"""if [ -f {path} ]; then
+  current=$(sha256sum < {path} | cut -d' ' -f1)
+  if [ "$current" != {shlex.quote(applied_sha256)} ]; then
+    echo "PASS firewall-{node}: table left in place: the node holds a ruleset applied after this one"
+    exit 0
+  fi
+fi
+"""
     return f"""set -eu
-if command -v nft >/dev/null 2>&1 && nft list table {FAMILY} {TABLE} >/dev/null 2>&1; then
+{guard}if command -v nft >/dev/null 2>&1 && nft list table {FAMILY} {TABLE} >/dev/null 2>&1; then
   nft delete table {FAMILY} {TABLE}
 fi
 if [ -f {shlex.quote(unit)} ]; then

@@ -25,7 +25,7 @@ import pytest
 
 from lab import hosts
 from tests.conftest import ROOT
-from tests.lab import engine_image
+from tests.lab import engine_image, proxy_image
 from tests.lab.pulumi_cli import PulumiCli, copy_project, ssh_agent, toolchain_bin
 from tests.weights_harness import checkpoint
 
@@ -47,7 +47,7 @@ class LabDeployment:
     lab: hosts.Lab
     cli: PulumiCli
     images: dict[str, str]
-    """tag -> the reference nodes pull"""
+    """tag -> the reference nodes pull (`nginx`: the front door's)"""
     secrets: dict[str, str]
 
     @property
@@ -117,6 +117,8 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[LabDeployment]:
             images[tag] = hosts.push_image(lab, local, f"vllm-standin:{tag}")
             engine_image.remove(local)
         engine_image.remove(base)
+        images["nginx"] = hosts.push_image(lab, proxy_image.build(f"vllm-lab-nginx:{run}", work), "lab-nginx:1")
+        engine_image.remove(f"vllm-lab-nginx:{run}")
         model = _model(Path(tempfile.mkdtemp(dir=work, prefix="model-")))
         hosts.s3_upload(lab, model, "lab-models", "qwen3-8b")
         project = copy_project(work / "project")

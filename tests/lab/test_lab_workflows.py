@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from review.registrations import register
-from review.replacement import Registration, action
+from review.replacement import Registration, actions
+from stacks.model.config import SECRET_KEYS as CONFIG_SECRET_KEYS
+from stacks.model.config import SECRET_OBJECT_KEYS
 from stacks.model.loader import read_stack_values
 from tests.lab.conftest import STACK, LabDeployment, stack_resources
 
-SECRET_KEYS = ("api_key", "ssh_private_key", "s3_access_key_id", "s3_secret_access_key")
-MOCK_SECRETS = {"api_key": "sk-predict", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----predict",
+MOCK_SECRETS = {"api_key": "sk-predict-0123456789", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----predict",
                 "s3_access_key_id": "AKIAPREDICT", "s3_secret_access_key": "predict"}
 """The replacement matrix runs the program under mocks with stand-in secrets: the same before and after a change,
 so a secret never decides a predicted action."""
+ALL_SECRET_KEYS = frozenset((*CONFIG_SECRET_KEYS, *SECRET_OBJECT_KEYS))
+"""Keys whose stack-file values are `secure:` (every value of the objects among them): never written back."""
 
 
 def name_of(urn: str) -> str:
@@ -33,79 +36,63 @@ def custom(type_: str) -> bool:
     return not type_.startswith(("vllm-cluster:", "pulumi:pulumi:Stack"))
 
 
-HEAD = re.compile(r"^\s*[-+~=<>]*\s*(?P<type>[A-Za-z0-9_:/.$-]+): \((?P<op>[a-z-]+)\)\s*$")
-"""A step's first line in `--diff` output: `    +-command:remote:Command: (replace)`, `    ~ …: (update)`."""
-URN = re.compile(r"^\s*\[urn=(?P<urn>[^\]]+)\]")
 OPS = {"same": None, "read": None, "refresh": None, "create": "create", "update": "update", "delete": "delete",
        "replace": "replace", "create-replacement": "replace", "delete-replaced": "replace"}
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+"""How the CLI's JSON writes a value not known before the update runs (Pulumi's computed-value placeholder)."""
 
 
 @dataclass
 class Step:
     op: str | None
     pending: bool
-    """Every changed value is `[unknown]`: an input is another step's output, known only once that step has run
-    (the weights' hashes in `weights-match`); the real update decides then, and a mock sees the resolved value."""
+    """Every changed input is unknown: it is another step's output, known only once that step has run (the
+    weights' hashes in `weights-match`); the real update decides then, and a mock sees the resolved value."""
 
 
 def preview_steps(d: LabDeployment, what: str) -> dict[str, Step]:
-    """`pulumi preview --diff`, as the CLI prints it: resource name -> its step, for every custom resource.
-
-    Read from the text because `pulumi preview --json` panics on this program in Pulumi v3.277.0 ("attempt to
-    encrypt value"): its JSON display serializes each step's `replacementTrigger` with a crypter that refuses
-    secrets (pkg/backend/display/json.go, `stateForJSONOutput` masks only inputs and outputs), and the engine
-    group's trigger is a secret digest (docs/limits.md)."""
-    out = d.cli.run("preview", "-s", STACK, "--diff", what=what).out
+    """`pulumi preview --json`, as the CLI writes it: resource name -> its step, for every custom resource (a
+    replacement's create-replacement, replace and delete-replaced steps are one `replace`)."""
+    out = d.cli.run("preview", "-s", STACK, "--json", what=what).out
     steps: dict[str, Step] = {}
-    head: re.Match[str] | None = None
-    name = ""
-    body: list[str] = []
-
-    def close() -> None:
-        if head is not None and name and custom(head["type"]):
-            changed = [line.strip() for line in body if line.strip()[:2] in ("~ ", "- ", "+ ")]
-            pending = bool(changed) and all(c.startswith("~ ") and (c.endswith("=> [unknown]") or c.endswith("["))
-                                            for c in changed)
-            steps[name] = Step(OPS.get(head["op"], head["op"]), pending)
-
-    for line in out.splitlines():
-        if (match := HEAD.match(line)) is not None:
-            close()
-            head, name, body = match, "", []
-        elif head is not None and not name and (urn := URN.match(line)) is not None:
-            name = name_of(urn["urn"])
-        elif head is not None:
-            body.append(line)
-    close()
+    for step in json.loads(out).get("steps") or []:
+        state = step.get("newState") or step.get("oldState") or {}
+        if not custom(str(state.get("type", ""))):
+            continue
+        name, op = name_of(str(step["urn"])), OPS.get(step["op"], step["op"])
+        inputs = (step.get("newState") or {}).get("inputs") or {}
+        keys = step.get("diffReasons") or []
+        pending = bool(keys) and all(UNKNOWN in json.dumps(inputs.get(k)) for k in keys)
+        if name not in steps or steps[name].op != "replace":
+            steps[name] = Step(op, pending)
     return steps
 
 
-def predicted(d: LabDeployment, before: dict[str, Any], after: dict[str, Any]) -> dict[str, str]:
-    """What the replacement matrix's rules (review/replacement.py `action`) say `pulumi up` does to each resource."""
-    old: list[Registration] = register(STACK, before, MOCK_SECRETS)
-    new: list[Registration] = register(STACK, after, MOCK_SECRETS)
-    olds, news = {r.name: r for r in old}, {r.name: r for r in new}
-    out = {}
-    for name in sorted(set(olds) | set(news)):
-        reg = news.get(name) or olds[name]
-        act = action(olds.get(name), news.get(name))
-        if act is not None and act.kind != "state" and custom(reg.type):
-            out[name] = act.kind
-    return out
+def predicted(before: dict[str, Any], after: dict[str, Any], secrets_before: dict[str, Any] = MOCK_SECRETS,
+              secrets_after: dict[str, Any] = MOCK_SECRETS) -> dict[str, str]:
+    """What the replacement matrix's rules (review/replacement.py `actions`) say `pulumi up` does to each resource."""
+    old: list[Registration] = register(STACK, before, secrets_before)
+    new: list[Registration] = register(STACK, after, secrets_after)
+    regs = {r.name: r for r in [*old, *new]}
+    found = actions({r.name: r for r in old}, {r.name: r for r in new})
+    return {n: a.kind for n, a in found.items() if a.kind != "state" and custom(regs[n].type)}
 
 
 def plain_values(d: LabDeployment) -> dict[str, Any]:
+    """The stack file's values less every secret (`secure:` entries stand for values only the CLI decrypts)."""
     values = read_stack_values(STACK, d.cli.project)
-    return {k: v for k, v in values.items() if k not in SECRET_KEYS}
+    return {k: v for k, v in values.items() if k not in ALL_SECRET_KEYS}
 
 
-def assert_engine_agrees(d: LabDeployment, before: dict[str, Any], what: str) -> dict[str, str]:
+def assert_engine_agrees(d: LabDeployment, before: dict[str, Any], what: str,
+                         secrets_before: dict[str, Any] = MOCK_SECRETS,
+                         secrets_after: dict[str, Any] = MOCK_SECRETS) -> dict[str, str]:
     """The real engine's plan for the stack file's current change equals the matrix's prediction, resource by
     resource; any difference is a defect in one of them, printed side by side. A step whose only changes are
     `[unknown]` (pending on another step's output) is compared as 'no change or replace': the matrix sees the
     resolved value, which the real update only learns when it runs."""
     real = preview_steps(d, what)
-    guess = predicted(d, before, plain_values(d))
+    guess = predicted(before, plain_values(d), secrets_before, secrets_after)
     differ = {}
     for name in sorted(set(real) | set(guess)):
         step = real.get(name) or Step(None, False)
@@ -161,7 +148,7 @@ def test_second_up_changes_nothing(deployment: LabDeployment) -> None:
 
 
 def test_image_bump_preview_is_the_image_and_the_group(deployment: LabDeployment) -> None:
-    """`pulumi preview --diff` after an image tag bump: each node's image is pulled and the engine group replaced,
+    """`pulumi preview` after an image tag bump: each node's image is pulled and the engine group replaced,
     and the real engine's step for every resource equals the replacement matrix's prediction."""
     d = deployment
     before = plain_values(d)
@@ -171,6 +158,8 @@ def test_image_bump_preview_is_the_image_and_the_group(deployment: LabDeployment
     assert images == {f"{n.name}-image" for n in d.lab.nodes} and all(real[n] == "replace" for n in images), real
     engines = {n for n in real if n.startswith("engine-") and n.endswith(d.lab.nodes[0].name + "-lab-engine")}
     assert engines, f"the head's engine container is not in the preview: {real}"
+    shown = d.cli.run("preview", "-s", STACK, "--diff", what="preview-image-bump-diff").out
+    assert re.search(r'name\s*: "[^"]*:lab-1" => "[^"]*:lab-2"', shown), "the --diff text does not show the new image"
 
 
 def test_up_to_the_new_image(deployment: LabDeployment) -> None:
@@ -194,7 +183,7 @@ def write_values(d: LabDeployment, values: dict[str, Any]) -> None:
 
 
 def test_argv_change_preview_is_the_group_and_no_image(deployment: LabDeployment) -> None:
-    """`pulumi preview --diff` after argv-only changes: `serving.max_model_len`, and tensor parallelism 1 -> 2 on
+    """`pulumi preview` after argv-only changes: `serving.max_model_len`, and tensor parallelism 1 -> 2 on
     two pretended GPUs per node. The engine group and the checks that read argv change, no image is pulled, and
     the matrix predicts every resource's step. Preview only: the stack file is put back."""
     d = deployment
@@ -227,7 +216,7 @@ the load estimate (no process should move for the last)."""
 
 def test_matrix_rows_agree_with_the_real_preview(deployment: LabDeployment) -> None:
     """For each key of MATRIX_KEYS, the matrix's own mutation (review/config_mutations.py `mutate`) written into the
-    stack file, `pulumi preview --diff`, and the real engine's step for every resource equals the prediction.
+    stack file, `pulumi preview --json`, and the real engine's step for every resource equals the prediction.
     Preview only: the stack file is put back after each key."""
     from review.config_mutations import leaves, mutate
 
@@ -241,13 +230,99 @@ def test_matrix_rows_agree_with_the_real_preview(deployment: LabDeployment) -> N
             outcome = mutate(by_key[key], STACK, before, MOCK_SECRETS, [])
             assert outcome.mutations, f"{key}: the matrix has no mutation for the lab stack ({outcome.refused})"
             mutation = outcome.mutations[0]
-            write_values(d, {k: v for k, v in mutation.values.items() if k not in SECRET_KEYS})
+            write_values(d, {k: v for k, v in mutation.values.items() if k not in ALL_SECRET_KEYS})
             assert_engine_agrees(d, before, f"preview-matrix-{key}")
             tried.append(mutation.change)
             d.stack_file.write_text(original)
     finally:
         d.stack_file.write_text(original)
     assert len(tried) == len(MATRIX_KEYS), tried
+
+
+def test_a_rotated_secret_moves_the_whole_group(deployment: LabDeployment) -> None:
+    """`pulumi config set --secret api_key` with a new value: only the head's env holds the key, yet the preview
+    replaces every node's engine container (through the group's secrets holder, `replace_with`), as the matrix
+    predicts; with the old value back nothing moves. Preview only."""
+    d = deployment
+    before = plain_values(d)
+    rotated = {**MOCK_SECRETS, "api_key": "sk-rotated-0123456789"}
+    try:
+        d.cli.run("config", "set", "--secret", "vllm-cluster:api_key", what="secret-rotate",
+                  stdin="sk-rotated-lab-7f3e9a1c")
+        real = assert_engine_agrees(d, before, "preview-api-key-rotated", secrets_after=rotated)
+        assert {f"engine-{n.name}-lab-engine" for n in d.lab.nodes} <= {n for n, op in real.items()
+                                                                        if op == "replace"}, real
+        assert real.get("engine-secrets") == "replace", real
+    finally:
+        d.cli.run("config", "set", "--secret", "vllm-cluster:api_key", what="secret-restore",
+                  stdin=d.secrets["api_key"])
+    d.cli.run("preview", "-s", STACK, "--expect-no-changes", what="preview-secret-restored")
+
+
+PROXY_MOCK_SECRETS = {"tls_certificate": "mock-certificate", "tls_private_key": "mock-key",
+                      "proxy_keys": {"lab": "mock-lab-client-key-0123"}}
+"""The front door's secrets as the matrix's mocks see them (the names decide what registers, not the values)."""
+
+
+def certificate(d: LabDeployment) -> tuple[str, str]:
+    """A self-signed certificate for the head's address (the endpoint's host) and its key, by the openssl CLI."""
+    import subprocess
+
+    head = d.lab.nodes[0].address
+    cert, key = d.cli.workdir / "front-door.crt", d.cli.workdir / "front-door.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={head}",
+                    "-addext", f"subjectAltName=IP:{head}", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert.read_text(), key.read_text()
+
+
+def test_front_door_on_then_a_front_door_only_change(deployment: LabDeployment) -> None:
+    """The nginx front door switched on (the matrix's own switch: vLLM moves to loopback, so the group restarts),
+    its TLS pair and a client key set with `pulumi config set --secret`: `pulumi up` runs the proxy container on
+    the head (this machine's nginx as an image) and the API checks pass through it, TLS pinned to the certificate.
+    Then a front-door-only change (`api.proxy.limits.burst`, the matrix's mutation) previews as the proxy alone:
+    no engine, no image; every step as the matrix predicts. The front door stays on for the tests after it."""
+    from review.config_mutations import leaves, mutate
+    from review.matrix import _proxy_on
+
+    d = deployment
+    before = plain_values(d)
+    after, _ = _proxy_on(before, {})
+    after["api"]["proxy"] |= {"image": {"repository": d.images["nginx"].rsplit(":", 1)[0],
+                                        "tag": d.images["nginx"].rsplit(":", 1)[1]}, "check_client": "lab"}
+    cert, key = certificate(d)
+    client_key = "sk-lab-client-5e0b7d2c9a41f836"
+    for secret, value in (("tls_certificate", cert), ("tls_private_key", key)):
+        d.cli.run("config", "set", "--secret", f"vllm-cluster:{secret}", what=f"secret-{secret}", stdin=value)
+    d.cli.run("config", "set", "--secret", "--path", "vllm-cluster:proxy_keys.lab", what="secret-proxy-key",
+              stdin=client_key)
+    d.secrets |= {"tls_private_key": key, "proxy_keys.lab": client_key}
+    write_values(d, after)
+    with_proxy = {**MOCK_SECRETS, **PROXY_MOCK_SECRETS}
+    real = assert_engine_agrees(d, before, "preview-front-door-on", secrets_after=with_proxy)
+    assert [n for n, op in real.items() if "proxy" in n and op == "create"], real
+    up = d.cli.run("up", "-s", STACK, "--yes", what="up-front-door")
+    assert "PASS api-health:" in up.out and "PASS api-smoke:" in up.out, up.log
+    outputs = json.loads(d.cli.run("stack", "output", "-s", STACK, "--json", what="outputs-front-door").out)
+    assert outputs["endpoint"] == f"https://{d.lab.nodes[0].address}:443", outputs
+    head = d.lab.nodes[0].name
+    assert any(c.startswith("vllm-proxy ") and c.endswith(" running") for c in containers(d, head)), \
+        containers(d, head)
+
+    original = d.stack_file.read_text()
+    proxied = plain_values(d)
+    by_key = {leaf.key: leaf for leaf in leaves()}
+    try:
+        outcome = mutate(by_key["api.proxy.limits.burst"], STACK, proxied, with_proxy, [])
+        assert outcome.mutations, outcome.refused
+        write_values(d, {k: v for k, v in outcome.mutations[0].values.items() if k not in ALL_SECRET_KEYS})
+        changed = assert_engine_agrees(d, proxied, "preview-front-door-only", secrets_before=with_proxy,
+                                       secrets_after=with_proxy)
+        proxy = {n for n in changed if "proxy" in n and not n.endswith("-image")}
+        assert proxy and all(changed[n] in ("replace", "update") for n in proxy), changed
+        assert not [n for n in changed if n.startswith("engine-") or n.endswith("-image")], changed
+    finally:
+        d.stack_file.write_text(original)
 
 
 def test_rollback_reads_the_real_history_and_returns_without_a_pull(deployment: LabDeployment) -> None:
@@ -278,7 +353,8 @@ def test_a_failing_check_fails_up_with_its_evidence(deployment: LabDeployment) -
         assert re.search(r"FAIL api-smoke: [^\n]*answered 'I do not know'", failed.out), failed.log
         resources = stack_resources(d)
         pulled = {name_of(str(r.get("urn", ""))): (r.get("inputs") or {}).get("name") for r in resources
-                  if str(r.get("type")) == "docker:index/remoteImage:RemoteImage" and not r.get("delete")}
+                  if str(r.get("type")) == "docker:index/remoteImage:RemoteImage" and not r.get("delete")
+                  and not name_of(str(r.get("urn", ""))).startswith("api-")}  # the front door's image stays
         assert pulled == {f"{n.name}-image": d.images["lab-bad"] for n in d.lab.nodes}, \
             f"the state does not say the bad image was pulled on every node: {pulled}"
     finally:
@@ -331,15 +407,22 @@ def test_refresh_sees_a_hand_change(deployment: LabDeployment) -> None:
 
 
 def test_destroy_leaves_nothing_on_the_nodes(deployment: LabDeployment) -> None:
-    """`pulumi destroy`: no container and no firewall table of the stack left on any node; the images stay (kept
-    for a rollback, `keep_locally`). The lab's nodes run no systemd, so the firewall's unit is never written
-    there and its removal is not shown here."""
+    """`pulumi destroy`: no container, no firewall table and no firewall unit of the stack left on any node (the
+    unit was written and enabled by the update: the lab's systemctl is the real one, offline, lab/hosts.py); the
+    images stay (kept for a rollback, `keep_locally`)."""
+    from stacks.planner.firewall import UNIT, UNIT_DIR
+
     d = deployment
+    unit = f"{UNIT_DIR}/{UNIT}"
+    enabled = f"{UNIT_DIR}/multi-user.target.wants/{UNIT}"
     for node in d.lab.nodes:
         assert "table inet vllm_cluster" in d.node_sh(node.name, "nft list tables"), f"{node.name}: no table to remove"
+        assert sorted(d.node_sh(node.name, f"ls {unit} {enabled}").split()) == sorted([unit, enabled]), node.name
     d.cli.run("destroy", "-s", STACK, "--yes", what="destroy")
     assert not stack_resources(d)
     for node in d.lab.nodes:
         assert containers(d, node.name) == [], f"{node.name} still has containers"
         tables = d.node_sh(node.name, "nft list tables")
         assert "vllm" not in tables, f"{node.name}: {tables}"
+        left = d.node_sh(node.name, f"ls {UNIT_DIR} {UNIT_DIR}/multi-user.target.wants 2>/dev/null || true")
+        assert UNIT not in left, f"{node.name}: the firewall unit is still there: {left}"
