@@ -358,6 +358,10 @@ def _git_ref(value: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # a mistyped `--api-key=…` is refused (masked), never taken as a flag
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
@@ -475,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
         if os.environ.get("VLLM_CLUSTER_DEBUG"):
             raise
-        print(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not your config: "
-              "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
+        print(mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
+                               "your config: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it"),
+              file=sys.stderr)
         return 3
