@@ -467,12 +467,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`python -m stacks plan prod | head`): end quietly, as a shell tool does,
+    with 128 + SIGPIPE, and keep the interpreter's last flush from raising again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
         return 2
