@@ -114,12 +114,18 @@ mask_credentials = mask_secrets
 """The last guard on what a check prints: the one masking rule of every program (stacks/model/masking.py)."""
 
 
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (`\\n`, `\\x1b`): a value holding a newline cannot print a second,
+    forged verdict line, nor a terminal escape."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def emit(verdict: Verdict, as_json: bool) -> int:
-    """Print the verdict (credentials masked) and return its exit code."""
+    """Print the verdict (credentials masked, one line) and return its exit code."""
     if as_json:
         print(mask_credentials(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False)))
     else:
-        print(mask_credentials(verdict.line()))
+        print(mask_credentials(one_line(verdict.line())))
     sys.stdout.flush()
     return verdict.exit_code
 
@@ -451,5 +457,5 @@ class CheckParser(argparse.ArgumentParser):
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
         if "--json" in argv:  # stdout is one JSON document for a program; the person gets the line on stderr
-            print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
+            print(mask_credentials(one_line(f"{self.prog}: bad argument: {message}")), file=sys.stderr)
         raise SystemExit(2)
