@@ -94,7 +94,8 @@ REFUSED = [
     ("checks.weights", ["sync", "--source", "s3://bucket/p\nq", "--dest", "/models/x"], "--source 's3://bucket/p\\nq'"),
     ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x", "--region", "eu\x01"],
      "--region 'eu\\x01'"),
-    ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x", "--name", "x\ny"], "--name 'x\\ny'"),
+    ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x", "--name", "x\ny"],
+     "--name 'x\\ny'"),
     ("checks.api", [*API, "--expect", "32\n3"], "--expect '32\\n3'"),
 ]
 
