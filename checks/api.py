@@ -770,7 +770,11 @@ def _goldens(golden_json: str, prompt: str | None, expect: str | None) -> list[G
     try:
         GoldenPair(prompt=text, expect=pattern)  # the stack's own rule for a prompt
     except ValidationError as exc:
-        reason = exc.errors()[0].get("msg", "invalid").removeprefix("Value error, ")
+        error = exc.errors()[0]
+        reason = error.get("msg", "invalid").removeprefix("Value error, ")
+        if "expect" in error.get("loc", ()):  # the refusal names the flag that holds the value
+            raise ConfigProblem(f"--expect {pattern[:40]!r}: {reason}; a regular expression of the one right "
+                                "answer, e.g. 323") from None
         raise ConfigProblem(f"--prompt {text[:40]!r}: {reason}; a question with one short, certain answer") from None
     return [Golden(text, pattern, compiled)]
 

@@ -16,10 +16,12 @@ _IMPORT = re.compile(r"^from checks\.verdict import (\([^)]*\)|.*)$", re.M)
 _FUTURE = "from __future__ import annotations\n"
 INLINED = {"stacks.planner.memory": HERE.parent / "stacks" / "planner" / "memory.py",
            "stacks.model.golden": HERE.parent / "stacks" / "model" / "golden.py",
-           "stacks.model.busbw": HERE.parent / "stacks" / "model" / "busbw.py"}
+           "stacks.model.busbw": HERE.parent / "stacks" / "model" / "busbw.py",
+           "stacks.model.masking": HERE.parent / "stacks" / "model" / "masking.py"}
 """Project modules pasted in place of their (single-line or parenthesized) import: stdlib only, except
 `stacks.model.golden` (pydantic), which only `api` imports and which runs inside the vLLM image (pydantic, httpx).
-`stacks.model.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`."""
+`stacks.model.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`;
+`stacks.model.masking` is the masking rule of every program, which `checks.verdict` imports."""
 REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective", "api",
                   "deepep_host")
 _SIBLING = re.compile(r"^from checks\.(\w+) import .*$", re.M)
@@ -47,6 +49,7 @@ def remote_script(module: str) -> str:
         raise ValueError(f"checks/{module}.py does not import checks.verdict")
     for name, path in INLINED.items():
         pattern = re.compile(rf"^from {re.escape(name)} import (\([^)]*\)|.*)$", re.M)
+        verdict = _paste(pattern, path.read_text().replace(_FUTURE, ""), verdict)
         source = _paste(pattern, path.read_text().replace(_FUTURE, ""), source)
     source = _SIBLING.sub(lambda m: m.group(0) if m.group(1) == "verdict" else _sibling(m.group(1)), source)
     return _FUTURE + _IMPORT.sub(lambda _: verdict, source, count=1)

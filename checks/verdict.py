@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from stacks.model.masking import mask_secrets
+
 EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2, "not-run": 0}
 """`not-run`: a check a rehearsal stack does not run by design (it needs a GPU); its line starts `NOT RUN` and says
 why, and it exits 0 so the deploy goes on."""
@@ -108,20 +110,22 @@ def _reason(section: Section) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-_CREDENTIALS_IN_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"?#]*@")
+mask_credentials = mask_secrets
+"""The last guard on what a check prints: the one masking rule of every program (stacks/model/masking.py)."""
 
 
-def mask_credentials(text: str) -> str:
-    """Every `scheme://user:password@` in `text` as `scheme://***@`: a last guard on what a check prints."""
-    return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (`\\n`, `\\x1b`): a value holding a newline cannot print a second,
+    forged verdict line, nor a terminal escape."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def emit(verdict: Verdict, as_json: bool) -> int:
-    """Print the verdict (credentials in any URL masked) and return its exit code."""
+    """Print the verdict (credentials masked, one line) and return its exit code."""
     if as_json:
         print(mask_credentials(json.dumps(asdict(verdict) | {"exit_code": verdict.exit_code}, ensure_ascii=False)))
     else:
-        print(mask_credentials(verdict.line()))
+        print(mask_credentials(one_line(verdict.line())))
     sys.stdout.flush()
     return verdict.exit_code
 
@@ -173,7 +177,7 @@ class ArgumentProblem(argparse.ArgumentTypeError):
 def shown(value: str, limit: int = 80) -> str:
     """`value` as a message may print it: credentials and queries of a URL masked, control characters escaped,
     long values cut."""
-    text = mask_url(value)
+    text = mask_secrets(mask_url(value))
     text = text if len(text) <= limit else text[:limit - 3] + "..."
     return repr(text)
 
@@ -435,6 +439,7 @@ class CheckParser(argparse.ArgumentParser):
     verdict's name when --name is not given or not a name."""
 
     def __init__(self, *args: Any, check: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--api-key=SECRET` must not be taken as `--api-key-env` and echoed
         super().__init__(*args, **kwargs)
         self.check = check or (self.prog.split()[-1].rsplit(".", 1)[-1] if self.prog else "check")
         self.argv: list[str] = []
@@ -452,5 +457,5 @@ class CheckParser(argparse.ArgumentParser):
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
         if "--json" in argv:  # stdout is one JSON document for a program; the person gets the line on stderr
-            print(mask_credentials(f"{self.prog}: bad argument: {message}"), file=sys.stderr)
+            print(mask_credentials(one_line(f"{self.prog}: bad argument: {message}")), file=sys.stderr)
         raise SystemExit(2)

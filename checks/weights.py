@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.verdict import Verdict, emit
+from checks.verdict import Verdict, check_name, emit, path, printable_line
 from checks.weights_verify import (
     HASH_NAME,
     JOURNAL_NAME,
@@ -1028,10 +1028,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m checks.weights", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("sync", help="fetch missing or wrong files from S3, then verify")
-    run.add_argument("--source", required=True, help="s3://BUCKET/PREFIX")
-    run.add_argument("--dest", required=True, help="the model directory (absolute; created when missing)")
-    run.add_argument("--endpoint-url", help="S3-compatible store (MinIO, Ceph RGW): http(s)://HOST[:PORT]")
-    run.add_argument("--region", help="signing region [AWS_REGION, AWS_DEFAULT_REGION, us-east-1]")
+    run.add_argument("--source", required=True, type=printable_line, help="s3://BUCKET/PREFIX")
+    run.add_argument("--dest", required=True, type=path, help="the model directory (absolute; created when missing)")
+    run.add_argument("--endpoint-url", type=printable_line, help="S3-compatible store (MinIO, Ceph RGW): http(s)://HOST[:PORT]")
+    run.add_argument("--region", type=printable_line, help="signing region [AWS_REGION, AWS_DEFAULT_REGION, us-east-1]")
     run.add_argument("--addressing-style", choices=("path", "virtual", "auto"),
                      help="[path with --endpoint-url, else virtual]")
     run.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"parallel GETs [{DEFAULT_WORKERS}]")
@@ -1048,7 +1048,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--content", action="store_true",
                      help="also re-hash the files already present, fetch again those whose bytes changed, and report "
                           "the content-sha256 (reads every file once)")
-    run.add_argument("--name", default="weights-sync", help="check name in the verdict")
+    run.add_argument("--name", default="weights-sync", type=check_name, help="check name in the verdict")
     run.add_argument("--json", action="store_true", help="print one JSON verdict on stdout")
     check = sub.add_parser("verify", help="is the model directory complete? (no network)")
     add_verify_args(check)

@@ -33,9 +33,10 @@ from stacks.model.s3_source import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ("stacks.model.s3_source", "checks.verdict", "checks.weights_verify", "checks.weights")
+MODULES = ("stacks.model.masking", "stacks.model.s3_source", "checks.verdict", "checks.weights_verify",
+           "checks.weights")
 """Pasted in this order; each later one imports names from the earlier ones (`stacks.model.s3_source`: the source
-rule the stack file is validated by too, standard library only)."""
+rule the stack file is validated by too, standard library only; `stacks.model.masking`: what every verdict masks)."""
 CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 PASS_THROUGH = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
 """Proxy settings of the node's shell, passed by name when set (a node that reaches S3 through a proxy)."""

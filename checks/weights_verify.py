@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.verdict import CheckParser, Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, emit, path, printable_line
 from stacks.model.s3_source import unsafe_path_reason
 
 VERIFY_DESCRIPTION = "Is a model directory complete (config, tokenizer, every indexed shard, manifest sizes)?"
@@ -464,11 +464,11 @@ _Parser = CheckParser
 
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dest", required=True, help="the model directory (absolute)")
-    parser.add_argument("--expect-hash", help="fail unless the directory's hash is this (64 hex)")
+    parser.add_argument("--dest", required=True, type=path, help="the model directory (absolute)")
+    parser.add_argument("--expect-hash", type=printable_line, help="fail unless the directory's hash is this (64 hex)")
     parser.add_argument("--content", action="store_true",
                         help="read and hash every file (sha256, in parallel); compare with the manifest's digests")
-    parser.add_argument("--name", default="weights", help="check name in the verdict")
+    parser.add_argument("--name", default="weights", type=check_name, help="check name in the verdict")
     parser.add_argument("--json", action="store_true", help="print one JSON verdict")
 
 

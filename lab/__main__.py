@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from lab import hosts
+from stacks.model.masking import mask_secrets
 
 
 def summary(lab: hosts.Lab) -> list[str]:
@@ -32,8 +34,16 @@ def summary(lab: hosts.Lab) -> list[str]:
     ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusal masks a credential it repeats (`--api-key=…` among unrecognized arguments)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, mask_secrets(f"{self.prog}: error: {message}\n"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__,
+    parser = _Parser(prog="python -m lab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "status", "push", "upload"])
     parser.add_argument("operands", nargs="*", help="push: IMAGE NAME; upload: DIR s3://BUCKET/PREFIX")

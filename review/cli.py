@@ -358,6 +358,10 @@ def _git_ref(value: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # a mistyped `--api-key=…` is refused (masked), never taken as a flag
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
@@ -463,18 +467,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`python -m stacks plan prod | head`): end quietly, as a shell tool does,
+    with 128 + SIGPIPE, and keep the interpreter's last flush from raising again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
         if os.environ.get("VLLM_CLUSTER_DEBUG"):
             raise
-        print(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not your config: "
-              "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
+        print(mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
+                               "your config: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it"),
+              file=sys.stderr)
         return 3

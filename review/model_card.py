@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
+from review.loader_rules import LoaderRefusal, check_header, link_problem, quantization_config, quantization_method
 from stacks.model.field_types import ParserName
 from stacks.model.s3_source import CannotRun, check_endpoint, mask_source, parse_source
 from stacks.planner.memory import EMBEDDING, classify
@@ -84,18 +85,25 @@ class LocalSource(Source):
         self.root = root
         self.label = str(root)
 
+    def _file(self, name: str) -> Path:
+        """The file, or CardError for a link that leaves the folder (review/loader_rules.py says which)."""
+        problem = link_problem(self.root, name)
+        if problem:
+            raise CardError(problem)
+        return self.root / name
+
     def exists(self, name: str) -> bool:
-        return (self.root / name).is_file()
+        return self._file(name).is_file()
 
     def read(self, name: str) -> bytes:
         try:
-            return (self.root / name).read_bytes()
+            return self._file(name).read_bytes()
         except OSError as exc:
             raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
 
     def read_range(self, name: str, start: int, length: int) -> bytes:
         try:
-            with (self.root / name).open("rb") as handle:
+            with self._file(name).open("rb") as handle:
                 handle.seek(start)
                 return handle.read(length)
         except OSError as exc:
@@ -307,15 +315,22 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
     if dtype not in TORCH_DTYPE:
         raise CardError(f"config.json: torch_dtype = {dtype!r} is not one of {sorted(TORCH_DTYPE)}")
     facts["dtype"] = dtype
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict):
-        method = quant.get("quant_method")
-        if not isinstance(method, str):
-            raise CardError("config.json: quantization_config.quant_method is missing")
+    quant, found = quantization_config(raw)  # where vLLM looks, in its order
+    if quant is not None and not isinstance(quant, dict):
+        raise CardError(f"{found} is not a JSON object")
+    if quant is not None:
+        try:
+            method = quantization_method(quant)
+        except ValueError as exc:
+            raise CardError(f"{found}: {exc}") from None
         block = quant.get("weight_block_size")
+        if block is not None and not (isinstance(block, list) and len(block) == 2 and all(
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 65536 for b in block)):
+            raise CardError(f"{found}.weight_block_size = {block!r}: not an FP8 block (two whole numbers from 1 to "
+                            "65536, e.g. [128, 128]); vLLM divides every weight by it")
         facts["quantization"] = {"method": method, "format": quant.get("fmt"), "block_size": block,
                                  "modules_not_converted": quant.get("modules_to_not_convert")}
-        sources["quantization"] = "config.json: quantization_config"
+        sources["quantization"] = found
     else:
         facts["quantization"] = None
     facts["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
@@ -323,6 +338,9 @@ def model_facts(raw: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any
     window = cfg.get("sliding_window")
     types = cfg.get("layer_types")
     use_window = cfg.get("use_sliding_window", True) is not False and isinstance(window, int)
+    if use_window and isinstance(window, int) and (isinstance(window, bool) or window < 1):
+        raise CardError(f"config.json: sliding_window = {window!r}: not a window (at least 1 token; null or "
+                        "use_sliding_window: false for none)")
     facts["sliding_window"] = window if use_window else None
     facts["layer_types"] = types if isinstance(types, list) else None
     if isinstance(types, list) and len(types) < facts["layers"]:
@@ -485,9 +503,7 @@ def parse_header(data: bytes, where: str, file_size: int | None
             from exc
     if not isinstance(header, dict):
         raise CardError(f"{where}: the safetensors header is not a JSON object")
-    sizes: dict[str, int] = {}
-    dtypes: dict[str, str] = {}
-    shapes: dict[str, list[int]] = {}
+    tensors: dict[str, tuple[int, int, str, list[int]]] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -496,15 +512,13 @@ def parse_header(data: bytes, where: str, file_size: int | None
             dtype, shape = str(info["dtype"]), [int(x) for x in info["shape"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise CardError(f"{where}: tensor {name}: no dtype/shape/data_offsets ({exc})") from exc
-        if dtype in DTYPE_BYTES and end - start != _bytes(dtype, shape):
-            raise CardError(f"{where}: tensor {name}: data_offsets span {end - start} bytes, {dtype} {shape} is "
-                            f"{_bytes(dtype, shape)}")
-        sizes[name], dtypes[name], shapes[name] = end - start, dtype, shape
-    if file_size is not None and sizes:
-        need = 8 + len(data) + max(int(header[n]["data_offsets"][1]) for n in sizes)
-        if file_size < need:
-            raise CardError(f"{where}: {file_size} bytes, the header places data up to byte {need}: truncated")
-    return sizes, dtypes, shapes
+        tensors[name] = (start, end, dtype, shape)
+    try:  # what the safetensors loader refuses is refused here: no card for a checkpoint vLLM cannot open
+        check_header(tensors, None if file_size is None else file_size - 8 - len(data))
+    except LoaderRefusal as exc:
+        raise CardError(f"{where}: {exc} (the safetensors loader refuses this file)") from None
+    sizes = {name: end - start for name, (start, end, _, _) in tensors.items()}
+    return sizes, {n: t[2] for n, t in tensors.items()}, {n: t[3] for n, t in tensors.items()}
 
 
 def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, str], int, dict[str, list[int]]]:
@@ -859,7 +873,7 @@ def write_card(card: dict[str, Any], root: Path) -> Path:
     return path
 
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 
 def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why: str | None,
@@ -868,7 +882,7 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
          on_written: Callable[[Path], list[str]] | None = None) -> int:
     """Write the card of `src` as `name` under `root`; `on_written(root)` then rewrites what lists the cards (the
     command line passes the support-table writer when `root` is this checkout) and returns the files it changed."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):  # not match: `$` lets a trailing newline through
         echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
         return 2
     target, shipped = card_path(name, root), SHIPPED / f"{name}.json"  # the command line guards; a test may not
@@ -891,7 +905,12 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     except CardProblem as exc:
         echo(f"model-card: {exc}; nothing was written (the planner would refuse this card)")
         return 2
-    path = write_card(card, root)
+    try:
+        path = write_card(card, root)
+    except OSError as exc:  # `models` is a file, a folder in the way of the card, no permission
+        echo(f"model-card: cannot write {card_path(name, root)}: {exc.strerror or exc}; {root / 'models'} must be "
+             "a writable directory (move what is in the way)")
+        return 2
     w = card["weights"]
     echo(f"wrote {path}: {card['architecture']} ({card['family']}), {card['layers']} layers, "
          f"{w['total_bytes'] / 1e9:.2f} GB of weights ({w['source'].split(' (')[0].split(';')[0]})")

@@ -1,7 +1,7 @@
-import signal
 import sys
 
 from review.cli import main
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `python -m stacks plan prod | head` ends quietly
+# SIGPIPE stays ignored (Python's default): a probe that exits without reading its stdin must give a refusal, not
+# kill this process silently; a reader that closes our stdout (`| head`) is handled in review.cli.main.
 sys.exit(main())

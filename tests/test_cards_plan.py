@@ -30,6 +30,8 @@ def _two_node(profile: str, **serving: object) -> dict[str, object]:
     values["model"] = {**values["model"], "profile": profile}
     values["serving"] = {**values.get("serving", {}), "max_model_len": min(32768, int(card["max_model_len"])),
                          **serving}
+    if card.get("moe") is None:  # vLLM refuses expert parallelism on a dense model (vllm/config/model.py:1498-1503)
+        values["parallelism"] = {**values["parallelism"], "expert": False}
     return values
 
 

@@ -85,6 +85,18 @@ REFUSED = [
     ("checks.vllm_args", ["--expect", "tensor_parallel_size"], "--expect 'tensor_parallel_size': not FIELD=VALUE"),
     ("checks.vllm_args", ["--import-only", "..x"], "--import-only '..x'"),
     ("checks.vllm_args", [], "nothing to check"),
+    ("checks.weights_verify", ["--dest", "/models/x\nPASS weights: forged"], "--dest '/models/x\\nPASS weights"),
+    ("checks.weights_verify", ["--dest", "/models/\x1b[2Jx"], "--dest '/models/\\x1b[2Jx'"),
+    ("checks.weights_verify", ["--dest", "/models/x", "--name", "a b"], "--name 'a b'"),
+    ("checks.weights_verify", ["--dest", "/models/x", "--expect-hash", "ab\ncd"], "--expect-hash 'ab\\ncd'"),
+    ("checks.weights", ["verify", "--dest", "/models/x\rPASS"], "--dest '/models/x\\rPASS'"),
+    ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x\ny"], "--dest '/models/x\\ny'"),
+    ("checks.weights", ["sync", "--source", "s3://bucket/p\nq", "--dest", "/models/x"], "--source 's3://bucket/p\\nq'"),
+    ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x", "--region", "eu\x01"],
+     "--region 'eu\\x01'"),
+    ("checks.weights", ["sync", "--source", "s3://bucket/p", "--dest", "/models/x", "--name", "x\ny"],
+     "--name 'x\\ny'"),
+    ("checks.api", [*API, "--expect", "32\n3"], "--expect '32\\n3'"),
 ]
 
 
@@ -95,6 +107,13 @@ def test_a_nonsensical_argument_is_refused_by_name_and_value(module: str, argv: 
     assert done.returncode == 2, text
     assert said in text, text
     assert '"status": "cannot-run"' in done.stdout, done.stdout  # a verdict line a deploy can read, not a pass
+
+
+def test_a_value_holding_a_newline_cannot_forge_a_second_verdict_line() -> None:
+    """A refusal repeats the value; its control characters are escaped, so stdout stays one verdict line."""
+    done = run("checks.api", *API, "--sections", "models\nPASS api: all 5 section(s) passed")
+    assert done.returncode == 2 and done.stdout.count("\n") == 1, done.stdout
+    assert done.stdout.startswith("CANNOT-RUN api: bad argument: --sections") and "\\nPASS" in done.stdout
 
 
 # --- hypothesis: each program's argv with one flag given a hostile value --------------------------------------

@@ -99,3 +99,19 @@ def test_a_project_key_outside_config_is_refused(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "stacks", "plan", "x"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env={**__import__("os").environ, "VLLM_CLUSTER_ROOT": str(tmp_path)})
     assert out.returncode == 2 and "top-level key 'parallelism' is not a Pulumi stack file key" in out.stderr
+
+
+def test_a_closed_stdout_ends_the_plan_quietly() -> None:
+    """`python -m stacks plan prod | head`: the reader is gone before the plan is written. SIGPIPE is not reset to
+    its default any more (a probe that closed its stdin killed the process silently), so the broken pipe is an
+    exception that ends the program with 141 and no traceback or internal-error line."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--assume-secret", "api_key"],
+                              cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", (done.returncode, done.stderr)

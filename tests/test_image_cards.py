@@ -293,3 +293,34 @@ def test_probe_reprs_carry_no_object_addresses() -> None:
     assert " at 0x" not in str(space["jsonsafe"](object()))
     for card in sorted((ROOT / "images").glob("*.json")):
         assert not re.search(r" at 0x[0-9a-fA-F]+>", card.read_text()), card
+
+
+def _program(path: Path, body: str) -> str:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda d: str(d), "is a directory"),
+    (lambda d: _program(d / "garbage", "echo 'not a card'"), "printed no card: not a card"),
+    (lambda d: _program(d / "dies", "kill -9 $$"), "killed by signal 9"),
+    (lambda d: _program(d / "exits", "exit 3"), "(exit 3)"),
+    (lambda d: _program(d / "list", "echo '[1, 2]'"), "JSON that is not a card (a list)"),
+    (lambda d: _program(d / "shape", """echo '{"options": [1], "vllm_version": "x"}'"""), "not a list of options"),
+    (lambda d: _program(d / "bytes", r"printf '\377\376'"), "printed no card"),
+    (lambda d: (d / "noexec").write_text("x") and str(d / "noexec"), "is not executable"),
+    (lambda d: "/bin/true", "printed no card"),
+], ids=["directory", "garbage", "killed", "exit-3", "json-list", "bad-shape", "not-utf8", "no-exec-bit", "true"])
+def test_image_card_python_that_is_no_interpreter_is_exit_2_naming_the_path(
+        make: Any, said: str, tmp_path: Path) -> None:
+    """Whatever `--python` turns out to be, the refusal names it; a program that exits without reading the probe
+    on its stdin does not kill `python -m stacks` with SIGPIPE (it once ended 141 without a word)."""
+    where = tmp_path / "p"
+    where.mkdir()
+    python = make(where)
+    out = _image_card("vllm/vllm-openai:v0.34.0", "--python", python, "--out", str(tmp_path / "cards"))
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert f"--python {python!r}" in out.stderr and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+    assert not (tmp_path / "cards").exists()

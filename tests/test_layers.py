@@ -40,6 +40,7 @@ LINKS = {
     ("checks.weights_verify", "stacks.model.s3_source"): "the same rule's path check, for every listed and indexed key",
     ("checks.weights_node", "stacks.model.s3_source"): "the same rule, so a bad source fails at preview",
     ("checks.local_s3", "stacks.model.s3_source"): "the same rule, so the sync command it prints runs",
+    ("checks.verdict", "stacks.model.masking"): "the one masking rule of every program, pasted with the verdict",
     ("stacks.__main__", "review.cli"): "`python -m stacks` is the users' entry point to the review tools",
 }
 """Arrows outside MAY_IMPORT, each one a deliberate link (the pasted modules are stdlib and pydantic only)."""

@@ -146,3 +146,58 @@ def test_the_bearer_key_is_never_printed_by_the_api_check() -> None:
         _clean(done)
         assert done.returncode in (1, 2)
         json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _replaced(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of the project root whose Pulumi.leak.yaml is prod with `old` replaced by `new` once."""
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    text = (ROOT / "Pulumi.prod.yaml").read_text()
+    assert old in text
+    (tmp_path / "Pulumi.leak.yaml").write_text(text.replace(old, new, 1))
+    return tmp_path
+
+
+REPOSITORY = "    repository: vllm/vllm-openai\n"
+FABRIC = "    transport: roce\n"
+HOSTILE_STACKS = {
+    "image reference with registry credentials":
+        (REPOSITORY, f"    repository: deployer:{planted('registry')}@registry.example.com/vllm/vllm-openai\n",
+         "image.repository"),
+    "image URL whose password holds a slash":
+        (REPOSITORY, f"    repository: https://deployer:pa/{planted('slash')}@registry.example.com/vllm\n",
+         "image.repository"),
+    "a token in fabric.env":
+        (FABRIC, f"{FABRIC}    env:\n      HF_TOKEN: {planted('fabric-env')}\n", "fabric.env"),
+    "a URL with a slash in its password in fabric.env":
+        (FABRIC, f"{FABRIC}    env:\n      UCX_REMOTE_URL: http://u:pa/{planted('fabric-url')}@10.0.0.9:1/x\n",
+         "fabric.env"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_STACKS, ids=list(HOSTILE_STACKS))
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+def test_a_credential_in_a_refused_value_is_masked(tmp_path: Path, case: str, json_out: bool) -> None:
+    """The refusal still names the key and shows the value, with the credential replaced by ***."""
+    old, new, key = HOSTILE_STACKS[case]
+    done = _run(["-m", "stacks", "plan", "leak", "--assume-secret", "api_key", *(["--json"] if json_out else [])],
+                _replaced(tmp_path, old, new))
+    _clean(done)
+    assert done.returncode == 2, done.stdout[-500:] + done.stderr[-1500:]
+    assert key in done.stdout + done.stderr and "***" in done.stdout + done.stderr
+
+
+SECRET_OPTIONS = [f"--api-key={planted('eq')}", f"--hf-token={planted('eq')}", "--api-key", planted("space")]
+
+
+@pytest.mark.parametrize("program", [["-m", "stacks", "plan", "prod"], ["-m", "stacks", "drift", "prod"],
+                                     ["-m", "checks.api", "--url", "http://127.0.0.1:9", "--served-name", "m"],
+                                     ["-m", "checks.weights_verify", "--dest", "/nonexistent"],
+                                     ["-m", "checks.weights", "verify", "--dest", "/nonexistent"],
+                                     ["-m", "lab", "status"]],
+                         ids=lambda a: " ".join(a[1:3]))
+def test_an_unknown_option_carrying_a_secret_is_refused_masked(program: list[str]) -> None:
+    """argparse repeats unrecognized arguments whole; every program's refusal goes through the one masking rule."""
+    done = _run([*program, *SECRET_OPTIONS])
+    _clean(done)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--api-key=***" in done.stdout + done.stderr and "--hf-token=***" in done.stdout + done.stderr

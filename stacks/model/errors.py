@@ -8,6 +8,8 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any
 
+from stacks.model.masking import mask_secrets, masked
+
 MAX_VALUE_CHARS = 160
 """A value is shown in full up to this length: a pasted certificate or an alias bomb must not flood the report."""
 
@@ -19,8 +21,8 @@ _REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_VALUE_CHARS
 
 def show_value(value: Any) -> str:
     """The value as the report prints it, cut to MAX_VALUE_CHARS without ever building the whole repr (an
-    aliased value can be large)."""
-    text = _REPR.repr(value)
+    aliased value can be large). A credential in it is masked (stacks/model/masking.py)."""
+    text = _REPR.repr(masked(value))
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
 
 
@@ -48,18 +50,18 @@ class Problem:
             lines.append(f"    upstream failure it prevents: {self.upstream}")
         if self.fix:
             lines.append(f"    what works: {self.fix}")
-        return "\n".join(lines)
+        return mask_secrets("\n".join(lines))
 
     def as_dict(self) -> dict[str, Any]:
         plain = isinstance(self.value, str | int | bool | type(None)) or (
             isinstance(self.value, float) and math.isfinite(self.value))
-        value = self.value if plain else show_value(self.value)
+        value = masked(self.value) if plain else show_value(self.value)
         return {
             "key": f"vllm-cluster:{self.key}",
             "value": value,
-            "message": self.message,
-            "upstream": self.upstream,
-            "fix": self.fix,
+            "message": mask_secrets(self.message),
+            "upstream": self.upstream and mask_secrets(self.upstream),
+            "fix": self.fix and mask_secrets(self.fix),
             "where": self.where,
         }
 

@@ -17,6 +17,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, GetCoreSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
+from stacks.model.masking import mask_secrets
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -122,7 +124,17 @@ Identifier = Annotated[str, Kind("identifier [a-z0-9_]"), _pattern(
 EnvName = Annotated[str, Kind("env name"), _pattern(
     r"[A-Za-z_][A-Za-z0-9_]{0,127}", "an environment variable name: A-Z a-z 0-9 _, not starting with a digit, "
     "no '='", "NCCL_ASYNC_ERROR_HANDLING")]
-EnvValue = Annotated[str, Kind("env value (one line)"), Field(max_length=4096), AfterValidator(_no_control)]
+def _no_credentials(value: str) -> str:
+    """A credential in a plain env value would be printed by every plan and kept in `docker inspect`."""
+    if mask_secrets(value) != value:
+        raise refuse("holds a credential (user:password@, a token or a signature) in plain config",
+                     "the whole variable as a secret: pulumi config set --secret --path "
+                     "'vllm-cluster:env_secrets.<NAME>' <value>, and remove it here")
+    return value
+
+
+EnvValue = Annotated[str, Kind("env value (one line)"), Field(max_length=4096), AfterValidator(_no_control),
+                     AfterValidator(_no_credentials)]
 """One line, at most 4096 characters: Docker passes env as `NAME=value` lines."""
 Tag = Annotated[str, Kind("Docker tag"), _pattern(
     r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "a Docker tag: 1-128 of A-Z a-z 0-9 _ . -, not starting with . or -",

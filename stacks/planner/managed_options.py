@@ -13,6 +13,7 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.planner.cross_option_rules import cross_option_problems, integer
 from stacks.planner.deepep import NVSHMEM_ENV
 from stacks.planner.image_cards import ImageCard, card_file_name, card_for
 from stacks.planner.option_values import option_value_problem
@@ -248,7 +249,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
         warnings.append(no_card_warning(config, image_card(config)[1]))
     key = "serving.extra_args"
     items = read_argv(list(config.serving.extra_args), table)
-    problems += scheduler_problems(config, items)
+    problems += scheduler_problems(config, items) + cross_option_problems(items)
     seen: dict[str, int] = {}
     words = list(config.serving.extra_args)
     ends = [later.index for later in items[1:]] + [len(words)] if items else []
@@ -411,7 +412,8 @@ def scheduler_problems(config: StackConfig, items: list[ArgvItem]) -> list[Probl
     """The scheduler's own cross-field rules that the config and extra_args decide without the image
     (vllm/config/scheduler.py, 0.33.0 `SchedulerConfig.verify_max_model_len`, lines 317-345): with chunked
     prefill off, the token budget must hold a whole prompt of max_model_len; max_num_active_seqs may not exceed
-    max_num_seqs. (max_num_batched_tokens >= max_num_seqs is a rule of its own in validation.py.) Where
+    max_num_seqs; long_prefill_token_threshold may not exceed max_model_len (lines 355-360). (max_num_batched_tokens
+    >= max_num_seqs is a rule of its own in validation.py.) Where
     max_num_batched_tokens is left to vLLM its default depends on the GPU and usage context: the dry run
     answers that case."""
     serving = config.serving
@@ -439,4 +441,14 @@ def scheduler_problems(config: StackConfig, items: list[ArgvItem]) -> list[Probl
             upstream=f"ValueError: max_num_active_seqs ({value}) cannot be greater than max_num_seqs "
                      f"({serving.max_num_seqs}). (vllm/config/scheduler.py:338-345)",
             fix=f"at most {serving.max_num_seqs}, or raise serving.max_num_seqs"))
+    threshold = next((i for i in reversed(items) if i.dest == "long_prefill_token_threshold"), None)
+    longest = integer(threshold)
+    if threshold is not None and longest is not None and longest > serving.max_model_len:
+        problems.append(Problem(
+            f"serving.extra_args.{threshold.index}", " ".join([threshold.word, *threshold.values]),
+            f"long_prefill_token_threshold {longest} is above serving.max_model_len {serving.max_model_len}: no "
+            "prompt can be that long",
+            upstream=f"ValueError (engine start-up): long_prefill_token_threshold ({longest}) cannot be greater than "
+                     f"the max_model_len ({serving.max_model_len}). (vllm/config/scheduler.py:355-360)",
+            fix=f"at most {serving.max_model_len}, or raise serving.max_model_len"))
     return problems

@@ -18,11 +18,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from stacks.model.card_schema import FAMILIES, THINKING_KWARGS, CardFields, layer_count_problem
+from stacks.model.errors import show_value
 from stacks.planner.memory import WeightSplit
 
 CARD_VERSION = 1
-FAMILIES = ("dense-gqa", "moe-gqa", "moe-mla", "dense-mla", "deepseek-v4")
-"""The architecture families the rules know (stacks/planner/validation.py `_model_rules`)."""
+__all__ = ["FAMILIES", "THINKING_KWARGS"]  # the card's types live in stacks/model/card_schema.py
 SHIPPED = Path(__file__).resolve().parents[2] / "models"
 
 
@@ -86,10 +89,9 @@ class ModelProfile:
     """The card's `serving.thinking_kwarg` (one of THINKING_KWARGS) when given; else derived from the parser."""
 
 
-THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
-"""How a request turns a model's reasoning on and off: `chat_template_kwargs: {"thinking": bool}` (DeepSeek's
-templates), `chat_template_kwargs: {"enable_thinking": bool}` (Qwen3's), or the request's `reasoning_effort`
-(gpt-oss: harmony always reasons; the effort is low, medium or high)."""
+# THINKING_KWARGS: how a request turns a model's reasoning on and off: `chat_template_kwargs: {"thinking": bool}`
+# (DeepSeek's templates), `chat_template_kwargs: {"enable_thinking": bool}` (Qwen3's), or the request's
+# `reasoning_effort` (gpt-oss: harmony always reasons; the effort is low, medium or high).
 THINKING_KWARG_BY_PARSER = {
     # vllm/parser/deepseek_v4.py:255-261 (deepseek_v4 and deepseek_v41: `thinking` or `enable_thinking`, on when
     # neither is sent); vllm/reasoning/deepseek_v3_reasoning_parser.py:28-31 (either, off when neither is sent)
@@ -144,12 +146,26 @@ def regenerate_hint(path: str) -> str:
     try:
         card = json.loads(Path(path).read_text())
         command = card.get("generated_by") if isinstance(card, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         command = None
     name = Path(path).stem
     if isinstance(command, str) and command.startswith("python -m stacks model-card ") and command.isprintable():
         return f"regenerate it from the model's files: {command} (the command the card records)"
     return f"regenerate it from the model's files: python -m stacks model-card SRC --name {name}"
+
+
+def card_fields_problem(card: dict[str, Any]) -> str | None:
+    """The first field of the card that is missing, of the wrong type or out of bounds (stacks/model/card_schema.py),
+    as `field PATH = VALUE: why`; None when every field a plan reads is sound."""
+    try:
+        fields = CardFields.model_validate(card)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        at = ".".join(str(part) for part in error["loc"]) or "(the card)"
+        shown = "missing" if error["type"] == "missing" else f"= {show_value(error.get('input'))}"
+        return f"field {at} {shown}: {error['msg'].removeprefix('Value error, ')}"
+    wrong = layer_count_problem(fields)
+    return f"field {wrong[0]} {wrong[1]}" if wrong else None
 
 
 def _gb(values: list[Any]) -> tuple[float, float, float, float]:
@@ -162,6 +178,9 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
     try:
         if card.get("card") != CARD_VERSION:
             raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}")
+        fields_problem = card_fields_problem(card)
+        if fields_problem:
+            raise CardProblem(f"{where}: {fields_problem}")
         w, s = card["weights"], card["serving"]
         total = float(w["experts_bytes"]) + float(w["dense_bytes"]) + float(w.get("embeddings_bytes") or 0)
         too_small = card_weights_problem(total)
@@ -218,6 +237,8 @@ def _load(path: str, mtime: float) -> ModelProfile:
         card = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise CardProblem(f"{path}: not JSON ({exc})") from exc
+    except RecursionError:  # `[[[[…]]]]` nested past what Python's JSON reader follows
+        raise CardProblem(f"{path}: not a model card: JSON nested deeper than a card ever is") from None
     if not isinstance(card, dict):
         raise CardProblem(f"{path}: not a JSON object")
     return profile_from_card(card, path)

@@ -13,6 +13,7 @@ import math
 from stacks.model.config import DboConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.s3_source import system_dir_reason
+from stacks.planner.cross_option_rules import expert_model_rules
 from stacks.planner.fabric import fabric_problems
 from stacks.planner.findings import Validation
 from stacks.planner.gpus import known_gpu
@@ -324,9 +325,7 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                         upstream=f"ValueError: The output_size of gate's and up's weight = {part} is not divisible "
                         f"by weight quantization block_n = {block}.",
                         fix=f"expert: true (whole experts per rank), or TP x DP <= {ffn // block}"))
-    if par.expert and not profile.moe:
-        result.warnings.append(f"parallelism.expert is on but {profile.key} is a dense model (no routed experts in "
-                               "its config.json): vLLM ignores expert parallelism there")
+    result.problems += expert_model_rules(config, profile)
     ep = tp * (par.data if par.backend == "mp" else 1)
     if par.expert and profile.routed_experts and ep > profile.routed_experts:
         # fused_moe/expert_map_manager.py:67-69: experts // ep_size per rank, the rest one each from rank 0
