@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
-
+ROOT = Path(__file__).resolve().parent.parent
+"""This checkout (not imported from conftest: bench/install_size.py uses this module outside pytest)."""
 SHIPPED_PACKAGES = ("stacks", "components", "review", "heal", "checks", "policy", "vllm_cluster")
 
 
