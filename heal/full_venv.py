@@ -24,7 +24,8 @@ CHECKS = "checks.api"
 CHECKS_WHAT = "the API check (checks.api)"
 REQUIREMENTS = ("requirements.txt", "requirements-dev.txt")
 PROBE = """import importlib, sys
-sys.path.insert(0, sys.argv[1])
+if sys.argv[1]:
+    sys.path.insert(0, sys.argv[1])
 try:
     importlib.import_module(sys.argv[2])
 except ModuleNotFoundError as exc:
@@ -47,18 +48,21 @@ def missing_here(module: str) -> str | None:
 
 def missing_in(python: str, module: str) -> str | None:
     """The same for `python` (a unit's ExecStart interpreter), asked as the unit runs it: this checkout first on
-    its path, no PYTHON* variables (`-I`). None when it imports, or when it cannot be asked here (no such file:
-    a unit for another host; a relative path, which a unit refuses anyway)."""
+    its path (installed, nothing: that interpreter needs vllm-cluster itself, named when it lacks it), no PYTHON*
+    variables (`-I`). None when it imports, or when it cannot be asked here (no such file: a unit for another
+    host; a relative path, which a unit refuses anyway)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
         return missing_here(module)
     if not (os.path.isabs(python) and Path(python).is_file() and os.access(python, os.X_OK)):
         return None
     try:
-        done = subprocess.run([python, "-I", "-c", PROBE, str(CODE_ROOT), module], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run([python, "-I", "-c", PROBE, str(CODE_ROOT) if IN_CHECKOUT else "", module],
+                              capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None
     top = done.stdout.strip().partition(".")[0]
+    if top in PROJECT and not IN_CHECKOUT:  # the wheel is not installed there
+        return "vllm-cluster"
     return top if top and top not in PROJECT else None
 
 

@@ -311,13 +311,13 @@ def _image_card(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else PROJECT_ROOT / "images"
     developer = is_developer_checkout(PROJECT_ROOT) and out.resolve() == CARDS.resolve()
-    if not developer and (out / f"{card_file_name(args.image)}.json").resolve() == \
-            (CARDS / f"{card_file_name(args.image)}.json").resolve():
+    if not developer and out.resolve() == CARDS.resolve():
         print(f"image-card {args.image}: --out {str(out)!r} is the shipped cards' directory, which no command "
               f"writes into; give --out DIR in your project (default: {PROJECT_ROOT / 'images'})", file=sys.stderr)
         return 2
     shipped = CARDS / f"{card_file_name(args.image)}.json"
-    if not developer and shipped.is_file() and not args.override_shipped:
+    hides = out.resolve() == (PROJECT_ROOT / "images").resolve()  # the project's cards, which plans read
+    if not developer and hides and shipped.is_file() and not args.override_shipped:
         print(f"image-card {args.image}: a card of that name ships with vllm-cluster ({shipped}); yours in {out} "
               "would hide it from every stack of this project. Give --override-shipped to take it anyway (every plan "
               "then names it in a warning)", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ class Installed:
     site: Path
     project: Path
     home: Path
+    init: subprocess.CompletedProcess[str] | None = None
+    """`vllm-cluster init` of the project, committed as the user's first commit."""
 
     def env(self) -> dict[str, str]:
         return {"PATH": f"{self.python.parent}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8"}
@@ -66,6 +69,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     (work / "home").mkdir()
     where = Installed(python, work / "venv" / "bin" / "vllm-cluster", site, work / "clusters", work / "home")
     packages = _snapshot(site)
+    where.init = where.run("init", str(where.project), cwd=where.home)
+    assert where.init.returncode == 0, where.init.stderr
+    for git in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run([*GIT, *git], cwd=where.project, check=True, capture_output=True)
     yield where
     assert _snapshot(site) == packages, "a command wrote into the installed package"
     assert _checkout_state() == before, "a command wrote into this checkout"
@@ -84,15 +91,11 @@ def test_every_module_comes_from_the_venv_and_nothing_from_this_checkout(install
 
 
 def test_init_then_the_example_plans_in_the_project(installed: Installed) -> None:
-    done = installed.run("init", str(installed.project), cwd=installed.home)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"created {installed.project}: ")
+    assert installed.init is not None
+    assert installed.init.stdout.startswith(f"created {installed.project}: .gitignore, Pulumi.two-node.yaml, ")
     plan = installed.run("plan", "two-node", "--summary")
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.startswith("stack two-node: DeepSeek-V4.1-Flash (deepseek-v4.1-flash) on 2 node(s)")
-    subprocess.run([*GIT, "init", "-q"], cwd=installed.project, check=True)
-    subprocess.run([*GIT, "add", "-A"], cwd=installed.project, check=True)
-    subprocess.run([*GIT, "commit", "-qm", "init"], cwd=installed.project, check=True)
 
 
 def _set_in_stack(project: Path, old: str, new: str) -> None:
@@ -216,3 +219,23 @@ def test_the_policy_pack_serves_the_installed_rules_from_the_project(installed: 
     ignored = subprocess.run(["git", "status", "--porcelain"], cwd=installed.project, capture_output=True,
                              text=True, check=True).stdout
     assert ".vllm-cluster" not in ignored, ignored  # ignored by the project's .gitignore
+
+
+def test_a_unit_interpreter_without_the_package_is_refused_naming_it(installed: Installed) -> None:
+    """The unit's interpreter is asked as the unit runs it: without the venv's packages on its path, so one that
+    lacks vllm-cluster is refused before systemd would restart a failing unit for ever."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    done = installed.run("supervisor-unit", "two-node", "--assume-secret", "api_key", "--user", "ops",
+                         "--python", base)
+    assert done.returncode == 2, done.stdout
+    assert f"needs vllm-cluster, which {base} cannot import" in done.stderr, done.stderr
+
+
+def test_no_card_is_written_into_the_installed_package(installed: Installed) -> None:
+    shipped = installed.site / "vllm_cluster" / "data" / "images"
+    done = installed.run("image-card", "example.org/vllm:1", "--python", str(installed.python), "--out", str(shipped))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"image-card example.org/vllm:1: --out {str(shipped)!r} is the shipped cards' "
+                                  "directory, which no command writes into"), done.stderr
+    refused = installed.run("image-card", "vllm/vllm-openai:v0.33.0", "--python", str(installed.python))
+    assert refused.returncode == 2 and "a card of that name ships with vllm-cluster" in refused.stderr
