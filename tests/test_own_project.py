@@ -160,3 +160,16 @@ def test_the_policy_pack_path_names_this_venv_and_the_installed_rules(project: P
     assert "from policy.rules import POLICIES" in (pack / "__main__.py").read_text()
     here = _run("policy-pack", cwd=ROOT)
     assert here.returncode == 0 and here.stdout.strip() == str(ROOT / "policy")  # the checkout's own pack
+
+
+def test_outside_any_project_plan_and_policy_pack_say_how_to_reach_one(tmp_path: Path) -> None:
+    """No Pulumi.yaml up from the working directory (installed, the working directory is the project): the
+    answer names the way to a project, and the policy pack is not written there."""
+    env = {"VLLM_CLUSTER_ROOT": str(tmp_path)}
+    plan = _run("plan", "two-node", cwd=tmp_path, env=env)
+    assert plan.returncode == 2
+    assert f"no Pulumi.two-node.yaml in {tmp_path}" in plan.stderr and "vllm-cluster init DIR" in plan.stderr
+    pack = _run("policy-pack", cwd=tmp_path, env=env)
+    assert pack.returncode == 2
+    assert pack.stderr.startswith(f"policy-pack: {tmp_path} holds no Pulumi.yaml: run it in your project")
+    assert list(tmp_path.iterdir()) == []

@@ -42,6 +42,10 @@ def _policy_pack(args: argparse.Namespace) -> int:
     if is_developer_checkout(PROJECT_ROOT):
         print(PROJECT_ROOT / "policy")  # this checkout's pack (docs/policy.md: its venv link)
         return 0
+    if not (PROJECT_ROOT / "Pulumi.yaml").is_file():  # the pack is written into a project, never anywhere else
+        print(f"policy-pack: {PROJECT_ROOT} holds no Pulumi.yaml: run it in your project (or VLLM_CLUSTER_ROOT=DIR); "
+              "vllm-cluster init DIR makes one", file=sys.stderr)
+        return 2
     lacking = missing_here("pulumi_policy")
     if lacking:
         print(f"policy-pack: the pack needs pulumi-policy, which {sys.executable} cannot import: pip install "

@@ -49,7 +49,10 @@ def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
     path = stack_file(stack, root)
     if not path.is_file():
         known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
-        raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=f"one of {known}")])
+        fix = f"one of {known}" if known else (  # not in a project at all: say how to reach one
+            "run it in your project (a folder with Pulumi.yaml, or VLLM_CLUSTER_ROOT=DIR), or make one: "
+            "vllm-cluster init DIR")
+        raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=fix)])
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
