@@ -1,10 +1,6 @@
-"""vllm-cluster Pulumi program: `pulumi preview` / `pulumi up -s <stack>`. All logic lives in components/."""
+"""vllm-cluster Pulumi program: `pulumi preview` / `pulumi up -s <stack>`. All logic lives in components/; a user's
+project (`vllm-cluster init`) has the same two lines."""
 
-import pulumi
+from vllm_cluster.program import run
 
-from components.deploy_lock import hold_for_update
-from components.program import deploy
-
-if not pulumi.runtime.is_dry_run():  # an update: never while the group supervisor restarts the group
-    hold_for_update(pulumi.get_stack(), pulumi.log.info)
-deploy(pulumi.get_stack())
+run()

@@ -15,17 +15,15 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from heal.drift import DriftRow, compare_container, foreign_containers, table
-from heal.full_venv import CHECKS, CHECKS_WHAT, needs
+from heal.full_venv import CHECKS, CHECKS_WHAT, needs, unit_python
 from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
 from heal.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
 from stacks.model.golden import golden_json
-from stacks.model.loader import load_stack
+from stacks.model.loader import PROJECT_ROOT, load_stack
 from stacks.planner.plan import Plan, build_plan, thinking_args
 from stacks.planner.topology import endpoint_rank_nodes
-
-CODE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]:
@@ -467,7 +465,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)  # validated: a supervisor port another listener holds is refused here
     listen = metrics_listen(plan, None)
-    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    python, whose = (args.python, "") if args.python else unit_python(PROJECT_ROOT)
     problem = needs("the unit's `supervise` (its probes and golden check: checks.api)", CHECKS, python)
     if problem:  # the unit would start, fail at its first import and be restarted by systemd for ever
         print(f"supervisor-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
@@ -482,7 +480,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     try:
         name = supervisor_unit_name(args.stack)
         text = render_supervisor_unit(
-            stack=args.stack, python=python, workdir=args.workdir or str(CODE_ROOT), user=args.user,
+            stack=args.stack, python=python, workdir=args.workdir or str(PROJECT_ROOT), user=args.user,
             env_file=args.env_file or f"/etc/vllm-cluster/{args.stack}-supervisor.env",
             metrics_file=args.metrics_file, ca_file=args.ca_file, golden_metrics_url=args.golden_metrics_url,
             metrics_listen=listen,
@@ -497,7 +495,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start
-        shown = f"--python {python!r}" if args.python else f"--python's default {python!r} (this checkout's venv)"
+        shown = f"--python {python!r}" if args.python else f"--python's default {python!r} ({whose})"
         print(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "
               "with this project's requirements (e.g. /opt/vllm-cluster/venv/bin/python)", file=sys.stderr)
         return 2

@@ -15,15 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-CODE_ROOT = Path(__file__).resolve().parent.parent
-PROJECT = ("stacks", "review", "heal", "components", "checks", "policy", "bench", "tests")
+from stacks.model.project import CODE_ROOT, IN_CHECKOUT
+
+PROJECT = ("stacks", "review", "heal", "components", "checks", "policy", "bench", "tests", "vllm_cluster")
 """The project's own packages: one of them missing is a bug, never an install."""
 CHECKS = "checks.api"
 """What the heal tools run: the health and golden probes, the supervisor's metrics server, the CA file's check."""
 CHECKS_WHAT = "the API check (checks.api)"
 REQUIREMENTS = ("requirements.txt", "requirements-dev.txt")
 PROBE = """import importlib, sys
-sys.path.insert(0, sys.argv[1])
+if sys.argv[1]:
+    sys.path.insert(0, sys.argv[1])
 try:
     importlib.import_module(sys.argv[2])
 except ModuleNotFoundError as exc:
@@ -46,18 +48,21 @@ def missing_here(module: str) -> str | None:
 
 def missing_in(python: str, module: str) -> str | None:
     """The same for `python` (a unit's ExecStart interpreter), asked as the unit runs it: this checkout first on
-    its path, no PYTHON* variables (`-I`). None when it imports, or when it cannot be asked here (no such file:
-    a unit for another host; a relative path, which a unit refuses anyway)."""
+    its path (installed, nothing: that interpreter needs vllm-cluster itself, named when it lacks it), no PYTHON*
+    variables (`-I`). None when it imports, or when it cannot be asked here (no such file: a unit for another
+    host; a relative path, which a unit refuses anyway)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
         return missing_here(module)
     if not (os.path.isabs(python) and Path(python).is_file() and os.access(python, os.X_OK)):
         return None
     try:
-        done = subprocess.run([python, "-I", "-c", PROBE, str(CODE_ROOT), module], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run([python, "-I", "-c", PROBE, str(CODE_ROOT) if IN_CHECKOUT else "", module],
+                              capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None
     top = done.stdout.strip().partition(".")[0]
+    if top in PROJECT and not IN_CHECKOUT:  # the wheel is not installed there
+        return "vllm-cluster"
     return top if top and top not in PROJECT else None
 
 
@@ -73,6 +78,18 @@ def pinned_in(package: str) -> str | None:
     return None
 
 
+def unit_python(root: Path) -> tuple[str, str]:
+    """The interpreter a unit runs by default, and what it is: in this checkout its venv (`make venv`); in a user's
+    project its venv/ (where Pulumi installs requirements.txt), else the interpreter running this command (the one
+    `pip install vllm-cluster` put the tool in)."""
+    venv = root / "venv" / "bin" / "python"
+    if IN_CHECKOUT and root.resolve() == CODE_ROOT:
+        return str(venv), "this checkout's venv"
+    if venv.is_file():
+        return str(venv), f"the project's venv ({root})"
+    return sys.executable, "the interpreter running vllm-cluster"
+
+
 def needs(what: str, module: str, python: str | None = None) -> str | None:
     """Why `python` (default: this interpreter) cannot run `what` (it imports `module`), or None: the package it
     lacks, where it is pinned, and `make venv`."""
@@ -80,6 +97,10 @@ def needs(what: str, module: str, python: str | None = None) -> str | None:
     package = missing_in(python, module)
     if package is None:
         return None
+    if not IN_CHECKOUT:  # installed from the wheel: the extras hold what planning does not need
+        return (f"{what} needs {package}, which {python} cannot import: a plain `pip install vllm-cluster` has only "
+                "what a plan needs; install the extras into that interpreter's venv: pip install "
+                "'vllm-cluster[deploy,s3,checks]'")
     pin = pinned_in(package)
     return (f"{what} needs {package}{f' ({pin})' if pin else ''}, which {python} cannot import: the planning-only "
             "venv (`make venv-plan`) has only what a plan needs; run `make venv` (installs requirements.txt and "

@@ -8,12 +8,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown
-from heal.full_venv import CHECKS, needs
+from heal.full_venv import CHECKS, needs, unit_python
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
 from review.plan_diff import diff_plans
@@ -25,6 +25,7 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
+from stacks.model.project import is_developer_checkout
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
@@ -77,10 +78,6 @@ def _nginx_conf(args: argparse.Namespace) -> int:
     return 0
 
 
-CODE_ROOT = Path(__file__).resolve().parent.parent
-"""The checkout holding `checks/` and `stacks/`: the watch unit's working directory."""
-
-
 def _watch_unit(args: argparse.Namespace) -> int:
     """The systemd service that runs `checks.api --watch` for this stack (heal/watch_unit.py) on stdout; what to
     put next to it (the key file, the proxy's certificate) on stderr."""
@@ -88,7 +85,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     from stacks.planner.plan import check_client, thinking_kwarg
     from stacks.planner.topology import endpoint_rank_nodes
 
-    python = args.python or str(CODE_ROOT / "venv" / "bin" / "python")
+    python = args.python or unit_python(PROJECT_ROOT)[0]
     problem = needs("the watch unit's command (checks.api --watch)", CHECKS, python)
     if problem:  # the unit would start, fail at its first import and watch nothing
         print(f"watch-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
@@ -115,7 +112,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     try:
         name = unit_name(args.stack)
         text = render_watch_unit(
-            stack=args.stack, python=python, workdir=args.workdir or str(CODE_ROOT), url=plan.endpoint,
+            stack=args.stack, python=python, workdir=args.workdir or str(PROJECT_ROOT), url=plan.endpoint,
             served_name=config.model.served_name,
             dp_size=dp_size, rank_nodes=rank_nodes, golden=config.api.smoke.golden,
             interval_s=config.api.watch_interval_s, timeout_s=config.api.request_timeout_s, env_file=env_file,
@@ -274,6 +271,10 @@ def _matrix(args: argparse.Namespace) -> int:
     from review.matrix import RegisterError, compute
     from review.replacement import markdown, row_dict, text
 
+    if args.update_docs and not is_developer_checkout(PROJECT_ROOT):  # never this repository's docs from elsewhere
+        print(f"matrix --update-docs: {PROJECT_ROOT} is not the vllm-cluster checkout, whose docs hold the table; "
+              "print it instead: matrix --markdown", file=sys.stderr)
+        return 2
     problem = needs("running the Pulumi program under mocks", "review.registrations")
     if problem:
         print(f"matrix: {problem}", file=sys.stderr)
@@ -306,14 +307,28 @@ def _matrix(args: argparse.Namespace) -> int:
 
 def _image_card(args: argparse.Namespace) -> int:
     from review.image_card import CardError, summary, take_card
+    from stacks.planner.image_cards import card_file_name
 
+    out = Path(args.out) if args.out else PROJECT_ROOT / "images"
+    developer = is_developer_checkout(PROJECT_ROOT) and out.resolve() == CARDS.resolve()
+    if not developer and out.resolve() == CARDS.resolve():
+        print(f"image-card {args.image}: --out {str(out)!r} is the shipped cards' directory, which no command "
+              f"writes into; give --out DIR in your project (default: {PROJECT_ROOT / 'images'})", file=sys.stderr)
+        return 2
+    shipped = CARDS / f"{card_file_name(args.image)}.json"
+    hides = out.resolve() == (PROJECT_ROOT / "images").resolve()  # the project's cards, which plans read
+    if not developer and hides and shipped.is_file() and not args.override_shipped:
+        print(f"image-card {args.image}: a card of that name ships with vllm-cluster ({shipped}); yours in {out} "
+              "would hide it from every stack of this project. Give --override-shipped to take it anyway (every plan "
+              "then names it in a warning)", file=sys.stderr)
+        return 2
     try:
-        taken = take_card(args.image, python=args.python, out_dir=Path(args.out), timeout_s=args.timeout)
+        taken = take_card(args.image, python=args.python, out_dir=out, timeout_s=args.timeout)
     except CardError as exc:
         print(f"image-card {args.image}: {exc}", file=sys.stderr)
         return 2
     print(summary(taken))
-    if Path(args.out).resolve() == CARDS.resolve():  # this checkout's images/: its support rows list every card
+    if developer:  # this checkout's images/: its support rows list every card
         from review.support import rewrite_support_tables
 
         changed = rewrite_support_tables(CARDS.parent)
@@ -340,10 +355,13 @@ def _model_card(args: argparse.Namespace) -> int:
         if problem:
             print(f"model-card: {problem}", file=sys.stderr)
             return 2
-    in_checkout = PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()  # its generated support tables list every card
+    # only this checkout's generated support tables (README, docs) list the cards; a user's project has none, and
+    # no command writes into the installed package or this repository's docs from elsewhere
+    in_checkout = is_developer_checkout(PROJECT_ROOT) and PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
-                      guard_shipped=True, on_written=rewrite_support_tables if in_checkout else None,
+                      guard_shipped=not args.override_shipped,
+                      on_written=rewrite_support_tables if in_checkout else None,
                       command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
                       echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
 
@@ -367,8 +385,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m stacks", description=__doc__)
+Extend = Callable[[argparse.ArgumentParser, Any], None]
+"""Adds subcommands to the parser (its subparsers given): the installed `vllm-cluster` adds `init` and
+`policy-pack` (vllm_cluster/cli.py) without this layer importing the one above it."""
+
+
+def build_parser(prog: str = "python -m stacks", extend: Extend | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     ref = sub.add_parser("reference", help="the config reference (every key, type, range, default) as Markdown")
     ref.set_defaults(func=_reference)
@@ -388,9 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "with its golden set (checks.api --watch) from the deploying host")
     watch.add_argument("stack")
     watch.add_argument("--python", metavar="ABS_PATH", type=abs_path,
-                       help="interpreter with httpx [<checkout>/venv/bin/python]")
+                       help="interpreter with httpx [the project's venv/bin/python]")
     watch.add_argument("--workdir", metavar="ABS_PATH", type=abs_path,
-                       help="checkout holding checks/ and stacks/ [this one]")
+                       help="the project (its stack file and cards) [this one]")
     watch.add_argument("--env-file", metavar="ABS_PATH", type=abs_path,
                        help="file with VLLM_API_KEY=… [/etc/vllm-cluster/<stack>-watch.env when a key is needed]")
     watch.add_argument("--ca-file", metavar="ABS_PATH", type=abs_path,
@@ -438,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("image", help="repository:tag[@sha256:digest], as in the stack's image")
     card.add_argument("--python", metavar="PATH", help="run the probe with this interpreter (a host or venv with "
                       "vLLM installed) instead of inside the image with docker")
-    card.add_argument("--out", default=str(CARDS), metavar="DIR", help="where to write the card [images/]")
+    card.add_argument("--out", metavar="DIR", help="where to write the card [the project's images/]")
+    card.add_argument("--override-shipped", action="store_true", help="write it even where a shipped card has "
+                      "its name: the project's card is then used, and every plan warns")
     card.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds the probe may take [600]")
     card.set_defaults(func=_image_card)
     summary = sub.add_parser("preview-summary", help="condense `pulumi preview --json` into Markdown; exit 1 on "
@@ -461,9 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--why", help="where the --fact values come from (recorded in the card)")
     card.add_argument("--endpoint-url", help="S3-compatible endpoint (MinIO, Ceph RGW)")
     card.add_argument("--region", help="S3 region [AWS_REGION or us-east-1]")
+    card.add_argument("--override-shipped", action="store_true", help="write it even where a shipped card has "
+                      "--name: the project's card is then used, and every plan warns")
     card.set_defaults(func=_model_card, argv=None)
     from heal.cli import add_commands
     add_commands(sub, _add_overrides)
+    if extend is not None:
+        extend(parser, sub)
     return parser
 
 
@@ -474,8 +503,8 @@ def _stdout_closed() -> int:
     return 141
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", extend: Extend | None = None) -> int:
+    args = build_parser(prog, extend).parse_args(argv)
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
     try:

@@ -81,6 +81,8 @@ def base_plan(stack: str, ref: str, root: Path, assume_secret: Sequence[str] = (
         except subprocess.TimeoutExpired:  # the base's own code hangs: plan its stack file with this code
             done = subprocess.CompletedProcess([], 3, "", "its planner did not answer within 120 s")
         how = f"planned by the code at {ref}"
+        if not (checkout / "stacks" / "__main__.py").is_file():  # a user's project: the installed code plans it
+            how = f"the project at {ref}, planned by the installed vllm-cluster (its own cards at {ref})"
         if done.returncode not in (0, 2) or not done.stdout.strip().startswith("{"):
             try:
                 return (build_plan(stack, load_stack(stack, root=checkout, assume_secret=assume_secret)

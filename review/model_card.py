@@ -888,7 +888,8 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
     target, shipped = card_path(name, root), SHIPPED / f"{name}.json"  # the command line guards; a test may not
     if guard_shipped and shipped.is_file() and target.resolve() != shipped.resolve():
         echo(f"--name {name!r}: a card of that name ships with vllm-cluster ({shipped}); {target} would hide it "
-             f"from every stack under {root}. Give another name, e.g. --name {name}-local")
+             f"from every stack under {root}. Give another name, e.g. --name {name}-local, or --override-shipped "
+             "to use yours instead (every plan then warns)")
         return 2
     try:
         card = build_card(open_source(src, endpoint_url, region), name, synthesize_weights=synthesize_weights,

@@ -216,7 +216,7 @@ def test_image_card_with_an_interpreter_writes_a_card_the_planner_reads(tmp_path
     carded = {o for entry in document["options"] for o in entry["all_option_strings"]}
     assert dumped <= carded
     monkeypatch.setattr(image_cards, "CARDS", tmp_path)
-    image_cards.all_cards.cache_clear()
+    image_cards.cards_in.cache_clear()
     image_cards.card_of_version.cache_clear()
     try:
         values = _extra(h20_values, "--seed", "abc")
@@ -225,7 +225,7 @@ def test_image_card_with_an_interpreter_writes_a_card_the_planner_reads(tmp_path
         assert "--seed: not an int (argparse type int)" in problem.message
         assert "images/vllm-cluster-test_vllm_0.33.0.json" in problem.message
     finally:
-        image_cards.all_cards.cache_clear()
+        image_cards.cards_in.cache_clear()
         image_cards.card_of_version.cache_clear()
 
 

@@ -18,7 +18,7 @@ from checks.bundle import INLINED
 from checks.weights_node import MODULES as WEIGHTS_SCRIPT_MODULES
 from tests.conftest import ROOT
 
-PROJECT = ("stacks", "review", "heal", "components", "checks", "policy", "bench")
+PROJECT = ("stacks", "review", "heal", "components", "checks", "policy", "bench", "vllm_cluster")
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "stacks.model": ("stacks.model",),
     "stacks.planner": ("stacks.model", "stacks.planner"),
@@ -29,6 +29,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "policy": ("stacks.model", "stacks.planner", "policy"),
     "bench": ("stacks.model", "stacks.planner", "components", "checks", "heal", "review", "policy", "bench",
               "tests"),
+    "vllm_cluster": ("stacks.model", "stacks.planner", "components", "checks", "heal", "review", "vllm_cluster"),
 }
 """Which packages a module of each layer may import (its own included)."""
 LINKS = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
 import types
 import typing
@@ -23,10 +22,12 @@ from pydantic.fields import FieldInfo
 from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
+from stacks.model.project import project_root
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
 
-PROJECT_ROOT = Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parents[2])
-"""Where `Pulumi.<stack>.yaml` files are read; VLLM_CLUSTER_ROOT points elsewhere (tests, other repos)."""
+PROJECT_ROOT = project_root()
+"""Where `Pulumi.<stack>.yaml` files are read: VLLM_CLUSTER_ROOT, else the project around the working directory
+(stacks/project.py)."""
 
 HIDDEN = "<not shown>"
 """What a problem shows for an unknown key's text: a misspelt `s3_secret_acess_key` must not print its value."""
@@ -48,7 +49,10 @@ def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
     path = stack_file(stack, root)
     if not path.is_file():
         known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
-        raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=f"one of {known}")])
+        fix = f"one of {known}" if known else (  # not in a project at all: say how to reach one
+            "run it in your project (a folder with Pulumi.yaml, or VLLM_CLUSTER_ROOT=DIR), or make one: "
+            "vllm-cluster init DIR")
+        raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=fix)])
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -22,10 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stacks.model.project import project_root, same_file, shipped
 from stacks.planner.image_capabilities import canonical_ref
 
-CARDS = Path(__file__).resolve().parents[2] / "images"
-"""The committed cards, one JSON file per image (`python -m stacks image-card IMAGE` writes them)."""
+CARDS = shipped("images")
+"""The shipped cards, one JSON file per image (`python -m stacks image-card IMAGE` writes them in this checkout)."""
 
 PROBE = Path(__file__).resolve().parents[2] / "checks" / "image_card_probe.py"
 
@@ -75,12 +76,33 @@ def parse_card(name: str, raw: dict[str, Any]) -> ImageCard:
                      taken_with=str(image.get("taken_with", "")), raw=raw)
 
 
+def user_cards() -> Path:
+    """The project's own `images/` (stacks/project.py): cards the user took, beside the shipped ones."""
+    return project_root() / "images"
+
+
 @cache
+def cards_in(shipped_dir: str, user_dir: str | None) -> tuple[ImageCard, ...]:
+    """The shipped cards and the project's, by file name; a project card of a shipped card's name replaces it
+    (`shadowed_cards` names it in every plan)."""
+    files = {p.name: p for p in Path(shipped_dir).glob("*.json")} if Path(shipped_dir).is_dir() else {}
+    if user_dir is not None and Path(user_dir).is_dir():
+        files |= {p.name: p for p in Path(user_dir).glob("*.json")}
+    return tuple(parse_card(p.stem, json.loads(p.read_text())) for _, p in sorted(files.items()))
+
+
 def all_cards() -> tuple[ImageCard, ...]:
-    """Every committed card, by file name."""
-    if not CARDS.is_dir():
-        return ()
-    return tuple(parse_card(p.stem, json.loads(p.read_text())) for p in sorted(CARDS.glob("*.json")))
+    """Every card a plan reads: the shipped ones and the project's `images/`."""
+    return cards_in(str(CARDS), str(user_cards()))
+
+
+def shadowed_cards() -> list[tuple[Path, Path]]:
+    """(the project's card, the shipped card) for each project card that hides a shipped one of the same name."""
+    mine = user_cards()
+    if not mine.is_dir():
+        return []
+    return [(p, CARDS / p.name) for p in sorted(mine.glob("*.json"))
+            if (CARDS / p.name).is_file() and not same_file(p, CARDS / p.name)]
 
 
 def card_for(repo_tag: str, digest: str | None) -> tuple[ImageCard | None, str | None]:
@@ -104,8 +126,9 @@ def card_for(repo_tag: str, digest: str | None) -> tuple[ImageCard | None, str |
 @cache
 def card_of_version(version: str) -> ImageCard:
     """The card of a vLLM release (the first card with that version), e.g. "0.33.0": what the policy pack and
-    the stand-in-free readers use when they read argv without a stack."""
-    for card in all_cards():
+    the stand-in-free readers use when they read argv without a stack. The shipped cards come first: a project's
+    card of the same release does not change what the tables say."""
+    for card in (*cards_in(str(CARDS), None), *all_cards()):
         if card.vllm_version == version:
             return card
     raise KeyError(f"no image card in images/ for vLLM {version}")

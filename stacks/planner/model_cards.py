@@ -2,8 +2,8 @@
 
 A card is `models/<name>.json`, written by `python -m stacks model-card SRC --name NAME` from the model's own
 `config.json` and safetensors headers (review/model_card.py) and committed for review; `model.profile: NAME`
-names it. Cards are looked up under the project root (`VLLM_CLUSTER_ROOT`) first, then among the cards shipped
-with this checkout. Every fact in a card says where it came from (`sources`); the node preflight reads the real
+names it. Cards are looked up under the project root (stacks/project.py) first, then among the cards shipped
+with vllm-cluster. Every fact in a card says where it came from (`sources`); the node preflight reads the real
 config.json again on every node (checks/preflight.py), so a card that disagrees with the files is caught before
 weights load.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -22,15 +21,18 @@ from pydantic import ValidationError
 
 from stacks.model.card_schema import FAMILIES, THINKING_KWARGS, CardFields, layer_count_problem
 from stacks.model.errors import show_value
+from stacks.model.project import project_root, shipped
 from stacks.planner.memory import WeightSplit
 
 CARD_VERSION = 1
 __all__ = ["FAMILIES", "THINKING_KWARGS"]  # the card's types live in stacks/model/card_schema.py
-SHIPPED = Path(__file__).resolve().parents[2] / "models"
+SHIPPED = shipped("models")
+"""The cards that ship with vllm-cluster (this checkout's models/, or the wheel's package data)."""
 
 
 def card_root() -> Path:
-    return Path(os.environ.get("VLLM_CLUSTER_ROOT") or Path(__file__).resolve().parents[2])
+    """The user's project, whose `models/` holds their own cards (asked at each call: tests set the variable)."""
+    return project_root()
 
 
 def card_path(name: str, root: Path | None = None) -> Path:

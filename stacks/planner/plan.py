@@ -20,6 +20,7 @@ from stacks.planner.addresses import rank_port
 from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
 from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.image_capabilities import get_capabilities
+from stacks.planner.image_cards import shadowed_cards
 from stacks.planner.launch import engine_containers
 from stacks.planner.listeners import Listener, ephemeral_port_warnings, listener_problems, listener_table
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
@@ -265,7 +266,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
         + ephemeral_port_warnings(config, table)
-        + _unpinned_monitoring(obs) + _shadowing_card(config),
+        + _unpinned_monitoring(obs) + _shadowing_card(config) + _shadowing_image_cards(),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
         memory=memory_table(config, profile, topo),
@@ -738,6 +739,12 @@ def _shadowing_card(config: StackConfig) -> list[str]:
     return [f"model.profile {config.model.profile!r}: {both[0]} is used, and it hides the shipped card {both[1]} "
             "of the same name; rename yours (python -m stacks model-card SRC --name <another name>) or delete it "
             "to use the shipped one"]
+
+
+def _shadowing_image_cards() -> list[str]:
+    """Project image cards that replace shipped cards of the same name: both files named, every plan."""
+    return [f"image card {mine} is used, and it hides the shipped card {theirs} of the same name (taken with "
+            "image-card --override-shipped); delete it to use the shipped one" for mine, theirs in shadowed_cards()]
 
 
 def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:

@@ -1,0 +1,175 @@
+"""A user's own project (issue 35): found from the working directory, its cards beside the shipped ones, `init`,
+the policy pack's path, units naming the project, and no command writing into this checkout's docs from there.
+
+These run the checkout's code; tests/test_wheel.py runs the same from a built wheel in a fresh venv.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stacks.model.project import CODE_ROOT, project_root
+from tests.conftest import ROOT, plan_of
+
+SHIPPED_IMAGE = "vllm_vllm-openai_v0.33.0.json"
+
+
+def _run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The tool as a user runs it: `python -m vllm_cluster …` in `cwd`, this checkout on the path only."""
+    clean = {k: v for k, v in os.environ.items() if k != "VLLM_CLUSTER_ROOT"}
+    return subprocess.run([sys.executable, "-m", "vllm_cluster", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**clean, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_the_project_is_the_variable_else_the_nearest_pulumi_yaml_up_from_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.delenv("VLLM_CLUSTER_ROOT", raising=False)
+    assert project_root(tmp_path / "a" / "b") == tmp_path.resolve()
+    assert project_root(Path("/")) == CODE_ROOT  # nowhere in a project: this checkout, as before
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path / "a"))
+    assert project_root(tmp_path / "a" / "b") == tmp_path / "a"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("own") / "clusters"
+    done = _run("init", str(folder), cwd=folder.parent)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def test_init_writes_a_project_of_the_users_own(project: Path) -> None:
+    names = sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+    assert names == [".gitignore", "Pulumi.two-node.yaml", "Pulumi.yaml", "README.md", "__main__.py",
+                     "images/.gitkeep", "models/.gitkeep", "requirements.txt"]
+    assert "name: vllm-cluster" in (project / "Pulumi.yaml").read_text()
+    assert "virtualenv: venv" in (project / "Pulumi.yaml").read_text()
+    assert "from vllm_cluster.program import run" in (project / "__main__.py").read_text()
+    assert "vllm-cluster[deploy]==0.1.0" in (project / "requirements.txt").read_text()
+    assert (project / "Pulumi.two-node.yaml").read_text() == (ROOT / "examples" / "Pulumi.two-node.yaml").read_text()
+
+
+def test_a_plan_in_the_project_reads_its_stack_without_the_variable(project: Path) -> None:
+    done = _run("plan", "two-node", "--summary", cwd=project / "models")  # a folder below the project
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("stack two-node: DeepSeek-V4.1-Flash")
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["DIR_NONEMPTY"], "init: DIR '{dir}': is not empty (init never overwrites files); give a new or empty "
+                       "directory"),
+    (["new", "--example", "nope"], "init: --example 'nope': is not a shipped example; one of: lab, three-node, "
+                                   "two-node, wide-ep"),
+    (["../up"], "init: DIR '../up': contains '..'; give a new or empty directory"),
+    (["bad\nname"], "init: DIR 'bad\\nname': has control characters or is empty; give a new or empty directory"),
+])
+def test_init_refuses_bad_input_with_exit_2_naming_it(project: Path, tmp_path: Path, argv: list[str],
+                                                      said: str) -> None:
+    argv = [str(project) if a == "DIR_NONEMPTY" else a for a in argv]
+    done = _run("init", *argv, cwd=tmp_path)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(said.format(dir=project)), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _image_values(h20: dict[str, Any]) -> dict[str, Any]:
+    values = copy.deepcopy(h20)
+    values["image"] = {"repository": "example.org/team/vllm", "tag": "0.33.0-custom"}
+    return values
+
+
+def test_a_project_image_card_is_read_beside_the_shipped_ones(tmp_path: Path, h20_values: dict[str, Any],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    values = _image_values(h20_values)
+    assert plan_of(copy.deepcopy(values)).image["card"] is None  # no card: the image is unknown
+    card = json.loads((ROOT / "images" / SHIPPED_IMAGE).read_text())
+    card["image"] = {**card["image"], "refs": ["example.org/team/vllm:0.33.0-custom"], "digests": []}
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "team_vllm.json").write_text(json.dumps(card))
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    plan = plan_of(values)
+    assert plan.image["card"] == "images/team_vllm.json"
+    assert not [w for w in plan.warnings if "hides the shipped card" in w]
+
+
+def test_a_project_image_card_of_a_shipped_name_is_named_in_every_plan(tmp_path: Path, h20_values: dict[str, Any],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / SHIPPED_IMAGE).write_text((ROOT / "images" / SHIPPED_IMAGE).read_text())
+    monkeypatch.setenv("VLLM_CLUSTER_ROOT", str(tmp_path))
+    warning = next(w for w in plan_of(h20_values).warnings if "hides the shipped card" in w)
+    assert warning.startswith(f"image card {tmp_path / 'images' / SHIPPED_IMAGE} is used, and it hides the shipped "
+                              f"card {ROOT / 'images' / SHIPPED_IMAGE}")
+
+
+def test_image_card_refuses_a_shipped_name_in_a_project_unless_overriding(project: Path) -> None:
+    done = _run("image-card", "vllm/vllm-openai:v0.33.0", "--python", "/nonexistent/python", cwd=project)
+    assert done.returncode == 2
+    assert done.stderr.startswith("image-card vllm/vllm-openai:v0.33.0: a card of that name ships with vllm-cluster "
+                                  f"({ROOT / 'images' / SHIPPED_IMAGE})"), done.stderr
+    assert "--override-shipped" in done.stderr and list((project / "images").glob("*.json")) == []
+    forced = _run("image-card", "vllm/vllm-openai:v0.33.0", "--python", "/nonexistent/python",
+                  "--override-shipped", cwd=project)
+    assert forced.returncode == 2 and "a card of that name ships" not in forced.stderr  # on to the probe, which fails
+
+
+def test_model_card_over_a_shipped_name_with_override_is_used_and_warned(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    done = _run("model-card", str(ROOT / "tests/fixtures/models/qwen3-8b"), "--name", "qwen3-8b",
+                "--synthesize-weights", "--override-shipped", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {tmp_path / 'models' / 'qwen3-8b.json'}: ")
+    assert "support" not in done.stdout  # a project's card rewrites no table of this checkout
+
+
+def test_matrix_update_docs_from_a_project_writes_no_docs(project: Path) -> None:
+    page = (ROOT / "docs" / "what-a-change-costs.md").stat().st_mtime_ns
+    done = _run("matrix", "--update-docs", cwd=project)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"matrix --update-docs: {project} is not the vllm-cluster checkout")
+    assert not (project / "docs").exists() and (ROOT / "docs" / "what-a-change-costs.md").stat().st_mtime_ns == page
+
+
+def test_the_units_name_the_project_and_its_interpreter(project: Path) -> None:
+    done = _run("watch-unit", "two-node", "--assume-secret", "api_key", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert f"WorkingDirectory={project}" in done.stdout
+    assert f"ExecStart={sys.executable} -m checks.api" in done.stdout
+    unit = _run("supervisor-unit", "two-node", "--assume-secret", "api_key", "--user", "ops", cwd=project)
+    assert unit.returncode == 0, unit.stderr
+    assert f"WorkingDirectory={project}" in unit.stdout
+    assert f"ExecStart={sys.executable} -m stacks supervise two-node" in unit.stdout
+
+
+def test_the_policy_pack_path_names_this_venv_and_the_installed_rules(project: Path) -> None:
+    done = _run("policy-pack", cwd=project)
+    assert done.returncode == 0, done.stderr
+    pack = Path(done.stdout.strip())
+    assert pack == project / ".vllm-cluster" / "policy-pack"
+    assert f"virtualenv: {json.dumps(sys.prefix)}" in (pack / "PulumiPolicy.yaml").read_text()
+    assert "from policy.rules import POLICIES" in (pack / "__main__.py").read_text()
+    here = _run("policy-pack", cwd=ROOT)
+    assert here.returncode == 0 and here.stdout.strip() == str(ROOT / "policy")  # the checkout's own pack
+
+
+def test_outside_any_project_plan_and_policy_pack_say_how_to_reach_one(tmp_path: Path) -> None:
+    """No Pulumi.yaml up from the working directory (installed, the working directory is the project): the
+    answer names the way to a project, and the policy pack is not written there."""
+    env = {"VLLM_CLUSTER_ROOT": str(tmp_path)}
+    plan = _run("plan", "two-node", cwd=tmp_path, env=env)
+    assert plan.returncode == 2
+    assert f"no Pulumi.two-node.yaml in {tmp_path}" in plan.stderr and "vllm-cluster init DIR" in plan.stderr
+    pack = _run("policy-pack", cwd=tmp_path, env=env)
+    assert pack.returncode == 2
+    assert pack.stderr.startswith(f"policy-pack: {tmp_path} holds no Pulumi.yaml: run it in your project")
+    assert list(tmp_path.iterdir()) == []

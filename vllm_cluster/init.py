@@ -1,0 +1,130 @@
+"""`vllm-cluster init DIR [--example NAME]`: a project of the user's, holding only what is theirs.
+
+Their stacks, their cards and a `__main__.py` of a few lines that runs the installed package's program: the tool
+itself upgrades with `pip install -U`, never by merging upstream into a fork (docs/install.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from checks.verdict import shown
+from stacks.model.project import shipped
+from vllm_cluster import __version__
+
+DEFAULT_EXAMPLE = "two-node"
+"""Plans without secrets and without a front door: the shortest way to a first plan."""
+
+PULUMI_YAML = """\
+# The name must stay vllm-cluster: the stack files' keys are `vllm-cluster:<key>` (Pulumi's config namespace).
+name: vllm-cluster
+description: vLLM clusters deployed with the vllm-cluster package
+runtime:
+  name: python
+  options:
+    toolchain: pip
+    virtualenv: venv
+"""
+MAIN_PY = '''\
+"""Pulumi's entry point (`pulumi preview|up -s STACK`): the program of the installed vllm-cluster package, for
+Pulumi.STACK.yaml in this directory."""
+
+from vllm_cluster.program import run
+
+run()
+'''
+GITIGNORE = """\
+venv/
+__pycache__/
+*.pyc
+.vllm-cluster/
+"""
+README = """\
+# My vLLM clusters
+
+Stacks deployed with vllm-cluster {version}: one `Pulumi.<stack>.yaml` per cluster, my own
+model cards in `models/` and image cards in `images/`.
+
+```sh
+vllm-cluster plan {stack}                      # what every node will run, offline
+vllm-cluster diff {stack} --base origin/main   # what a change costs, for the pull request
+vllm-cluster model-card /path/to/model --name my-model   # a card in models/ (model.profile: my-model)
+pulumi up -s {stack} --policy-pack "$(vllm-cluster policy-pack)"   # deploy (venv/ gets requirements.txt)
+```
+
+Upgrade: `pip install -U vllm-cluster`, raise the pin in requirements.txt, then `vllm-cluster plan` and
+`vllm-cluster diff` every stack before `pulumi up`.
+"""
+
+
+def examples() -> dict[str, Path]:
+    """The shipped example stacks by name (`Pulumi.<name>.yaml`)."""
+    return {p.name.split(".")[1]: p for p in sorted(shipped("examples").glob("Pulumi.*.yaml"))}
+
+
+def _bad(flag: str, value: str, why: str, fix: str) -> int:
+    print(f"init: {flag} {shown(value)}: {why}; {fix}", file=sys.stderr)
+    return 2
+
+
+def check_dir(value: str) -> tuple[Path | None, int]:
+    """The directory to create, or an exit code 2 after saying why not (a path that is not plain, or a
+    directory that already holds files)."""
+    fix = "give a new or empty directory, e.g. vllm-cluster init ./my-clusters"
+    if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return None, _bad("DIR", value, "has control characters or is empty", fix)
+    if ".." in Path(value).parts:
+        return None, _bad("DIR", value, "contains '..'", fix + " (a path without '..')")
+    folder = Path(value).expanduser()
+    if folder.exists() and not folder.is_dir():
+        return None, _bad("DIR", value, "is a file", fix)
+    if folder.is_dir() and any(folder.iterdir()):
+        return None, _bad("DIR", value, "is not empty (init never overwrites files)", fix)
+    return folder, 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    known = examples()
+    if args.example not in known:
+        return _bad("--example", args.example, "is not a shipped example",
+                    f"one of: {', '.join(known) or '(none shipped: a broken install, reinstall vllm-cluster)'}")
+    folder, code = check_dir(args.dir)
+    if folder is None:
+        return code
+    stack = args.example
+    files = {
+        "Pulumi.yaml": PULUMI_YAML,
+        "__main__.py": MAIN_PY,
+        "requirements.txt": f"# What Pulumi installs into venv/ to run the program (`pulumi up`).\n"
+                            f"vllm-cluster[deploy]=={__version__}\n",
+        f"Pulumi.{stack}.yaml": known[stack].read_text(encoding="utf-8"),
+        "models/.gitkeep": "",
+        "images/.gitkeep": "",
+        ".gitignore": GITIGNORE,
+        "README.md": README.format(version=__version__, stack=stack),
+    }
+    try:
+        for rel, text in files.items():
+            path = folder / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return _bad("DIR", args.dir, f"cannot write ({exc.strerror})", "give a writable directory")
+    print(f"created {folder}: {', '.join(sorted(files))}")
+    print("next:")
+    print(f"   cd {folder} && git init && git add -A && git commit -m 'vllm-cluster project'")
+    print(f"   vllm-cluster plan {stack}")
+    return 0
+
+
+def add_init(sub: Any) -> None:
+    """The `init` parser."""
+    init = sub.add_parser("init", help="create a project of your own: Pulumi.yaml, __main__.py, requirements.txt, "
+                          "an example stack, models/ and images/ for your cards")
+    init.add_argument("dir", metavar="DIR", help="a new or empty directory")
+    init.add_argument("--example", default=DEFAULT_EXAMPLE, metavar="NAME",
+                      help=f"the example stack to start from [{DEFAULT_EXAMPLE}]: " + ", ".join(examples()))
+    init.set_defaults(func=_init)
