@@ -4,10 +4,10 @@
 
 The outage model (stacks/planner/outage.py) needs the second figure: the staged change warms the page cache with
 the shards a node's ranks will read, so after the stop each rank reads them from memory. This writes `--files`
-safetensors files of `--file-gb` GB each (bf16 tensors of 256 MiB, random), then per run:
+safetensors files of `--file-gb` GB each (bf16 tensors of 256 MiB, random bytes), then per run:
 
-- cold: `sync`, every file dropped from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)` and, as root,
-  `/proc/sys/vm/drop_caches`), then the load;
+- cold: `sync`, these files dropped from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`; the rest of the
+  machine's page cache is left alone), then the load;
 - warm-read: the staged step's warming, `checks/page_cache.py`'s way (8 MiB reads of every file, nothing kept);
 - warm: the load again, now from the page cache.
 
@@ -35,24 +35,28 @@ TENSOR_BYTES = 256 << 20
 READ_CHUNK = 8 << 20
 
 
-def write_shards(work: Path, files: int, file_gb: float, device: str) -> list[Path]:
-    import torch
-    from safetensors.torch import save_file
-
+def write_shards(work: Path, files: int, file_gb: float) -> list[Path]:
+    """Safetensors files written by hand (the header, then random bytes as bf16 tensors): no numpy needed."""
     per_file = max(1, int(file_gb * 1e9) // TENSOR_BYTES)
+    block = os.urandom(TENSOR_BYTES)
     paths = []
     for i in range(files):
-        tensors = {f"model.layers.{i}.mlp.experts.{j}.weight":
-                   torch.randn(TENSOR_BYTES // 2, dtype=torch.bfloat16, device=device).cpu()
-                   for j in range(per_file)}
+        names = [f"model.layers.{i}.mlp.experts.{j}.weight" for j in range(per_file)]
+        header = {name: {"dtype": "BF16", "shape": [TENSOR_BYTES // 2],
+                         "data_offsets": [j * TENSOR_BYTES, (j + 1) * TENSOR_BYTES]} for j, name in enumerate(names)}
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
         path = work / f"model-{i + 1:05d}-of-{files:05d}.safetensors"
-        save_file(tensors, str(path))
+        with open(path, "wb") as handle:
+            handle.write(len(raw).to_bytes(8, "little") + raw)
+            for _ in names:
+                handle.write(block)
         paths.append(path)
     return paths
 
 
 def drop(paths: list[Path]) -> str:
-    """Evict the files from the page cache; says how."""
+    """Evict these files (only these: a shared machine keeps the rest of its page cache) from the page cache."""
     os.sync()
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
@@ -60,11 +64,7 @@ def drop(paths: list[Path]) -> str:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return "fadvise+drop_caches"
-    except OSError:
-        return "fadvise"
+    return "posix_fadvise(DONTNEED)"
 
 
 def read_all(paths: list[Path]) -> int:
@@ -88,8 +88,9 @@ def load(paths: list[Path], device: str) -> int:
     total = 0
     for path in paths:
         with safe_open(str(path), framework="pt") as shard:
-            for name in shard.keys():
-                tensor = shard.get_tensor(name).to(device)
+            for name in shard.keys():  # noqa: SIM118 (safe_open is no mapping)
+                # a copy, as the weight_loader's `param.data.copy_` makes one: on the CPU `.to` would keep the mmap
+                tensor = shard.get_tensor(name).to(device, copy=True)
                 total += tensor.numel() * tensor.element_size()
                 del tensor
     if device.startswith("cuda"):
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="pcload-", dir=args.dir))
     rows: dict[str, list[float]] = {"cold": [], "warm-read": [], "warm": []}
     try:
-        paths = write_shards(work, args.files, args.file_gb, args.device)
+        paths = write_shards(work, args.files, args.file_gb)
         for run in range(args.runs):
             how = drop(paths)
             cold_b, cold_s = timed(load, paths, args.device)
