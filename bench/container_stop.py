@@ -30,6 +30,11 @@ SERVE = ("import http.server,socketserver; socketserver.TCPServer(('127.0.0.1', 
          "http.server.SimpleHTTPRequestHandler).serve_forever()")
 
 
+def _running(name: str) -> bool:
+    done = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", name], capture_output=True, text=True)
+    return done.stdout.strip() == "true"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -47,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"stopbench-{RUN}-{i}"
             subprocess.run(["docker", "run", "-d", "--name", name, tag, "python3", "-c", SERVE], check=True,
                            capture_output=True)
-            wait_for(lambda n=name: subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", n],
-                                                   capture_output=True, text=True).stdout.strip() == "true",
-                     f"{name} running", 60)
+            wait_for(lambda: _running(name), f"{name} running", 60)
             start = time.perf_counter()
             subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
             times.append(time.perf_counter() - start)
