@@ -12,6 +12,7 @@ driver's teardown, which no GPU-less machine shows (stacks/planner/outage.py cou
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"stopbench-{RUN}-{i}"
             subprocess.run(["docker", "run", "-d", "--name", name, tag, "python3", "-c", SERVE], check=True,
                            capture_output=True)
-            wait_for(lambda: _running(name), f"{name} running", 60)
+            wait_for(functools.partial(_running, name), f"{name} running", 60)
             start = time.perf_counter()
             subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
             times.append(time.perf_counter() - start)

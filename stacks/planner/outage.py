@@ -29,7 +29,7 @@ from typing import Any
 
 from stacks.model.config import StackConfig
 from stacks.planner.model_cards import ModelProfile
-from stacks.planner.topology import Topology
+from stacks.planner.topology import NodeTopology, Topology
 
 STOP_S = 5
 STOP_SOURCE = ("the engine containers carry no `destroy_grace_seconds`, so the docker provider removes them "
@@ -112,6 +112,17 @@ def node_warm_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> 
     par = config.parallelism
     ranks = max(n.gpus_used for n in topo.nodes)
     return total - experts + experts * ranks / (par.data * par.tensor)
+
+
+def warm_experts(config: StackConfig, profile: ModelProfile, node: NodeTopology) -> str | None:
+    """`checks.page_cache --experts N:EP:FIRST-LAST` for a node whose ranks skip the other ranks' experts (mp, one
+    PP stage: EP rank = DP rank x TP + TP rank, vLLM 0.33.0 default_loader.py:467-471); None: every byte."""
+    par = config.parallelism
+    if not ep_filtered(config) or par.backend != "mp" or par.pipeline > 1 or not node.dp_ranks \
+            or not profile.routed_experts:
+        return None
+    first, last = node.dp_ranks[0] * par.tensor, (node.dp_ranks[-1] + 1) * par.tensor - 1
+    return f"{profile.routed_experts}:{par.data * par.tensor}:{first}-{last}"
 
 
 def disk_share_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:

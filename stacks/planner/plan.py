@@ -399,6 +399,10 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                                  if topo.external else "the new image's own vLLM parses this node's argv (no GPU), "
                                  "before any engine is replaced") if runs_vllm else
             "the new image starts on this node and imports vllm and ray"))
+    checks += [CheckSpec(name=f"page-cache-{n.name}", node=n.name, runs_on="node", module="checks.page_cache",
+                         sections=[], proves="the shards this node's ranks will read are in the page cache (as much "
+                         "as MemAvailable less the running engine's pinned memory holds; the rest is named), before "
+                         "any engine is replaced") for n in topo.nodes]
     checks += node_checks(config)
     if topo.backend == "ray":
         checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",
