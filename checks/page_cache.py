@@ -98,10 +98,10 @@ def pinned_bytes(containers: list[str]) -> tuple[int, list[str]]:
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     total, todo = 0, list(roots)
     while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+        proc = todo.pop()
+        todo += children.get(proc, [])
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            status = Path(f"/proc/{proc}/status").read_text()
         except OSError:
             continue
         for key in ("VmPin:", "VmLck:"):
