@@ -204,7 +204,8 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
 def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     """`page-cache-<node>` on the node's python3 (the page cache is the host's): this node's shards, with the EP
     weight filter only its ranks' experts, bounded by MemAvailable less the running engine's pinned memory (its
-    containers by name). Its timeout: the cold read of the node's share, twice, plus ten minutes."""
+    containers by name). Its timeout: twice the engine-ready timeout plus ten minutes, the time a cold load may
+    take (not the load-rate estimate: re-estimating it must not read the weights again)."""
     node = next(n for n in config.nodes if n.name == check.node)
     topo, _ = derive_topology(config)
     profile = get_profile(config.model.profile)
@@ -216,7 +217,8 @@ def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str
     for container in plan.node(node.name).containers:
         args += ["--engine", container.name]
     prefix = "" if node.ssh.user == "root" else "sudo -n "
-    return heredoc_command("page_cache", args, prefix=prefix, timeout_s=2 * int(plan.model["estimated_load_s"]) + 600)
+    return heredoc_command("page_cache", args, prefix=prefix,
+                           timeout_s=2 * config.serving.engine_ready_timeout_s + 600)
 
 
 def expected_fields(argv: list[str]) -> dict[str, str]:

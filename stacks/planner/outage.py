@@ -37,9 +37,12 @@ STOP_SOURCE = ("the engine containers carry no `destroy_grace_seconds`, so the d
                "to stop the container before destroying\"); `docker rm -f` of a running engine container took "
                "under 1 s here (bench/container_stop.py, docs/speed.md), counted as 5 s for the GPUs' release")
 PAGE_CACHE_GB_PER_S = 1.0
-"""GB one rank's loader moves from the page cache to its GPU per second (bench/page_cache_load.py)."""
-PAGE_CACHE_SOURCE = ("bench/page_cache_load.py: safetensors `get_tensor` + copy to the GPU, one process, from a warm "
-                     "page cache (docs/speed.md#outage-figures)")
+"""GB one rank's loader moves from the page cache to its GPU per second: a placeholder until
+bench/page_cache_load.py has run on a GPU node (docs/speed.md#outage-figures)."""
+PAGE_CACHE_SOURCE = ("NOT YET MEASURED on a GPU node: 1 GB/s per rank is a placeholder. bench/page_cache_load.py "
+                     "(safetensors `get_tensor` + copy to the GPU from a warm page cache, as vLLM 0.33.0's default "
+                     "loader) gave 0.38-1.24 GB/s on the CPU of a loaded 2-core VM, which is no node's figure; run it "
+                     "on a node (docs/speed.md#outage-figures)")
 DISK_SOURCE = ("model.load_gb_per_s: the stack's figure for one node reading its share from disk, parsing "
                "included; the default 0.1 is an assumption (no measurement of a prod node: measure yours with "
                "bench/page_cache_load.py's cold row and set it)")
