@@ -26,6 +26,7 @@ from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import rank_name
 from stacks.planner.load_estimate import EngineMemory, engine_memory
 from stacks.planner.model_cards import ModelProfile, get_profile
+from stacks.planner.outage import warm_experts
 from stacks.planner.plan import CheckSpec, Plan, api_on_head, min_busbw_gbps, thinking_args
 from stacks.planner.topology import derive_topology, endpoint_rank_nodes
 
@@ -198,6 +199,26 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         args += ["--", *argv]
     timeout = DRY_RUN_TIMEOUT_S + DRY_RUN_PER_SERVER_S * (len(node.containers) - 1)
     return heredoc_command("vllm_args", args, prefix=prefix, timeout_s=timeout, interpreter="")
+
+
+def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+    """`page-cache-<node>` on the node's python3 (the page cache is the host's): this node's shards, with the EP
+    weight filter only its ranks' experts, bounded by MemAvailable less the running engine's pinned memory (its
+    containers by name). Its timeout: twice the engine-ready timeout plus ten minutes, the time a cold load may
+    take (not the load-rate estimate: re-estimating it must not read the weights again)."""
+    node = next(n for n in config.nodes if n.name == check.node)
+    topo, _ = derive_topology(config)
+    profile = get_profile(config.model.profile)
+    args = ["--name", check.name, "--model-dir", config.model.host_path]
+    node_topo = next(n for n in topo.nodes if n.name == node.name)
+    experts = warm_experts(config, profile, node_topo) if profile is not None else None
+    if experts:
+        args += ["--experts", experts]
+    for container in plan.node(node.name).containers:
+        args += ["--engine", container.name]
+    prefix = "" if node.ssh.user == "root" else "sudo -n "
+    return heredoc_command("page_cache", args, prefix=prefix,
+                           timeout_s=2 * config.serving.engine_ready_timeout_s + 600)
 
 
 def expected_fields(argv: list[str]) -> dict[str, str]:

@@ -31,6 +31,7 @@ from components.check_commands import (
     engines_command,
     nccl_command,
     node_api_command,
+    page_cache_command,
     preflight_command,
     ray_ready_command,
     server_rank,
@@ -282,6 +283,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         secrets={ref: secrets[ref] for node in plan.nodes for c in node.containers for ref in c.secret_env.values()},
         dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None,
+        page_cache_commands=_node_commands(plan, "checks.page_cache", lambda c: page_cache_command(config, plan, c)),
         before_containers=collective_gate))
     smoke = [s for s in api_sections(plan) if s != "health"]
     api_settings = _digest(config.api.model_dump(exclude={"watch_interval_s"}))

@@ -12,7 +12,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -67,6 +67,9 @@ class VllmEngineArgs:
     dry_run_commands: Mapping[str, str]
     """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
+    page_cache_commands: Mapping[str, str] = field(default_factory=dict)
+    """Per node: read the shards its ranks will load into the page cache, after every dry run passed and before
+    any container moves (checks/page_cache.py)."""
     before_containers: Callable[[pulumi.Resource], Sequence[pulumi.Resource]] | None = None
     """Given the barrier that stands for every dry run, what must pass after all of them and before any container
     moves (the collective check); the containers then wait for a barrier over these instead."""
@@ -139,8 +142,8 @@ class VllmEngine(pulumi.ComponentResource):
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
         timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
         # Rollout order: every node's image is pulled (GpuNode) and preflighted (gates), then the new image's
-        # vLLM parses each node's argv; only then is any container touched. A failure here leaves the old
-        # group serving.
+        # vLLM parses each node's argv, then every node warms its page cache; only then is any container touched.
+        # A failure here leaves the old group serving.
         # Every step that must finish on all nodes fans in through one barrier (components/barrier.py), so the
         # graph grows with N, not N^2; dependencies are transitive.
         self.images = barrier(f"{name}-gate-images", [node.image for node in args.nodes.values()], parent=self)
@@ -155,6 +158,17 @@ class VllmEngine(pulumi.ComponentResource):
             f"{name}-gate-dry-runs", [*self.dry_runs.values()] or [
                 self.images, *(g for node_gates in args.gates.values() for g in node_gates)], parent=self)]
         """The barriers in rollout order; the containers wait for the last one."""
+        # The staged change's last step: every node warms its page cache while the old group still serves. A failure
+        # stops the update here, like a failed dry run; a node that cannot hold it all warms what fits and says so.
+        self.page_cache: dict[str, command.remote.Command] = {
+            node_name: command.remote.Command(
+                f"{name}-{node_name}-page-cache", connection=args.nodes[node_name].connection, create=warm,
+                triggers=list(self.check_triggers),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.gates[-1]]))
+            for node_name, warm in args.page_cache_commands.items()
+        }
+        if self.page_cache:
+            self.gates.append(barrier(f"{name}-gate-page-cache", list(self.page_cache.values()), parent=self))
         checks = args.before_containers(self.gates[-1]) if args.before_containers is not None else []
         if checks:
             self.gates.append(barrier(f"{name}-gate-collectives", checks, parent=self))

@@ -4,9 +4,10 @@
 `diff_plans` worked out per engine container with `review.replacement` (the same provider rules the matrix
 applies to the program's registered inputs): a container whose replacing inputs change is replaced, one whose
 only change is its restart policy is updated in place (`docker update`), and the proxy is replaced when anything
-it is built from changes. Then `review.replacement.downtime`: the whole engine group replaced costs about the new
-plan's estimated load time (`model.estimated_load_s`; the `vllm-cluster.estimated-load-s` label of a base planned
-by older code), the proxy alone seconds, the rest nothing.
+it is built from changes. Then `review.replacement.downtime`: the whole engine group replaced costs the new plan's
+modelled outage (`model.outage`, stacks/planner/outage.py: stop, load from page cache or disk, start-up, checks,
+each figure with its source; `model.estimated_load_s` for a plan made by older code), the proxy alone seconds,
+the rest nothing.
 
 What a plan cannot show: secret values. `stacks diff` compares the encrypted values of the two stack files
 instead (`diff["secrets"]`): a changed secret the engines read counts as the whole group replaced (matrix row
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from review.replacement import Downtime, downtime
+from review.replacement import Downtime, downtime, duration
 
 
 def assess(diff: dict[str, Any]) -> Downtime:
@@ -34,7 +35,31 @@ def assess(diff: dict[str, Any]) -> Downtime:
     if "engine-group" in secrets and engines != "partial":
         engines = "replaced"
     proxy = "replaced" if diff.get("proxy_replaced", bool(diff.get("proxy"))) or "proxy" in secrets else ""
-    return downtime(engines, proxy, (diff.get("estimated_load_s") or {}).get("head"))
+    outage = (diff.get("outage") or {}).get("head")
+    estimate = outage["total_s"] if outage else (diff.get("estimated_load_s") or {}).get("head")
+    return downtime(engines, proxy, estimate)
+
+
+PHASE_NAMES = {"stop": "stop", "load-page-cache": "load from page cache", "load-disk": "load from disk",
+               "start-up": "start-up", "checks": "checks"}
+
+
+def phases_text(outage: dict[str, Any]) -> str:
+    """`staged: stop 5 s + load from page cache 8 min 31 s + ...`: which restart, and its phases."""
+    parts = " + ".join(f"{PHASE_NAMES.get(p['name'], p['name'])} {duration(int(p['seconds']))}"
+                       for p in outage.get("phases") or [])
+    how = ("staged: image, weights, dry run and page cache readied while the old group served"
+           if outage.get("kind") == "staged" else "cold: every rank reads from disk")
+    return f"{how}: {parts}"
+
+
+def phase_lines(diff: dict[str, Any]) -> list[str]:
+    """One line per phase of a group restart, with its figure and where the figure comes from."""
+    outage = (diff.get("outage") or {}).get("head")
+    if not outage or assess(diff).kind != "group":
+        return []
+    return [f"  - {PHASE_NAMES.get(p['name'], p['name'])}: {duration(int(p['seconds']))}, {p['figure']}. "
+            f"Source: {p['source']}" for p in outage.get("phases") or []]
 
 
 def downtime_of(diff: dict[str, Any]) -> str:
@@ -44,6 +69,8 @@ def downtime_of(diff: dict[str, Any]) -> str:
         # a renamed container is one deleted and one created: count what runs after the change
         count = len(set(diff.get("replaced") or []) | {n for n, c in containers.items() if c.get("created")}) or \
             len({n for n, c in containers.items() if c.get("deleted")}) or len(diff.get("engine_group") or [])
-        return found.text.replace("the whole engine group is", f"the whole engine group ({count} container(s)) is",
+        text = found.text.replace("the whole engine group is", f"the whole engine group ({count} container(s)) is",
                                   1)
+        outage = (diff.get("outage") or {}).get("head")
+        return f"{text}. Phases ({phases_text(outage)})" if outage else text
     return found.text

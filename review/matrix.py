@@ -22,7 +22,7 @@ from review.downtime import assess
 from review.plan_diff import diff_plans
 from review.replacement import Downtime, Impact, Registration, Row, downtime, impact, merge, normaliser
 from stacks.model.errors import ConfigError
-from stacks.planner import launch, load_estimate
+from stacks.planner import launch, outage
 from stacks.planner.plan import Plan
 
 Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
@@ -109,12 +109,12 @@ class CodeChange:
 
 @contextlib.contextmanager
 def _startup_plus_60() -> Iterator[None]:
-    before = load_estimate.STARTUP_S
-    load_estimate.STARTUP_S = before + 60
+    before = outage.STARTUP_S
+    outage.STARTUP_S = before + 60
     try:
         yield
     finally:
-        load_estimate.STARTUP_S = before
+        outage.STARTUP_S = before
 
 
 @contextlib.contextmanager
@@ -129,7 +129,7 @@ def _purpose_reworded() -> Iterator[None]:
 
 
 CODE_CHANGES = (
-    CodeChange("(code) stacks/planner/load_estimate.py STARTUP_S", "the load estimate recalibrated (+60 s)",
+    CodeChange("(code) stacks/planner/outage.py STARTUP_S", "the outage model recalibrated (+60 s)",
                _startup_plus_60),
     CodeChange("(code) stacks/planner/launch.py container purpose", "the plan's prose for every container reworded",
                _purpose_reworded),
@@ -169,7 +169,8 @@ def _row(base: Baseline, key: str, context: str, mutations: list[Mutation], regi
         more_nodes, more_boxes = _names(mutation.values)
         found = impact(base.registrations, after, normaliser([*nodes, *more_nodes], [*boxes, *more_boxes]))
         total = found if total is None else merge(total, found)
-        estimates.append(int(mutation.plan.model["estimated_load_s"]))
+        modelled = mutation.plan.model["outage"]
+        estimates.append(int(modelled[modelled["applies"]]["total_s"]))
     assert total is not None
     return Row(base.stack, key, context, "; ".join(m.change for m in mutations), None, total,
                downtime(total.engines, total.proxy, max(estimates) if estimates else None), seen_by_diff)

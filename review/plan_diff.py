@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from review.downtime import downtime_of as default_downtime_of
+from review.downtime import phase_lines
 from review.replacement import PROXY_PLAN_OUTSIDE_CONTAINER, SPEC_INPUTS, container_action
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
 from stacks.planner.managed_options import NO_CARD
@@ -85,6 +86,7 @@ def diff_plans(stack: str, base_ref: str, base: dict[str, Any] | None, head: dic
         "proxy": {}, "listeners": {"added": [], "removed": []}, "monitoring": {},
         "warnings": {"added": [], "removed": []}, "checks": {"added": [], "removed": []},
         "estimated_load_s": {"base": _load_estimate(base), "head": _load_estimate(head)},
+        "outage": {"base": applied_outage(base), "head": applied_outage(head)},
         "memory": {}, "secrets": [], "firewall": {}, "endpoint": {},
     }
     if base is None or head is None:
@@ -296,6 +298,15 @@ def _load_estimate(plan: dict[str, Any] | None) -> int | None:
     return max(values) if values else None
 
 
+def applied_outage(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The group restart the program performs, phase by phase (`model.outage`, stacks/planner/outage.py); None
+    for a plan made by older code."""
+    outage = ((plan or {}).get("model") or {}).get("outage")
+    if not isinstance(outage, dict) or not isinstance(outage.get(str(outage.get("applies"))), dict):
+        return None
+    return dict(outage[str(outage["applies"])])
+
+
 def _listener_key(item: dict[str, Any]) -> str:
     return f"{_ports(item)} {item['bind']} {item['purpose']}"
 
@@ -350,6 +361,7 @@ def to_markdown(diff: dict[str, Any], downtime_of: Callable[[dict[str, Any]], st
             "this change ends the rehearsal (rehearsal: false): the nodes must have the GPUs, the engine is vLLM on "
             "them, and every GPU check runs"))
     lines.append(f"- **Downtime:** {downtime_of(diff)}")
+    lines += phase_lines(diff)
     if diff.get("endpoint"):  # what clients call moves: every client and load balancer must follow
         before, after = diff["endpoint"]["endpoint"]
         lines.append(f"- **Clients:** the endpoint moves: {_code(before)} → {_code(after)}; every client, load "

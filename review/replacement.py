@@ -308,7 +308,7 @@ def downtime(engines: str, proxy: str, estimate_s: int | None) -> Downtime:
         return Downtime("lone-rank", estimate_s, "LONE-RANK RESTART: only part of the engine group is replaced; the "
                         "rest hangs against it (vLLM is fail-stop) until the whole group restarts")
     if engines == "replaced":
-        how = (f"about {duration(estimate_s)} (the new plan's estimated load time, model.load_gb_per_s)"
+        how = (f"about {duration(estimate_s)} (the new plan's modelled outage)"
                if estimate_s else "until the new group is healthy (no load estimate in the plan)")
         return Downtime("group", estimate_s, f"the whole engine group is down {how}: from the delete of the old "
                         "containers until the new group answers /health; images are pulled and dry runs pass "

@@ -138,8 +138,11 @@ class Group:
     def starts(self) -> list[str]:
         """Engine starts in order, as node names (from each start's VLLM_HOST_IP)."""
         node_of = {spec.env["VLLM_HOST_IP"]: node.name for node in self.plan.nodes for spec in node.containers}
-        path = self.work / "cache" / "starts"
-        return [node_of[line.split()[0]] for line in path.read_text().splitlines()] if path.exists() else []
+        # each container's /root/.cache is its own keyed directory under the cache dir (stacks/planner/launch.py
+        # cache_key): every start's line, from all of them, in the order of their times
+        lines = [line.split() for path in (self.work / "cache").glob("*/starts")
+                 for line in path.read_text().splitlines()]
+        return [node_of[ip] for ip, *when in sorted(lines, key=lambda parts: float(parts[1]))]
 
     def started(self) -> dict[str, datetime]:
         return {node: started_at(self.hosts[node], name) for node, name in self.names.items()}

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from stacks.model.loader import load_stack
+from stacks.planner.launch import cache_key
 from stacks.planner.plan import build_plan
 from tests.conftest import flag_pairs
 
@@ -94,9 +95,10 @@ def test_prod_container_settings() -> None:
         assert (c["network_mode"], c["ipc_mode"], c["privileged"], c["gpus"], c["restart"]) == (
             "host", "host", True, "all", "unless-stopped")
         assert c["ulimits"] == {"memlock": [-1, -1], "stack": [67108864, 67108864]}
+        key = cache_key(c["image"], c["entrypoint"], c["command"], c["env"])
         assert c["volumes"] == [
             {"host": "/mnt/disk2/modelscope/models", "container": "/models", "read_only": True},
-            {"host": "/root/vllm-cache/deepseek-v41-flash", "container": "/root/.cache", "read_only": False},
+            {"host": f"/root/vllm-cache/deepseek-v41-flash/{key}", "container": "/root/.cache", "read_only": False},
         ]
         assert c["shm_size_mb"] is None and c["devices"] == []
         assert c["labels"]["vllm-cluster.topology"] == "mp-dp2-tp8-pp1-ep16"

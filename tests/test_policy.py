@@ -104,13 +104,13 @@ SSH_REMOTES = {"node1-preflight", "node2-preflight", "node1-firewall-preflight",
                "engine-node1-args-dry-run", "engine-node2-args-dry-run", "engine-node1-dp-engines",
                "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
                "node1-docker", "node2-docker", "node1-pre-pull", "node2-pre-pull", "node1-weights", "node2-weights",
-               "collective-node1", "collective-node2"}
+               "collective-node1", "collective-node2", "engine-node1-page-cache", "engine-node2-page-cache"}
 
 
 def test_committed_prod_passes_everything_but_the_digest_card_and_host_key_rules() -> None:
     """The committed prod stack names neither a digest nor the nodes' host keys, and runs a nightly image that has
     no card: the advisory and the prod-mandatory rules for the three fire, on both node images and on every SSH
-    connection (14 remote commands, 2 Docker providers).
+    connection (22 remote commands, 2 Docker providers).
     (The harness sets the api_key secret, as `pulumi config set --secret` would.)"""
     found = violations(run_program("prod"), "prod")
     assert sorted(n for n, v in found.items() if v) == ["image-has-card", "image-pinned-by-digest",

@@ -38,14 +38,14 @@ def test_resource_types_and_counts(prod: Run, h20: Run) -> None:
     assert prod.error is None and h20.error is None
     counts = Counter(r.typ for r in prod.mocks.resources)
     # per node: provider, image, container; weights, pre-pull and post-pull preflight, fabric preflight, firewall
-    # preflight, firewall, args dry run, collective, dp-engines, nccl-transport; on the deployer: weights-match,
-    # api-health, api-smoke; the three rollout barriers (images pulled, dry runs, collectives) and the group's
-    # secrets holder (what every engine container is replaced with)
+    # preflight, firewall, args dry run, page-cache warming, collective, dp-engines, nccl-transport; on the deployer:
+    # weights-match, api-health, api-smoke; the four rollout barriers (images pulled, dry runs, page caches
+    # warmed, collectives) and the group's secrets holder (what every engine container is replaced with)
     assert counts[PROVIDER] == 2 and counts[IMAGE] == 2 and counts[CONTAINER] == 2
-    assert counts[REMOTE] == 2 * 10 and counts[LOCAL] == 3 + 3 + 1
+    assert counts[REMOTE] == 2 * 11 and counts[LOCAL] == 3 + 4 + 1
     h20_counts = Counter(r.typ for r in h20.mocks.resources)
     # ray: no dp-engines checks, one cluster-ready check, NCCL evidence from the head's log only
-    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 8 + 1 + 1 and h20_counts[LOCAL] == 3 + 3 + 1
+    assert h20_counts[CONTAINER] == 2 and h20_counts[REMOTE] == 2 * 9 + 1 + 1 and h20_counts[LOCAL] == 3 + 4 + 1
     assert [r.name for r in h20.mocks.of_type(REMOTE) if "nccl" in r.name] == ["fabric-h20-1-nccl-transport"]
     components = Counter(r.typ for r in prod.mocks.resources if r.typ.startswith("vllm-cluster:index:"))
     assert components == {"vllm-cluster:index:GpuNode": 2, "vllm-cluster:index:RdmaFabric": 1,
@@ -135,6 +135,19 @@ def test_container_options_and_start_order(prod: Run, h20: Run) -> None:
         assert all(waits_for(prod, container, c) for c in collectives.values())
     for name in collectives:
         assert all(waits_for(prod, collectives[name], d) for d in engine.dry_runs.values())
+    # The staged change's page-cache warming: after every dry run, before the collectives (which stop the old
+    # engine) and so before any container; it re-runs whenever the group is replaced.
+    for run in (prod, h20):
+        staged = run.result["engine"]
+        assert set(staged.page_cache) == set(run.result["nodes"])
+        for name, warm in staged.page_cache.items():
+            assert all(waits_for(run, warm, d) for d in staged.dry_runs.values())
+            assert all(waits_for(run, c, warm) for c in staged.containers.values())
+            assert all(waits_for(run, c, warm) for c in run.result["collectives"].values())
+            create = run.mocks.named(f"engine-{name}-page-cache").inputs["create"]
+            assert "python3 - --name page-cache-" + name in create and "--model-dir" in create
+            assert run.mocks.named(f"engine-{name}-page-cache").inputs["triggers"] == \
+                run.mocks.named(f"engine-{name}-args-dry-run").inputs["triggers"]
     ray = h20.result["engine"]
     assert ray.containers["h20-1"] in h20.options["engine-h20-2-vllm-ray"].depends_on  # ray: head first
     ready = h20.mocks.named("engine-ray-cluster-ready")
@@ -248,7 +261,8 @@ def test_image_change_touches_engines_and_images_only() -> None:
               "engine-node2-dp-engines", "fabric-node1-nccl-transport", "fabric-node2-nccl-transport",
               "engine-node1-args-dry-run", "engine-node2-args-dry-run", "node1-pre-pull", "node2-pre-pull",
               "node1-weights", "node2-weights", "collective-node1", "collective-node2",
-              "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight"}  # every check: the group moves
+              "fabric-node1-fabric-preflight", "fabric-node2-fabric-preflight",
+              "engine-node1-page-cache", "engine-node2-page-cache"}  # every check: the group moves
     assert changed == engine_and_images | checks
     assert not any(n.endswith("-docker") for n in changed)
 

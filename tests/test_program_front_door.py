@@ -108,7 +108,7 @@ def _connection(run: Run, name: str) -> dict[str, Any]:
 def test_every_ssh_connection_carries_the_nodes_host_key(known_hosts_home: Path) -> None:
     run = _ok(run_program("prod", with_host_keys(read_stack_values("prod"))))
     remotes = run.mocks.of_type(REMOTE)
-    assert len(remotes) == 20
+    assert len(remotes) == 22  # 11 per node (tests/test_program.py counts them)
     for remote in remotes:
         conn = _connection(run, remote.name)
         node = 0 if conn["host"] == "10.30.8.1" else 1

@@ -82,9 +82,12 @@ def test_image_argv_and_env_changes_and_the_replaced_group(repo: Path) -> None:
     plan = json.loads(subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json"], cwd=repo, text=True,
                                      capture_output=True, env={**os.environ, "VLLM_CLUSTER_ROOT": str(repo)}).stdout)
     estimate = plan["model"]["estimated_load_s"]
-    minutes, seconds = divmod(estimate, 60)
+    outage = plan["model"]["outage"][plan["model"]["outage"]["applies"]]
+    minutes, seconds = divmod(outage["total_s"], 60)
     assert (f"- **Downtime:** the whole engine group (2 container(s)) is down about {minutes} min {seconds} s (the "
-            "new plan's estimated load time, model.load_gb_per_s)") in md
+            "new plan's modelled outage)") in md
+    for phase in outage["phases"]:  # each phase on its own line, with its figure and source
+        assert f"{phase['figure']}. Source: {phase['source']}" in md
     data = json.loads(diff(repo, "prod", "--base", "HEAD~1", "--json").stdout)
     assert data["containers"]["engine-node2-deepseek-v41-flash"]["argv"]["--max-num-seqs"] == ["128", "64"]
     assert data["replaced"] == ["engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
@@ -358,7 +361,10 @@ def test_a_base_planned_by_older_code_reads_its_labels() -> None:
     found = diff_plans("prod", "old", base, head)
     assert found["estimated_load_s"] == {"base": 2800, "head": head["model"]["estimated_load_s"]}
     assert found["replaced"] == ["engine-node1-deepseek-v41-flash", "engine-node2-deepseek-v41-flash"]
-    assert downtime_of(found).startswith("the whole engine group (2 container(s)) is down about 47 min 35 s")
+    modelled = head["model"]["outage"][head["model"]["outage"]["applies"]]["total_s"]
+    minutes, seconds = divmod(modelled, 60)
+    assert downtime_of(found).startswith(f"the whole engine group (2 container(s)) is down about {minutes} min "
+                                         f"{seconds} s")
     unchanged = diff_plans("prod", "same", copy.deepcopy(head), head)
     assert unchanged["replaced"] == [] and downtime_of(unchanged).startswith("none: no engine or proxy")
 

@@ -443,7 +443,8 @@ class ContainerConfig(_Model):
     ulimits: dict[UlimitName, UlimitPair] = Field(
         default_factory=lambda: {"memlock": [-1, -1], "stack": [67108864, 67108864]}, max_length=15,
         description="name -> [soft, hard], -1 unlimited")
-    cache_dir: AbsPath | None = Field(default=None, description="host dir mounted at /root/.cache")
+    cache_dir: AbsPath | None = Field(default=None, description="host dir of the engines' caches: each mounts "
+                                       "<cache_dir>/<key of its image, argv and env> at /root/.cache")
     volumes: list[VolumeConfig] = Field(default_factory=list, max_length=64, description="more bind mounts")
     devices: list[DevicePath] = Field(default_factory=list, max_length=64,
                                       description="host devices, e.g. /dev/infiniband")

@@ -221,10 +221,25 @@ def ray_worker_command(config: StackConfig, node: NodeConfig, node_topo: NodeTop
     ]
 
 
-def _volumes(config: StackConfig) -> list[VolumeSpec]:
+def cache_key(image: str, entrypoint: list[str] | None, command: list[str], env: dict[str, str]) -> str:
+    """The subdirectory of `container.cache_dir` one engine container uses as /root/.cache: the same image, argv and
+    plain env find their caches again after a restart, and any other never reads them.
+
+    vLLM 0.33.0 keys its own torch.compile cache by content (vllm/compilation/backends.py:1059-1098:
+    `VLLM_CACHE_ROOT/torch_compile_cache/<sha256 of env factors (envs.py:2353 compile_factors), the config's
+    compute_hash, the traced code files, the compiler's hash>`, with Inductor's and Triton's caches inside it,
+    compilation/compiler_interface.py:29-42). The rest of ~/.cache (kernel JIT caches of Triton outside torch.compile,
+    DeepGEMM, TileLang, FlashInfer's autotuning) follows each library's own rules, none of them the image; this key
+    adds that guarantee. Secret env values never enter it (they are not in `env`)."""
+    payload = json.dumps([image, entrypoint, command, sorted(env.items())], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _volumes(config: StackConfig, key: str) -> list[VolumeSpec]:
     vols = [VolumeSpec(host=config.model.host_dir, container=config.model.container_dir, read_only=True)]
     if config.container.cache_dir:
-        vols.append(VolumeSpec(host=config.container.cache_dir, container="/root/.cache", read_only=False))
+        vols.append(VolumeSpec(host=f"{config.container.cache_dir.rstrip('/')}/{key}", container="/root/.cache",
+                               read_only=False))
     vols += [VolumeSpec(host=v.host, container=v.container, read_only=v.read_only) for v in config.container.volumes]
     return vols
 
@@ -351,7 +366,7 @@ def _container(config: StackConfig, name: str, purpose: str, serve: list[str] | 
         gpus=None if config.rehearsal else "all",  # a rehearsal's nodes have no GPU (stacks/planner/rehearsal.py)
         ulimits={k: [v[0], v[1]] for k, v in c.ulimits.items()},
         shm_size_mb=c.shm_size_mb,
-        volumes=_volumes(config),
+        volumes=_volumes(config, cache_key(config.image.pull_ref, entrypoint, command, env)),
         devices=list(c.devices),
         capabilities=list(c.capabilities),
         restart=c.restart,

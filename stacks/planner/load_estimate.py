@@ -1,16 +1,15 @@
 """How long a node needs to load its share of the weights (the floor for the engine-ready timeout), and the
 memory model of `stacks.planner.memory` applied to a stack config (what one GPU must hold).
 
-The default rate is what the field report implies: 511 GB over two nodes in about forty minutes (seed 000),
-about 0.1 GB/s per node including safetensors parsing and sharding. `model.load_gb_per_s` overrides it. The load
-estimate keeps its calibration to that observation (total weights over the GPUs of one copy); the memory model
-below is the finer one (experts over DP x TP, dense and Engram per DP rank).
+The load time is the cold restart's load and start-up phases of `stacks.planner.outage` (one model of the outage,
+its figures and their sources there): the busiest node's share of one copy at `model.load_gb_per_s` (default 0.1
+GB/s, an assumption: the field reports give no load time), plus the start-up allowance. The memory model below is
+the finer split (experts over DP x TP, dense and Engram per DP rank).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +26,12 @@ from stacks.planner.memory import (
     pp_partition,
 )
 from stacks.planner.model_cards import ModelProfile
+from stacks.planner.outage import engine_ready_floor_s
 from stacks.planner.serve_options import option_table, read_argv
 from stacks.planner.topology import Topology
 
 DEFAULT_BATCHED_TOKENS = 2048
 """vLLM 0.33.0's max_num_batched_tokens when the stack leaves it unset (create_engine_config on a GPU-less host)."""
-STARTUP_S = 300
-"""Process start, NCCL init, CUDA graph capture and warm-up on top of reading the weights."""
 
 
 def weight_shards(config: StackConfig) -> int:
@@ -47,9 +45,8 @@ def weights_per_gpu_gb(config: StackConfig, profile: ModelProfile) -> float:
 
 
 def estimated_load_s(config: StackConfig, profile: ModelProfile, topo: Topology) -> int:
-    """The slowest node: its GPUs' share of the weights at the load rate, plus start-up."""
-    per_node = max(n.gpus_used for n in topo.nodes) * weights_per_gpu_gb(config, profile)
-    return math.ceil(per_node / config.model.load_gb_per_s) + STARTUP_S
+    """The slowest node, read cold: its GPUs' share of the weights at the load rate, plus start-up."""
+    return engine_ready_floor_s(config, profile, topo)
 
 
 @dataclass(frozen=True)

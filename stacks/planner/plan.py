@@ -27,6 +27,7 @@ from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_
 from stacks.planner.managed_options import image_card, rendered_argv_problems
 from stacks.planner.model_cards import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.observability import ObservabilityPlan, observability_plan
+from stacks.planner.outage import outage_plan
 from stacks.planner.proxy import front_door
 from stacks.planner.rehearsal import DEEPEP_NOT_RUN, IMAGE_NEEDS, MIN_BUSBW_GBPS, PREFLIGHT_NOT_RUN
 from stacks.planner.topology import NodeTopology, Role, Topology, endpoint_rank_nodes
@@ -254,7 +255,9 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         },
         model={"profile": profile.key, "served_name": config.model.served_name,
                "host_path": config.model.host_path, "container_path": config.model.container_path,
-               "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo)},
+               "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo),
+               "outage": outage_plan(config, profile, topo, staged=any(c.module == "checks.page_cache"
+                                                                        for c in checks))},
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
         nodes=nodes,
@@ -397,6 +400,10 @@ def planned_checks(config: StackConfig, topo: Topology) -> list[CheckSpec]:
                                  if topo.external else "the new image's own vLLM parses this node's argv (no GPU), "
                                  "before any engine is replaced") if runs_vllm else
             "the new image starts on this node and imports vllm and ray"))
+    checks += [CheckSpec(name=f"page-cache-{n.name}", node=n.name, runs_on="node", module="checks.page_cache",
+                         sections=[], proves="the shards this node's ranks will read are in the page cache (as much "
+                         "as MemAvailable less the running engine's pinned memory holds; the rest is named), before "
+                         "any engine is replaced") for n in topo.nodes]
     checks += node_checks(config)
     if topo.backend == "ray":
         checks.append(CheckSpec(name="ray-cluster", node=topo.head.name, runs_on="node", module="checks.ray_cluster",

@@ -1,0 +1,183 @@
+"""How long the API is down while the whole engine group restarts, phase by phase, each figure with its source.
+
+A group restart is: the old containers are removed (stop), every rank reads its weights (from the page cache where
+the staged change warmed it, from disk where not), vLLM starts up on the GPUs (profile run, KV cache, JIT kernels,
+CUDA graph capture), and the API check sees /health answer (checks). The plan (`model.outage`), `stacks diff` and
+the engine-ready timeout floor (`estimated_load_s`) all read these phases; nothing else models the outage.
+
+Two shapes of the same restart:
+
+- `cold`: the ranks read from disk at `model.load_gb_per_s` per node (what a node does after a reboot, or when
+  the staged warming could not hold the weights);
+- `staged`: the program's staged steps (image pull, weights, dry run, page-cache warming, all while the old group
+  serves) ran first, so each rank reads its tensors from the page cache; what the warming could not hold is read
+  from disk as in `cold`. The plan uses it when it plans the warming (`page-cache-<node>` checks).
+
+What a rank reads (vLLM 0.33.0, model_executor/model_loader/weight_utils.py:1240-1248,
+`safetensors_weights_iterator`): every tensor of every shard (`f.get_tensor(name)`), the non-local experts only
+dropped afterwards by the model's `load_weights`; with `--enable-ep-weight-filter` (parallelism.ep_weight_filter)
+the iterator skips the other ranks' experts before reading them (`should_skip_weight`; default_loader.py:426-450,
+off with EPLB). So a rank's bytes are the whole checkpoint, or with the filter the non-expert weights plus its
+1/EP of the experts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from stacks.model.config import StackConfig
+from stacks.planner.model_cards import ModelProfile
+from stacks.planner.topology import NodeTopology, Topology
+
+STOP_S = 5
+STOP_SOURCE = ("the engine containers carry no `destroy_grace_seconds`, so the docker provider removes them "
+               "without a stop attempt (pulumi_docker Container `destroy_grace_seconds`: \"If defined will attempt "
+               "to stop the container before destroying\"); `docker rm -f` of a running engine container took "
+               "under 1 s here (bench/container_stop.py, docs/speed.md), counted as 5 s for the GPUs' release")
+PAGE_CACHE_GB_PER_S = 1.0
+"""GB one rank's loader moves from the page cache to its GPU per second: a placeholder until
+bench/page_cache_load.py has run on a GPU node (docs/speed.md#outage-figures)."""
+PAGE_CACHE_SOURCE = ("NOT YET MEASURED on a GPU node: 1 GB/s per rank is a placeholder. bench/page_cache_load.py "
+                     "(safetensors `get_tensor` + copy to the GPU from a warm page cache, as vLLM 0.33.0's default "
+                     "loader) gave 0.38-1.24 GB/s on the CPU of a loaded 2-core VM, which is no node's figure; run it "
+                     "on a node (docs/speed.md#outage-figures)")
+DISK_SOURCE = ("model.load_gb_per_s: the stack's figure for one node reading its share from disk, parsing "
+               "included; the default 0.1 is an assumption (no measurement of a prod node: measure yours with "
+               "bench/page_cache_load.py's cold row and set it)")
+STARTUP_S = 300
+"""Process start, NCCL init, the profile run, the KV cache, JIT kernels and CUDA graph capture after the weights."""
+STARTUP_SOURCE = ("an allowance, not a measurement of this model: CUDA graph capture alone took 22 s for "
+                  "DeepSeek-V4-Flash (vllm-project/vllm#50576, 'Graph capturing finished in 22 secs'); the "
+                  "DeepSeek V4/V4.1 models are not torch.compiled in vLLM 0.33.0 (vllm/config/vllm.py:76-129 "
+                  "breakable CUDA graphs by default, :869 `CompilationMode.NONE`), so no compile cache saves time here")
+CHECKS_S = 5
+CHECKS_SOURCE = "the API check polls /health at most every 5 s (checks/api.py `wait_health`)"
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    """stop, load-page-cache, load-disk, start-up, checks"""
+    seconds: int
+    figure: str
+    """how the seconds follow from the figure, e.g. '31.9 GB per rank at 1.0 GB/s'"""
+    source: str
+
+
+@dataclass(frozen=True)
+class Outage:
+    kind: str
+    """cold or staged"""
+    phases: tuple[Phase, ...]
+    warm_gb_per_node: float
+    """What the staged warming reads into the page cache on the busiest node (0 when cold)."""
+
+    @property
+    def total_s(self) -> int:
+        return sum(p.seconds for p in self.phases)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "total_s": self.total_s, "warm_gb_per_node": round(self.warm_gb_per_node, 1),
+                "phases": [asdict(p) for p in self.phases]}
+
+
+def _weights(config: StackConfig, profile: ModelProfile) -> tuple[float, float]:
+    """(all weights, of which routed experts) in GB, at `model.weights_gb` when set."""
+    split = profile.weight_split
+    total = config.model.weights_gb or profile.weights_gb
+    share = split.experts_gb / split.total_gb if split.total_gb else 0.0
+    return total, total * share
+
+
+def ep_filtered(config: StackConfig) -> bool:
+    """Does vLLM skip the other ranks' experts before reading them (default_loader.py:426-450)?"""
+    par = config.parallelism
+    return bool(par.expert and par.ep_weight_filter and not par.eplb.enabled)
+
+
+def rank_read_gb(config: StackConfig, profile: ModelProfile) -> float:
+    """What one rank's loader reads: the whole checkpoint, or with the EP weight filter its experts only."""
+    total, experts = _weights(config, profile)
+    if not ep_filtered(config):
+        return total
+    par = config.parallelism
+    return total - experts + experts / (par.data * par.tensor)
+
+
+def node_warm_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:
+    """What the busiest node's ranks read together, i.e. what its page cache must hold: every file, or with the
+    filter the non-expert weights plus the experts of its ranks."""
+    total, experts = _weights(config, profile)
+    if not ep_filtered(config):
+        return total
+    par = config.parallelism
+    ranks = max(n.gpus_used for n in topo.nodes)
+    return total - experts + experts * ranks / (par.data * par.tensor)
+
+
+def warm_experts(config: StackConfig, profile: ModelProfile, node: NodeTopology) -> str | None:
+    """`checks.page_cache --experts N:EP:FIRST-LAST` for a node whose ranks skip the other ranks' experts (mp, one
+    PP stage: EP rank = DP rank x TP + TP rank, vLLM 0.33.0 default_loader.py:467-471); None: every byte."""
+    par = config.parallelism
+    if not ep_filtered(config) or par.backend != "mp" or par.pipeline > 1 or not node.dp_ranks \
+            or not profile.routed_experts:
+        return None
+    first, last = node.dp_ranks[0] * par.tensor, (node.dp_ranks[-1] + 1) * par.tensor - 1
+    return f"{profile.routed_experts}:{par.data * par.tensor}:{first}-{last}"
+
+
+def disk_share_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:
+    """The busiest node's share of the weights: its GPUs' share of one copy (what `model.load_gb_per_s` is
+    calibrated on)."""
+    par = config.parallelism
+    shards = par.tensor * par.pipeline * (par.data if par.expert else 1)
+    return max(n.gpus_used for n in topo.nodes) * (config.model.weights_gb or profile.weights_gb) / shards
+
+
+def _common(load: list[Phase]) -> tuple[Phase, ...]:
+    return (Phase("stop", STOP_S, "the group's containers removed", STOP_SOURCE), *load,
+            Phase("start-up", STARTUP_S, "after the weights, per rank in parallel", STARTUP_SOURCE),
+            Phase("checks", CHECKS_S, "until the API check sees /health 200", CHECKS_SOURCE))
+
+
+def cold_outage(config: StackConfig, profile: ModelProfile, topo: Topology) -> Outage:
+    share = disk_share_gb(config, profile, topo)
+    rate = config.model.load_gb_per_s
+    load = Phase("load-disk", math.ceil(share / rate), f"{share:.1f} GB per node at {rate:g} GB/s", DISK_SOURCE)
+    return Outage("cold", _common([load]), 0.0)
+
+
+def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, spare_gb: float | None = None
+                  ) -> Outage:
+    """The restart after the staged warming. `spare_gb`: what the busiest node's page cache can hold beside the
+    running engine (MemAvailable less its pinned host memory); None: assumed to hold the whole working set (the
+    warming step reports what it warmed on every run)."""
+    warm_need = node_warm_gb(config, profile, topo)
+    warm = warm_need if spare_gb is None else max(0.0, min(warm_need, spare_gb))
+    held = warm / warm_need if warm_need else 1.0
+    per_rank = rank_read_gb(config, profile)
+    assumption = "" if spare_gb is not None else "; assumes the node's page cache holds all of it"
+    load = [Phase("load-page-cache", math.ceil(per_rank * held / PAGE_CACHE_GB_PER_S),
+                  f"{per_rank * held:.1f} GB per rank at {PAGE_CACHE_GB_PER_S:g} GB/s, ranks in parallel "
+                  f"({warm:.1f} of {warm_need:.1f} GB per node warmed{assumption})", PAGE_CACHE_SOURCE)]
+    if held < 1.0:
+        rest = disk_share_gb(config, profile, topo) * (1.0 - held)
+        rate = config.model.load_gb_per_s
+        load.append(Phase("load-disk", math.ceil(rest / rate),
+                          f"{rest:.1f} GB per node not warmed, at {rate:g} GB/s", DISK_SOURCE))
+    return Outage("staged", _common(load), warm)
+
+
+def engine_ready_floor_s(config: StackConfig, profile: ModelProfile, topo: Topology) -> int:
+    """From the start of the containers until the engines serve, read cold: the floor for the engine-ready
+    timeout (a reboot reads from disk whatever the staging did)."""
+    return sum(p.seconds for p in cold_outage(config, profile, topo).phases if p.name in ("load-disk", "start-up"))
+
+
+def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool) -> dict[str, Any]:
+    """`plan --json`'s `model.outage`: the restart the program performs (`applies`) and the other one."""
+    cold = cold_outage(config, profile, topo)
+    warm = staged_outage(config, profile, topo)
+    return {"applies": "staged" if staged else "cold", "cold": cold.as_dict(), "staged": warm.as_dict()}
