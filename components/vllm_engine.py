@@ -3,7 +3,7 @@
 vLLM is fail-stop: a lone restarted rank hangs against stale peers. Every container carries the group's
 `generation` label (a hash of the inputs that replace a container, stacks/planner/launch.py GENERATION_FIELDS), so a
 change that replaces one node's container replaces every node's; the secret values the group uses (which no
-label may carry) move every container through `replace_with` a secrets resource instead (`secrets_holder`).
+label may carry) move every container through the `secrets-generation` label instead (`secrets_holder`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pulumi_docker as docker
 
 from components.barrier import barrier
 from components.gpu_node import GpuNode
-from stacks.planner.container_spec import GENERATION_LABEL, ContainerSpec
+from stacks.planner.container_spec import GENERATION_LABEL, SECRETS_LABEL, ContainerSpec
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
 from stacks.planner.plan import Plan
 
@@ -42,15 +42,17 @@ def secrets_trigger(secrets: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[s
 
 
 def secrets_holder(name: str, digest: pulumi.Input[str], parent: pulumi.Resource) -> command.local.Command:
-    """A resource that is replaced exactly when `digest` changes; every engine container names it in
-    `replace_with`, so a rotated secret replaces the whole group.
+    """A resource replaced exactly when `digest` changes (a secret `triggers` input: pulumi-command replaces on a
+    change), and so given a new ID then (pulumi-command's Create: `resource.NewUniqueHex`, random). Every engine
+    container carries that ID in its `secrets-generation` label (SECRETS_LABEL), which replaces it: a rotated
+    secret replaces the whole group, and a rotation cut short (the head replaced, a peer not) is finished by the
+    next `pulumi up`, because each container's own state holds the ID it was made with.
 
-    Not a `replacement_trigger` on the containers: the real CLI's `pulumi preview --json` (v3.277.0) panics with
-    "attempt to encrypt value" on a secret trigger (pkg/backend/display/json.go `stateForJSONOutput` masks inputs
-    and outputs, not the trigger), and a plain digest of the secrets would sit unencrypted in the state. Here the
-    digest is a secret input (`triggers`: pulumi-command replaces on a change) and the containers get the replace
-    through the engine's ReplaceWith rule (pkg/resource/deploy/step_generator.go: a resource whose ReplaceWith
-    list holds one being replaced is replaced too). Its command prints a fixed line, never the digest."""
+    Not a secret `replacement_trigger` on the containers: the real CLI's `pulumi preview --json` (v3.277.0) panics
+    on one ("attempt to encrypt value", pkg/backend/display/json.go `stateForJSONOutput`), and a plain digest of
+    the secrets would sit unencrypted in the state. Not `replace_with` the holder either: Pulumi replaces those
+    only in the run that replaces the holder, so a run cut short left the group split (seen on the lab). Its
+    command prints a fixed line, never the digest."""
     return command.local.Command(
         name, create=f"echo {shlex.quote(f'{name}: the engine group secrets are in place')}", triggers=[digest],
         opts=pulumi.ResourceOptions(parent=parent))
@@ -91,8 +93,8 @@ def go_duration(seconds: int) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
-def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
-                   secrets: Mapping[str, pulumi.Input[str]]) -> docker.ContainerArgs:
+def container_args(spec: ContainerSpec, image_id: pulumi.Input[str], secrets: Mapping[str, pulumi.Input[str]],
+                   secrets_generation: pulumi.Input[str]) -> docker.ContainerArgs:
     """The plan's container spec, field by field, as pulumi-docker arguments."""
     envs: list[pulumi.Input[str]] = [f"{key}={value}" for key, value in spec.env.items()]
     envs += [_secret_env(key, secrets[ref]) for key, ref in spec.secret_env.items()]
@@ -114,7 +116,8 @@ def container_args(spec: ContainerSpec, image_id: pulumi.Input[str],
         devices=[docker.ContainerDeviceArgs(host_path=d, container_path=d) for d in spec.devices],
         capabilities=docker.ContainerCapabilitiesArgs(adds=list(spec.capabilities)) if spec.capabilities else None,
         restart=spec.restart,
-        labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
+        labels=[*(docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()),
+                docker.ContainerLabelArgs(label=SECRETS_LABEL, value=secrets_generation)],
         healthcheck=docker.ContainerHealthcheckArgs(
             tests=list(health.test), interval=go_duration(health.interval_s), timeout=go_duration(health.timeout_s),
             retries=health.retries, start_period=go_duration(health.start_period_s)) if health else None,
@@ -172,7 +175,7 @@ class VllmEngine(pulumi.ComponentResource):
         checks = args.before_containers(self.gates[-1]) if args.before_containers is not None else []
         if checks:
             self.gates.append(barrier(f"{name}-gate-collectives", checks, parent=self))
-        gates: list[pulumi.Resource] = [self.gates[-1], self.secrets_holder]
+        gates: list[pulumi.Resource] = [self.gates[-1]]
         self.containers = {}
         """Node name -> its engine container; with several on a node (external load balancing), `node/container`."""
         self.node_containers: dict[str, list[docker.Container]] = {}
@@ -195,10 +198,10 @@ class VllmEngine(pulumi.ComponentResource):
                 key = node_name if len(node_plan.containers) == 1 else f"{node_name}/{spec.name}"
                 self.containers[key] = docker.Container(
                     f"{name}-{node_name}-{spec.name}",
-                    args=container_args(spec, node.image.image_id, args.secrets),
+                    args=container_args(spec, node.image.image_id, args.secrets, self.secrets_holder.id),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
-                        replace_on_changes=REPLACE_ON_CHANGES, replace_with=[self.secrets_holder],
+                        replace_on_changes=REPLACE_ON_CHANGES,
                         custom_timeouts=timeouts))
                 self.node_containers.setdefault(node_name, []).append(self.containers[key])
                 started.append(self.containers[key])

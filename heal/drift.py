@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stacks.planner.container_spec import LABEL_PREFIX, ContainerSpec
+from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
          "restarted", "foreign", "monitoring")
@@ -161,7 +161,7 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
     for key, value in sorted(spec.labels.items()):
         if labels.get(key) != value:
             row("labels", f"{key}={value}", f"{key}={labels[key]}" if key in labels else f"{key} missing")
-    for key in sorted(set(labels) - set(spec.labels)):
+    for key in sorted(set(labels) - set(spec.labels) - {SECRETS_LABEL}):  # the program's, random: not the plan's
         if image_labels.get(key) != labels[key]:
             row("labels", f"{key} not set by the plan", f"{key}={labels[key]}")
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="`up`: namespace and link names begin with it [vlab]; `down`: remove that lab's even "
                              "when --state-dir holds none (a lost state dir)")
     parser.add_argument("--subnet", default="10.231.0", help="`up`: the lab's /24, three octets [10.231.0]")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # `lab push --state-dir D IMAGE NAME` as the docs write it
     transfer = args.command in ("push", "upload")
     if len(args.operands) != 2 * transfer or (args.command == "upload" and not args.operands[1].startswith("s3://")):
         parser.error(f"{args.command}: wrong operands (push IMAGE NAME; upload DIR s3://BUCKET/PREFIX)")

@@ -238,6 +238,9 @@ def up(count: int = 2, state_dir: Path | str = DEFAULT_STATE, prefix: str = "vla
         raise LabError("count 1-250, prefix of 1-10 lower-case letters and digits, subnet as three octets (10.231.0)")
     state = Path(state_dir).resolve()
     existing = load(state)
+    if existing is not None and (existing.prefix, existing.subnet) != (prefix, subnet):
+        raise LabError(f"the lab in {state} has prefix {existing.prefix!r} and subnet {existing.subnet}, not "
+                       f"{prefix!r} and {subnet}: a lab of its own needs its own --state-dir")
     if existing is not None and len(existing.nodes) == count and not problems(existing):
         log(f"lab: already up in {state} ({count} node(s))")
         return existing

@@ -211,7 +211,7 @@ def _memory(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
 
 def _secrets(changes: dict[str, str], base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, str]]:
     """Per changed secret, what `pulumi up` replaces when its value changed: a secret the engines read (their
-    `secret_env`) replaces the group's secrets holder, and with it (`replace_with`) every engine container; a proxy
+    `secret_env`) replaces the group's secrets holder, and with it (its new ID in their label) every container; a proxy
     secret rewrites the proxy's files. Re-encrypting the same value changes the stack file but not the holder."""
     engine_refs = {ref for plan in (base, head) for n in plan["nodes"] for c in n["containers"]
                    for ref in (c.get("secret_env") or {}).values()}

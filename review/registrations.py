@@ -40,6 +40,9 @@ class _Mocks(pulumi.runtime.Mocks):
             state["imageId"] = "sha256:" + hashlib.sha256(str(args.inputs.get("name")).encode()).hexdigest()
         if args.typ.startswith("command:"):
             state["stdout"] = f"PASS {args.name}"
+            # pulumi-command gives each create a new random ID; a replacement (changed triggers) is a create
+            triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
+            return f"{args.name}-{hashlib.sha256(triggers.encode()).hexdigest()[:16]}", state
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
@@ -135,6 +138,5 @@ def _register(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> li
         opts = options.get(name) or pulumi.ResourceOptions()
         out.append(Registration(typ, name, inputs, custom=custom,
                                 replace_on_changes=tuple(opts.replace_on_changes or ()),
-                                delete_before_replace=bool(opts.delete_before_replace),
-                                replace_with=tuple(sorted(r._name for r in opts.replace_with or ()))))
+                                delete_before_replace=bool(opts.delete_before_replace)))
     return out

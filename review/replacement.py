@@ -22,8 +22,9 @@ The rules, each from the provider's or the engine's own source:
   and pulumi-docker marks none (schema: no `willReplaceOnChanges` in `provider.inputProperties`): an update; the
   resources it manages are diffed with the new settings, not replaced.
 - a component (`vllm-cluster:index:*`): no provider; a change to its inputs is recorded in the state, nothing runs.
-- Pulumi's `replace_with` option (pkg/resource/deploy/step_generator.go): a resource whose `replace_with` list holds
-  a resource being replaced is replaced too, whatever its inputs (the engine containers and their secrets holder).
+- a command's ID is new on every create (pulumi-command: `resource.NewUniqueHex`); the engine containers carry
+  their secrets holder's ID in a label, so a replaced holder replaces them (the mocks derive the ID from the
+  command's triggers, review/registrations.py).
 - Delete-before-replace dependents (step_generator.go `calculateDependentReplacements`) only follow property
   dependencies on a replaced resource: the program feeds no replaced container's output into another resource's
   input (its checks only `depends_on` the containers), so none arise.
@@ -43,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stacks.planner.container_spec import GENERATION_LABEL
+from stacks.planner.container_spec import GENERATION_LABEL, SECRETS_LABEL
 
 CONTAINER = "docker:index/container:Container"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
@@ -99,8 +100,6 @@ class Registration:
     custom: bool = True
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
-    replace_with: tuple[str, ...] = ()
-    """names of resources whose replacement replaces this one (Pulumi's `replace_with` option)"""
 
 
 @dataclass(frozen=True)
@@ -212,23 +211,16 @@ def _merge_level(a: str, b: str) -> str:
 
 
 def actions(olds: Mapping[str, Registration], news: Mapping[str, Registration]) -> dict[str, Action]:
-    """Each resource's action, then Pulumi's `replace_with`: a resource that names a replaced one is replaced
-    (pkg/resource/deploy/step_generator.go, "marked for replacement because … (in its ReplaceWith list) is being
-    replaced"), whatever its own inputs say."""
-    acts: dict[str, Action] = {}
-    for name in sorted(set(olds) | set(news)):
-        act = action(olds.get(name), news.get(name))
-        if act is not None:
-            acts[name] = act
-    for name, reg in news.items():
-        if name not in olds:
-            continue
-        moved_with = [w for w in reg.replace_with if (a := acts.get(w)) is not None and a.kind == "replace"]
-        if moved_with:
-            own = acts.get(name)
-            acts[name] = Action("replace", own.inputs if own else (),
-                                f"replace_with: {', '.join(moved_with)} is replaced (a secret the group uses)")
-    return dict(sorted(acts.items()))
+    """Each resource's action, by name."""
+    acts = {name: action(olds.get(name), news.get(name)) for name in sorted(set(olds) | set(news))}
+    return {name: act for name, act in acts.items() if act is not None}
+
+
+def secrets_holders(regs: Iterable[Registration]) -> set[str]:
+    """The commands whose ID an engine container carries in its secrets label (the mocks' ID is `<name>-<hex>`):
+    what the group is replaced with when a secret changes, not a check."""
+    return {str(x.get("value", "")).rsplit("-", 1)[0] for r in regs if is_engine(r)
+            for x in r.inputs.get("labels") or [] if isinstance(x, Mapping) and x.get("label") == SECRETS_LABEL}
 
 
 def impact(old: list[Registration], new: list[Registration], normalise: Callable[[str], str] = str) -> Impact:
@@ -237,8 +229,7 @@ def impact(old: list[Registration], new: list[Registration], normalise: Callable
     news = {r.name: r for r in new}
     out = Impact()
     engines = {n for n, r in {**olds, **news}.items() if is_engine(r)}
-    holders = {w for n in engines for w in (news.get(n) or olds[n]).replace_with}
-    """what engines are replaced with (their secrets): not a check, listed with the other resources"""
+    holders = secrets_holders([*olds.values(), *news.values()])
     moved: set[str] = set()
     updated: set[str] = set()
     for name, act in actions(olds, news).items():

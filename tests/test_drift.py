@@ -68,6 +68,17 @@ def test_recorded_container_matches_its_plan_and_each_change_is_one_row() -> Non
         [("image", "created from heal-probe:latest")]
 
 
+def test_the_secrets_generation_label_is_the_programs_not_drift() -> None:
+    """VllmEngine adds the secrets holder's ID as a label the plan cannot know; any other extra label is drift."""
+    container, image = recorded()
+    labels = container["Config"]["Labels"] or {}
+    ours = {**container, "Config": {**container["Config"],
+                                    "Labels": {**labels, "vllm-cluster.secrets-generation": "engine-secrets-1f2e"}}}
+    assert compare_container("n1", spec(), ours, image["Id"], image["Config"]) == []
+    other = {**container, "Config": {**container["Config"], "Labels": {**labels, "vllm-cluster.other": "x"}}}
+    assert [r.kind for r in compare_container("n1", spec(), other, image["Id"], image["Config"])] == ["labels"]
+
+
 def test_secret_values_never_reach_a_row() -> None:
     container, image = recorded()
     rows = compare_container("n1", spec(secret_env={}), container, image["Id"], image["Config"])

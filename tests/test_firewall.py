@@ -7,6 +7,7 @@ the applied table is tested in tests/test_firewall_netns.py.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -197,7 +198,7 @@ def test_commands_timeout_sudo_and_triggers(prod_values: dict[str, Any]) -> None
 def test_scripts_are_valid_shell() -> None:
     plan = build_plan("h20", load_stack("h20"))
     for script in (apply_script(plan.firewall.nodes[0]), remove_script("h20-1"),
-                   remove_script("h20-1", applied_sha256=plan.firewall.nodes[0].sha256)):
+                   remove_script("h20-1", owned=True)):
         done = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
 
@@ -277,3 +278,20 @@ def test_node_firewall_reads_only_its_node(h20_values: dict[str, Any]) -> None:
     plan = build_plan("h20", config)
     worker = node_firewall(config, plan.listeners, config.nodes[1])
     assert worker == plan.firewall.nodes[1] and "6379" not in ",".join(worker.internal_ports)
+
+
+def test_the_unit_reapplies_after_nftables_flushes(tmp_path: Path) -> None:
+    """Debian's nftables.service flushes the whole ruleset on start, reload and stop: the unit orders itself after
+    it and follows its restarts and reloads; `systemd-analyze verify` accepts the file the script writes."""
+    plan = build_plan("h20", load_stack("h20"))
+    script = apply_script(plan.firewall.nodes[0], state_dir=str(tmp_path), unit_dir=str(tmp_path))
+    unit = script.split("<<VLLM_CLUSTER_UNIT\n", 1)[1].split("\nVLLM_CLUSTER_UNIT", 1)[0]
+    unit = unit.replace("$(command -v nft)", shutil.which("nft") or "/usr/sbin/nft")
+    for line in ("After=nftables.service", "PartOf=nftables.service", "ReloadPropagatedFrom=nftables.service",
+                 f"ExecReload=/usr/sbin/nft -f {tmp_path}/firewall.nft"):
+        assert line in unit.splitlines(), line
+    (tmp_path / "firewall.nft").write_text("")
+    (tmp_path / "vllm-cluster-firewall.service").write_text(unit + "\n")
+    done = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "vllm-cluster-firewall.service")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -220,16 +220,30 @@ def test_api_port_follows_its_configured_sources(lab: Lab, ports: dict[str, int]
         assert reach(lab, "peer", 8000) == "ok"
         assert reach(lab, "out", 8000, v6=True) == "refused"          # let through; the listener is IPv4 only
         assert reach(lab, "out", 6379) == "timeout"
-        # The first ruleset's delete (a replaced or renamed resource, deleted after the new one applied its own)
-        # leaves the newer table in place.
-        stale = run_command(lab, "head", command.delete)
-        assert stale.returncode == 0 and "table left in place" in stale.stdout, stale.stdout + stale.stderr
-        assert "table inet vllm_cluster" in lab.run("head", ["nft", "list", "tables"]).stdout
-        assert reach(lab, "peer", 8000) == "ok" and reach(lab, "out", 6379) == "timeout"
+        # A hand-edited rules file is still this node's: the delete removes what the update applied.
+        run_command(lab, "head", f"echo '# edited' >> {tmp_path}/firewall.nft")
     finally:
-        run_command(lab, "head", command.delete)
-        done = run_command(lab, "head", update.delete) if "update" in locals() else None
-        assert done is None or done.returncode == 0
+        removed = run_command(lab, "head", command.delete)
+        assert removed.returncode == 0 and "removed" in removed.stdout, removed.stdout + removed.stderr
+        assert "vllm_cluster" not in lab.run("head", ["nft", "list", "tables"]).stdout
+
+
+def test_a_renamed_nodes_old_resource_leaves_the_new_table(lab: Lab, tmp_path: Path) -> None:
+    """A node renamed in the stack on the same host: Pulumi creates the new name's firewall, then deletes the old
+    name's. That delete finds the file naming the new node and leaves the table, its unit and file in place."""
+    config = lab_config(lab, "h20")
+    spec = head_firewall(config)
+    old = firewall_command(spec.model_copy(update={"node": "head-old"}), config.nodes[0], state_dir=str(tmp_path),
+                           unit_dir=str(tmp_path))
+    new = firewall_command(spec, config.nodes[0], state_dir=str(tmp_path), unit_dir=str(tmp_path))
+    try:
+        assert run_command(lab, "head", new.create).returncode == 0
+        stale = run_command(lab, "head", old.delete)
+        assert stale.returncode == 0 and "LEFT IN PLACE" in stale.stdout, stale.stdout + stale.stderr
+        assert "table inet vllm_cluster" in lab.run("head", ["nft", "list", "tables"]).stdout
+        assert (tmp_path / "firewall.nft").exists()
+    finally:
+        assert run_command(lab, "head", new.delete).returncode == 0
         assert "vllm_cluster" not in lab.run("head", ["nft", "list", "tables"]).stdout
 
 

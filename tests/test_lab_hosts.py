@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from pydantic import TypeAdapter
 
 from lab.hosts import Lab, LabError, down, lab_pids, load, push_image, s3_client, s3_upload, status, up
 from stacks.model.field_types import SshHostKey
+from tests.conftest import ROOT
 from tests.docker_harness import RUN, build_image, docker_ready, remove_image
 
 pytestmark = pytest.mark.xdist_group(__name__)  # one lab, built once, on one worker (conftest names it so too)
@@ -142,6 +144,8 @@ def test_a_model_folder_uploaded_to_s3_is_read_from_a_node(lab: Lab, tmp_path: P
 
 def test_up_again_returns_the_lab_and_refuses_another_size(lab: Lab) -> None:
     assert up(3, lab.state_dir, prefix=PREFIX, subnet=SUBNET, log=lambda _: None) == lab
+    with pytest.raises(LabError, match="its own --state-dir"):  # not silently the lab already there
+        up(3, lab.state_dir, prefix="other", subnet=SUBNET, log=lambda _: None)
     with pytest.raises(LabError, match="a lab exists"):
         up(2, lab.state_dir, prefix=PREFIX, subnet=SUBNET, log=lambda _: None)
 
@@ -195,3 +199,11 @@ def test_down_leaves_no_namespace_process_mount_or_file(lab: Lab, pushed: str) -
     assert load(lab.state_dir) is None
     down(lab.state_dir, log=lambda _: None)
     assert status(lab.state_dir)[0] is False
+
+
+def test_the_command_takes_its_options_after_the_subcommand_as_the_docs_write_it(tmp_path: Path) -> None:
+    """`python -m lab upload --state-dir D FOLDER URL` (docs/rehearse.md): the state dir is read, not refused as
+    unrecognized arguments."""
+    done = subprocess.run([sys.executable, "-m", "lab", "upload", "--state-dir", str(tmp_path / "none"), "a",
+                           "s3://b/c"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode != 0 and f"no lab in {tmp_path / 'none'}" in done.stderr, done.stderr

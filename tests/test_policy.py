@@ -210,7 +210,8 @@ def test_the_facts_come_from_the_policy_facts_component_not_from_labels() -> Non
                                          "estimatedLoadS": 2855}]
     for container in run.mocks.of_type("docker:index/container:Container"):
         labels = {x["label"] for x in container.inputs["labels"]}
-        assert labels == {f"vllm-cluster.{k}" for k in ("stack", "node", "role", "topology", "generation")}
+        assert labels == {f"vllm-cluster.{k}" for k in ("stack", "node", "role", "topology", "generation",
+                                                             "secrets-generation")}
     assert violations(run, "prod")["vllm-internal-ports-private"] == []
     blind = violations(run, "prod", drop=FACTS_TYPE)["vllm-internal-ports-private"]
     assert blind and all("no vllm-cluster:index:PolicyFacts resource" in m for _, m in blind)

@@ -73,7 +73,8 @@ def _wire_container(spec: dict[str, Any], image_id: str) -> dict[str, Any]:
         "ulimits": [{"name": k, "soft": v[0], "hard": v[1]} for k, v in spec["ulimits"].items()],
         "volumes": [{"hostPath": v["host"], "containerPath": v["container"], "readOnly": v["read_only"]}
                     for v in spec["volumes"]],
-        "labels": [{"label": k, "value": v} for k, v in spec["labels"].items()],
+        "labels": [*({"label": k, "value": v} for k, v in spec["labels"].items()),
+                   {"label": "vllm-cluster.secrets-generation", "value": "engine-secrets-id"}],  # the program's
     }
     if spec["entrypoint"] is not None:
         wire["entrypoints"] = spec["entrypoint"]
@@ -194,12 +195,13 @@ def test_every_command_is_a_script_sh_parses(prod: Run, h20: Run) -> None:
 
 
 def test_a_rotated_secret_replaces_every_engine_container(prod: Run, h20: Run) -> None:
-    """Only the head's env holds `api_key`; every container names the group's secrets holder in `replace_with`,
-    so the engine replaces them all when the holder's triggers (the secrets' digest) change."""
+    """Only the head's env holds `api_key`; every container carries the group's secrets holder's ID in a label,
+    so all are replaced when the holder is (its triggers, the secrets' digest, changed: a new ID)."""
     for run in (prod, h20):
         engine = run.result["engine"]
         for name, container in engine.containers.items():
-            assert run.options[container._name].replace_with == [engine.secrets_holder], name
+            labels = {x["label"]: x["value"] for x in run.mocks.named(container._name).inputs["labels"]}
+            assert labels["vllm-cluster.secrets-generation"] == "engine-secrets-id", name
             assert run.options[container._name].replacement_trigger is None, name
         holder = run.mocks.named("engine-secrets")
         assert holder.inputs["triggers"][SECRET_SIG] == SECRET_VALUE

@@ -126,8 +126,9 @@ def test_restart_policy_is_updated_in_place_and_secrets_move_the_whole_group(row
         assert restart.downtime.kind == "none" and restart.impact.checks == []
         key = row(rows, stack, "api_key")  # only the head's env holds it; its secrets holder moves the rest
         assert key.impact.engines == "replaced" and key.downtime.kind == "group"
-        moved = [n for n, a in key.impact.actions.items() if "replace_with: engine-secrets is replaced" in a]
-        assert moved == ["engine-<node>-<container>"], key.impact.actions
+        # the holder's new ID in every container's secrets label replaces them (labels force a replacement)
+        assert key.impact.actions["engine-<node>-<container>"].startswith("replace: ") and \
+            "labels" in key.impact.actions["engine-<node>-<container>"], key.impact.actions
         assert key.impact.actions["engine-secrets"].startswith("replace: triggers changed")
         ssh = row(rows, stack, "ssh_private_key")  # the check connections only
         assert ssh.impact.engines == "" and ssh.impact.checks and ssh.downtime.kind == "none"
@@ -175,11 +176,12 @@ def test_the_docs_print_the_matrix(rows: list[Row]) -> None:
 
 # --- the rules themselves, on hand-made registrations ---------------------------------------------------
 
-def _engine(name: str, envs: list[str], generation: str = "g1", **inputs: Any) -> Registration:
-    labels = [{"label": "vllm-cluster.generation", "value": generation}]
+def _engine(name: str, envs: list[str], generation: str = "g1", holder: str = "secrets-d1",
+            **inputs: Any) -> Registration:
+    labels = [{"label": "vllm-cluster.generation", "value": generation},
+              {"label": "vllm-cluster.secrets-generation", "value": holder}]
     return Registration(CONTAINER, name, {"envs": envs, "labels": labels, **inputs},
-                        replace_on_changes=ENGINE_REPLACE_ON_CHANGES, delete_before_replace=True,
-                        replace_with=("secrets",))
+                        replace_on_changes=ENGINE_REPLACE_ON_CHANGES, delete_before_replace=True)
 
 
 def _holder(digest: str) -> Registration:
@@ -195,13 +197,11 @@ def test_a_change_to_one_engine_alone_is_reported_as_a_lone_rank_restart() -> No
     assert downtime(found.engines, found.proxy, 600).kind == "lone-rank"
     together = impact(before, [_holder("d1"), _engine("engine-a", ["A=2"], "g2"), _engine("engine-b", ["B=1"], "g2")])
     assert together.engines == "replaced" and downtime(together.engines, "", 600).seconds == 600
-    rotated = impact(before, [_holder("d2"), _engine("engine-a", ["A=1"]), _engine("engine-b", ["B=1"])])
-    assert rotated.engines == "replaced"
-    assert rotated.actions["engine-b"] == "replace: replace_with: secrets is replaced (a secret the group uses)"
-    unnamed = impact(before, [_holder("d2"), _engine("engine-a", ["A=1"]),
-                              Registration(CONTAINER, "engine-b", before[2].inputs,
-                                           replace_on_changes=ENGINE_REPLACE_ON_CHANGES)])
-    assert unnamed.engines == "partial"  # a container that does not name the holder stays: a lone-rank restart
+    rotated = impact(before, [_holder("d2"), _engine("engine-a", ["A=1"], holder="secrets-d2"),
+                              _engine("engine-b", ["B=1"], holder="secrets-d2")])
+    assert rotated.engines == "replaced" and rotated.actions["secrets"].startswith("replace: triggers changed")
+    assert rotated.checks == [] and rotated.other == ["secrets (replace)"]  # the holder is no check
+    assert rotated.actions["engine-b"] == "replace: willReplaceOnChanges: labels (labels)"
 
 
 def test_provider_rules() -> None:

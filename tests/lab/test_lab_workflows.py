@@ -241,22 +241,27 @@ def test_matrix_rows_agree_with_the_real_preview(deployment: LabDeployment) -> N
 
 def test_a_rotated_secret_moves_the_whole_group(deployment: LabDeployment) -> None:
     """`pulumi config set --secret api_key` with a new value: only the head's env holds the key, yet the preview
-    replaces every node's engine container (through the group's secrets holder, `replace_with`), as the matrix
-    predicts; with the old value back nothing moves. Preview only."""
+    replaces every node's engine container (each carries the group's secrets holder's ID in a label, new when
+    the holder is replaced), as the matrix predicts. An update cut short after the holder and the head (here by
+    `--target`) is finished by the next: the peer's own state still holds the old ID."""
     d = deployment
     before = plain_values(d)
     rotated = {**MOCK_SECRETS, "api_key": "sk-rotated-0123456789"}
-    try:
-        d.cli.run("config", "set", "--secret", "vllm-cluster:api_key", what="secret-rotate",
-                  stdin="sk-rotated-lab-7f3e9a1c")
-        real = assert_engine_agrees(d, before, "preview-api-key-rotated", secrets_after=rotated)
-        assert {f"engine-{n.name}-lab-engine" for n in d.lab.nodes} <= {n for n, op in real.items()
-                                                                        if op == "replace"}, real
-        assert real.get("engine-secrets") == "replace", real
-    finally:
-        d.cli.run("config", "set", "--secret", "vllm-cluster:api_key", what="secret-restore",
-                  stdin=d.secrets["api_key"])
-    d.cli.run("preview", "-s", STACK, "--expect-no-changes", what="preview-secret-restored")
+    new_key = "sk-rotated-lab-7f3e9a1c"
+    d.cli.run("config", "set", "--secret", "vllm-cluster:api_key", what="secret-rotate", stdin=new_key)
+    d.secrets["api_key"] = new_key
+    real = assert_engine_agrees(d, before, "preview-api-key-rotated", secrets_after=rotated)
+    engines = {f"engine-{n.name}-lab-engine" for n in d.lab.nodes}
+    assert engines <= {n for n, op in real.items() if op == "replace"}, real
+    assert real.get("engine-secrets") == "replace", real
+    head, peer = f"engine-{d.lab.nodes[0].name}-lab-engine", f"engine-{d.lab.nodes[-1].name}-lab-engine"
+    urns = {name_of(str(r["urn"])): str(r["urn"]) for r in stack_resources(d)}
+    d.cli.run("up", "-s", STACK, "--yes", "--target", urns["engine-secrets"], "--target", urns[head],
+              what="up-rotation-cut-short")
+    left = preview_steps(d, "preview-rotation-left")
+    assert left.get(peer, Step(None, False)).op == "replace" and head not in left, left
+    d.cli.run("up", "-s", STACK, "--yes", what="up-rotation-finished")
+    d.cli.run("preview", "-s", STACK, "--expect-no-changes", what="preview-rotated")
 
 
 PROXY_MOCK_SECRETS = {"tls_certificate": "mock-certificate", "tls_private_key": "mock-key",
