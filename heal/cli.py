@@ -20,6 +20,7 @@ from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
 from heal.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
+from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import load_stack
 from stacks.planner.plan import Plan, build_plan, thinking_args
@@ -294,7 +295,17 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
 
 
 def _drift(args: argparse.Namespace) -> int:
-    config, plan, _ = _load(args)
+    """Exit 0 no difference or only informative rows (a restart, a relabelled monitoring container), 1 a blocking
+    difference, 2 cannot run (a refused stack included); with --json, JSON on stdout on every one of them."""
+    try:
+        config, plan, _ = _load(args)
+    except ConfigError as exc:
+        if not args.json:
+            raise  # python -m stacks prints the report, exit 2
+        print(json.dumps({"stack": args.stack, "error": "the stack is refused",
+                          "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
+        print(exc.report(), file=sys.stderr)
+        return 2
     try:
         rows = drift_rows(plan, access_for(args.stack, config))
     except AccessError as exc:
@@ -304,15 +315,22 @@ def _drift(args: argparse.Namespace) -> int:
                              ensure_ascii=False))
         print(f"drift {args.stack}: cannot run: {exc} (next: {next_step})", file=sys.stderr)
         return 2
+    blocking = [r for r in rows if r.blocking]
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
+    elif blocking:
+        print(table(rows), end="")
+        print(f"drift {args.stack}: {len(blocking)} difference(s) between the plan and the nodes"
+              f"{f' (and {len(rows) - len(blocking)} for information)' if len(rows) > len(blocking) else ''}; "
+              f"`pulumi up -s {args.stack}` after `pulumi refresh` puts back what Pulumi owns, a foreign container is "
+              "yours to stop")
     elif rows:
         print(table(rows), end="")
-        print(f"drift {args.stack}: {len(rows)} difference(s) between the plan and the nodes; `pulumi up -s "
-              f"{args.stack}` after `pulumi refresh` puts back what Pulumi owns, a foreign container is yours to stop")
+        print(f"drift {args.stack}: only for information ({len(rows)} row(s): restarts, relabelled monitoring "
+              "containers); every engine container is what the plan created")
     else:
         print(f"drift {args.stack}: none: every node's containers are what the plan created")
-    return 1 if rows else 0
+    return 1 if blocking else 0
 
 
 def ca_file_problem(path: str | None) -> str | None:
@@ -519,8 +537,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     restart.add_argument("--ca-file", default=None, help="the proxy's certificate, for the health probe over TLS")
     add_overrides(restart)
     restart.set_defaults(func=_restart_group)
-    drift = sub.add_parser("drift", help="compare every node's containers with the plan (exit 0 none, 1 drift, 2 "
-                           "cannot run)")
+    drift = sub.add_parser("drift", help="compare every node's containers with the plan (exit 0 none or "
+                           "informative rows only, 1 drift, 2 cannot run; --json: JSON on every exit)")
     drift.add_argument("stack")
     drift.add_argument("--json", action="store_true")
     add_overrides(drift)
