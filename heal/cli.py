@@ -270,6 +270,15 @@ def companions_of(plan: Plan, node: str, access: NodeAccess) -> dict[str, str]:
     return out
 
 
+def ungranted(access: NodeAccess, node: str) -> set[str]:
+    """Tests only: the drift kinds a test machine cannot grant a running container (`privileged`, `ulimits` such as
+    memlock -1 inside an unprivileged test host), named per node in the node map's `ungranted` (comma-separated);
+    over SSH, none."""
+    if not isinstance(access, MappedAccess):
+        return set()
+    return {k for k in access.nodes.get(node, {}).get("ungranted", "").split(",") if k}
+
+
 def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
     """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
     rows: list[DriftRow] = []
@@ -282,8 +291,9 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
             image = inspect(access, node.name, spec.image, kind="image")
             image_id = str(image[0]["Id"]) if image else None
             image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
-            rows += compare_container(node.name, spec, dict(found[0]) if found else None, image_id, image_config,
-                                      container=name)
+            rows += [r for r in compare_container(node.name, spec, dict(found[0]) if found else None, image_id,
+                                                  image_config, container=name)
+                     if r.kind not in ungranted(access, node.name)]
         listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
         if listed.returncode != 0:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")

@@ -12,6 +12,7 @@ plan does not set is shown by name only too (it may be a secret someone added by
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -299,7 +300,7 @@ def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str
     if found_shm != want_shm:
         out.append(("shm-size", f"{want_shm // (1024 * 1024)} MB", f"{found_shm // (1024 * 1024)} MB"))
     want_health = _health(spec)
-    found_health = _found_health(health)
+    found_health = _found_health(health, spec.healthcheck.test if spec.healthcheck else None)
     if want_health != found_health:
         out.append(("healthcheck", want_health or "none", found_health or "none"))
     return out
@@ -313,12 +314,19 @@ def _health(spec: ContainerSpec) -> str | None:
             f"{h.start_period_s}s")
 
 
-def _found_health(health: dict[str, Any] | None) -> str | None:
+def _found_health(health: dict[str, Any] | None, planned: list[str] | None) -> str | None:
     """Docker's Config.Healthcheck (durations in nanoseconds) as `_health` writes the plan's; none without a test
-    (`NONE` is `--no-healthcheck`)."""
+    (`NONE` is `--no-healthcheck`). `docker run --health-cmd` can only write the shell form: a `CMD-SHELL` whose
+    words are exactly the planned `CMD` argv runs the same check, and reads as the plan's."""
     test = list((health or {}).get("Test") or [])
     if not test or test == ["NONE"]:
         return None
+    if planned and planned[0] == "CMD" and test[0] == "CMD-SHELL" and len(test) == 2:
+        try:
+            if shlex.split(test[1]) == planned[1:]:
+                test = list(planned)
+        except ValueError:
+            pass  # not shell words: shown as found
     h = health or {}
 
     def s(key: str) -> int:

@@ -7,6 +7,7 @@ real containers on the local Docker engine, one per kind of change, and reads th
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -395,3 +396,21 @@ def test_drift_json_prints_json_when_the_stack_is_refused(capsys: pytest.Capture
     assert code == 2 and answer["stack"] == "h20" and answer["error"] == "the stack is refused"
     assert "vllm-cluster:parallelism.tensor" in [e["key"] for e in answer["errors"]], answer
     assert "parallelism.tensor" in captured.err
+
+
+def test_a_shell_form_health_check_with_the_planned_words_is_the_planned_check() -> None:
+    """`docker run --health-cmd` writes CMD-SHELL only: the same words run the same check; other words do not."""
+    container, image = recorded()
+    probe = ["CMD", "python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health')"]
+    planned = spec(healthcheck=HealthcheckSpec(test=probe, interval_s=30, timeout_s=10, retries=3, start_period_s=60))
+
+    def with_test(test: list[str]) -> dict[str, Any]:
+        health = {"Test": test, "Interval": 30 * 10**9, "Timeout": 10 * 10**9, "Retries": 3, "StartPeriod": 60 * 10**9}
+        return {**container, "Config": {**container["Config"], "Healthcheck": health}}
+
+    assert compare_container("n1", planned, with_test(probe), image["Id"], image["Config"]) == []
+    shell = ["CMD-SHELL", shlex.join(probe[1:])]
+    assert compare_container("n1", planned, with_test(shell), image["Id"], image["Config"]) == []
+    other = ["CMD-SHELL", shlex.join([*probe[1:], "--x"])]
+    assert [r.kind for r in compare_container("n1", planned, with_test(other), image["Id"], image["Config"])] == \
+        ["healthcheck"]
