@@ -368,6 +368,27 @@ def ca_file_problem(path: str | None) -> str | None:
     return None
 
 
+def key_refused(plan: Plan, ca_file: str | None, timeout_s: float = 10.0) -> str | None:
+    """Why the serving group refuses VLLM_API_KEY (`GET /v1/models` answers 401 or 403 with it), or None (accepted,
+    no key, or no answer: a dead group cannot be asked). Checked before any rank is stopped: a wrong key would
+    otherwise make the golden check after the restart fail, and a serving group would have been stopped for it."""
+    from heal.supervisor import FETCH_ERRORS, fetch
+
+    key = os.environ.get(KEY_ENV)
+    if not key:
+        return None
+    url = f"{plan.endpoint.rstrip('/')}/v1/models"
+    try:
+        status, _ = fetch(url, timeout_s, ca_file, limit=64 << 10, headers={"Authorization": f"Bearer {key}"})
+    except FETCH_ERRORS:
+        return None
+    if status not in (401, 403):
+        return None
+    return (f"{KEY_ENV} (value not shown) is refused by the serving group: GET {masked_url(url)} answered HTTP "
+            f"{status}; the golden check after a restart would fail with it. Set {KEY_ENV} to the stack's key (the "
+            "api_key secret, or the proxy check client's key in proxy_keys) in the unit's EnvironmentFile")
+
+
 def _restart_group(args: argparse.Namespace) -> int:
     # the golden check (`python -m checks.api`) runs after the group was stopped, and --ca-file is read by it:
     # an interpreter that cannot import it is refused before anything is read or stopped
@@ -377,7 +398,7 @@ def _restart_group(args: argparse.Namespace) -> int:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
-    problem = key_problem(config, args.stack) if args.yes else None
+    problem = (key_problem(config, args.stack) or key_refused(plan, args.ca_file)) if args.yes else None
     if problem:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -443,7 +464,8 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     config, plan, group = _load(args)
     listen = metrics_listen(plan, args.metrics_listen)
-    problem = key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+    problem = (key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+               or key_refused(plan, args.ca_file))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
