@@ -279,9 +279,9 @@ def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str
         out.append(("privileged", str(spec.privileged).lower(), str(bool(host.get("Privileged"))).lower()))
     want_caps, found_caps = {_cap(c) for c in spec.capabilities}, {_cap(c) for c in host.get("CapAdd") or []}
     if want_caps != found_caps or host.get("CapDrop"):
+        dropped = f"; dropped {','.join(host['CapDrop'])}" if host.get("CapDrop") else ""
         out.append(("capabilities", ",".join(sorted(want_caps)) or "none added",
-                    ",".join(sorted(found_caps)) or "none added"
-                    + (f"; dropped {','.join(host['CapDrop'])}" if host.get("CapDrop") else "")))
+                    (",".join(sorted(found_caps)) or "none added") + dropped))
     want_dev = {f"{d}:{d}" for d in spec.devices}
     found_dev = {f"{d.get('PathOnHost')}:{d.get('PathInContainer')}" for d in host.get("Devices") or []}
     for device in sorted(want_dev - found_dev):

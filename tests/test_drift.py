@@ -293,6 +293,9 @@ def test_every_host_setting_the_plan_makes_is_compared_and_each_change_is_one_ro
         rows = compare_container("n1", planned, container, image["Id"], image["Config"])
         assert [r.kind for r in rows] == [kind], (kind, rows)
         assert rows[0].blocking
+    dropped = {**container, "HostConfig": {**container["HostConfig"], "CapAdd": ["CAP_IPC_LOCK"], "CapDrop": ["ALL"]}}
+    rows = compare_container("n1", spec(capabilities=["IPC_LOCK"]), dropped, image["Id"], image["Config"])
+    assert [(r.kind, r.found) for r in rows] == [("capabilities", "IPC_LOCK; dropped ALL")]
     # a container recreated with `--network none`, the plan's host network: not healed
     none = {**container, "HostConfig": {**container["HostConfig"], "NetworkMode": "none"}}
     rows = compare_container("n1", spec(network_mode="host"), none, image["Id"], image["Config"])
