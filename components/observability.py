@@ -3,6 +3,11 @@ monitoring node. Every file comes from `stacks.planner.observability` and travel
 as the proxy's nginx.conf does; a changed file replaces that one container and nothing else (no engine depends
 on a monitoring container). Each node's exporter waits for that node's engine container: its textfile says which
 generation was applied there, so a half-applied update shows as differing generations.
+
+Grafana reads its admin password file only when it creates its database, which outlives the container (a host
+directory): after each new Grafana container, `<node>-grafana-admin-password` (checks/grafana_password.py, over
+SSH on the monitoring node) logs in with the uploaded password and, when Grafana refuses it, sets it with Grafana's
+CLI. The password file is readable by its owner only (Grafana runs as root here).
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_command as command
 import pulumi_docker as docker
 
+from checks.bundle import heredoc_command
 from stacks.planner.observability import (
     ALERTMANAGER_CONFIG,
     GRAFANA_DASHBOARDS,
@@ -41,6 +48,18 @@ class ObservabilityArgs:
     engines: Mapping[str, Sequence[pulumi.Resource]] | None = None
     """Node -> its engine containers (one, or one per DP rank with external load balancing): the node's exporter
     (and its textfile) follows them."""
+    connections: Mapping[str, command.remote.ConnectionArgs] | None = None
+    """Node -> its SSH connection: where the Grafana password rotation runs (none: no rotation)."""
+
+
+PASSWORD_ROTATION_TIMEOUT_S = 420
+"""The rotation's outer limit: Grafana's start-up (its --wait-s, 300 s) and the CLI's run."""
+
+
+def password_rotation_command(container: str, listen: str) -> str:
+    """The shell command that makes the running Grafana's admin password the uploaded one (no secret in it)."""
+    return heredoc_command("grafana_password", ["--container", container, "--url", f"http://{listen}",
+                                                "--wait-s", "300"], timeout_s=PASSWORD_ROTATION_TIMEOUT_S)
 
 
 def _upload(path: str, content: pulumi.Input[str], mode: str = "0644") -> docker.ContainerUploadArgs:
@@ -61,6 +80,12 @@ class Observability(pulumi.ComponentResource):
                     f"{name}-{mc.node}-{mc.role}-image", name=mc.image, keep_locally=True,
                     opts=pulumi.ResourceOptions(parent=self, provider=args.providers[mc.node]))
             self.containers[f"{mc.node}-{mc.role}"] = self._container(name, args, mc, images[key])
+            if mc.role == "grafana" and args.connections and mc.node in args.connections:
+                grafana = self.containers[f"{mc.node}-{mc.role}"]
+                command.remote.Command(  # every new container: a new id, so the rotation runs again
+                    f"{name}-{mc.node}-grafana-admin-password", connection=args.connections[mc.node],
+                    create=password_rotation_command(mc.name, mc.listen), triggers=[grafana.id],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[grafana]))
         self.register_outputs({"prometheus": args.plan.prometheus, "grafana": args.plan.grafana})
 
     def _container(self, name: str, args: ObservabilityArgs, mc: MonitorContainer,
@@ -90,8 +115,8 @@ class Observability(pulumi.ComponentResource):
                         for rel, text in files.items() if rel.startswith("grafana/provisioning/")]
             uploads += [_upload(f"{GRAFANA_DASHBOARDS}/{rel.removeprefix('grafana/dashboards/')}", text)
                         for rel, text in files.items() if rel.startswith("grafana/dashboards/")]
-            # Inside the container only, read by Grafana's user (GF_SECURITY_ADMIN_PASSWORD__FILE).
-            uploads.append(_upload(GRAFANA_PASSWORD_FILE, pulumi.Output.secret(args.admin_password)))
+            # Inside the container only, read by Grafana (root here) and the rotation's `docker exec … cat`
+            uploads.append(_upload(GRAFANA_PASSWORD_FILE, pulumi.Output.secret(args.admin_password), "0400"))
             envs = [f"{k}={v}" for k, v in args.grafana_env.items()]
             volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/grafana", container_path="/var/lib/grafana"))
         elif mc.role == "alertmanager" and args.alertmanager_conf is not None:

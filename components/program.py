@@ -352,7 +352,7 @@ def observability(stack: str, config: StackConfig, plan: Plan, nodes: dict[str, 
         plan=plan.observability, stack=stack, files=files, providers={n: g.provider for n, g in nodes.items()},
         data_dir=config.observability.data_dir, grafana_env=grafana_env(config),
         admin_password=secrets["grafana_admin_password"], alertmanager_conf=conf,
-        engines=dict(engine.node_containers)))
+        engines=dict(engine.node_containers), connections={n: g.connection for n, g in nodes.items()}))
 
 
 

@@ -20,6 +20,7 @@ from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
 from heal.supervisor import WEBHOOK_ENV, DeployLock, Log, Settings, Supervisor, lock_path, masked_url, restart_group
 from stacks.model.config import StackConfig
+from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import PROJECT_ROOT, load_stack
 from stacks.planner.plan import Plan, build_plan, thinking_args
@@ -267,6 +268,15 @@ def companions_of(plan: Plan, node: str, access: NodeAccess) -> dict[str, str]:
     return out
 
 
+def ungranted(access: NodeAccess, node: str) -> set[str]:
+    """Tests only: the drift kinds a test machine cannot grant a running container (`privileged`, `ulimits` such as
+    memlock -1 inside an unprivileged test host), named per node in the node map's `ungranted` (comma-separated);
+    over SSH, none."""
+    if not isinstance(access, MappedAccess):
+        return set()
+    return {k for k in access.nodes.get(node, {}).get("ungranted", "").split(",") if k}
+
+
 def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
     """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
     rows: list[DriftRow] = []
@@ -279,8 +289,9 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
             image = inspect(access, node.name, spec.image, kind="image")
             image_id = str(image[0]["Id"]) if image else None
             image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
-            rows += compare_container(node.name, spec, dict(found[0]) if found else None, image_id, image_config,
-                                      container=name)
+            rows += [r for r in compare_container(node.name, spec, dict(found[0]) if found else None, image_id,
+                                                  image_config, container=name)
+                     if r.kind not in ungranted(access, node.name)]
         listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
         if listed.returncode != 0:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
@@ -292,7 +303,17 @@ def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
 
 
 def _drift(args: argparse.Namespace) -> int:
-    config, plan, _ = _load(args)
+    """Exit 0 no difference or only informative rows (a restart, a relabelled monitoring container), 1 a blocking
+    difference, 2 cannot run (a refused stack included); with --json, JSON on stdout on every one of them."""
+    try:
+        config, plan, _ = _load(args)
+    except ConfigError as exc:
+        if not args.json:
+            raise  # python -m stacks prints the report, exit 2
+        print(json.dumps({"stack": args.stack, "error": "the stack is refused",
+                          "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
+        print(exc.report(), file=sys.stderr)
+        return 2
     try:
         rows = drift_rows(plan, access_for(args.stack, config))
     except AccessError as exc:
@@ -302,15 +323,22 @@ def _drift(args: argparse.Namespace) -> int:
                              ensure_ascii=False))
         print(f"drift {args.stack}: cannot run: {exc} (next: {next_step})", file=sys.stderr)
         return 2
+    blocking = [r for r in rows if r.blocking]
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
+    elif blocking:
+        print(table(rows), end="")
+        print(f"drift {args.stack}: {len(blocking)} difference(s) between the plan and the nodes"
+              f"{f' (and {len(rows) - len(blocking)} for information)' if len(rows) > len(blocking) else ''}; "
+              f"`pulumi up -s {args.stack}` after `pulumi refresh` puts back what Pulumi owns, a foreign container is "
+              "yours to stop")
     elif rows:
         print(table(rows), end="")
-        print(f"drift {args.stack}: {len(rows)} difference(s) between the plan and the nodes; `pulumi up -s "
-              f"{args.stack}` after `pulumi refresh` puts back what Pulumi owns, a foreign container is yours to stop")
+        print(f"drift {args.stack}: only for information ({len(rows)} row(s): restarts, relabelled monitoring "
+              "containers); every engine container is what the plan created")
     else:
         print(f"drift {args.stack}: none: every node's containers are what the plan created")
-    return 1 if rows else 0
+    return 1 if blocking else 0
 
 
 def ca_file_problem(path: str | None) -> str | None:
@@ -338,6 +366,27 @@ def ca_file_problem(path: str | None) -> str | None:
     return None
 
 
+def key_refused(plan: Plan, ca_file: str | None, timeout_s: float = 10.0) -> str | None:
+    """Why the serving group refuses VLLM_API_KEY (`GET /v1/models` answers 401 or 403 with it), or None (accepted,
+    no key, or no answer: a dead group cannot be asked). Checked before any rank is stopped: a wrong key would
+    otherwise make the golden check after the restart fail, and a serving group would have been stopped for it."""
+    from heal.supervisor import FETCH_ERRORS, fetch
+
+    key = os.environ.get(KEY_ENV)
+    if not key:
+        return None
+    url = f"{plan.endpoint.rstrip('/')}/v1/models"
+    try:
+        status, _ = fetch(url, timeout_s, ca_file, limit=64 << 10, headers={"Authorization": f"Bearer {key}"})
+    except FETCH_ERRORS:
+        return None
+    if status not in (401, 403):
+        return None
+    return (f"{KEY_ENV} (value not shown) is refused by the serving group: GET {masked_url(url)} answered HTTP "
+            f"{status}; the golden check after a restart would fail with it. Set {KEY_ENV} to the stack's key (the "
+            "api_key secret, or the proxy check client's key in proxy_keys) in the unit's EnvironmentFile")
+
+
 def _restart_group(args: argparse.Namespace) -> int:
     # the golden check (`python -m checks.api`) runs after the group was stopped, and --ca-file is read by it:
     # an interpreter that cannot import it is refused before anything is read or stopped
@@ -347,7 +396,7 @@ def _restart_group(args: argparse.Namespace) -> int:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
     config, plan, group = _load(args)
-    problem = key_problem(config, args.stack) if args.yes else None
+    problem = (key_problem(config, args.stack) or key_refused(plan, args.ca_file)) if args.yes else None
     if problem:
         print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -413,7 +462,8 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     config, plan, group = _load(args)
     listen = metrics_listen(plan, args.metrics_listen)
-    problem = key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+    problem = (key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
+               or key_refused(plan, args.ca_file))
     if problem:
         print(f"supervise {args.stack}: {problem}", file=sys.stderr)
         return 2
@@ -517,8 +567,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     restart.add_argument("--ca-file", default=None, help="the proxy's certificate, for the health probe over TLS")
     add_overrides(restart)
     restart.set_defaults(func=_restart_group)
-    drift = sub.add_parser("drift", help="compare every node's containers with the plan (exit 0 none, 1 drift, 2 "
-                           "cannot run)")
+    drift = sub.add_parser("drift", help="compare every node's containers with the plan (exit 0 none or "
+                           "informative rows only, 1 drift, 2 cannot run; --json: JSON on every exit)")
     drift.add_argument("stack")
     drift.add_argument("--json", action="store_true")
     add_overrides(drift)

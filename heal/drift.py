@@ -12,6 +12,7 @@ plan does not set is shown by name only too (it may be a secret someone added by
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
+         "network", "ipc", "privileged", "capabilities", "devices", "ulimits", "shm-size", "healthcheck",
          "restarted", "foreign", "monitoring")
 """Every kind of row. `restarted` and `monitoring` are informative (the supervisor's own restarts show up in the
 first; the second is a change to one of the stack's own non-engine containers, which a group restart neither stops
@@ -140,10 +142,10 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
         row("image", f"{spec.image} = {image_id[:19]}", f"container runs {str(inspect.get('Image'))[:19]} (the tag "
             "now names another build, or the container is older than the image)")
     if (config.get("Cmd") or []) != spec.command:
-        row("command", _short(spec.command), _short(config.get("Cmd") or []))
+        row("command", *argv_difference(spec.command, list(config.get("Cmd") or [])))
     want_entry = spec.entrypoint if spec.entrypoint is not None else image.get("Entrypoint")
     if (config.get("Entrypoint") or None) != (want_entry or None):
-        row("entrypoint", _short(want_entry or []), _short(config.get("Entrypoint") or []))
+        row("entrypoint", *argv_difference(list(want_entry or []), list(config.get("Entrypoint") or [])))
     env, image_env = _env(config.get("Env")), _env(image.get("Env"))
     for key, value in sorted(spec.env.items()):
         if key not in env:
@@ -175,6 +177,8 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
         row("mounts", "not in the plan", mount)
     if gpus_of(host) != _planned_gpus(spec):
         row("gpus", _planned_gpus(spec), gpus_of(host))
+    for kind, plan, found in host_differences(spec, host, config.get("Healthcheck")):
+        row(kind, plan, found)
     state = inspect.get("State") or {}
     created, started = _time(inspect.get("Created", "")), _time(state.get("StartedAt", ""))
     if inspect.get("RestartCount"):
@@ -245,9 +249,110 @@ def foreign_containers(node: str, stack: str, own: set[str], inspects: list[dict
     return rows
 
 
-def _short(argv: list[str], limit: int = 60) -> str:
-    text = " ".join(argv).replace("\n", "\\n")
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+def _network(mode: str | None) -> str:
+    """Docker names its default network `default` in some versions and `bridge` in others."""
+    return "bridge" if mode in (None, "", "default") else mode
+
+
+def _cap(name: str) -> str:
+    """`SYS_ADMIN`, `CAP_SYS_ADMIN` and `sys_admin` are one capability to Docker."""
+    return name.upper().removeprefix("CAP_")
+
+
+NS = 1_000_000_000
+DEFAULT_SHM_BYTES = 64 * 1024 * 1024
+"""Docker's /dev/shm without --shm-size."""
+
+
+def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str, Any] | None
+                     ) -> list[tuple[str, str, str]]:
+    """(kind, plan, found) for every HostConfig field the plan sets (components/vllm_engine.py container_args) and
+    the health check: a container recreated by hand with `--network none`, without `--ipc host` or the ulimits
+    would run, but not as planned, so a restart into it is no heal."""
+    out: list[tuple[str, str, str]] = []
+    if _network(host.get("NetworkMode")) != _network(spec.network_mode):
+        out.append(("network", spec.network_mode, _network(host.get("NetworkMode"))))
+    ipc = host.get("IpcMode") or "private"
+    if ipc != spec.ipc_mode and not (spec.ipc_mode in ("private", "shareable") and ipc in ("private", "shareable")):
+        out.append(("ipc", spec.ipc_mode, ipc))
+    if bool(host.get("Privileged")) != spec.privileged:
+        out.append(("privileged", str(spec.privileged).lower(), str(bool(host.get("Privileged"))).lower()))
+    want_caps, found_caps = {_cap(c) for c in spec.capabilities}, {_cap(c) for c in host.get("CapAdd") or []}
+    if want_caps != found_caps or host.get("CapDrop"):
+        dropped = f"; dropped {','.join(host['CapDrop'])}" if host.get("CapDrop") else ""
+        out.append(("capabilities", ",".join(sorted(want_caps)) or "none added",
+                    (",".join(sorted(found_caps)) or "none added") + dropped))
+    want_dev = {f"{d}:{d}" for d in spec.devices}
+    found_dev = {f"{d.get('PathOnHost')}:{d.get('PathInContainer')}" for d in host.get("Devices") or []}
+    for device in sorted(want_dev - found_dev):
+        out.append(("devices", device, "not mapped"))
+    for device in sorted(found_dev - want_dev):
+        out.append(("devices", "not in the plan", device))
+    want_ul = {k: (v[0], v[1]) for k, v in spec.ulimits.items()}
+    found_ul = {str(u.get("Name")): (u.get("Soft"), u.get("Hard")) for u in host.get("Ulimits") or []}
+    for name in sorted(set(want_ul) | set(found_ul)):
+        if want_ul.get(name) != found_ul.get(name):
+            out.append(("ulimits", f"{name}={':'.join(map(str, want_ul[name]))}" if name in want_ul else
+                        f"{name} not set by the plan",
+                        f"{name}={':'.join(map(str, found_ul[name]))}" if name in found_ul else f"{name} not set"))
+    want_shm = spec.shm_size_mb * 1024 * 1024 if spec.shm_size_mb else DEFAULT_SHM_BYTES
+    found_shm = int(host.get("ShmSize") or DEFAULT_SHM_BYTES)
+    if found_shm != want_shm:
+        out.append(("shm-size", f"{want_shm // (1024 * 1024)} MB", f"{found_shm // (1024 * 1024)} MB"))
+    want_health = _health(spec)
+    found_health = _found_health(health, spec.healthcheck.test if spec.healthcheck else None)
+    if want_health != found_health:
+        out.append(("healthcheck", want_health or "none", found_health or "none"))
+    return out
+
+
+def _health(spec: ContainerSpec) -> str | None:
+    h = spec.healthcheck
+    if h is None:
+        return None
+    return (f"{' '.join(h.test)} every {h.interval_s}s, timeout {h.timeout_s}s, {h.retries} retries, start period "
+            f"{h.start_period_s}s")
+
+
+def _found_health(health: dict[str, Any] | None, planned: list[str] | None) -> str | None:
+    """Docker's Config.Healthcheck (durations in nanoseconds) as `_health` writes the plan's; none without a test
+    (`NONE` is `--no-healthcheck`). `docker run --health-cmd` can only write the shell form: a `CMD-SHELL` whose
+    words are exactly the planned `CMD` argv runs the same check, and reads as the plan's."""
+    test = list((health or {}).get("Test") or [])
+    if not test or test == ["NONE"]:
+        return None
+    if planned and planned[0] == "CMD" and test[0] == "CMD-SHELL" and len(test) == 2:
+        try:
+            if shlex.split(test[1]) == planned[1:]:
+                test = list(planned)
+        except ValueError:
+            pass  # not shell words: shown as found
+    h = health or {}
+
+    def s(key: str) -> int:
+        return int(h.get(key) or 0) // NS
+
+    return (f"{' '.join(test)} every {s('Interval')}s, timeout {s('Timeout')}s, {int(h.get('Retries') or 0)} retries, "
+            f"start period {s('StartPeriod')}s")
+
+
+def argv_difference(plan: list[str], found: list[str], context: int = 2) -> tuple[str, str]:
+    """Two argvs compared whole, shown where they differ: the first differing word, a few words around it, and
+    both lengths, so a change at word 40 of a long vLLM command is not hidden behind a cut at 60 characters."""
+    if plan == found:
+        return " ".join(plan), " ".join(found)
+    start = next((i for i, (a, b) in enumerate(zip(plan, found, strict=False)) if a != b), min(len(plan), len(found)))
+    tail = 0
+    while tail < min(len(plan), len(found)) - start and plan[-1 - tail] == found[-1 - tail]:
+        tail += 1
+
+    def shown(argv: list[str]) -> str:
+        low, high = max(0, start - context), min(len(argv), max(len(argv) - tail, start) + context)
+        words = " ".join(argv[low:high]).replace("\n", "\\n")
+        return (f"{len(argv)} words; from word {start + 1}: " + ("… " if low else "") + (words or "(nothing)")
+                + (" …" if high < len(argv) else ""))
+
+    return shown(plan), shown(found)
 
 
 def table(rows: list[DriftRow]) -> str:

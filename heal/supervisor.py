@@ -129,7 +129,8 @@ FETCH_ERRORS = (OSError, ValueError, http.client.HTTPException)
 BadStatusLine), a header line over 64 KiB (LineTooLong), a malformed URL. Each is a failed signal, never a crash."""
 
 
-def fetch(url: str, timeout_s: float, ca_file: str | None = None, limit: int = 4 << 20) -> tuple[int, bytes]:
+def fetch(url: str, timeout_s: float, ca_file: str | None = None, limit: int = 4 << 20,
+          headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """GET `url`: (status, at most `limit` bytes of body). The connection gets `timeout_s`, then the whole reply
     (headers and body) `timeout_s` more in total: a server that trickles a byte a second cannot hold the
     supervisor, since a socket timeout alone bounds each receive, not the reply. FETCH_ERRORS when it fails."""
@@ -155,7 +156,7 @@ def fetch(url: str, timeout_s: float, ca_file: str | None = None, limit: int = 4
             held.append(conn.sock)
         timer.start()
         conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-                     headers={"User-Agent": "vllm-cluster-group-supervisor"})
+                     headers={"User-Agent": "vllm-cluster-group-supervisor", **(headers or {})})
         response = conn.getresponse()
         body = response.read(limit)
     except FETCH_ERRORS:
@@ -364,27 +365,41 @@ class Supervisor:
         """The health failure last logged while never seen healthy (logged again only when it changes)."""
         self.blind = ""
         """Why the group cannot be observed now, as last logged; '' while every node answers."""
+        self.unseen = ""
+        """The nodes the last observation could not ask ('' when every node answered), whatever else it found: a
+        rank seen dead on one node says nothing about another node that did not answer."""
+        self.last_state = ""
+        """What the last observation found: ok, failing, dead or blind."""
 
     def observe(self) -> tuple[str, str]:
         """What can be seen now: ("dead", why) when Docker says a rank's container is not running (positive
         evidence); ("blind", why) when a node's Docker cannot be asked (SSH or Docker failing: unreachable is not
         dead, and health failures then prove nothing either); ("failing", why) when every rank runs but health, a
         Docker health check or a golden result fails; ("ok", "")."""
+        state, why = self._observe()
+        self.last_state = state
+        return state, why
+
+    def _observe(self) -> tuple[str, str]:
         soft: list[str] = []
         blind: list[str] = []
-        for rank in self.group.ranks:
+        dead = ""
+        for rank in self.group.ranks:  # every node is asked, so a dead rank does not hide a node gone blind
             name = self.access.container(rank.node, rank.container)
             try:
                 running, what = _state(self.access, rank.node, name)
             except AccessError as exc:
                 blind.append(str(exc))
                 continue
-            if not running:
-                return "dead", f"rank {rank.node} container {name} {what}"
+            if not running and not dead:
+                dead = f"rank {rank.node} container {name} {what}"
             if "unhealthy" in what:
                 soft.append(f"{rank.node} {name} {what}")
+        self.unseen = "; ".join(blind)
+        if dead:
+            return "dead", dead
         if blind:
-            return "blind", "; ".join(blind)
+            return "blind", self.unseen
         ok, what = http_ok(self.group.health_url, self.settings.health_timeout_s, self.settings.ca_file)
         if not ok:
             soft.append(f"GET {self.group.health_url}: {what}")
@@ -409,7 +424,7 @@ class Supervisor:
         observed, or has never been seen serving and no container has exited)."""
         state, why = self.observe()
         if state == "dead":
-            self._sight("")
+            self._sight(self.unseen)  # another node may still not answer: not "every node answers again"
             return why
         if state == "blind":
             self._sight(why)
@@ -599,6 +614,13 @@ class Supervisor:
                     self.log("lock", f"deploy lock {self.lock.path} released: re-checking the group", reason)
                     self.failing_since = None
                     if self.probe() is None:
+                        if self.last_state == "ok":
+                            self.log("recovered", "serving again after the deploy lock was released: no restart",
+                                     reason)
+                            self.healthy_since, self.seen_healthy = self.clock(), True
+                        else:
+                            self.log("watch", f"after the deploy lock was released the group is {self.last_state}, "
+                                     "not dead: no restart, watching again", reason)
                         return None
                 if self.drift_check is not None:
                     try:
@@ -619,7 +641,7 @@ class Supervisor:
                 if blind:  # no restart without fresh evidence: released, then an interval, then look again
                     self._sight(seen)
                     continue
-                self._sight("")
+                self._sight(self.unseen)
                 if state == "ok":
                     self.log("recovered", "every rank running and the health probe passes: no restart", reason)
                     self.failing_since, self.healthy_since, self.seen_healthy = None, self.clock(), True

@@ -130,6 +130,16 @@ VALUE_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("obs-data-dir-relative", "prod", {**OBS, "observability.data_dir": "data"}, "observability.data_dir"),
     ("obs-watch-address-cidr", "prod", {**OBS, "observability.watch_address": "10.0.0.0/8"},
      "observability.watch_address"),
+    ("obs-watch-address-public", "prod", {**OBS, "observability.watch_address": "8.8.8.8"},
+     "observability.watch_address"),
+    ("obs-supervisor-address-public-v6", "prod", {**OBS, "observability.supervisor_address": "2001:4860::8888"},
+     "observability.supervisor_address"),
+    ("obs-supervisor-address-public-watch-private", "h20", {
+        **OBS, "observability.watch_address": "10.0.0.9", "observability.supervisor_address": "203.0.114.9"},
+     "observability.supervisor_address"),
+    ("obs-public-management-firewall-off", "prod", {
+        **OBS, "firewall.enabled": False, "fabric.private_networks": ["1.1.1.0/24", "1.1.2.0/24"]},
+     "firewall.enabled"),
     ("obs-supervisor-port-zero", "prod", {**OBS, "observability.ports.supervisor": 0},
      "observability.ports.supervisor"),
     ("obs-supervisor-port-huge", "prod", {**OBS, "observability.ports.supervisor": 65536},
@@ -836,6 +846,20 @@ def test_the_table_is_large_and_names_distinct_cases() -> None:
 def test_committed_stacks_still_plan(stack: str) -> None:
     document = parse_stack_text(TEXT[stack], f"Pulumi.{stack}.yaml")
     assert build_plan(stack, parse_config(stack, document.values)).nodes
+
+
+@pytest.mark.parametrize("changes", [
+    {"fabric.private_networks": ["1.1.1.0/24", "1.1.2.0/24"]},  # management outside them, the firewall on
+    {"firewall.enabled": False, "serving.host": "1.1.1.2"},  # firewall off, management inside the private networks
+    {"observability.watch_address": "192.168.7.9", "observability.supervisor_address": "1.1.1.9"},  # private
+    {"fabric.private_networks": ["1.1.1.0/24", "1.1.2.0/24"], "observability.watch_address": "10.30.8.2"},  # a node
+])
+def test_monitoring_kept_inside_the_private_networks_is_not_refused(changes: dict[str, Any]) -> None:
+    """The monitoring exposure rule refuses reachability, not addresses: a firewall that admits only the cluster,
+    a management network inside fabric.private_networks, a watch or supervisor host in private space (declared or
+    never routed) or on a node (which the firewall guards) all plan."""
+    plan = build_plan("t", parse_config("t", _mutated("prod", {**OBS, **changes})))
+    assert plan.observability is not None
 
 
 def test_a_control_path_acknowledged_in_admin_paths_is_passed() -> None:

@@ -7,6 +7,7 @@ real containers on the local Docker engine, one per kind of change, and reads th
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from heal.drift import compare_container, foreign_containers, gpus_of, table
-from stacks.planner.container_spec import ContainerSpec, VolumeSpec
+from heal.drift import DriftRow, compare_container, foreign_containers, gpus_of, table
+from stacks.planner.container_spec import ContainerSpec, HealthcheckSpec, VolumeSpec
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, parse_started_at, remove_image
 
@@ -282,3 +283,148 @@ def test_the_stacks_own_monitoring_containers_are_known_by_name_and_label_not_fo
     given = found[other, own[other, "node-exporter"]]
     assert given.blocking and "planned without GPUs" in given.found
     assert len(rows) == 4, table(rows)
+
+
+def test_every_host_setting_the_plan_makes_is_compared_and_each_change_is_one_row() -> None:
+    """Network, IPC, privileged, capabilities, devices, ulimits, /dev/shm and the health check: each planned value
+    Docker does not report is one row of its kind, and blocking (a restart into it would be no heal)."""
+    container, image = recorded()
+    health = HealthcheckSpec(test=["CMD", "true"], interval_s=30, timeout_s=10, retries=3, start_period_s=60)
+    cases = {
+        "network": spec(network_mode="host"),
+        "ipc": spec(ipc_mode="host"),
+        "privileged": spec(privileged=True),
+        "capabilities": spec(capabilities=["IPC_LOCK"]),
+        "devices": spec(devices=["/dev/infiniband"]),
+        "ulimits": spec(ulimits={"memlock": [-1, -1]}),
+        "shm-size": spec(shm_size_mb=16384),
+        "healthcheck": spec(healthcheck=health),
+    }
+    for kind, planned in cases.items():
+        rows = compare_container("n1", planned, container, image["Id"], image["Config"])
+        assert [r.kind for r in rows] == [kind], (kind, rows)
+        assert rows[0].blocking
+    dropped = {**container, "HostConfig": {**container["HostConfig"], "CapAdd": ["CAP_IPC_LOCK"], "CapDrop": ["ALL"]}}
+    rows = compare_container("n1", spec(capabilities=["IPC_LOCK"]), dropped, image["Id"], image["Config"])
+    assert [(r.kind, r.found) for r in rows] == [("capabilities", "IPC_LOCK; dropped ALL")]
+    # a container recreated with `--network none`, the plan's host network: not healed
+    none = {**container, "HostConfig": {**container["HostConfig"], "NetworkMode": "none"}}
+    rows = compare_container("n1", spec(network_mode="host"), none, image["Id"], image["Config"])
+    assert [(r.kind, r.plan, r.found) for r in rows] == [("network", "host", "none")]
+
+
+def test_a_long_command_is_compared_whole_and_the_difference_shown() -> None:
+    container, image = recorded()
+    long = ["vllm", "serve", "/models/m", *[f"--flag-{i}={i}" for i in range(40)], "--max-model-len", "65536"]
+    changed = [*long[:-1], "1048576"]
+    hand = {**container, "Config": {**container["Config"], "Cmd": changed}}
+    rows = compare_container("n1", spec(command=long), hand, image["Id"], image["Config"])
+    assert [r.kind for r in rows] == ["command"]
+    assert "65536" in rows[0].plan and "1048576" in rows[0].found, rows[0]
+    assert "from word 45" in rows[0].found and "…" not in rows[0].found[-3:]
+    # words inserted in the middle: the inserted words are shown, not a cut prefix both sides share
+    inserted = [*long[:20], "--enforce-eager", *long[20:]]
+    rows = compare_container("n1", spec(command=long),
+                             {**container, "Config": {**container["Config"], "Cmd": inserted}}, image["Id"],
+                             image["Config"])
+    assert "--enforce-eager" in rows[0].found and "--enforce-eager" not in rows[0].plan, rows[0]
+
+
+def test_host_settings_as_real_docker_reports_them(image: str, tmp_path: Path) -> None:
+    """A container created with every host setting as planned reads back clean from a real Docker engine; each
+    setting changed by hand is one row of its kind."""
+    tag = uuid.uuid4().hex[:8]
+    names: list[str] = []
+    health = HealthcheckSpec(test=["CMD-SHELL", "true"], interval_s=30, timeout_s=10, retries=3, start_period_s=60)
+    planned = spec(image=image, volumes=[], gpus=None, network_mode="host", ipc_mode="host",
+                   ulimits={"memlock": [-1, -1], "nofile": [1048576, 1048576]}, shm_size_mb=1024,
+                   capabilities=["IPC_LOCK"], devices=["/dev/null"], healthcheck=health, secret_env={})
+    as_planned = ["--network", "host", "--ipc", "host", "--ulimit", "memlock=-1:-1", "--ulimit",
+                  "nofile=1048576:1048576", "--shm-size", "1024m", "--cap-add", "IPC_LOCK", "--device",
+                  "/dev/null:/dev/null", "--health-cmd", "true", "--health-interval", "30s", "--health-timeout",
+                  "10s", "--health-retries", "3", "--health-start-period", "60s"]
+
+    def create(suffix: str, flags: list[str]) -> str:
+        name = f"heal-drift-{tag}-{suffix}"
+        names.append(name)
+        docker("create", "--name", name, "-e", "VLLM_HOST_IP=192.0.2.11", "--label", "vllm-cluster.stack=test",
+               "--restart", "no", *flags, image, "python3", "/rank.py")
+        return name
+
+    def replaced(flag: str, value: str | None) -> list[str]:
+        i = as_planned.index(flag)
+        rest = as_planned[:i] + as_planned[i + 2:]
+        return rest + ([flag, value] if value is not None else [])
+
+    image_id, config = image_facts(image)
+    try:
+        def kinds(name: str) -> list[str]:
+            return [r.kind for r in compare_container("n1", planned, inspect(name), image_id, config)]
+
+        assert kinds(create("clean", as_planned)) == []
+        assert kinds(create("netnone", replaced("--network", "none"))) == ["network"]
+        assert kinds(create("ipc", replaced("--ipc", None))) == ["ipc"]
+        assert kinds(create("priv", [*as_planned, "--privileged"])) == ["privileged"]
+        assert kinds(create("cap", replaced("--cap-add", "SYS_ADMIN"))) == ["capabilities"]
+        assert kinds(create("dev", replaced("--device", None))) == ["devices"]
+        assert kinds(create("ulimit", replaced("--ulimit", "memlock=65536:65536"))) == ["ulimits"]
+        assert kinds(create("shm", replaced("--shm-size", "64m"))) == ["shm-size"]
+        assert kinds(create("health", replaced("--health-cmd", "false"))) == ["healthcheck"]
+    finally:
+        for name in names:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def _drift_cli(monkeypatch: pytest.MonkeyPatch, rows: list[DriftRow], *flags: str) -> tuple[int, str]:
+    """`python -m stacks drift h20` with the nodes' answer replaced by `rows` (the comparison is tested above)."""
+    import contextlib
+    import io
+
+    from heal import cli
+    from review.cli import main
+
+    monkeypatch.setattr(cli, "drift_rows", lambda plan, access: rows)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["drift", "h20", *flags])
+    return code, out.getvalue()
+
+
+def test_informative_rows_alone_do_not_make_drift_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    restarted = DriftRow("h20-1", "engine", "restarted", "started once by Pulumi", "restarted 1 time(s)")
+    code, out = _drift_cli(monkeypatch, [restarted])
+    assert code == 0 and "only for information" in out and "restarted (info)" in out, out
+    code, out = _drift_cli(monkeypatch, [restarted], "--json")
+    assert code == 0 and json.loads(out)[0]["blocking"] is False
+    network = DriftRow("h20-1", "engine", "network", "host", "none")
+    code, out = _drift_cli(monkeypatch, [restarted, network])
+    assert code == 1 and "1 difference(s)" in out and "1 for information" in out, out
+
+
+def test_drift_json_prints_json_when_the_stack_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from review.cli import main
+
+    code = main(["drift", "h20", "--json", "--set", "parallelism.tensor=0"])
+    captured = capsys.readouterr()
+    answer = json.loads(captured.out)
+    assert code == 2 and answer["stack"] == "h20" and answer["error"] == "the stack is refused"
+    assert "vllm-cluster:parallelism.tensor" in [e["key"] for e in answer["errors"]], answer
+    assert "parallelism.tensor" in captured.err
+
+
+def test_a_shell_form_health_check_with_the_planned_words_is_the_planned_check() -> None:
+    """`docker run --health-cmd` writes CMD-SHELL only: the same words run the same check; other words do not."""
+    container, image = recorded()
+    probe = ["CMD", "python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health')"]
+    planned = spec(healthcheck=HealthcheckSpec(test=probe, interval_s=30, timeout_s=10, retries=3, start_period_s=60))
+
+    def with_test(test: list[str]) -> dict[str, Any]:
+        health = {"Test": test, "Interval": 30 * 10**9, "Timeout": 10 * 10**9, "Retries": 3, "StartPeriod": 60 * 10**9}
+        return {**container, "Config": {**container["Config"], "Healthcheck": health}}
+
+    assert compare_container("n1", planned, with_test(probe), image["Id"], image["Config"]) == []
+    shell = ["CMD-SHELL", shlex.join(probe[1:])]
+    assert compare_container("n1", planned, with_test(shell), image["Id"], image["Config"]) == []
+    other = ["CMD-SHELL", shlex.join([*probe[1:], "--x"])]
+    assert [r.kind for r in compare_container("n1", planned, with_test(other), image["Id"], image["Config"])] == \
+        ["healthcheck"]

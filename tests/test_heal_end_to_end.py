@@ -3,8 +3,9 @@
 Each node of the prod stack (2 nodes, DP 2, start order node2 -> node1) is a Docker engine of its own, started by
 the tests (tests/docker_harness.py `private_dockerd`: it accepts `--gpus all` as a GPU node's engine does). On
 each runs the node's engine container as the plan states it (image reference, command, environment, labels,
-mounts, GPUs, restart policy, health check; not the devices, the shm size or the ulimits, which this machine
-cannot grant and `drift` does not compare), so `drift` finds nothing and the commands act. The image is a small
+mounts, GPUs, network, IPC, shm size, capabilities, restart policy, health check; not `--privileged` or the ulimits,
+which this machine cannot grant a running container: the node map's `ungranted` tells `drift` so), so `drift`
+finds nothing and the commands act. The image is a small
 one tagged as the plan's image: the head answers the OpenAI API (checks/standin.py, through
 tests/heal_engine.py) on loopback, a headless rank idles. The node map (`VLLM_CLUSTER_NODE_MAP`, a test seam)
 points each node at its engine.
@@ -86,11 +87,17 @@ def docker(host: str, *args: str, check: bool = True) -> str:
 
 
 def create_args(spec: ContainerSpec, name: str) -> list[str]:
-    """`docker create` for a planned container, as the program creates it (minus devices, shm size, ulimits)."""
+    """`docker create` for a planned container, as the program creates it (minus --privileged and the ulimits)."""
     args = ["create", "--name", name, "--network", spec.network_mode, "--ipc", spec.ipc_mode, "--restart",
             spec.restart]
     if spec.gpus:
         args += ["--gpus", spec.gpus]
+    if spec.shm_size_mb:
+        args += ["--shm-size", f"{spec.shm_size_mb}m"]
+    for cap in spec.capabilities:
+        args += ["--cap-add", cap]
+    for device in spec.devices:
+        args += ["--device", f"{device}:{device}"]
     for key, value in spec.env.items():
         args += ["-e", f"{key}={value}"]
     for key, value in spec.labels.items():
@@ -170,7 +177,8 @@ def group(engines: dict[str, str], tmp_path: Path) -> Iterator[Group]:
     made = Group(plan, overrides, engines, names, port, tmp_path)
     made.control({})
     made.env = {NODE_MAP_ENV: json.dumps({node: {"docker_host": engines[node], "container": names[node],
-                                                 "shm_dir": str(tmp_path / f"shm-{node}")} for node in names})}
+                                                 "shm_dir": str(tmp_path / f"shm-{node}"),
+                                                 "ungranted": "privileged,ulimits"} for node in names})}
     try:
         for node in plan.nodes:
             docker(engines[node.name], *create_args(node.containers[0], names[node.name]))

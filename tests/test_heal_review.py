@@ -593,6 +593,46 @@ def test_losing_sight_of_the_nodes_is_blind_never_a_hang(tmp_path: Path,
     assert "exited" in (sup.probe() or ""), "Docker reporting an exit is a death at once"
 
 
+class OneBlind(Nodes):
+    """node2 does not answer over SSH; node1 does, as `mode` says."""
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        if node == "node2":
+            return subprocess.CompletedProcess(args, 255, "", "ssh: connect to host 10.0.0.2 port 22: Connection "
+                                               "timed out")
+        return super().docker(node, args, timeout_s)
+
+
+def test_a_blind_node_is_not_seen_again_because_another_node_answered(
+        tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
+    url, _ = metrics_server
+    sup, nodes, _ = watched(tmp_path, url)
+    assert sup.probe() is None and sup.seen_healthy
+    nodes.mode = "blind"
+    assert sup.probe() is None
+    split = OneBlind()
+    split.mode = "exited"  # node1 answers again, its rank exited; node2 still does not answer
+    sup.access = split
+    assert "node1" in (sup.probe() or "")
+    assert not any(" sight: " in line for line in sup.log.lines), sup.log.lines
+    assert "10.0.0.2" in sup.unseen
+
+
+def test_a_released_deploy_lock_logs_serving_again(tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
+    """The group died while a `pulumi up` held the lock and serves once it is released: no restart, and the log
+    says why."""
+    url, _ = metrics_server
+    sup, nodes, _ = watched(tmp_path, url)
+    answers = [False, False, True]
+    sup._take_lock = lambda: answers.pop(0)  # type: ignore[method-assign]
+    assert sup.heal("rank node1 container engine exited") is None
+    assert sup.restarts == 0 and nodes.shells == 0, sup.log.lines
+    lines = sup.log.lines
+    released = next(i for i, line in enumerate(lines) if " lock: " in line and "released" in line)
+    assert any(" recovered: serving again after the deploy lock was released" in line
+               for line in lines[released:]), lines
+
+
 def test_a_restart_waits_for_fresh_evidence_and_none_when_the_group_came_back(
         tmp_path: Path, metrics_server: tuple[str, list[str]]) -> None:
     from heal.node_access import AccessError
@@ -767,3 +807,44 @@ def test_a_unit_whose_python_has_no_httpx_is_exit_2(command: str, tmp_path: Path
     assert "or give --python the python of a venv that has it" in out.stderr and "ExecStart" not in out.stdout
     good = stacks(command, "h20", "--user", "me", "--python", sys.executable)
     assert good.returncode == 0 and f"ExecStart={sys.executable} -m " in good.stdout, good.stderr
+
+
+def _keyed_api(right: str) -> RawServer:
+    """An OpenAI-style API that answers /v1/models 200 with `right` as bearer key and 401 otherwise, as vLLM does."""
+    def reply(conn: socket.socket, stop: threading.Event) -> None:
+        raise AssertionError("replaced below")
+
+    server = RawServer(reply)
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            request = conn.recv(65536).decode(errors="replace")
+            ok = f"authorization: bearer {right}".lower() in request.lower()
+            body = b'{"data": []}' if ok else b'{"error": "Unauthorized"}'
+            conn.sendall(f"HTTP/1.1 {200 if ok else 401} X\r\nContent-Type: application/json\r\nContent-Length: "
+                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+    server._one = one  # type: ignore[method-assign]
+    return server
+
+
+def test_a_wrong_api_key_is_found_before_any_rank_is_stopped(tmp_path: Path) -> None:
+    """restart-group --yes and supervise ask the serving group with VLLM_API_KEY first: a refused key is exit 2
+    naming the variable (never its value) before drift runs or a rank is touched; the right key goes on."""
+    server = _keyed_api("sk-right-0123")
+    port = server.sock.getsockname()[1]
+    where = ["--set", "serving.host=127.0.0.1", "--set", f"serving.port={port}", "--lock", str(tmp_path / "lock")]
+    try:
+        for command in (["restart-group", "h20", "--yes"], ["supervise", "h20", "--metrics-listen", ""]):
+            out = stacks(*command, *where, env={NODE_MAP_ENV: UNREACHABLE_NODES, "VLLM_API_KEY": "sk-wrong-4567"})
+            assert out.returncode == 2, (command, out.stdout, out.stderr)
+            assert "VLLM_API_KEY (value not shown) is refused by the serving group" in out.stderr and "HTTP 401" \
+                in out.stderr, out.stderr
+            assert "sk-wrong-4567" not in out.stdout + out.stderr and "nonexistent" not in out.stdout + out.stderr
+        out = stacks("restart-group", "h20", "--yes", *where,
+                     env={NODE_MAP_ENV: UNREACHABLE_NODES, "VLLM_API_KEY": "sk-right-0123"})
+        assert out.returncode == 2 and "refused by the serving group" not in out.stderr, out.stderr
+        assert "nonexistent" in out.stderr, "the right key goes on to the nodes (unreachable here)"
+    finally:
+        server.stop.set()
+        server.sock.close()

@@ -354,6 +354,8 @@ def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_
     assert not any(password in e for e in json.dumps(grafana.get("envs")).split(","))
     uploads = json.dumps(grafana["uploads"])
     assert "/etc/grafana/admin_password" in uploads and "vllm-prod-overview.json" in uploads
+    modes = {u["file"]: u.get("permissions") for u in grafana["uploads"]["value"]}  # a secret: wrapped
+    assert modes["/etc/grafana/admin_password"] == "0400", modes  # not world-readable
     prometheus = json.dumps(containers["observability-node1-prometheus"].inputs["uploads"])
     assert "prometheus.yml" in prometheus and "vllm-cluster.rules.yml" in prometheus
     assert webhook not in json.dumps([r.inputs for r in run.mocks.resources if r.name != "observability-node1-"
@@ -366,6 +368,27 @@ def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_
             deps = [getattr(d, "_name", "") for d in (opts.depends_on or [])]  # type: ignore[union-attr]
             assert not any(str(d).startswith("observability-") for d in deps), name
     assert run.outputs["monitoring"] == {"prometheus": "10.30.8.1:9090", "grafana": "10.30.8.1:3000"}
+
+
+def test_every_new_grafana_container_gets_the_stacks_admin_password_through_grafanas_cli() -> None:
+    """Grafana reads GF_SECURITY_ADMIN_PASSWORD__FILE only when it creates its database (kept on the host): the
+    rotation command runs on the monitoring node after the container, again for every new container (its id is
+    the trigger), and holds no secret (tests/test_grafana_password.py runs its script against stand-ins)."""
+    from tests.pulumi_harness import SECRET_VALUES, run_program
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True}
+    password = "grafana-pw-0123456789"
+    run = run_program("prod", values, secrets={**SECRET_VALUES, "grafana_admin_password": password})
+    assert run.error is None, run.error
+    commands = {r.name: r for r in run.mocks.of_type("command:remote:Command")}
+    rotation = commands["observability-node1-grafana-admin-password"].inputs
+    assert "python3 - --container prod-grafana --url http://10.30.8.1:3000" in rotation["create"]
+    assert "reset-admin-password" in rotation["create"] and password not in json.dumps(rotation)
+    assert rotation["connection"]["value"]["host"] == "10.30.8.1"  # the connection holds the SSH key: wrapped
+    assert rotation["triggers"] == ["observability-node1-grafana-id"]
+    deps = [d._name for d in run.all_options["observability-node1-grafana-admin-password"].depends_on]  # type: ignore
+    assert deps == ["observability-node1-grafana"]
 
 
 # ---- what a monitoring change costs: the diff and the replacement rules ------------------------------------

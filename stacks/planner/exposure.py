@@ -13,6 +13,11 @@ Stdlib only: the policy pack runs in its own virtualenv and imports this module 
    covers every address (a default route: `0.0.0.0/0`, or `0.0.0.0/1` + `128.0.0.0/1`) is always refused, and
    an entry in public address space is refused unless `fabric.public_private_networks` repeats it (seed 000's
    isolated RoCE fabric on 1.1.1.0/24 and 1.1.2.0/24 is such a case).
+3. The monitoring endpoints (node and DCGM exporters, Prometheus, Alertmanager, the watch unit, the group
+   supervisor) answer without authentication, Grafana with one password: the same test as rule 1 keeps them
+   inside the private networks (`api_exposed` on each node's management address with the firewall's cluster
+   sources), and `observability.watch_address` / `supervisor_address`, which may be hosts no firewall of ours
+   guards, must not be public address space outside `fabric.private_networks` (`outside_private`).
 """
 
 from __future__ import annotations
@@ -157,6 +162,26 @@ def api_exposure_message(bind: str, port: int, allowed: list[str]) -> str:
 API_EXPOSURE_FIX = ("turn on api.proxy (vLLM then binds 127.0.0.1 behind nginx's allowlist), or let only private "
                     "networks reach it (firewall.enabled: true and firewall.api_sources inside "
                     "fabric.private_networks), or bind serving.host to an address inside fabric.private_networks")
+
+
+def outside_private(address: str, private: list[str]) -> bool:
+    """Rule 3 for a host we do not firewall: `address` is public address space and in no declared private
+    network (loopback, RFC 1918, ULA and the other never-routed ranges are private by nature)."""
+    ip = ipaddress.ip_address(address)
+    return is_public_space(network(address)) and not any(ip in network(c) for c in private)
+
+
+def monitoring_exposure_message(exposed: list[str]) -> str:
+    shown = ", ".join(exposed[:6]) + (", ..." if len(exposed) > 6 else "")
+    return (f"the monitoring listeners on {shown} are reachable from outside the private networks (the host "
+            "firewall is off and these management addresses lie outside fabric.private_networks): the exporters, "
+            "Prometheus, Alertmanager, the watch unit and the group supervisor answer anyone without "
+            "authentication, like vLLM's own port")
+
+
+MONITORING_EXPOSURE_FIX = ("firewall.enabled: true (it admits only the cluster and the private networks to the "
+                           "monitoring ports), or, if the management network is isolated, list it in "
+                           "fabric.private_networks, or observability.enabled: false")
 
 
 # --- what the host firewall really applies, read back from its command (for the policy pack) -----------------

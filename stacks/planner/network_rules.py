@@ -13,15 +13,18 @@ from stacks.model.errors import Problem
 from stacks.model.field_types import bracket_host, is_ip_literal
 from stacks.planner.exposure import (
     API_EXPOSURE_FIX,
+    MONITORING_EXPOSURE_FIX,
     WILDCARDS,
     api_exposed,
     api_exposure_message,
     is_loopback,
+    monitoring_exposure_message,
+    outside_private,
     private_network_findings,
 )
 from stacks.planner.fabric import control_ip
 from stacks.planner.findings import Validation
-from stacks.planner.listeners import api_sources, cluster_addresses, collapse
+from stacks.planner.listeners import api_sources, cluster_addresses, collapse, internal_sources
 from stacks.planner.proxy import routes_problems
 from stacks.planner.topology import replica_spans_nodes
 
@@ -238,7 +241,10 @@ def exposure_rules(config: StackConfig, result: Validation) -> None:
     fabric = config.fabric
     findings = private_network_findings(fabric.private_networks, fabric.public_private_networks)
     result.problems += [Problem(f.key, f.value, f.message, fix=f.fix) for f in findings]
-    if findings or config.api.proxy.enabled:  # with the proxy, proxy_rules keeps vLLM on loopback
+    if findings:
+        return
+    monitoring_exposure_rules(config, result)
+    if config.api.proxy.enabled:  # with the proxy, proxy_rules keeps vLLM on loopback
         return
     serving = config.serving
     allowed = api_sources(config)
@@ -247,6 +253,36 @@ def exposure_rules(config: StackConfig, result: Validation) -> None:
         result.problems.append(Problem("serving.host", serving.host,
                                        api_exposure_message(serving.host, serving.port, allowed),
                                        fix=API_EXPOSURE_FIX))
+
+
+def monitoring_exposure_rules(config: StackConfig, result: Validation) -> None:
+    """Rule 3 of `stacks.planner.exposure`: the unauthenticated monitoring endpoints stay inside the private
+    networks. On a node, the test of vLLM's own port (`api_exposed`) with the firewall's internal sources; on a
+    host that is no node (`watch_address`, `supervisor_address`), no firewall of ours guards it, so its address
+    must not be public space outside `fabric.private_networks`."""
+    obs, fabric = config.observability, config.fabric
+    if not obs.enabled:
+        return
+    own = {ipaddress.ip_address(n.management_ip) for n in config.nodes}
+    for key in ("watch_address", "supervisor_address"):
+        value = getattr(obs, key)
+        if value is None or ipaddress.ip_address(value) in own:  # a node's own address: the test below
+            continue
+        if outside_private(value, fabric.private_networks):
+            port = getattr(obs.ports, key.removesuffix("_address"))
+            result.problems.append(Problem(
+                f"observability.{key}", value, f"is public address space outside fabric.private_networks: the "
+                f"{'watch unit' if key == 'watch_address' else 'group supervisor'} serves its metrics on "
+                f"{bracket_host(value)}:{port} without authentication, on a host no firewall of this stack guards",
+                fix="an address of that host inside fabric.private_networks (or a never-routed range: RFC 1918, "
+                    "ULA), or leave it unset to run it on the monitoring node"))
+    allowed = internal_sources(config)
+    trusted = collapse([*cluster_addresses(config), *fabric.private_networks])
+    exposed = [f"{n.name} ({n.management_ip})" for n in config.nodes
+               if api_exposed(n.management_ip, allowed, trusted, fabric.private_networks)]
+    if exposed:
+        result.problems.append(Problem("firewall.enabled", config.firewall.enabled,
+                                       monitoring_exposure_message(exposed), fix=MONITORING_EXPOSURE_FIX))
 
 
 def head_addresses(config: StackConfig) -> list[str]:
