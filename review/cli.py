@@ -360,7 +360,7 @@ def _model_card(args: argparse.Namespace) -> int:
     in_checkout = is_developer_checkout(PROJECT_ROOT) and PROJECT_ROOT.resolve() == SHIPPED.parent.resolve()
     return model_card(args.src, args.name, synthesize_weights=args.synthesize_weights, facts=args.fact or [],
                       why=args.why, endpoint_url=args.endpoint_url, region=args.region, root=PROJECT_ROOT,
-                      guard_shipped=not args.override_shipped,
+                      guard_shipped=not args.override_shipped, require_project=True,
                       on_written=rewrite_support_tables if in_checkout else None,
                       command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
                       echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))

@@ -30,6 +30,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from review.loader_rules import LoaderRefusal, check_header, link_problem, quantization_config, quantization_method
 from stacks.model.field_types import ParserName
+from stacks.model.project import not_a_project
 from stacks.model.s3_source import CannotRun, check_endpoint, mask_source, parse_source
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.model_cards import (
@@ -878,12 +879,15 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why: str | None,
          endpoint_url: str | None, region: str | None, root: Path, command: list[str],
-         echo: Callable[[str], None], guard_shipped: bool = False,
+         echo: Callable[[str], None], guard_shipped: bool = False, require_project: bool = False,
          on_written: Callable[[Path], list[str]] | None = None) -> int:
     """Write the card of `src` as `name` under `root`; `on_written(root)` then rewrites what lists the cards (the
     command line passes the support-table writer when `root` is this checkout) and returns the files it changed."""
     if not NAME_RE.fullmatch(name):  # not match: `$` lets a trailing newline through
         echo(f"--name {name!r}: lower-case letters, digits, '.', '_', '-' (up to 63), e.g. qwen3-8b")
+        return 2
+    if require_project and (why_not := not_a_project(root)) is not None:
+        echo(f"model-card: nothing was written: {why_not}")
         return 2
     target, shipped = card_path(name, root), SHIPPED / f"{name}.json"  # the command line guards; a test may not
     if guard_shipped and shipped.is_file() and target.resolve() != shipped.resolve():

@@ -132,6 +132,23 @@ def test_model_card_over_a_shipped_name_with_override_is_used_and_warned(tmp_pat
     assert "support" not in done.stdout  # a project's card rewrites no table of this checkout
 
 
+@pytest.mark.parametrize("where", ["no-project", "missing", "a-file"])
+def test_model_card_writes_only_into_a_project(tmp_path: Path, where: str) -> None:
+    """Outside a project (no Pulumi.yaml), or VLLM_CLUSTER_ROOT naming a missing folder or a file: exit 2 naming
+    it, nothing written (it wrote models/ wherever it ran, the installed package's shipped cards included)."""
+    root = {"no-project": tmp_path, "missing": tmp_path / "nope", "a-file": tmp_path / "f"}[where]
+    if where == "a-file":
+        root.write_text("x")
+    before = sorted(tmp_path.rglob("*"))
+    for extra in ([], ["--override-shipped"]):
+        done = _run("model-card", str(ROOT / "tests/fixtures/models/qwen3-8b"), "--name", "mine",
+                    "--synthesize-weights", *extra, cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": str(root)})
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"{root} (from VLLM_CLUSTER_ROOT)" in done.stdout + done.stderr
+        assert "vllm-cluster init DIR" in done.stdout + done.stderr
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_matrix_update_docs_from_a_project_writes_no_docs(project: Path) -> None:
     page = (ROOT / "docs" / "what-a-change-costs.md").stat().st_mtime_ns
     done = _run("matrix", "--update-docs", cwd=project)

@@ -34,6 +34,8 @@ class Installed:
     home: Path
     init: subprocess.CompletedProcess[str] | None = None
     """`vllm-cluster init` of the project, committed as the user's first commit."""
+    wheel: Path = Path()
+    """the wheel it was installed from"""
 
     def env(self) -> dict[str, str]:
         return {"PATH": f"{self.python.parent}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8"}
@@ -68,6 +70,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     site = next((work / "venv" / "lib").glob("python3*/site-packages"))
     (work / "home").mkdir()
     where = Installed(python, work / "venv" / "bin" / "vllm-cluster", site, work / "clusters", work / "home")
+    where.wheel = wheel
     packages = _snapshot(site)
     where.init = where.run("init", str(where.project), cwd=where.home)
     assert where.init.returncode == 0, where.init.stderr
@@ -96,6 +99,9 @@ def test_init_then_the_example_plans_in_the_project(installed: Installed) -> Non
     plan = installed.run("plan", "two-node", "--summary")
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.startswith("stack two-node: DeepSeek-V4.1-Flash (deepseek-v4.1-flash) on 2 node(s)")
+    # what Pulumi installs into the project's venv: the wheel this tool came from, not a name PyPI does not have
+    wanted = f"vllm-cluster[deploy] @ {installed.wheel.resolve().as_uri()}"
+    assert wanted in (installed.project / "requirements.txt").read_text().splitlines()
 
 
 def _set_in_stack(project: Path, old: str, new: str) -> None:
@@ -112,6 +118,7 @@ def test_a_card_made_in_the_project_is_used_by_its_stack(installed: Installed) -
     assert done.stdout.startswith(f"wrote {installed.project / 'models' / 'my-llama.json'}: LlamaForCausalLM")
     _set_in_stack(installed.project, "profile: deepseek-v4.1-flash", "profile: my-llama")
     _set_in_stack(installed.project, "max_model_len: 131072", "max_model_len: 8192")  # the card's context
+    _set_in_stack(installed.project, "expert: true", "expert: false")  # a dense model: vLLM refuses EP on it
     try:
         plan = installed.run("plan", "two-node", "--json")
         assert plan.returncode == 0, plan.stderr

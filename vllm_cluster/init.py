@@ -7,7 +7,9 @@ itself upgrades with `pip install -U`, never by merging upstream into a fork (do
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from vllm_cluster.program import run
 run()
 '''
 GITIGNORE = """\
-venv/
+venv
 __pycache__/
 *.pyc
 .vllm-cluster/
@@ -86,6 +88,23 @@ def check_dir(value: str) -> tuple[Path | None, int]:
     return folder, 0
 
 
+def requirements() -> str:
+    """What Pulumi installs into the project's venv/: the very wheel this tool was installed from when pip
+    recorded one (its direct_url.json). vllm-cluster is not on PyPI: a bare name would fail, or install whoever
+    registers the name there into the venv that deploys with the stack's credentials."""
+    head = "# What Pulumi installs into venv/ to run the program (`pulumi up`).\n"
+    try:
+        origin = json.loads(metadata.distribution("vllm-cluster").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        origin = {}
+    url = origin.get("url", "") if isinstance(origin, dict) else ""
+    if url.startswith("file://") and url.endswith(".whl") and "\n" not in url:
+        return head + f"vllm-cluster[deploy] @ {url}\n"
+    return (head + "# vllm-cluster is not on PyPI: replace this line with the wheel's path or your package index's\n"
+            "# name before `pulumi up` (docs/install.md), e.g. vllm-cluster[deploy] @ file:///path/to/the.whl\n"
+            f"vllm-cluster[deploy]=={__version__}\n")
+
+
 def _init(args: argparse.Namespace) -> int:
     known = examples()
     if args.example not in known:
@@ -98,8 +117,7 @@ def _init(args: argparse.Namespace) -> int:
     files = {
         "Pulumi.yaml": PULUMI_YAML,
         "__main__.py": MAIN_PY,
-        "requirements.txt": f"# What Pulumi installs into venv/ to run the program (`pulumi up`).\n"
-                            f"vllm-cluster[deploy]=={__version__}\n",
+        "requirements.txt": requirements(),
         f"Pulumi.{stack}.yaml": known[stack].read_text(encoding="utf-8"),
         "models/.gitkeep": "",
         "images/.gitkeep": "",

@@ -55,3 +55,22 @@ def same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve() or os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def not_a_project(root: Path) -> str | None:
+    """Why a command may not write the user's files (cards) under `root`, or None: a folder with a Pulumi.yaml,
+    or this checkout (the developer path), and never inside the installed code or its shipped cards."""
+    via = " (from VLLM_CLUSTER_ROOT)" if os.environ.get("VLLM_CLUSTER_ROOT") else ""
+    fix = "run it in your project (a folder with Pulumi.yaml, or VLLM_CLUSTER_ROOT=DIR), or make one: " \
+          "vllm-cluster init DIR"
+    if not IN_CHECKOUT:
+        here = root.resolve()
+        if here == CODE_ROOT or CODE_ROOT in here.parents:
+            return f"{root}{via} is inside the installed vllm-cluster ({CODE_ROOT}): {fix}"
+    if is_developer_checkout(root):
+        return None
+    if not root.is_dir():
+        return f"{root}{via} is not a folder: {fix}"
+    if not (root / "Pulumi.yaml").is_file():
+        return f"{root}{via} holds no Pulumi.yaml: {fix}"
+    return None
