@@ -132,6 +132,18 @@ def test_model_card_over_a_shipped_name_with_override_is_used_and_warned(tmp_pat
     assert "support" not in done.stdout  # a project's card rewrites no table of this checkout
 
 
+def test_init_refuses_a_folder_inside_the_code_or_inside_a_project(tmp_path: Path) -> None:
+    """Into this checkout (site-packages when installed: the same check) or below another Pulumi.yaml: exit 2
+    naming the folder, nothing created (both were accepted)."""
+    (tmp_path / "outer").mkdir()
+    (tmp_path / "outer" / "Pulumi.yaml").write_text("name: theirs\n")
+    for target, why in ((ROOT / "my-clusters-probe", "inside vllm-cluster's own code"),
+                        (tmp_path / "outer" / "sub", f"inside the Pulumi project {tmp_path / 'outer'}")):
+        done = _run("init", str(target), cwd=tmp_path)
+        assert done.returncode == 2 and why in done.stdout + done.stderr, done.stdout + done.stderr
+        assert not target.exists()
+
+
 @pytest.mark.parametrize("where", ["no-project", "missing", "a-file"])
 def test_model_card_writes_only_into_a_project(tmp_path: Path, where: str) -> None:
     """Outside a project (no Pulumi.yaml), or VLLM_CLUSTER_ROOT naming a missing folder or a file: exit 2 naming

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.verdict import shown
-from stacks.model.project import shipped
+from stacks.model.project import CODE_ROOT, shipped
 from vllm_cluster import __version__
 
 DEFAULT_EXAMPLE = "two-node"
@@ -85,6 +85,17 @@ def check_dir(value: str) -> tuple[Path | None, int]:
         return None, _bad("DIR", value, "is a file", fix)
     if folder.is_dir() and any(folder.iterdir()):
         return None, _bad("DIR", value, "is not empty (init never overwrites files)", fix)
+    try:
+        here = folder.resolve()
+    except (OSError, RuntimeError) as exc:
+        return None, _bad("DIR", value, f"cannot be resolved ({exc.__class__.__name__})", fix)
+    if here == CODE_ROOT or CODE_ROOT in here.parents:
+        return None, _bad("DIR", value, f"is inside vllm-cluster's own code ({CODE_ROOT})",
+                          fix + " outside it: your project is yours, upgrades replace that folder")
+    inside = next((p for p in here.parents if (p / "Pulumi.yaml").is_file()), None)
+    if inside is not None:
+        return None, _bad("DIR", value, f"is inside the Pulumi project {inside} (its Pulumi.yaml would run instead)",
+                          fix + " outside any project")
     return folder, 0
 
 
