@@ -34,12 +34,14 @@ class Tls:
         return self.cert.read_text()
 
 
-def make_certificate(directory: Path) -> Tls:
-    """A self-signed certificate for localhost and 127.0.0.1, made by the openssl CLI."""
+def make_certificate(directory: Path, address: str | None = None) -> Tls:
+    """A self-signed certificate, made by the openssl CLI: for localhost and 127.0.0.1, or for `address` alone
+    (a lab node's, the endpoint's host)."""
     tls = Tls(directory / "server.crt", directory / "server.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(tls.key),
-                    "-out", str(tls.cert)], check=True, capture_output=True)
+    subject, names = (f"/CN={address}", f"IP:{address}") if address else ("/CN=localhost", "DNS:localhost,IP:127.0.0.1")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", subject,
+                    "-addext", f"subjectAltName={names}", "-keyout", str(tls.key), "-out", str(tls.cert)],
+                   check=True, capture_output=True)
     return tls
 
 

@@ -19,6 +19,7 @@ from stacks.model.config import SECRET_KEYS as CONFIG_SECRET_KEYS
 from stacks.model.config import SECRET_OBJECT_KEYS
 from stacks.model.loader import read_stack_values
 from tests.lab.conftest import STACK, LabDeployment, stack_resources
+from tests.nginx_harness import make_certificate
 
 MOCK_SECRETS = {"api_key": "sk-predict-0123456789", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----predict",
                 "s3_access_key_id": "AKIAPREDICT", "s3_secret_access_key": "predict"}
@@ -269,18 +270,6 @@ PROXY_MOCK_SECRETS = {"tls_certificate": "mock-certificate", "tls_private_key": 
 """The front door's secrets as the matrix's mocks see them (the names decide what registers, not the values)."""
 
 
-def certificate(d: LabDeployment) -> tuple[str, str]:
-    """A self-signed certificate for the head's address (the endpoint's host) and its key, by the openssl CLI."""
-    import subprocess
-
-    head = d.lab.nodes[0].address
-    cert, key = d.cli.workdir / "front-door.crt", d.cli.workdir / "front-door.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={head}",
-                    "-addext", f"subjectAltName=IP:{head}", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return cert.read_text(), key.read_text()
-
-
 def test_front_door_on_then_a_front_door_only_change(deployment: LabDeployment) -> None:
     """The nginx front door switched on (the matrix's own switch: vLLM moves to loopback, so the group restarts),
     its TLS pair and a client key set with `pulumi config set --secret`: `pulumi up` runs the proxy container on
@@ -295,7 +284,8 @@ def test_front_door_on_then_a_front_door_only_change(deployment: LabDeployment) 
     after, _ = _proxy_on(before, {})
     after["api"]["proxy"] |= {"image": {"repository": d.images["nginx"].rsplit(":", 1)[0],
                                         "tag": d.images["nginx"].rsplit(":", 1)[1]}, "check_client": "lab"}
-    cert, key = certificate(d)
+    tls = make_certificate(d.cli.workdir, address=d.lab.nodes[0].address)  # the endpoint's host
+    cert, key = tls.pem, tls.key.read_text()
     client_key = "sk-lab-client-5e0b7d2c9a41f836"
     for secret, value in (("tls_certificate", cert), ("tls_private_key", key)):
         d.cli.run("config", "set", "--secret", f"vllm-cluster:{secret}", what=f"secret-{secret}", stdin=value)
