@@ -256,8 +256,9 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         model={"profile": profile.key, "served_name": config.model.served_name,
                "host_path": config.model.host_path, "container_path": config.model.container_path,
                "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo),
-               "outage": outage_plan(config, profile, topo, staged=any(c.module == "checks.page_cache"
-                                                                        for c in checks))},
+               "outage": outage_plan(config, profile, topo,
+                                     staged=any(c.module == "checks.page_cache" for c in checks),
+                                     argv=containers[topo.head.name][0].vllm_args)},
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
         nodes=nodes,
