@@ -37,6 +37,7 @@ from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
 from stacks.planner.image_capabilities import get_capabilities
+from stacks.planner.rolling import server_suffix
 from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -304,6 +305,9 @@ class FrontDoor:
     """Hybrid or external load balancing: the other API servers as (IP literal, port): every other node's (hybrid,
     on `serving.port`), or every other DP rank's own server (external, the head's on loopback too); nginx spreads
     requests over them and the head's own (least_conn)."""
+    server_groups: tuple[str, ...] = ()
+    """Replica groups (stacks/planner/rolling.py): each server's group, in `servers` order, marked in nginx.conf so
+    that a rolling change can take one group out; empty outside groups."""
 
     @property
     def servers(self) -> tuple[tuple[str, int], ...]:
@@ -437,11 +441,14 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
     add(f"    keepalive_timeout {KEEPALIVE_TIMEOUT_S}s;")
     add(f"    send_timeout {SEND_TIMEOUT_S}s;")
     add("    upstream vllm {")
-    if door.more_upstreams:
+    if door.more_upstreams or door.server_groups:
         add("        least_conn;")  # streamed answers hold a connection for minutes: count them, not requests
-    for host, port in door.servers:
+    if door.server_groups and len(door.server_groups) != len(door.servers):
+        raise ProxyConfigError(f"{len(door.server_groups)} group names for {len(door.servers)} upstream servers")
+    groups: tuple[str | None, ...] = door.server_groups or (None,) * len(door.servers)
+    for (host, port), group in zip(door.servers, groups, strict=True):
         upstream = _address("upstream (serving.host)", host, port)
-        add(f"        server {_q('upstream', upstream)};")
+        add(f"        server {_q('upstream', upstream)};{server_suffix(group)}")
     add("        keepalive 32;")
     add("    }")
     add("    server {")
