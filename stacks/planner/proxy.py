@@ -37,7 +37,7 @@ from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
 from stacks.planner.image_capabilities import get_capabilities
-from stacks.planner.rolling import server_suffix
+from stacks.planner.rolling import check_group_name
 from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -306,8 +306,8 @@ class FrontDoor:
     on `serving.port`), or every other DP rank's own server (external, the head's on loopback too); nginx spreads
     requests over them and the head's own (least_conn)."""
     server_groups: tuple[str, ...] = ()
-    """Replica groups (stacks/planner/rolling.py): each server's group, in `servers` order, marked in nginx.conf so
-    that a rolling change can take one group out; empty outside groups."""
+    """Replica groups (stacks/planner/rolling.py): each server's group, in `servers` order; empty outside groups.
+    With groups the upstream keeps no idle connections, so a drained group's connections end with its requests."""
 
     @property
     def servers(self) -> tuple[tuple[str, int], ...]:
@@ -445,11 +445,13 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
         add("        least_conn;")  # streamed answers hold a connection for minutes: count them, not requests
     if door.server_groups and len(door.server_groups) != len(door.servers):
         raise ProxyConfigError(f"{len(door.server_groups)} group names for {len(door.servers)} upstream servers")
-    groups: tuple[str | None, ...] = door.server_groups or (None,) * len(door.servers)
-    for (host, port), group in zip(door.servers, groups, strict=True):
+    for group in door.server_groups:
+        check_group_name(group)
+    for host, port in door.servers:
         upstream = _address("upstream (serving.host)", host, port)
-        add(f"        server {_q('upstream', upstream)};{server_suffix(group)}")
-    add("        keepalive 32;")
+        add(f"        server {_q('upstream', upstream)};")
+    if not door.server_groups:  # groups: no idle connection may hold a drained group (stacks/planner/rolling.py)
+        add("        keepalive 32;")
     add("    }")
     add("    server {")
     # The public port is the stream server's; the client's address arrives in the PROXY protocol header.
