@@ -85,7 +85,7 @@ def ask(client: httpx.Client) -> str:
 
 def test_with_groups_the_front_door_keeps_no_idle_connection_to_an_engine(tmp_path: Path, tls: Tls) -> None:
     grouped = write_conf(tmp_path, door(free_port(), (8001, 8002)), 0, tls).read_text()
-    assert "keepalive 32;" not in grouped and f'server "{UPSTREAM}:8002";' in grouped
+    assert "keepalive 32;" not in grouped and f'server "{UPSTREAM}:8002" max_fails=1 fail_timeout=10s;' in grouped
     assert nginx_test(tmp_path / "nginx.conf").returncode == 0
     plain = write_conf(tmp_path, dataclasses.replace(door(free_port(), (8001, 8002)), server_groups=()), 0, tls)
     assert "keepalive 32;" in plain.read_text()
@@ -144,9 +144,9 @@ def test_drain_moves_new_requests_to_the_other_group_without_a_failure(tmp_path:
             again = run(drain_script(group, [(UPSTREAM, ports[0])], bound_s=5))
             assert again.returncode == 3 and "already out of the upstreams" in again.stdout
         except BaseException:
-            run(undrain_script(group))
+            run(undrain_script(group, [(UPSTREAM, ports[0])]))
             raise
-        back = run(undrain_script(group))
+        back = run(undrain_script(group, [(UPSTREAM, ports[0])]))
         assert back.returncode == 0 and f"undrain {group}: back in the upstreams" in back.stdout, back
         # nginx counts the refused connections against the server for fail_timeout (10 s by default); ask until
         # the group takes requests again, within a generous deadline
@@ -156,7 +156,7 @@ def test_drain_moves_new_requests_to_the_other_group_without_a_failure(tmp_path:
             seen.add(ask(client))
             time.sleep(0.1)  # polling pace, not a wait: the loop ends on the condition
         assert seen == {"111", "222"}
-        twice = run(undrain_script(group))
+        twice = run(undrain_script(group, [(UPSTREAM, ports[0])]))
         assert twice.returncode == 3 and "it was not drained" in twice.stdout
     rules = subprocess.run(["nft", "list", "table", "inet", DRAIN_TABLE], capture_output=True, text=True)
     assert group not in rules.stdout

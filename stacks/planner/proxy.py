@@ -37,7 +37,7 @@ from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
 from stacks.planner.image_capabilities import get_capabilities
-from stacks.planner.rolling import check_group_name
+from stacks.planner.rolling import FAIL_TIMEOUT_S, check_group_name
 from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -447,9 +447,11 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
         raise ProxyConfigError(f"{len(door.server_groups)} group names for {len(door.servers)} upstream servers")
     for group in door.server_groups:
         check_group_name(group)
+    # groups: nginx's default fail_timeout written out, the one the undrain waits for (stacks/planner/rolling.py)
+    failing = f" max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s" if door.server_groups else ""
     for host, port in door.servers:
         upstream = _address("upstream (serving.host)", host, port)
-        add(f"        server {_q('upstream', upstream)};")
+        add(f"        server {_q('upstream', upstream)}{failing};")
     if not door.server_groups:  # groups: no idle connection may hold a drained group (stacks/planner/rolling.py)
         add("        keepalive 32;")
     add("    }")

@@ -15,7 +15,9 @@ that moment gets no answer (bench/rolling_change.py measured it: 1 failed reques
   which nginx retries even for POST (`proxy_next_upstream error`, default; nginx docs: a non-idempotent request is
   not passed on only "if a request has been sent to an upstream server"). Requests already running keep their
   connections; the drain waits, at most `bound_s`, until no established connection to the group is left (`ss`);
-- undrain: the rule is deleted; the group takes new requests again.
+- undrain: the rule is deleted; then it waits until nginx sends the group requests again (an established
+  connection to it) or `fail_timeout` has passed (the refused connections marked the group's servers unavailable
+  for that long): draining the next group before that would leave nginx no server at all.
 
 The rules live in a table of their own (`inet vllm_cluster_drain`), apart from the host firewall's, and carry the
 group's name in a comment, so undrain deletes exactly the group's rules and a second drain of the same group is
@@ -31,6 +33,10 @@ from collections.abc import Sequence
 
 GROUP_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 DRAIN_TABLE = "vllm_cluster_drain"
+FAIL_TIMEOUT_S = 10
+"""nginx's `fail_timeout` on a group's servers (written out in nginx.conf; nginx's default too): a drained group's
+refused connections mark its servers unavailable for this long, so the next group may be drained only once nginx
+sends requests to this one again (undrain waits for that, or for this to pass)."""
 DRAIN_BOUND_S = 600
 """How long a drain waits at most for the requests the group still serves: streamed answers of a long context
 can run for minutes. Past it the change goes on and says how many connections were still open."""
@@ -79,16 +85,13 @@ def drain_script(group: str, servers: Sequence[tuple[str, int]], bound_s: int = 
         f"nft add table {table} && nft add chain {table} output '{{ type filter hook output priority 0; }}' || "
         f"{{ echo {shlex.quote(f'drain {group}: nft could not make table {table}')}; exit 1; }}",
     ]
-    filters = []
     quoted = f'"{comment}"'
     for family, address, port in _servers(servers):
         lines.append(f"nft add rule {table} output {family} daddr {address} tcp dport {port} ct state new "
                      f"reject with tcp reset comment {shlex.quote(quoted)} || "
                      f"{{ echo {shlex.quote(f'drain {group}: nft refused the rule for {address} port {port}')}; "
                      "exit 1; }")
-        shown = f"[{address}]" if family == "ip6" else address
-        filters.append(f"dst {shown}:{port}")
-    query = " or ".join(f"( {f} )" for f in filters)
+    query = _query(servers)
     lines += [
         f"deadline=$(( $(date +%s) + {bound_s} ))",
         f"while open=$(ss -Htn state established {shlex.quote(query)} | wc -l); [ \"$open\" -gt 0 ]; do",
@@ -100,9 +103,15 @@ def drain_script(group: str, servers: Sequence[tuple[str, int]], bound_s: int = 
     return "\n".join(lines) + "\n"
 
 
-def undrain_script(group: str) -> str:
-    """Delete the group's drain rules: the front door passes it new requests again."""
+def _query(servers: Sequence[tuple[str, int]]) -> str:
+    """An `ss` filter for connections to any of the servers."""
+    return " or ".join(f"( dst {f'[{a}]' if fam == 'ip6' else a}:{port} )" for fam, a, port in _servers(servers))
+
+
+def undrain_script(group: str, servers: Sequence[tuple[str, int]], settle_s: int = FAIL_TIMEOUT_S + 1) -> str:
+    """Delete the group's drain rules, then wait until nginx uses it again (at most `settle_s`)."""
     listed = shlex.quote(f'comment "{_comment(group)}"')
+    query = shlex.quote(_query(servers))
     table = f"inet {DRAIN_TABLE}"
     return "\n".join([
         "set -u",
@@ -110,5 +119,10 @@ def undrain_script(group: str) -> str:
         "| sed -n 's/.*# handle \\([0-9][0-9]*\\)$/\\1/p')",
         f"[ -n \"$handles\" ] || {{ echo {shlex.quote(f'undrain {group}: it was not drained')}; exit 3; }}",
         f"for h in $handles; do nft delete rule {table} output handle \"$h\" || exit 1; done",
-        f"echo {shlex.quote(f'undrain {group}: back in the upstreams')}",
+        f"deadline=$(( $(date +%s) + {settle_s} ))",
+        f"until [ \"$(ss -Htn state established {query} | wc -l)\" -gt 0 ]; do",
+        f'  [ "$(date +%s)" -ge "$deadline" ] && {{ echo "undrain {group}: back in the upstreams (no request within '
+        f'{settle_s} s: nginx\'s fail_timeout has passed)"; exit 0; }}',
+        "  sleep 0.1; done",
+        f"echo {shlex.quote(f'undrain {group}: back in the upstreams, nginx sends it requests')}",
     ]) + "\n"
