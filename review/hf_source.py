@@ -72,15 +72,15 @@ def hub_endpoint() -> str:
     raw = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
     try:
         parts = urlsplit(raw)
-        port = parts.port
+        _ = parts.port  # raises ValueError for a port that is not a number
     except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None \
-            or parts.password is not None or parts.query or parts.fragment or not raw.isprintable() or " " in raw:
-        shown = "***" if parts is not None and parts.password else ascii(raw[:200])
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc \
+            or parts.query or parts.fragment or not raw.isprintable() or " " in raw:
+        shown = "*** (it holds credentials)" if "@" in raw.split("/", 3)[2 if "//" in raw else 0] else \
+            ascii(raw[:200])
         raise CardError(f"HF_ENDPOINT = {shown}: not an http(s) address without credentials, query or spaces "
                         f"(e.g. {DEFAULT_ENDPOINT} or http://hub-mirror.internal:8080); unset it for the public Hub")
-    del port
     return raw.rstrip("/")
 
 

@@ -245,7 +245,8 @@ def test_revisions_and_repos_that_are_fine() -> None:
 
 @pytest.mark.parametrize(("endpoint", "said"), [
     ("ftp://mirror.example", "HF_ENDPOINT = 'ftp://mirror.example': not an http(s) address"),
-    ("https://user:hunter2@mirror.example", "HF_ENDPOINT = ***"),
+    ("https://user:hunter2@mirror.example", "HF_ENDPOINT = *** (it holds credentials)"),
+    ("https://hf_hunter2@mirror.example", "HF_ENDPOINT = *** (it holds credentials)"),
     ("https://mirror.example/?x=1", "not an http(s) address"),
     ("file:///etc", "not an http(s) address"),
 ])
