@@ -474,8 +474,9 @@ def build_parser(prog: str = "python -m stacks", extend: Extend | None = None) -
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
     card = sub.add_parser("model-card", help="write models/NAME.json from a model's config.json and safetensors "
-                          "headers (local directory or s3://bucket/prefix)")
-    card.add_argument("src", help="model directory, or s3://bucket/prefix (AWS_* credentials as for model.source)")
+                          "headers (local directory, s3://bucket/prefix or hf://ORG/NAME[@REVISION])")
+    card.add_argument("src", help="model directory, s3://bucket/prefix (AWS_* credentials as for model.source), or "
+                      "hf://ORG/NAME[@REVISION]: the Hugging Face Hub, headers only (HF_TOKEN, HF_ENDPOINT)")
     card.add_argument("--name", required=True, help="the card's name: model.profile in a stack")
     card.add_argument("--synthesize-weights", action="store_true",
                       help="no shard headers at hand: build the tensor list from config.json (recorded as "

@@ -2,8 +2,9 @@
 
 Reads `config.json` (the language model under `text_config` when nested) and the weights' tensor list: the
 `model.safetensors.index.json` plus every shard's safetensors header, or the header of a single
-`model.safetensors`. SRC is a local model directory or `s3://bucket/prefix` (the sync's own source rule and client,
-checks/weights.py; a shard's header is two ranged GETs). `--synthesize-weights` builds the tensor list from
+`model.safetensors`. SRC is a local model directory, `s3://bucket/prefix` (the sync's own source rule and client,
+checks/weights.py; a shard's header is two ranged GETs) or `hf://ORG/NAME[@REVISION]` (the Hugging Face Hub, the same
+ranged GETs: review/hf_source.py). `--synthesize-weights` builds the tensor list from
 config.json instead, with the names and dtypes the architecture's checkpoints use, for a directory that holds only
 the config (and maybe the index, whose names must then match); the card says "synthesized" for those bytes.
 Facts that are not in the model's files (parsers, a vision tower's default, an assumed weight split) come from
@@ -65,7 +66,7 @@ class CardError(Exception):
 
 
 class Source:
-    """A local directory or an S3 prefix, read file by file."""
+    """A local directory, an S3 prefix or a Hub repository, read file by file."""
 
     label: str
 
@@ -78,11 +79,16 @@ class Source:
     def read_range(self, name: str, start: int, length: int) -> bytes:
         raise NotImplementedError
 
+    def size(self, name: str) -> int | None:
+        """The file's size in bytes when the source knows it (the card records each shard's)."""
+        return None
+
 
 class LocalSource(Source):
     def __init__(self, root: Path) -> None:
         if not root.is_dir():
-            raise CardError(f"{root}: not a directory (SRC is a local model directory or s3://bucket/prefix)")
+            raise CardError(f"{root}: not a directory (SRC is a local model directory, s3://bucket/prefix or "
+                            "hf://ORG/NAME[@REVISION])")
         self.root = root
         self.label = str(root)
 
@@ -109,6 +115,9 @@ class LocalSource(Source):
                 return handle.read(length)
         except OSError as exc:
             raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
+
+    def size(self, name: str) -> int | None:
+        return self._file(name).stat().st_size
 
 
 def _as_model_card(text: str) -> str:
@@ -157,8 +166,19 @@ class S3Source(Source):
     def read_range(self, name: str, start: int, length: int) -> bytes:
         return self._get(name, {"Range": f"bytes={start}-{start + length - 1}"})
 
+    def size(self, name: str) -> int | None:
+        return self.keys.get(name)
+
 
 def open_source(src: str, endpoint_url: str | None = None, region: str | None = None) -> Source:
+    if src.startswith("hf://"):
+        from review.hf_source import HubSource
+
+        for flag, value in (("--endpoint-url", endpoint_url), ("--region", region)):
+            if value is not None:
+                raise CardError(f"{flag} is for s3:// sources; an hf:// source reads the Hub at HF_ENDPOINT "
+                                "(https://huggingface.co when unset)")
+        return HubSource(src)
     if src.startswith("s3://"):
         return S3Source(src, endpoint_url, region)
     return LocalSource(Path(src))
@@ -384,9 +404,9 @@ def _bytes(dtype: str, shape: list[int]) -> int:
 
 
 SYNTHESIZABLE = ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
-                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+                 "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 """The architectures whose checkpoint names and dtypes `synthesize` writes (each checked against a published
-checkpoint in tests/test_model_cards.py); another would get these names silently wrong."""
+checkpoint in tests/test_model_cards.py and tests/test_hf_cards.py); another would get these names silently wrong."""
 
 
 def synthesize(facts: dict[str, Any]) -> Tensors:
@@ -441,9 +461,10 @@ def synthesize(facts: dict[str, Any]) -> Tensors:
             linear(f"{a}.o_proj", h, heads * vdim)
         else:
             bias = facts["attention_bias"]
-            linear(f"{a}.q_proj", heads * hd, h, bias)
-            linear(f"{a}.k_proj", kv * hd, h, bias)
-            linear(f"{a}.v_proj", kv * hd, h, bias)
+            qkv_bias = bias or facts["model_type"] == "qwen2"  # vLLM qwen2.py:156-170: bias on q/k/v, none on o
+            linear(f"{a}.q_proj", heads * hd, h, qkv_bias)
+            linear(f"{a}.k_proj", kv * hd, h, qkv_bias)
+            linear(f"{a}.v_proj", kv * hd, h, qkv_bias)
             linear(f"{a}.o_proj", h, heads * hd, bias)
             if facts["model_type"] in ("qwen3", "qwen3_moe"):
                 t[f"{a}.q_norm.weight"] = (base, [hd])
@@ -462,6 +483,14 @@ def synthesize(facts: dict[str, Any]) -> Tensors:
                 t[f"{m}.experts.down_proj_blocks"] = ("U8", [e, h, ie // 32, 16])
                 t[f"{m}.experts.down_proj_scales"] = ("U8", [e, h, ie // 32])
                 t[f"{m}.experts.down_proj_bias"] = (base, [e, h])
+                continue
+            if facts["model_type"] == "mixtral":  # block_sparse_moe.gate + experts.N.w1/w2/w3 (mixtral.py:111-131)
+                b = f"{p}.block_sparse_moe"
+                t[f"{b}.gate.weight"] = (base, [e, h])
+                for x in range(e):
+                    linear(f"{b}.experts.{x}.w1", ie, h)
+                    linear(f"{b}.experts.{x}.w2", h, ie)
+                    linear(f"{b}.experts.{x}.w3", ie, h)
                 continue
             t[f"{m}.gate.weight"] = (base, [e, h])
             if mla:
@@ -536,10 +565,21 @@ def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, st
     data = source.read_range(shard, 8, length)
     if len(data) != length:
         raise CardError(f"{shard}: the header is cut short ({len(data)} of {length} bytes)")
-    size = source.keys.get(shard) if isinstance(source, S3Source) else (
-        (source.root / shard).stat().st_size if isinstance(source, LocalSource) else None)
+    size = source.size(shard)
     sizes, dtypes, shapes = parse_header(data, shard, size)
     return sizes, dtypes, size if size is not None else 8 + length + sum(sizes.values()), shapes
+
+
+def no_shards(source: Source, name: str, index: dict[str, Any]) -> str:
+    """Why a folder with config.json and the index but no shard at all gives no card, and the two ways that do: the
+    tensor list built from config.json, or the real headers read from the Hub without the weights."""
+    shards = sorted(set(index["weight_map"].values()))
+    hub = "" if source.label.startswith("hf://") else (
+        ", or read the real shard headers from the Hugging Face Hub without downloading the weights: "
+        f"model-card hf://ORG/NAME[@REVISION] --name {name} (HF_TOKEN for a gated or private model)")
+    return (f"{source.label} holds config.json and model.safetensors.index.json but none of the {len(shards)} shard "
+            f"files the index names ({shards[0]}{', …' if len(shards) > 1 else ''}): build the tensor list from "
+            f"config.json with --synthesize-weights (its names are checked against the index){hub}")
 
 
 def read_index(source: Source) -> dict[str, Any] | None:
@@ -813,6 +853,8 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
                                     f"config.json differ (index lacks {extra}, has unknown {missing})")
                 weights_source += "; every name matches model.safetensors.index.json's weight_map"
         elif index:
+            if not any(source.exists(shard) for shard in set(index["weight_map"].values())):
+                raise CardError(no_shards(source, name, index))
             for shard in sorted(set(index["weight_map"].values())):
                 s_sizes, s_dtypes, size, s_shapes = read_shard(source, shard)
                 sizes |= s_sizes
