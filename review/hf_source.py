@@ -27,7 +27,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from review.model_card import CardError, Source
+from review.card_sources import CardError, Source
 
 SCHEME = "hf://"
 DEFAULT_ENDPOINT = "https://huggingface.co"
