@@ -23,6 +23,7 @@ does not have that form raises `ProxyConfigError`; no value can add a directive,
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import json
@@ -36,6 +37,7 @@ from stacks.model.config import ProxyConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
+from stacks.planner.groups import GroupContext
 from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.rolling import FAIL_TIMEOUT_S, check_group_name
 from stacks.planner.topology import derive_topology
@@ -327,9 +329,16 @@ class FrontDoor:
                           tuple(p for p in DENIED_PATHS if p not in allowed), BUILTIN_ROUTES.source))
 
 
-def front_door(config: StackConfig) -> FrontDoor:
-    return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
+def front_door(config: StackConfig, group: GroupContext | None = None) -> FrontDoor:
+    """The front door of a stack, or of the group that holds it (`group`): then every other group's API server
+    is an upstream too, each server marked with its group (stacks/planner/groups.py)."""
+    door = FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
                      balanced_upstreams(config))
+    if group is None or not group.peers:
+        return door
+    own = (group.name,) * len(door.servers)
+    return dataclasses.replace(door, more_upstreams=(*door.more_upstreams, *((p.host, p.port) for p in group.peers)),
+                               server_groups=(*own, *(p.group for p in group.peers)))
 
 
 def balanced_upstreams(config: StackConfig) -> tuple[tuple[str, int], ...]:
