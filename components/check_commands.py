@@ -18,9 +18,9 @@ from checks.preflight import outer_timeout_s
 from checks.weights_node import node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, CollectiveRun, collective_runs
 from stacks.model.config import StackConfig
-from stacks.model.field_types import host_port
+from stacks.model.field_types import bracket_host, host_port
 from stacks.model.golden import golden_json
-from stacks.planner.addresses import node_api_host, rank_port
+from stacks.planner.addresses import local_api_host, node_api_host, rank_port
 from stacks.planner.container_spec import LABEL_PREFIX
 from stacks.planner.deepep import nic_handler, reach_targets
 from stacks.planner.launch import rank_name
@@ -259,7 +259,8 @@ def health_deadline_s(config: StackConfig) -> int:
     return config.api.health_timeout_s or config.serving.engine_ready_timeout_s + 600
 
 
-def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str) -> str:
+def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str, *, group_direct: bool = False,
+                pin_ranks: bool = True) -> str:
     """Runs on the deployer, through `plan.endpoint` (the proxy when it is on: `X-data-parallel-rank` passes through
     nginx unchanged). The key arrives in VLLM_API_KEY (with the proxy: the check client's key) and the proxy's
     certificate in VLLM_TLS_CA, both through the command's environment. The golden set, thinking and streaming run
@@ -268,21 +269,29 @@ def api_command(config: StackConfig, plan: Plan, sections: list[str], name: str)
     With vLLM on loopback and no proxy (`stacks.planner.plan.api_on_head`) nothing off the head reaches the port: the
     same check then runs on the head, inside the engine container (`docker exec -i <container> python3 -`, the
     script as a heredoc; the image has httpx and pydantic), against the bind address. The key is the
-    container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline."""
+    container's own VLLM_API_KEY, so it never travels; the outer `timeout` covers the health deadline.
+
+    `group_direct`: a replica group's own check (stacks/planner/groups.py), on its head in its engine container
+    against its own vLLM, never through the front door (which sends requests to the other groups while this one
+    is drained). `pin_ranks=False`: no DP rank pinned (through a front door spread over several groups, a rank
+    header would reach whichever group nginx picked)."""
     dp_size, rank_nodes = endpoint_rank_nodes([(n.name, n.dp_ranks, n.role) for n in plan.nodes],
                                               plan.topology.get("load_balancing", "internal"))
-    args = ["--name", name, "--url", plan.endpoint,
+    if not pin_ranks:
+        dp_size, rank_nodes = 1, []
+    direct = f"http://{bracket_host(local_api_host(config))}:{config.serving.port}"
+    args = ["--name", name, "--url", direct if group_direct else plan.endpoint,
             "--served-name", config.model.served_name, "--sections", ",".join(sections),
             "--deadline-s", str(health_deadline_s(config)), "--interval-s", str(config.api.progress_interval_s),
             "--timeout-s", str(config.api.request_timeout_s), "--dp-size", str(dp_size)]
     if rank_nodes:
         args += ["--rank-nodes", ",".join(rank_nodes)]
     args += ["--golden-json", golden_json(config.api.smoke.golden), *thinking_args(config, sections)]
-    if plan.proxy is not None and plan.proxy.tls:
+    if plan.proxy is not None and plan.proxy.tls and not group_direct:
         args += ["--ca-env", TLS_CA_ENV]
-    if "deny" in sections and plan.proxy is not None:
+    if "deny" in sections and plan.proxy is not None and not group_direct:
         args += ["--deny-paths", ",".join(plan.proxy.denied_paths)]
-    if api_on_head(config):
+    if group_direct or api_on_head(config):
         container = plan.head.containers[0].name
         # a few requests per section, per rank and golden pair, each within --timeout-s
         requests = (1 + 3 * len(sections)) * max(1, dp_size) * len(config.api.smoke.golden) + 2

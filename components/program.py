@@ -10,7 +10,9 @@ import contextlib
 import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+import shlex
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,26 +46,29 @@ from components.observability import Observability, ObservabilityArgs
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.ssh_trust import docker_ssh_opts, write_known_hosts
-from components.vllm_engine import VllmEngine, VllmEngineArgs
+from components.vllm_engine import VllmEngine, VllmEngineArgs, secrets_trigger
 from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET
 from stacks.model.loader import parse_config, read_stack_document, secret_problems
 from stacks.model.stack_file import PROJECT, decode_top_level, near_miss, split_config_key
+from stacks.planner.addresses import local_api_host
 from stacks.planner.container_spec import GENERATION_LABEL
 from stacks.planner.fabric import node_env
 from stacks.planner.firewall import firewall_commands, preflight_args
+from stacks.planner.groups import GroupContext
 from stacks.planner.plan import (
     CheckSpec,
     Plan,
     api_on_head,
     api_sections,
-    build_plan,
     check_client,
     min_busbw_gbps,
     roles,
 )
 from stacks.planner.proxy import ProxyConfigError, ProxyKeyError, front_door, render_nginx_conf
+from stacks.planner.rolling import drain_script, undrain_script
+from stacks.planner.stack_plan import StackPlan, build_stack
 
 
 def _entry(whole: pulumi.Output[Any], name: str) -> pulumi.Output[str]:
@@ -165,18 +170,22 @@ def deploy(stack: str) -> dict[str, Any]:
     try:
         values, secrets = read_config(stack)
         config = parse_config(stack, values)
-        plan = build_plan(stack, config)
+        whole = build_stack(stack, config)
     except ConfigError as exc:
         raise pulumi.RunError(exc.report()) from None
-    for warning in plan.warnings:
+    for warning in dict.fromkeys(w for g in whole.groups for w in g.plan.warnings):
         pulumi.log.warn(warning)
-    return build(stack, config, plan, secrets)
+    if not whole.grouped:
+        return build(stack, config, whole.groups[0].plan, secrets)
+    return build_groups(stack, config, whole, secrets)
 
 
-def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Output[Any]]) -> ProxyArgs:
-    """nginx.conf is rendered inside an apply: it needs the keys, so it exists only as a secret Output."""
+def _proxy_args(config: StackConfig, head: GpuNode, secrets: dict[str, pulumi.Output[Any]],
+                group: GroupContext | None = None) -> ProxyArgs:
+    """nginx.conf is rendered inside an apply: it needs the keys, so it exists only as a secret Output. `group`: the
+    replica group that holds the front door (its upstreams then include every other group's API server)."""
     proxy = config.api.proxy
-    door = front_door(config)
+    door = front_door(config, group)
 
     def render(values: list[Any]) -> str:
         keys, upstream = values
@@ -236,13 +245,29 @@ def under_mocks() -> bool:
     return isinstance(get_monitor(), MockMonitor)
 
 
-def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EngineGroup:
+    """One engine group's resources: its nodes, fabric, firewalls, weights checks, collectives and engines."""
+
+    nodes: dict[str, GpuNode]
+    fabric: RdmaFabric
+    walls: dict[str, command.remote.Command]
+    weights: pulumi.Output[dict[str, str | None]]
+    weights_match: command.local.Command | None
+    engine: VllmEngine
+    collectives: dict[str, command.remote.Command]
+
+
+BeforeContainers = Callable[[pulumi.Resource, dict[str, GpuNode]], Sequence[pulumi.Resource]]
+"""Given the staged steps' last barrier and the group's nodes, what the containers must also wait for (a replica
+group's drain, or the previous group's turn)."""
+
+
+def engine_group(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]],
+                 suffix: str = "", before: BeforeContainers | None = None) -> EngineGroup:
+    """The nodes and the engine group of one plan. `suffix`: "" for a stack without groups (the resource names it
+    always had), `-<group>` for a replica group's."""
     checks = {c.name: c for c in plan.checks}
-    # Before any Docker provider connects: the pinned host keys its ssh reads (components/ssh_trust.py). Not under
-    # Pulumi's mocks: no provider connects there, and a test's stack would overwrite the real deploy's file.
-    if not under_mocks():
-        write_known_hosts(stack, config)
-    facts = policy_facts(config, plan)
     model_id = _digest(config.model.model_dump())
     nodes: dict[str, GpuNode] = {}
     fabric_args: dict[str, FabricNodeArgs] = {}
@@ -265,26 +290,42 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
             node=nodes[node.name], env=node_env(config, node),
             preflight_command=preflight_command(config, plan, fabric_check) if fabric_check else None,
             triggers=[fabric_id, plan.head.containers[0].labels[GENERATION_LABEL]])
-    fabric = RdmaFabric("fabric", fabric_args)
+    fabric = RdmaFabric(f"fabric{suffix}", fabric_args)
     walls = firewalls(config, plan, nodes)
-    weights, weights_match = weights_gate(plan, nodes)
+    weights, weights_match = weights_gate(plan, nodes, f"weights-match{suffix}")
     gates: dict[str, list[pulumi.Resource]] = {
         name: [node.preflight, *([fabric.preflights[name]] if name in fabric.preflights else []),
                *([walls[name]] if name in walls else []), *([weights_match] if weights_match else [])]
         for name, node in nodes.items()}
     collectives: dict[str, command.remote.Command] = {}
 
-    def collective_gate(dry_runs: pulumi.Resource) -> list[pulumi.Resource]:
-        collectives.update(collective_commands(config, plan, nodes, dry_runs))
-        return list(collectives.values())
+    def collective_gate(staged: pulumi.Resource) -> list[pulumi.Resource]:
+        collectives.update(collective_commands(config, plan, nodes, staged))
+        return [*collectives.values(), *(before(staged, nodes) if before is not None else [])]
 
-    engine = VllmEngine("engine", VllmEngineArgs(
-        plan=plan, nodes=nodes, gates=gates,
-        secrets={ref: secrets[ref] for node in plan.nodes for c in node.containers for ref in c.secret_env.values()},
+    engine = VllmEngine(f"engine{suffix}", VllmEngineArgs(
+        plan=plan, nodes=nodes, gates=gates, secrets=engine_secrets(plan, secrets),
         dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None,
         page_cache_commands=_node_commands(plan, "checks.page_cache", lambda c: page_cache_command(config, plan, c)),
         before_containers=collective_gate))
+    return EngineGroup(nodes, fabric, walls, weights, weights_match, engine, collectives)
+
+
+def engine_secrets(plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, pulumi.Output[Any]]:
+    """The secret values the plan's containers read (`secret_env`), by config key."""
+    return {ref: secrets[ref] for node in plan.nodes for c in node.containers for ref in c.secret_env.values()}
+
+
+def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, Any]:
+    # Before any Docker provider connects: the pinned host keys its ssh reads (components/ssh_trust.py). Not under
+    # Pulumi's mocks: no provider connects there, and a test's stack would overwrite the real deploy's file.
+    if not under_mocks():
+        write_known_hosts(stack, config)
+    facts = policy_facts(config, plan)
+    group = engine_group(stack, config, plan, secrets)
+    nodes, fabric, walls, engine = group.nodes, group.fabric, group.walls, group.engine
+    weights, weights_match, collectives = group.weights, group.weights_match, group.collectives
     smoke = [s for s in api_sections(plan) if s != "health"]
     api_settings = _digest(config.api.model_dump(exclude={"watch_interval_s"}))
     client = check_client(config)
@@ -384,7 +425,7 @@ def _credential_lines(values: list[Any]) -> str:
         raise pulumi.RunError(f"s3_* secrets: {exc}; set each with pulumi config set --secret") from None
 
 
-def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
+def weights_gate(plan: Plan, nodes: dict[str, GpuNode], name: str = "weights-match"
                  ) -> tuple[pulumi.Output[dict[str, str | None]], command.local.Command | None]:
     """Every node's weights hash (the stack output `weights`), and with more than one node the comparison that every
     engine waits for: a node holding other weights fails the update, named with both hashes, before anything
@@ -397,7 +438,7 @@ def weights_gate(plan: Plan, nodes: dict[str, GpuNode]
     if not any(c.name == "weights-match" for c in plan.checks):
         return hashes, None
     create = hashes.apply(weights_match_command)
-    match = command.local.Command("weights-match", create=create, triggers=[create],
+    match = command.local.Command(name, create=create, triggers=[create],
                                   opts=pulumi.ResourceOptions(depends_on=[n.weights for n in nodes.values()]))
     return hashes, match
 
@@ -426,3 +467,113 @@ def collective_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNod
             triggers=triggers, opts=pulumi.ResourceOptions(depends_on=[dry_runs]))
         for c in checks
     }
+
+
+# ---- replica groups: one engine group per group, rolled one at a time behind the front door (docs/rolling.md) ----
+
+
+def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dict[str, pulumi.Output[Any]]
+                 ) -> dict[str, Any]:
+    """Every group's nodes and engines (`engine_group`, names suffixed `-<group>`), then the front door and its
+    checks. The groups take their turns in order: a group's containers wait for the previous group's turn to end,
+    and where the change can roll (`whole.rolling`) each turn is drain (stacks/planner/rolling.py, on the front door
+    host) -> replace -> the group's own check (`check-<group>`, on its head against its own vLLM) -> undrain. Each
+    drain and undrain carries the group's generation and secrets digest as triggers, so it runs exactly when the
+    group is replaced; the staged steps (pull, dry run, page cache) of every group run before any turn."""
+    if not under_mocks():
+        write_known_hosts(stack, config)
+    facts = PolicyFacts("policy-facts", {
+        "privateNetworks": list(config.fabric.private_networks),
+        "estimatedLoadS": max(int(g.plan.model["estimated_load_s"]) for g in whole.groups),
+    })
+    front = whole.groups[0]
+    peers = {p.group: p for p in (front.context.peers if front.context else ())}
+    head = config.head.name
+    sudo = "" if config.head.ssh.user == "root" else "sudo -n "
+    parts: dict[str, EngineGroup] = {}
+    turns: dict[str, dict[str, command.remote.Command]] = {}
+    previous: list[pulumi.Resource] = []
+    for gp in whole.groups:
+        name = str(gp.name)
+        sub, plan = gp.config, gp.plan
+        servers = ([(local_api_host(sub), sub.serving.port)] if gp is front
+                   else [(peers[name].host, peers[name].port)] if name in peers else [])
+        triggers: list[pulumi.Input[str]] = [plan.head.containers[0].labels[GENERATION_LABEL],
+                                             secrets_trigger(engine_secrets(plan, secrets))]
+        turn: dict[str, command.remote.Command] = {}
+        waits = list(previous)
+
+        def drain(staged: pulumi.Resource, nodes: dict[str, GpuNode], name: str = name,
+                  servers: list[tuple[str, int]] = servers, triggers: list[pulumi.Input[str]] = triggers,
+                  turn: dict[str, command.remote.Command] = turn, waits: list[pulumi.Resource] = waits
+                  ) -> list[pulumi.Resource]:
+            if not whole.rolling.can_roll or not servers:
+                return waits
+            door = (parts[str(front.name)].nodes if str(front.name) in parts else nodes)[head]
+            turn["drain"] = command.remote.Command(
+                f"drain-{name}", connection=door.connection, triggers=triggers,
+                create=f"{sudo}sh -c {shlex.quote(drain_script(name, servers))}",
+                opts=pulumi.ResourceOptions(depends_on=[staged, *waits]))
+            return [turn["drain"]]
+
+        part = engine_group(stack, sub, plan, secrets, f"-{name}", drain)
+        parts[name] = part
+        sections = [s for s in api_sections(plan) if s != "deny"]
+        turn["check"] = command.remote.Command(
+            f"check-{name}", connection=part.nodes[plan.head.name].connection,
+            triggers=list(part.engine.check_triggers),
+            create=api_command(sub, plan, sections, f"check-{name}", group_direct=True),
+            opts=pulumi.ResourceOptions(depends_on=part.engine.ready))
+        engines = {c.node or "": engines_command(plan, c) for c in plan.checks if c.module == "checks.engines"}
+        part.engine.verify_engines(engines, after=[turn["check"]])
+        nccl = {c.node or "": nccl_command(sub, plan, c) for c in plan.checks if c.module == "checks.nccl_transport"}
+        part.fabric.verify_transport(nccl, after=[turn["check"]], triggers=list(part.engine.check_triggers))
+        if "drain" in turn:
+            turn["undrain"] = command.remote.Command(
+                f"undrain-{name}", connection=parts[str(front.name)].nodes[head].connection, triggers=triggers,
+                create=f"{sudo}sh -c {shlex.quote(undrain_script(name, servers))}",
+                opts=pulumi.ResourceOptions(depends_on=[turn["check"], *part.engine.readiness.values()]))
+        turns[name] = turn
+        previous = [turn.get("undrain", turn["check"])]
+    api = front_door_endpoint(config, whole, parts, secrets, previous)
+    weights = pulumi.Output.all(*[p.weights for p in parts.values()]).apply(
+        lambda maps: {k: v for m in maps for k, v in m.items()})
+    outputs: dict[str, Any] = {
+        "endpoint": api.endpoint,
+        "image": config.image.pull_ref,
+        "groups": {str(g.name): {"nodes": [n.name for n in g.plan.nodes],
+                                 "topology": {k: g.plan.topology[k] for k in ("backend", "nodes", "tensor", "pipeline",
+                                                                              "data", "expert")}}
+                   for g in whole.groups},
+        "rolling": whole.rolling.as_dict(),
+        "nodes": {k: v for g in whole.groups for k, v in roles(g.plan).items()},
+        "served_model": api.served_model,
+        "verification": api.verification,
+        "weights": weights,
+    }
+    for key, value in outputs.items():
+        pulumi.export(key, value)
+    return {"outputs": outputs, "groups": parts, "turns": turns, "api": api, "facts": facts}
+
+
+def front_door_endpoint(config: StackConfig, whole: StackPlan, parts: dict[str, EngineGroup],
+                        secrets: dict[str, pulumi.Output[Any]], after: list[pulumi.Resource]) -> ApiEndpoint:
+    """The stack's endpoint: the front door (on the first group's head, spread over every group) and the API checks
+    through it, after every group's turn. No DP rank is pinned: nginx picks the group."""
+    front = whole.groups[0]
+    sub, plan = front.config, front.plan
+    head = parts[str(front.name)].nodes[config.head.name]
+    smoke = [s for s in api_sections(plan) if s != "health"]
+    client = check_client(sub)
+    check_key = secrets["proxy_keys"].apply(lambda keys: str(keys[client])) if client else secrets.get("api_key")
+    on_head = api_on_head(sub)
+    return ApiEndpoint("api", ApiEndpointArgs(
+        endpoint=plan.endpoint, served_model=config.model.served_name,
+        health_command=api_command(sub, plan, ["health"], "api-health", pin_ranks=False),
+        smoke_command=api_command(sub, plan, smoke, "api-smoke", pin_ranks=False),
+        triggers=[*(t for p in parts.values() for t in p.engine.check_triggers),
+                  _digest(config.api.model_dump(exclude={"watch_interval_s"}))],
+        after=after, api_key=None if on_head else check_key,
+        tls_ca=secrets.get("tls_certificate") if plan.proxy and plan.proxy.tls else None,
+        proxy=_proxy_args(sub, head, secrets, front.context) if plan.proxy else None,
+        connection=head.connection if on_head else None))
