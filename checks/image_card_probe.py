@@ -782,7 +782,7 @@ with section("load_formats"):
     else:
         import typing
 
-        _formats = {str(k): None for k in typing.get_args(_ml.LoadFormats)}
+        _formats = {str(k): "" for k in typing.get_args(_ml.LoadFormats)}  # loader unknown
         CARD["load_formats_source"] = "vllm.model_executor.model_loader.LoadFormats (no registry found)"
     CARD["load_formats"] = {
         name: {"loader": loader, "packages": {dist: _package(module, dist)

@@ -87,6 +87,9 @@ class ModelProfile:
     """The checkpoint's quantization method (config.json `quantization_config.quant_method`), None if unquantized."""
     dtype: str = "bfloat16"
     """The checkpoint's dtype as the card records it (`torch_dtype`)."""
+    weight_files: tuple[str, ...] = ()
+    """The weight files the card was read from (`weights.shards`); empty where the card synthesized or assumed
+    them, so the load-format rules cannot check the model directory's file layout (stacks/planner/load_formats.py)."""
     thinking_kwarg: str | None = None
     """The card's `serving.thinking_kwarg` (one of THINKING_KWARGS) when given; else derived from the parser."""
 
@@ -228,7 +231,7 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
             quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"),
-            thinking_kwarg=kwarg)
+            thinking_kwarg=kwarg, weight_files=tuple(str(s["name"]) for s in w.get("shards") or ()))
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc})") from exc
 
