@@ -329,3 +329,15 @@ def test_hostile_values_are_refused_before_anything_is_planned(key: str, value: 
     assert any(p.key.startswith(f"serving.{key}") for p in problems), [p.render() for p in problems]
     for problem in problems:
         assert "hunter2" not in problem.render()
+
+
+def test_every_format_the_shipped_card_lists_has_rules_here() -> None:
+    """The 0.33.0 card lists vLLM's registry (model_loader/__init__.py:50-66); the planner has a rule for each, with
+    the loader class vLLM registers it to, so no format of that image plans unchecked."""
+    from stacks.planner.load_formats import LOADERS
+
+    card = json.loads((ROOT / "images" / "vllm_vllm-openai_v0.33.0.json").read_text())
+    assert set(card["load_formats"]) == set(LOADERS)
+    for name, entry in card["load_formats"].items():
+        assert entry["loader"].rsplit(".", 1)[-1] == LOADERS[name].loader, name
+    assert set(card["safetensors_load_strategies"]) == {"lazy", "eager", "prefetch", "torchao"}
