@@ -160,7 +160,8 @@ def _loader_value(value: Any) -> Any:
                  "true/false, a whole number, or one string")
 
 
-LoaderOptionValue = Annotated[bool | int | str, Kind("boolean, integer or string"), BeforeValidator(_loader_value)]
+LoaderOptionValue = Annotated[bool | Annotated[int, Field(ge=-(2**53), le=2**53)] | str,
+                              Kind("boolean, integer or string"), BeforeValidator(_loader_value)]
 """A `serving.model_loader_extra_config` value: the loaders of vLLM 0.33.0 read only booleans, integers and strings
 (stacks/planner/load_formats.py checks each key against the chosen loader); no nested JSON."""
 Tag = Annotated[str, Kind("Docker tag"), _pattern(
