@@ -341,3 +341,32 @@ def test_every_format_the_shipped_card_lists_has_rules_here() -> None:
     for name, entry in card["load_formats"].items():
         assert entry["loader"].rsplit(".", 1)[-1] == LOADERS[name].loader, name
     assert set(card["safetensors_load_strategies"]) == {"lazy", "eager", "prefetch", "torchao"}
+
+
+@pytest.mark.parametrize("name", ["unknown extra-config key, default loader", "runai_streamer, unknown key",
+                                  "sharded_state, unknown key"])
+def test_an_unknown_key_is_refused_with_the_loaders_own_words(name: str) -> None:
+    serving, key = REFUSED[name]
+    problem = _one(_problems(lab_values(**serving)), key)
+    assert (problem.upstream or "").startswith(f"ValueError: {CAPTURE['refused'][name]['message']} ("), problem.render()
+
+
+def _wide_ep(**changes: Any) -> dict[str, Any]:
+    from stacks.model.loader import read_stack_values
+
+    values = copy.deepcopy(read_stack_values("wide-ep", ROOT / "examples"))
+    values["parallelism"] |= {"ep_weight_filter": True, "eplb": {"enabled": False}}
+    values["serving"] |= changes
+    return values
+
+
+@pytest.mark.parametrize(("serving", "said"), [
+    ({"load_format": "fastsafetensors"}, "does nothing with load format fastsafetensors"),
+    ({"model_loader_extra_config": {"enable_multithread_load": True}}, "auto and enable_multithread_load"),
+])
+def test_the_expert_weight_filter_needs_a_reader_that_skips_experts(serving: dict[str, Any], said: str) -> None:
+    """default_loader.py:312-349: only the plain safetensors reader and InstantTensor get the rank's expert ids."""
+    _plan(_wide_ep())
+    _plan(_wide_ep(load_format="instanttensor"))
+    problem = _one(_problems(_wide_ep(**serving)), "parallelism.ep_weight_filter")
+    assert said in problem.message and "default_loader.py:312-349" in problem.message

@@ -109,6 +109,14 @@ LOADERS: dict[str, Loader] = {
 }
 """vLLM 0.33.0's registry (vllm/model_executor/model_loader/__init__.py:50-66) and what each loader reads."""
 
+UNKNOWN_KEY_ERRORS = {
+    "DefaultModelLoader": "Unexpected extra config keys for load format {fmt}: {{'{key}'}}",
+    "RunaiModelStreamerLoader": "Unexpected extra config keys for runai_streamer: {{'{key}'}}",
+    "ShardedStateLoader": "Unexpected extra config keys for load format {fmt}: dict_keys(['{key}'])",
+}
+"""What each loader raises on a key it does not read (tensorizer drops them silently; modelexpress's are its own)."""
+EP_FILTERED = ("auto", "hf", "safetensors", "mistral", "instanttensor")
+"""The formats whose reader gets the rank's expert ids (default_loader.py:317-327, 338-349)."""
 SECRET_KEYS = {"s3_access_key_id": "S3_ACCESS_KEY_ID", "s3_secret_access_key": "S3_SECRET_ACCESS_KEY"}
 """Tensorizer's credentials (vllm/model_executor/model_loader/tensorizer.py:211-214 names their variables)."""
 TORCHAO_MIN = (0, 15, 0)
@@ -205,11 +213,11 @@ def _option_problems(config: StackConfig, loader: Loader) -> list[Problem]:
             continue
         if option is None:
             known = ", ".join(loader.options) or "none"
+            said = UNKNOWN_KEY_ERRORS.get(loader.loader)
             problems.append(Problem(where, value, f"is not a key the {loader.loader} of load format {fmt} reads "
                                     f"({loader.options_where})",
-                                    upstream=f"ValueError: Unexpected extra config keys for load format {fmt}"
-                                    if "not checked" not in loader.options_where and fmt != "tensorizer" else None,
-                                    fix=f"one of: {known}"))
+                                    upstream=f"ValueError: {said.format(fmt=fmt, key=key)} ({loader.options_where})"
+                                    if said else None, fix=f"one of: {known}"))
             continue
         kind_ok = isinstance(value, option.kind) and not (option.kind is int and isinstance(value, bool))
         if not kind_ok:
@@ -238,6 +246,13 @@ def _option_problems(config: StackConfig, loader: Loader) -> list[Problem]:
                      f"the multi-thread loader only implements the default lazy strategy. "
                      f"({ML}/default_loader.py:135-145)",
             fix="one of the two"))
+    if config.parallelism.ep_weight_filter and (fmt not in EP_FILTERED or multithread):
+        problems.append(Problem(
+            "parallelism.ep_weight_filter", True, f"does nothing with load format {fmt}"
+            + (" and enable_multithread_load" if multithread and fmt in EP_FILTERED else "")
+            + f": only the default loader's own safetensors reader and InstantTensor skip other ranks' experts "
+            f"({ML}/default_loader.py:312-349)", fix=f"load format {' or '.join(EP_FILTERED)} without "
+            "enable_multithread_load, or ep_weight_filter: false"))
     if fmt in ("sharded_state", "runai_streamer_sharded"):
         problems += _pattern_problems(config)
     if fmt == "tensorizer":
