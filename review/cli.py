@@ -5,6 +5,7 @@ model-card|image-card`: offline tools, no Pulumi engine needed; `restart-group|d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -29,7 +30,8 @@ from stacks.model.project import is_developer_checkout
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan
 from stacks.planner.proxy import front_door, masked_nginx_conf
-from stacks.planner.render import render_plan
+from stacks.planner.render import render_stack
+from stacks.planner.stack_plan import build_stack
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         config, document = load_stack_document(args.stack, args.set, args.assume_secret)
         try:
-            plan = build_plan(args.stack, config)
+            whole = build_stack(args.stack, config)
         except ConfigError as exc:
             raise ConfigError(exc.stack, locate(exc.problems, document.positions)) from None
     except ConfigError as exc:
@@ -53,11 +55,13 @@ def _plan(args: argparse.Namespace) -> int:
         else:
             print(exc.report(), file=sys.stderr)
         return 2
-    plan = plan.model_copy(update={"warnings": [*document.warnings, *plan.warnings]})
+    groups = tuple(dataclasses.replace(g, plan=g.plan.model_copy(
+        update={"warnings": [*document.warnings, *g.plan.warnings]})) for g in whole.groups)
+    whole = dataclasses.replace(whole, groups=groups)
     if args.json:
-        print(json.dumps(plan.to_json_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(whole.to_json_dict(), indent=2, ensure_ascii=False))
     else:
-        print(render_plan(plan, full=not args.summary))
+        print(render_stack(whole, full=not args.summary))
     return 0
 
 
@@ -474,8 +478,9 @@ def build_parser(prog: str = "python -m stacks", extend: Extend | None = None) -
     summary.add_argument("--json", action="store_true")
     summary.set_defaults(func=_preview_summary)
     card = sub.add_parser("model-card", help="write models/NAME.json from a model's config.json and safetensors "
-                          "headers (local directory or s3://bucket/prefix)")
-    card.add_argument("src", help="model directory, or s3://bucket/prefix (AWS_* credentials as for model.source)")
+                          "headers (local directory, s3://bucket/prefix or hf://ORG/NAME[@REVISION])")
+    card.add_argument("src", help="model directory, s3://bucket/prefix (AWS_* credentials as for model.source), or "
+                      "hf://ORG/NAME[@REVISION]: the Hugging Face Hub, headers only (HF_TOKEN, HF_ENDPOINT)")
     card.add_argument("--name", required=True, help="the card's name: model.profile in a stack")
     card.add_argument("--synthesize-weights", action="store_true",
                       help="no shard headers at hand: build the tensor list from config.json (recorded as "

@@ -2,8 +2,9 @@
 
 Reads `config.json` (the language model under `text_config` when nested) and the weights' tensor list: the
 `model.safetensors.index.json` plus every shard's safetensors header, or the header of a single
-`model.safetensors`. SRC is a local model directory or `s3://bucket/prefix` (the sync's own source rule and client,
-checks/weights.py; a shard's header is two ranged GETs). `--synthesize-weights` builds the tensor list from
+`model.safetensors`. SRC is a local model directory, `s3://bucket/prefix` (the sync's own source rule and client,
+checks/weights.py; a shard's header is two ranged GETs) or `hf://ORG/NAME[@REVISION]` (the Hugging Face Hub, the same
+ranged GETs: review/hf_source.py). `--synthesize-weights` builds the tensor list from
 config.json instead, with the names and dtypes the architecture's checkpoints use, for a directory that holds only
 the config (and maybe the index, whose names must then match); the card says "synthesized" for those bytes.
 Facts that are not in the model's files (parsers, a vision tower's default, an assumed weight split) come from
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shlex
 import struct
@@ -28,10 +28,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
-from review.loader_rules import LoaderRefusal, check_header, link_problem, quantization_config, quantization_method
+from review.card_sources import CardError, LocalSource, S3Source, Source
+from review.loader_rules import LoaderRefusal, check_header, quantization_config, quantization_method
 from stacks.model.field_types import ParserName
 from stacks.model.project import not_a_project
-from stacks.model.s3_source import CannotRun, check_endpoint, mask_source, parse_source
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.model_cards import (
     CARD_VERSION,
@@ -57,108 +57,15 @@ FACT_KEYS = {
 not available) facts the card must otherwise assume."""
 
 
-class CardError(Exception):
-    """Bad input: the file, the key and what was wrong (exit 2)."""
-
-
-# ------------------------------------------------------------------------------------------------ sources
-
-
-class Source:
-    """A local directory or an S3 prefix, read file by file."""
-
-    label: str
-
-    def exists(self, name: str) -> bool:
-        raise NotImplementedError
-
-    def read(self, name: str) -> bytes:
-        raise NotImplementedError
-
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        raise NotImplementedError
-
-
-class LocalSource(Source):
-    def __init__(self, root: Path) -> None:
-        if not root.is_dir():
-            raise CardError(f"{root}: not a directory (SRC is a local model directory or s3://bucket/prefix)")
-        self.root = root
-        self.label = str(root)
-
-    def _file(self, name: str) -> Path:
-        """The file, or CardError for a link that leaves the folder (review/loader_rules.py says which)."""
-        problem = link_problem(self.root, name)
-        if problem:
-            raise CardError(problem)
-        return self.root / name
-
-    def exists(self, name: str) -> bool:
-        return self._file(name).is_file()
-
-    def read(self, name: str) -> bytes:
-        try:
-            return self._file(name).read_bytes()
-        except OSError as exc:
-            raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
-
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        try:
-            with self._file(name).open("rb") as handle:
-                handle.seek(start)
-                return handle.read(length)
-        except OSError as exc:
-            raise CardError(f"{self.root / name}: {exc.strerror or exc}") from exc
-
-
-def _as_model_card(text: str) -> str:
-    """The weights sync's texts name its `--source` option; model-card takes the URL as its SRC argument."""
-    return text.replace("--source", "SRC")
-
-
-class S3Source(Source):
-    """The weights sync's source rule (stacks/model/s3_source.py), client and error texts (checks/weights.py)."""
-
-    def __init__(self, url: str, endpoint_url: str | None, region: str | None) -> None:
-        from checks import weights
-
-        try:
-            bucket, prefix = parse_source(url)
-            endpoint = check_endpoint(endpoint_url) if endpoint_url else None
-        except CannotRun as exc:
-            raise CardError(_as_model_card(str(exc))) from exc
-        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        self.opts = weights.Options(url, bucket, prefix, "/nonexistent", endpoint, region,
-                                    "path" if endpoint else "virtual", 2, 8 * 1024 * 1024, False, False, True,
-                                    None, 0, "model-card")
-        self._weights = weights
-        try:
-            self.client = weights.make_client(self.opts)
-            self.keys = {e.key: e.size for e in weights.list_prefix(self.client, self.opts)}
-        except CannotRun as exc:
-            raise CardError(_as_model_card(str(exc))) from exc
-        self.label = mask_source(url)
-
-    def exists(self, name: str) -> bool:
-        return name in self.keys
-
-    def _get(self, name: str, extra: dict[str, str]) -> bytes:
-        from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
-
-        try:
-            reply = self.client.get_object(Bucket=self.opts.bucket, Key=self.opts.prefix + name, **extra)
-            return bytes(reply["Body"].read())
-        except (ClientError, BotoCoreError) as exc:
-            raise CardError(_as_model_card(self._weights.explain(exc, self.opts, self.client, name))) from exc
-
-    def read(self, name: str) -> bytes:
-        return self._get(name, {})
-
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        return self._get(name, {"Range": f"bytes={start}-{start + length - 1}"})
-
-
 def open_source(src: str, endpoint_url: str | None = None, region: str | None = None) -> Source:
+    if src.startswith("hf://"):
+        from review.hf_source import HubSource
+
+        for flag, value in (("--endpoint-url", endpoint_url), ("--region", region)):
+            if value is not None:
+                raise CardError(f"{flag} is for s3:// sources; an hf:// source reads the Hub at HF_ENDPOINT "
+                                "(https://huggingface.co when unset)")
+        return HubSource(src)
     if src.startswith("s3://"):
         return S3Source(src, endpoint_url, region)
     return LocalSource(Path(src))
@@ -384,9 +291,9 @@ def _bytes(dtype: str, shape: list[int]) -> int:
 
 
 SYNTHESIZABLE = ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
-                 "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+                 "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 """The architectures whose checkpoint names and dtypes `synthesize` writes (each checked against a published
-checkpoint in tests/test_model_cards.py); another would get these names silently wrong."""
+checkpoint in tests/test_model_cards.py and tests/test_hf_cards.py); another would get these names silently wrong."""
 
 
 def synthesize(facts: dict[str, Any]) -> Tensors:
@@ -441,9 +348,10 @@ def synthesize(facts: dict[str, Any]) -> Tensors:
             linear(f"{a}.o_proj", h, heads * vdim)
         else:
             bias = facts["attention_bias"]
-            linear(f"{a}.q_proj", heads * hd, h, bias)
-            linear(f"{a}.k_proj", kv * hd, h, bias)
-            linear(f"{a}.v_proj", kv * hd, h, bias)
+            qkv_bias = bias or facts["model_type"] == "qwen2"  # vLLM qwen2.py:156-170: bias on q/k/v, none on o
+            linear(f"{a}.q_proj", heads * hd, h, qkv_bias)
+            linear(f"{a}.k_proj", kv * hd, h, qkv_bias)
+            linear(f"{a}.v_proj", kv * hd, h, qkv_bias)
             linear(f"{a}.o_proj", h, heads * hd, bias)
             if facts["model_type"] in ("qwen3", "qwen3_moe"):
                 t[f"{a}.q_norm.weight"] = (base, [hd])
@@ -462,6 +370,14 @@ def synthesize(facts: dict[str, Any]) -> Tensors:
                 t[f"{m}.experts.down_proj_blocks"] = ("U8", [e, h, ie // 32, 16])
                 t[f"{m}.experts.down_proj_scales"] = ("U8", [e, h, ie // 32])
                 t[f"{m}.experts.down_proj_bias"] = (base, [e, h])
+                continue
+            if facts["model_type"] == "mixtral":  # block_sparse_moe.gate + experts.N.w1/w2/w3 (mixtral.py:111-131)
+                b = f"{p}.block_sparse_moe"
+                t[f"{b}.gate.weight"] = (base, [e, h])
+                for x in range(e):
+                    linear(f"{b}.experts.{x}.w1", ie, h)
+                    linear(f"{b}.experts.{x}.w2", h, ie)
+                    linear(f"{b}.experts.{x}.w3", ie, h)
                 continue
             t[f"{m}.gate.weight"] = (base, [e, h])
             if mla:
@@ -536,10 +452,21 @@ def read_shard(source: Source, shard: str) -> tuple[dict[str, int], dict[str, st
     data = source.read_range(shard, 8, length)
     if len(data) != length:
         raise CardError(f"{shard}: the header is cut short ({len(data)} of {length} bytes)")
-    size = source.keys.get(shard) if isinstance(source, S3Source) else (
-        (source.root / shard).stat().st_size if isinstance(source, LocalSource) else None)
+    size = source.size(shard)
     sizes, dtypes, shapes = parse_header(data, shard, size)
     return sizes, dtypes, size if size is not None else 8 + length + sum(sizes.values()), shapes
+
+
+def no_shards(source: Source, name: str, index: dict[str, Any]) -> str:
+    """Why a folder with config.json and the index but no shard at all gives no card, and the two ways that do: the
+    tensor list built from config.json, or the real headers read from the Hub without the weights."""
+    shards = sorted(set(index["weight_map"].values()))
+    hub = "" if source.label.startswith("hf://") else (
+        ", or read the real shard headers from the Hugging Face Hub without downloading the weights: "
+        f"model-card hf://ORG/NAME[@REVISION] --name {name} (HF_TOKEN for a gated or private model)")
+    return (f"{source.label} holds config.json and model.safetensors.index.json but none of the {len(shards)} shard "
+            f"files the index names ({shards[0]}{', …' if len(shards) > 1 else ''}): build the tensor list from "
+            f"config.json with --synthesize-weights (its names are checked against the index){hub}")
 
 
 def read_index(source: Source) -> dict[str, Any] | None:
@@ -813,6 +740,8 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
                                     f"config.json differ (index lacks {extra}, has unknown {missing})")
                 weights_source += "; every name matches model.safetensors.index.json's weight_map"
         elif index:
+            if not any(source.exists(shard) for shard in set(index["weight_map"].values())):
+                raise CardError(no_shards(source, name, index))
             for shard in sorted(set(index["weight_map"].values())):
                 s_sizes, s_dtypes, size, s_shapes = read_shard(source, shard)
                 sizes |= s_sizes

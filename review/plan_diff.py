@@ -304,7 +304,11 @@ def applied_outage(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     outage = ((plan or {}).get("model") or {}).get("outage")
     if not isinstance(outage, dict) or not isinstance(outage.get(str(outage.get("applies"))), dict):
         return None
-    return dict(outage[str(outage["applies"])])
+    applied = dict(outage[str(outage["applies"])])
+    faster = outage.get("faster")
+    if outage.get("applies") == "staged" and isinstance(faster, dict) and isinstance(faster.get("total_s"), int):
+        applied["faster"] = {"total_s": faster["total_s"], "how": str(faster.get("how") or "")}
+    return applied
 
 
 def _listener_key(item: dict[str, Any]) -> str:

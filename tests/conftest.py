@@ -78,7 +78,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         info = getattr(item, "_fixtureinfo", None)
         defs = getattr(info, "name2fixturedefs", {})
         if any(d and d[-1].scope in ("module", "package") for d in defs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+            module = getattr(item, "module", None)
+            item.add_marker(pytest.mark.xdist_group(module.__name__ if module else item.nodeid))
 
 
 @pytest.fixture

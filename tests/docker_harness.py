@@ -177,7 +177,7 @@ def _own_bridge() -> str:
 
 def renamed_flag(old: str, new: str, version: str) -> dict[str, Any]:
     """The captured 0.33.0 table with one flag renamed: what a newer vLLM that renamed a flag looks like."""
-    table = json.loads(FLAGS.read_text())
+    table: dict[str, Any] = json.loads(FLAGS.read_text())
     for flag in table["flags"]:
         if old in flag.get("options", []):
             flag["options"] = [new if o == old else o for o in flag["options"]]

@@ -4,6 +4,7 @@ engine-ready timeout floor; the bytes each rank reads follow vLLM 0.33.0's loade
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -12,7 +13,9 @@ from review.plan_diff import diff_plans, to_markdown
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.model_cards import get_profile
 from stacks.planner.outage import (
+    MULTITHREAD_GB_PER_S,
     cold_outage,
+    multithread_load,
     node_warm_gb,
     rank_read_gb,
     staged_outage,
@@ -84,13 +87,67 @@ def test_stacks_diff_of_an_image_change_gives_the_phases_with_their_sources() ->
             container["image"] = "vllm/vllm-openai:older"
             container["labels"]["vllm-cluster.generation"] = "older"
     found = diff_plans("prod", "main", base, head)
-    applied = head["model"]["outage"][head["model"]["outage"]["applies"]]
-    assert found["outage"]["head"] == applied
+    outage = head["model"]["outage"]
+    applied = outage[outage["applies"]]
+    assert {k: v for k, v in found["outage"]["head"].items() if k != "faster"} == applied
     text = downtime_of(found)
     minutes, seconds = divmod(applied["total_s"], 60)
     assert f"down about {minutes} min {seconds} s" in text
     lines = phase_lines(found)
-    assert len(lines) == len(applied["phases"])
+    assert len(lines) == len(applied["phases"]) + 1
     markdown = to_markdown(found)
-    for phase, line in zip(applied["phases"], lines, strict=True):
+    for phase, line in zip(applied["phases"], lines[:-1], strict=True):
         assert line in markdown and phase["source"] in line and phase["figure"] in line
+    # prod runs vLLM's default loader: the review says what the multi-thread one would make of the outage
+    faster = outage["faster"]
+    assert faster["total_s"] < applied["total_s"]
+    assert lines[-1] in markdown and "enable_multithread_load" in lines[-1]
+    assert f"{faster['total_s'] // 60} min {faster['total_s'] % 60} s in all" in lines[-1]
+
+
+MULTITHREAD = ["--model-loader-extra-config", '{"enable_multithread_load": true, "num_threads": 8}']
+
+
+@pytest.mark.parametrize(("argv", "on"), [
+    ([], False),
+    (MULTITHREAD, True),
+    (["--model-loader-extra-config={\"enable_multithread_load\": true}"], True),
+    (["--model-loader-extra-config", '{"enable_multithread_load": false}'], False),
+    (["--model-loader-extra-config", '{"enable_multithread_load": "true"}'], False),  # vLLM refuses a non-bool
+    (["--model-loader-extra-config", "not json"], False),
+    ([*MULTITHREAD, "--model-loader-extra-config", "{}"], False),  # argparse: the last value counts
+    (["--model-loader-extra-config"], False),
+])
+def test_which_loader_an_argv_runs(argv: list[str], on: bool) -> None:
+    assert multithread_load(argv) is on
+
+
+def test_the_multi_thread_loader_uses_its_cited_rate_and_says_where_it_comes_from() -> None:
+    config, profile, topo = _stack("prod")
+    default = staged_outage(config, profile, topo)
+    threaded = staged_outage(config, profile, topo, multithread=True)
+    load = {p.name: p for p in threaded.phases}["load-page-cache"]
+    assert load.seconds == math.ceil(rank_read_gb(config, profile) / MULTITHREAD_GB_PER_S)
+    assert "vllm-omni#4896" in load.source and "the multi-thread loader" in load.figure
+    assert {p.name: p for p in default.phases}["load-page-cache"].source.startswith("NOT YET MEASURED")
+    assert threaded.total_s < default.total_s
+
+
+def test_a_stack_that_turns_the_multi_thread_loader_on_plans_with_it() -> None:
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["extra_args"] = [*values["serving"].get("extra_args", []), *MULTITHREAD]
+    plan = build_plan("prod", parse_config("prod", values))
+    outage = plan.model["outage"]
+    assert "faster" not in outage  # nothing faster to suggest
+    assert outage["staged"]["total_s"] <= 600, "the prod restart, staged, with the multi-thread loader"
+    default = build_plan("prod", parse_config("prod", read_stack_values("prod"))).model["outage"]
+    assert default["faster"]["total_s"] == outage["staged"]["total_s"]
+
+
+def test_the_multi_thread_loader_reads_every_expert_even_with_the_ep_filter() -> None:
+    """vLLM 0.33.0 default_loader.py:329-336: the multi-thread iterator gets no `local_expert_ids`."""
+    config, profile, topo = _stack("prod", ep_weight_filter=True)
+    total = config.model.weights_gb or profile.weights_gb
+    assert rank_read_gb(config, profile) < total
+    assert rank_read_gb(config, profile, multithread=True) == total
+    assert node_warm_gb(config, profile, topo, multithread=True) == total

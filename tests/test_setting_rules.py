@@ -110,3 +110,25 @@ def test_numa_binding_lists_need_numa_bind_and_one_entry_per_gpu(prod_values: di
     assert not any("numa" in w for w in plan.warnings)
     longer = plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-nodes", *"0000111122"))
     assert any("10 entries and node node1 has 8 GPUs; vLLM uses the first 8" in w for w in longer.warnings)
+
+
+@pytest.mark.parametrize(("words", "said", "upstream"), [
+    (["--numa-bind-nodes", *"0000111", "-1"], "lists a negative NUMA node",
+     "numa_bind_nodes must contain non-negative integers. (vllm/config/parallel.py:484-493)"),
+    (["--numa-bind-cpus", *["0-3"] * 7, "4:7"], "'4:7' is not a numactl CPU list",
+     "for example '0-3' or '0,2,4-7'. (vllm/config/parallel.py:503-510)"),
+    (["--numa-bind-cpus", *["0-3"] * 7, "0,7-4"], "'0,7-4' has a descending range",
+     "ranges must be ascending, but got '0,7-4'. (vllm/config/parallel.py:511-518)"),
+], ids=["negative node", "not numactl syntax", "descending range"])
+def test_numa_binding_values_vllm_refuses_are_refused(prod_values: dict[str, Any], words: list[str], said: str,
+                                                     upstream: str) -> None:
+    """ParallelConfig's field validators, run when vLLM builds its config: the lists' values, beside their length."""
+    from stacks.model.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        plan_of(_numa(prod_values, "--numa-bind", *words))
+    found = [p for p in refused.value.problems if said in p.message]
+    assert len(found) == 1 and len(refused.value.problems) == 1, [p.render() for p in refused.value.problems]
+    assert upstream in (found[0].upstream or "") and "(engine start-up" in (found[0].upstream or "")
+    assert found[0].key == "serving.extra_args" and found[0].fix
+    plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-cpus", *["0-3,8"] * 8))  # numactl's syntax plans

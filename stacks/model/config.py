@@ -28,6 +28,7 @@ from stacks.model.field_types import (
     EnvName,
     EnvValue,
     FiniteFloat,
+    GroupName,
     HcaName,
     Host,
     HostAddress,
@@ -665,6 +666,17 @@ class ObservabilityConfig(_Model):
                                     description="alert when a rank's time-to-first-token p99 (5 min) is above this")
 
 
+class GroupConfig(_Model):
+    """A replica group: a vLLM instance of its own on its own nodes, behind the stack's front door, so that a change
+    replaces one group at a time while the others serve (docs/rolling.md)."""
+
+    name: GroupName = Field(description="the group's name, e.g. a")
+    nodes: list[NodeName] = Field(min_length=1, max_length=1024,
+                                  description="names from nodes[], in start order; the first is the group's head")
+    parallelism: ParallelismConfig | None = Field(
+        default=None, description="this group's TP/PP/DP/EP; default: the stack's parallelism")
+
+
 class StackConfig(_Model):
     """The whole `vllm-cluster:` namespace of a stack file."""
 
@@ -678,6 +690,10 @@ class StackConfig(_Model):
         "image must serve the API without a GPU (a substitute engine, not a vLLM GPU image)")
     fabric: FabricConfig = Field(default_factory=FabricConfig)
     parallelism: ParallelismConfig = Field(description="TP, PP, DP, EP and the backend")
+    groups: list[GroupConfig] = Field(
+        default_factory=list, max_length=256,
+        description="replica groups, each its own vLLM instance on its own nodes; unset: one group of every node "
+                    "(a change then replaces it whole)")
     serving: ServingConfig = Field(description="the `vllm serve` flags")
     speculative: SpeculativeConfig | None = None
     vision: bool = Field(default=False, description="keep the vision tower (false adds --language-model-only)")

@@ -104,6 +104,9 @@ Text = Annotated[str, Kind("text (one line)"), Field(min_length=1, max_length=20
 NodeName = Annotated[str, Kind("name [a-z0-9-]"), _pattern(
     r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", "a node name: 1-42 of a-z 0-9 -, not starting or ending with -",
     "node1")]
+GroupName = Annotated[str, Kind("group name [a-z0-9-]"), _pattern(
+    r"[a-z][a-z0-9-]{0,31}", "a replica group name: 1-32 of a-z 0-9 -, starting with a letter (it names resources, "
+    "firewall rule comments and containers)", "a")]
 ContainerName = Annotated[str, Kind("container name"), _pattern(
     r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "a Docker container name: 1-63 of A-Z a-z 0-9 _ . -, starting with a "
     "letter or digit", "vllm-engine")]

@@ -15,6 +15,7 @@ from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.cross_option_rules import cross_option_problems, integer
 from stacks.planner.deepep import NVSHMEM_ENV
+from stacks.planner.engine_config_rules import engine_config_problems
 from stacks.planner.image_cards import ImageCard, card_file_name, card_for
 from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import ArgvItem, OptionTable, card_table, option_table, read_argv, read_serve_argv
@@ -253,6 +254,9 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     key = "serving.extra_args"
     items = read_argv(list(config.serving.extra_args), table)
     problems += scheduler_problems(config, items) + cross_option_problems(items)
+    engine_problems, engine_warnings = engine_config_problems(items)
+    problems += engine_problems
+    warnings += engine_warnings
     seen: dict[str, int] = {}
     words = list(config.serving.extra_args)
     ends = [later.index for later in items[1:]] + [len(words)] if items else []

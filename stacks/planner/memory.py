@@ -49,10 +49,11 @@ _ENGRAM_TABLE = re.compile(r"(^|\.)engram\.embed(_tokens)?\.")
 _REPLICATED = re.compile(
     r"(^|\.)attn\.(wq_a|wkv|fused_wqa_wkv)\.|(^|\.)compressor\.(wkv|wgate|fused_wkv_wgate)\.|"
     r"(^|\.)indexer\.(wq_b|weights_proj|wk)\.|(^|\.)ffn\.gate\.|norm\.|(^|\.)hc_|(^|\.)engram\.[qk]_weight$|"
-    r"(^|\.)mlp\.(gate|router)\.|(^|\.)self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.")
-"""Whole on every GPU. Hugging Face names too: the MoE router (`mlp.gate`, gpt-oss `mlp.router`: ReplicatedLinear /
-GateLinear) and MLA's down-projections (`q_a_proj` + `kv_a_proj_with_mqa`, vLLM's fused_qkv_a_proj with
-disable_tp=True in models/deepseek_v2.py)."""
+    r"(^|\.)(mlp|block_sparse_moe)\.(gate|router)\.|(^|\.)self_attn\.(q_a_proj|kv_a_proj_with_mqa)\.")
+"""Whole on every GPU. Hugging Face names too: the MoE router (`mlp.gate`, gpt-oss `mlp.router`, Mixtral
+`block_sparse_moe.gate`: ReplicatedLinear / GateLinear, vLLM mixtral.py:111, gate_linear.py:22) and MLA's
+down-projections (`q_a_proj` + `kv_a_proj_with_mqa`, vLLM's fused_qkv_a_proj with disable_tp=True in
+models/deepseek_v2.py)."""
 EMBEDDING = re.compile(r"(^|\.)(embed_tokens|lm_head|embed|head)\.weight$")
 """Vocabulary-parallel embedding and LM head: split over TP like dense weights, reported apart on a model card."""
 _LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")

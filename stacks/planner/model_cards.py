@@ -85,6 +85,8 @@ class ModelProfile:
     """(hidden_size, expert FFN size) of an MXFP4 MoE: vLLM pads both for its kernels (load_estimate.py)."""
     quantization: str | None = None
     """The checkpoint's quantization method (config.json `quantization_config.quant_method`), None if unquantized."""
+    model_type: str | None = None
+    """config.json's `model_type`: vLLM picks some quantization methods by it (stacks/planner/quantization_rules.py)."""
     dtype: str = "bfloat16"
     """The checkpoint's dtype as the card records it (`torch_dtype`)."""
     weight_files: tuple[str, ...] = ()
@@ -231,7 +233,8 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
             quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"),
-            thinking_kwarg=kwarg, weight_files=tuple(str(s["name"]) for s in w.get("shards") or ()))
+            thinking_kwarg=kwarg, model_type=card.get("model_type"),
+            weight_files=tuple(str(s["name"]) for s in w.get("shards") or ()))
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc})") from exc
 

@@ -37,12 +37,48 @@ STOP_SOURCE = ("the engine containers carry no `destroy_grace_seconds`, so the d
                "to stop the container before destroying\"); `docker rm -f` of a running engine container took "
                "under 1 s here (bench/container_stop.py, docs/speed.md), counted as 5 s for the GPUs' release")
 PAGE_CACHE_GB_PER_S = 1.0
-"""GB one rank's loader moves from the page cache to its GPU per second: a placeholder until
+"""GB one rank's default (one-thread) loader moves from the page cache to its GPU per second: a placeholder until
 bench/page_cache_load.py has run on a GPU node (docs/speed.md#outage-figures)."""
-PAGE_CACHE_SOURCE = ("NOT YET MEASURED on a GPU node: 1 GB/s per rank is a placeholder. bench/page_cache_load.py "
-                     "(safetensors `get_tensor` + copy to the GPU from a warm page cache, as vLLM 0.33.0's default "
-                     "loader) gave 0.38-1.24 GB/s on the CPU of a loaded 2-core VM, which is no node's figure; run it "
-                     "on a node (docs/speed.md#outage-figures)")
+PAGE_CACHE_SOURCE = ("NOT YET MEASURED on a GPU node: 1 GB/s per rank is a placeholder for vLLM's default "
+                     "one-thread loader. bench/page_cache_load.py (safetensors `get_tensor` + copy to the GPU from a "
+                     "warm page cache, as vLLM 0.33.0's default loader) gave 0.38-1.24 GB/s on the CPU of a loaded "
+                     "2-core VM, which is no node's figure; run it on a node (docs/speed.md#outage-figures)")
+MULTITHREAD_GB_PER_S = 4.0
+"""GB per second per rank with vLLM's multi-thread loader (`enable_multithread_load`): a cited figure."""
+MULTITHREAD_SOURCE = (
+    "cited, not measured here: vllm-project/vllm-omni#4896 (2026-07-06) loaded a 158 GB, 32-shard safetensors "
+    "checkpoint 99.9 % resident in the page cache (vmtouch) with vLLM's multi-thread iterator "
+    "(`multi_thread_safetensors_weights_iterator`, 'Multi-thread loading shards', 4 threads; vLLM 0.24.0), TP=2 + EP "
+    "on PCIe Gen5 GPUs: 25.43 s per rank at best, 39.82 s on the day's first run, i.e. 6.2 and 4.0 GB/s; the lower "
+    "is used. Each rank reads every shard in that iterator too (no EP filter: vLLM 0.33.0 "
+    "model_loader/default_loader.py:329-336). That run had 2 ranks per host; 8 ranks share a host's memory "
+    "bandwidth here")
+MULTITHREAD_HINT = ("serving.model_loader_extra_config: {enable_multithread_load: true} (vLLM 0.33.0 "
+                    "model_loader/default_loader.py:103-143: up to 8 threads read shards in parallel)")
+
+
+def multithread_load(argv: list[str] | None) -> bool:
+    """Does this argv turn on vLLM's multi-thread weight loader (`--model-loader-extra-config
+    '{"enable_multithread_load": true}'`, vLLM 0.33.0 default_loader.py:117, 329)? The last value counts, as in
+    argparse; a value that is no JSON object is not (vLLM refuses it: default_loader.py:98-102)."""
+    import json
+
+    words = list(argv or [])
+    found: object = None
+    for i, word in enumerate(words):
+        if word == "--model-loader-extra-config" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--model-loader-extra-config="):
+            found = word.split("=", 1)[1]
+    if not isinstance(found, str):
+        return False
+    try:
+        value = json.loads(found)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("enable_multithread_load") is True
+
+
 DISK_SOURCE = ("model.load_gb_per_s: the stack's figure for one node reading its share from disk, parsing "
                "included; the default 0.1 is an assumption (no measurement of a prod node: measure yours with "
                "bench/page_cache_load.py's cold row and set it)")
@@ -97,20 +133,22 @@ def ep_filtered(config: StackConfig) -> bool:
     return bool(par.expert and par.ep_weight_filter and not par.eplb.enabled)
 
 
-def rank_read_gb(config: StackConfig, profile: ModelProfile) -> float:
-    """What one rank's loader reads: the whole checkpoint, or with the EP weight filter its experts only."""
+def rank_read_gb(config: StackConfig, profile: ModelProfile, multithread: bool = False) -> float:
+    """What one rank's loader reads: the whole checkpoint, or with the EP weight filter its experts only. The
+    multi-thread loader takes no expert filter (vLLM 0.33.0 default_loader.py:329-336 passes no
+    `local_expert_ids`), so with it every rank reads everything."""
     total, experts = _weights(config, profile)
-    if not ep_filtered(config):
+    if multithread or not ep_filtered(config):
         return total
     par = config.parallelism
     return total - experts + experts / (par.data * par.tensor)
 
 
-def node_warm_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:
+def node_warm_gb(config: StackConfig, profile: ModelProfile, topo: Topology, multithread: bool = False) -> float:
     """What the busiest node's ranks read together, i.e. what its page cache must hold: every file, or with the
-    filter the non-expert weights plus the experts of its ranks."""
+    filter (default loader only) the non-expert weights plus the experts of its ranks."""
     total, experts = _weights(config, profile)
-    if not ep_filtered(config):
+    if multithread or not ep_filtered(config):
         return total
     par = config.parallelism
     ranks = max(n.gpus_used for n in topo.nodes)
@@ -149,19 +187,22 @@ def cold_outage(config: StackConfig, profile: ModelProfile, topo: Topology) -> O
     return Outage("cold", _common([load]), 0.0)
 
 
-def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, spare_gb: float | None = None
-                  ) -> Outage:
+def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, spare_gb: float | None = None,
+                  multithread: bool = False) -> Outage:
     """The restart after the staged warming. `spare_gb`: what the busiest node's page cache can hold beside the
     running engine (MemAvailable less its pinned host memory); None: assumed to hold the whole working set (the
     warming step reports what it warmed on every run)."""
-    warm_need = node_warm_gb(config, profile, topo)
+    warm_need = node_warm_gb(config, profile, topo, multithread)
     warm = warm_need if spare_gb is None else max(0.0, min(warm_need, spare_gb))
     held = warm / warm_need if warm_need else 1.0
-    per_rank = rank_read_gb(config, profile)
+    per_rank = rank_read_gb(config, profile, multithread)
     assumption = "" if spare_gb is not None else "; assumes the node's page cache holds all of it"
-    load = [Phase("load-page-cache", math.ceil(per_rank * held / PAGE_CACHE_GB_PER_S),
-                  f"{per_rank * held:.1f} GB per rank at {PAGE_CACHE_GB_PER_S:g} GB/s, ranks in parallel "
-                  f"({warm:.1f} of {warm_need:.1f} GB per node warmed{assumption})", PAGE_CACHE_SOURCE)]
+    rate, source = (MULTITHREAD_GB_PER_S, MULTITHREAD_SOURCE) if multithread else (PAGE_CACHE_GB_PER_S,
+                                                                                    PAGE_CACHE_SOURCE)
+    loader = "the multi-thread loader" if multithread else "the default loader"
+    load = [Phase("load-page-cache", math.ceil(per_rank * held / rate),
+                  f"{per_rank * held:.1f} GB per rank at {rate:g} GB/s ({loader}), ranks in parallel "
+                  f"({warm:.1f} of {warm_need:.1f} GB per node warmed{assumption})", source)]
     if held < 1.0:
         rest = disk_share_gb(config, profile, topo) * (1.0 - held)
         rate = config.model.load_gb_per_s
@@ -176,8 +217,17 @@ def engine_ready_floor_s(config: StackConfig, profile: ModelProfile, topo: Topol
     return sum(p.seconds for p in cold_outage(config, profile, topo).phases if p.name in ("load-disk", "start-up"))
 
 
-def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool) -> dict[str, Any]:
-    """`plan --json`'s `model.outage`: the restart the program performs (`applies`) and the other one."""
+def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool,
+                argv: list[str] | None = None) -> dict[str, Any]:
+    """`plan --json`'s `model.outage`: the restart the program performs (`applies`) and the other one. `argv`: the
+    head's rendered `vllm serve` words (which loader the ranks run). Where the default loader runs, `faster` says
+    what the staged restart would take with the multi-thread one, and how to turn it on."""
     cold = cold_outage(config, profile, topo)
-    warm = staged_outage(config, profile, topo)
-    return {"applies": "staged" if staged else "cold", "cold": cold.as_dict(), "staged": warm.as_dict()}
+    multithread = multithread_load(argv)
+    warm = staged_outage(config, profile, topo, multithread=multithread)
+    out: dict[str, Any] = {"applies": "staged" if staged else "cold", "cold": cold.as_dict(),
+                           "staged": warm.as_dict()}
+    if not multithread:
+        faster = staged_outage(config, profile, topo, multithread=True)
+        out["faster"] = {"total_s": faster.total_s, "how": MULTITHREAD_HINT, "staged": faster.as_dict()}
+    return out

@@ -13,12 +13,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import NodeConfig, StackConfig
-from stacks.model.errors import ConfigError
+from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import bracket_host
 from stacks.planner import deepep
 from stacks.planner.addresses import rank_port
 from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
 from stacks.planner.firewall import FirewallPlan, firewall_plan
+from stacks.planner.groups import GroupContext
 from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.image_cards import shadowed_cards
 from stacks.planner.launch import engine_containers
@@ -198,6 +199,8 @@ class Plan(_Frozen):
     """One entry per node: what one of its GPUs holds (stacks/planner/load_estimate.py `memory_table`)."""
     rehearsal: RehearsalPlan | None = None
     """A stack that declares no GPUs: what runs differently; None (and no `rehearsal` key in the JSON) otherwise."""
+    group: str | None = None
+    """The replica group this plan is of (stacks/planner/groups.py); None (no `group` key) for a stack without."""
 
     def node(self, name: str) -> NodePlan:
         return next(n for n in self.nodes if n.name == name)
@@ -208,11 +211,19 @@ class Plan(_Frozen):
 
     def to_json_dict(self) -> dict[str, Any]:
         # `rehearsal` only where there is one, so a GPU stack's plan stays as it was
-        return self.model_dump(mode="json", exclude=None if self.rehearsal is not None else {"rehearsal"})
+        exclude = {k for k in ("rehearsal", "group") if getattr(self, k) is None}
+        return self.model_dump(mode="json", exclude=exclude or None)
 
 
-def build_plan(stack: str, config: StackConfig) -> Plan:
-    """Validate and derive the whole plan; raises ConfigError with every problem at once."""
+def build_plan(stack: str, config: StackConfig, group: GroupContext | None = None) -> Plan:
+    """Validate and derive the whole plan; raises ConfigError with every problem at once. `group`: this config is
+    one replica group's (stacks/planner/groups.py `contexts`); a stack with `groups:` is planned group by group
+    (stacks/planner/stack_plan.py), never whole."""
+    if config.groups and group is None:
+        raise ConfigError(stack, [Problem("groups", [g.name for g in config.groups],
+                                          "this command plans a stack of one engine group; this stack has groups",
+                                          fix="python -m stacks plan <stack> plans each group; for this command, "
+                                              "remove groups: (it does not handle them yet)")])
     topo, profile, result = validate(config)
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
@@ -256,15 +267,16 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         model={"profile": profile.key, "served_name": config.model.served_name,
                "host_path": config.model.host_path, "container_path": config.model.container_path,
                "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo),
-               "outage": outage_plan(config, profile, topo, staged=any(c.module == "checks.page_cache"
-                                                                        for c in checks))},
+               "outage": outage_plan(config, profile, topo,
+                                     staged=any(c.module == "checks.page_cache" for c in checks),
+                                     argv=containers[topo.head.name][0].vllm_args)},
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
         nodes=nodes,
         checks=checks,
         listeners=table,
         firewall=firewall_plan(config, table),
-        proxy=proxy_plan(config),
+        proxy=proxy_plan(config, group),
         observability=(obs := observability_plan(stack, config, topo, containers)),
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
@@ -274,6 +286,7 @@ def build_plan(stack: str, config: StackConfig) -> Plan:
         summary=summary,
         memory=memory_table(config, profile, topo),
         rehearsal=rehearsal_plan(config, checks),
+        group=group.name if group else None,
     )
 
 
@@ -344,11 +357,11 @@ def check_client(config: StackConfig) -> str | None:
     return config.api.proxy.check_client or next(iter(config.proxy_keys))
 
 
-def proxy_plan(config: StackConfig) -> ProxyPlan | None:
+def proxy_plan(config: StackConfig, group: GroupContext | None = None) -> ProxyPlan | None:
     proxy = config.api.proxy
     if not proxy.enabled:
         return None
-    door = front_door(config)
+    door = front_door(config, group)
     return ProxyPlan(
         node=config.head.name, container=proxy.container_name, image=proxy.image.pull_ref,
         listen=f"{bracket_host(proxy.bind)}:{proxy.port}", tls=proxy.tls, server_name=proxy.server_name,

@@ -23,6 +23,7 @@ does not have that form raises `ProxyConfigError`; no value can add a directive,
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import json
@@ -36,7 +37,9 @@ from stacks.model.config import ProxyConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.field_types import URL_PATH, host_port, is_hostname
 from stacks.planner.addresses import api_bind, local_api_host, rank_port
+from stacks.planner.groups import GroupContext
 from stacks.planner.image_capabilities import get_capabilities
+from stacks.planner.rolling import FAIL_TIMEOUT_S, check_group_name
 from stacks.planner.topology import derive_topology
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -304,6 +307,9 @@ class FrontDoor:
     """Hybrid or external load balancing: the other API servers as (IP literal, port): every other node's (hybrid,
     on `serving.port`), or every other DP rank's own server (external, the head's on loopback too); nginx spreads
     requests over them and the head's own (least_conn)."""
+    server_groups: tuple[str, ...] = ()
+    """Replica groups (stacks/planner/rolling.py): each server's group, in `servers` order; empty outside groups.
+    With groups the upstream keeps no idle connections, so a drained group's connections end with its requests."""
 
     @property
     def servers(self) -> tuple[tuple[str, int], ...]:
@@ -323,9 +329,16 @@ class FrontDoor:
                           tuple(p for p in DENIED_PATHS if p not in allowed), BUILTIN_ROUTES.source))
 
 
-def front_door(config: StackConfig) -> FrontDoor:
-    return FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
+def front_door(config: StackConfig, group: GroupContext | None = None) -> FrontDoor:
+    """The front door of a stack, or of the group that holds it (`group`): then every other group's API server
+    is an upstream too, each server marked with its group (stacks/planner/groups.py)."""
+    door = FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
                      balanced_upstreams(config))
+    if group is None or not group.peers:
+        return door
+    own = (group.name,) * len(door.servers)
+    return dataclasses.replace(door, more_upstreams=(*door.more_upstreams, *((p.host, p.port) for p in group.peers)),
+                               server_groups=(*own, *(p.group for p in group.peers)))
 
 
 def balanced_upstreams(config: StackConfig) -> tuple[tuple[str, int], ...]:
@@ -437,12 +450,19 @@ def render_nginx_conf(door: FrontDoor, keys: Mapping[str, str], upstream_key: st
     add(f"    keepalive_timeout {KEEPALIVE_TIMEOUT_S}s;")
     add(f"    send_timeout {SEND_TIMEOUT_S}s;")
     add("    upstream vllm {")
-    if door.more_upstreams:
+    if door.more_upstreams or door.server_groups:
         add("        least_conn;")  # streamed answers hold a connection for minutes: count them, not requests
+    if door.server_groups and len(door.server_groups) != len(door.servers):
+        raise ProxyConfigError(f"{len(door.server_groups)} group names for {len(door.servers)} upstream servers")
+    for group in door.server_groups:
+        check_group_name(group)
+    # groups: nginx's default fail_timeout written out, the one the undrain waits for (stacks/planner/rolling.py)
+    failing = f" max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s" if door.server_groups else ""
     for host, port in door.servers:
         upstream = _address("upstream (serving.host)", host, port)
-        add(f"        server {_q('upstream', upstream)};")
-    add("        keepalive 32;")
+        add(f"        server {_q('upstream', upstream)}{failing};")
+    if not door.server_groups:  # groups: no idle connection may hold a drained group (stacks/planner/rolling.py)
+        add("        keepalive 32;")
     add("    }")
     add("    server {")
     # The public port is the stream server's; the client's address arrives in the PROXY protocol header.

@@ -7,6 +7,7 @@ import shlex
 import textwrap
 
 from stacks.planner.plan import NodePlan, Plan
+from stacks.planner.stack_plan import StackPlan
 
 SUMMARY_MAX_LINES = 25
 """The summary fits one screen whatever the node count: runs of nodes with one role collapse to one line."""
@@ -140,6 +141,21 @@ def render_plan(plan: Plan, full: bool = True) -> str:
     return "\n".join([*summary, "", SEPARATOR, "", render_detail(plan)])
 
 
+def render_stack(whole: StackPlan, full: bool = True) -> str:
+    """A stack without groups: its plan. With groups: what rolls and how, then every group's plan."""
+    if not whole.grouped:
+        return render_plan(whole.groups[0].plan, full)
+    roll = whole.rolling
+    members = ", ".join(f"{g.name} ({', '.join(n.name for n in g.plan.nodes)})" for g in whole.groups)
+    n = len(whole.groups)
+    lines = [f"stack {whole.stack}: {n} replica groups: {members}",
+             (f"a change rolls: {roll.why}; {n - 1} of {n} groups serve meanwhile" if roll.can_roll
+              else f"a change does not roll: {roll.why}"), ""]
+    for g in whole.groups:
+        lines += [f"{'#' * 30} group {g.name} {'#' * 30}", "", render_plan(g.plan, full), ""]
+    return "\n".join(lines).rstrip("\n")
+
+
 def render_detail(plan: Plan) -> str:
     t = plan.topology
     lines = [
@@ -164,7 +180,9 @@ def render_detail(plan: Plan) -> str:
                   f"{plan.head.containers[-1].name} last)")
     lines += ["", "start order: " + order,
               "on an image or launch change: pull on every node -> preflights -> argument dry run in the new "
-              "image on every node -> replace the whole group in start order", ""]
+              "image on every node -> replace the whole group in start order"
+              + ("" if plan.group else " (it cannot roll: one engine group spans every rank, so vLLM runs it "
+                 "fail-stop; declare replica groups to roll, docs/rolling.md)"), ""]
     for name in plan.start_order:
         node = plan.node(name)
         for c in node.containers:

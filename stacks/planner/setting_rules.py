@@ -3,12 +3,16 @@ value and the fix) or warned, each with the reason. Called from `validation.vali
 
 from __future__ import annotations
 
+import re
+
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.gpus import expected_memory_gb, memory_fits
 from stacks.planner.observability import supervisor_host, watch_host
 from stacks.planner.topology import Topology
 
+NUMACTL_CPUSET = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+"""numactl's CPU list syntax as vLLM 0.33.0 checks it (vllm/config/parallel.py:35)."""
 NCCL_LOG_SUBSYS = ("INIT", "NET")
 """NCCL_DEBUG_SUBSYS groups that print the lines `checks.nccl_transport` reads (`NET/IB : Using …`, `via NET/IB/…`,
 `GPU Direct RDMA …`); NCCL's default (INIT,BOOTSTRAP,ENV) prints them."""
@@ -151,6 +155,11 @@ def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
                                 f"{flags} without --numa-bind: vLLM 0.33.0 refuses it (\"numa_bind_nodes and "
                                 "numa_bind_cpus require numa_bind=True\", vllm/config/parallel.py:556-561)",
                                 fix="add --numa-bind, or drop the binding lists"))
+    problems += [Problem("serving.extra_args", f"--{dest.replace('_', '-')} {' '.join(items)}", why,
+                         upstream=f"ValueError (engine start-up, when ParallelConfig is built): {said} "
+                                  f"(vllm/config/parallel.py:{lines})", fix=fix)
+                 for dest, items in lists.items() if (bad := _numa_list_problem(dest, items)) is not None
+                 for why, said, lines, fix in [bad]]
     for dest, items in lists.items():
         flag = "--" + dest.replace("_", "-")
         for i, node in enumerate(config.nodes):
@@ -159,7 +168,8 @@ def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
                     "serving.extra_args", f"{flag} {' '.join(items)}",
                     f"lists {len(items)} entries and node {node.name} (nodes.{i}) has {node.gpus.count} GPUs: the "
                     f"worker of GPU {len(items)} fails at start-up (\"GPU index {len(items)} exceeds {dest} "
-                    f"size {len(items)}\", vllm/utils/numa_utils.py)",
+                    f"size {len(items)}\", vllm/utils/numa_utils.py:"
+                    f"{'238-242' if dest == 'numa_bind_nodes' else '314-318'})",
                     fix=f"one entry per GPU: {node.gpus.count} entries, in GPU order"))
                 break
             if len(items) > node.gpus.count:
@@ -167,3 +177,23 @@ def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
                                 f"{node.gpus.count} GPUs; vLLM uses the first {node.gpus.count}")
                 break
     return problems, warnings
+
+
+def _numa_list_problem(dest: str, items: list[str]) -> tuple[str, str, str, str] | None:
+    """(why, vLLM's error, its lines, fix) for a NUMA binding list ParallelConfig's validators refuse, or None
+    (a value that is not an int is the option-value check's)."""
+    if dest == "numa_bind_nodes":
+        if any(re.fullmatch(r"-\d+", node) for node in items):
+            return ("lists a negative NUMA node", "numa_bind_nodes must contain non-negative integers.", "484-493",
+                    "one NUMA node number (0, 1, …) per GPU, as `nvidia-smi topo -m` shows them")
+        return None
+    for cpuset in items:
+        if not NUMACTL_CPUSET.fullmatch(cpuset):
+            return (f"{cpuset!r} is not a numactl CPU list", "numa_bind_cpus entries must use numactl CPU list "
+                    "syntax, for example '0-3' or '0,2,4-7'.", "503-510", "one CPU list per GPU, e.g. 0-15 16-31")
+        for part in cpuset.split(","):
+            start, _, end = part.partition("-")
+            if end and int(start) > int(end):
+                return (f"{cpuset!r} has a descending range", f"numa_bind_cpus ranges must be ascending, but got "
+                        f"'{cpuset}'.", "511-518", f"{end}-{start} instead of {start}-{end}")
+    return None

@@ -42,8 +42,9 @@ from stacks.planner.network_rules import (
     proxy_rules,
     uniqueness_rules,
 )
+from stacks.planner.quantization_rules import effective_quantization, quantization_problems
 from stacks.planner.rehearsal import rehearsal_problems, rehearsal_warnings
-from stacks.planner.serve_options import engine_values, read_argv, speculative_fields
+from stacks.planner.serve_options import ArgvItem, engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
     backend_rules,
     endpoint_name_rules,
@@ -330,6 +331,9 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                         f"by weight quantization block_n = {block}.",
                         fix=f"expert: true (whole experts per rank), or TP x DP <= {ffn // block}"))
     result.problems += expert_model_rules(config, profile)
+    quant_problems, quant_warnings = quantization_problems(profile, _extra_items(config))
+    result.problems += quant_problems
+    result.warnings += quant_warnings
     ep = tp * (par.data if par.backend == "mp" else 1)
     if par.expert and profile.routed_experts and ep > profile.routed_experts:
         # fused_moe/expert_map_manager.py:67-69: experts // ep_size per rank, the rest one each from rank 0
@@ -523,16 +527,26 @@ def _hardware_rules(config: StackConfig, all2all_runs: bool, result: Validation)
                     if eplb.use_async else "torch_nccl (what runs), torch_gloo or nixl"))
 
 
+def _extra_items(config: StackConfig) -> list[ArgvItem]:
+    """serving.extra_args as the image's vLLM reads them (its card's option table)."""
+    return read_argv(list(config.serving.extra_args), table_for(config)[0])
+
+
 def _moonep_rules(config: StackConfig, profile: ModelProfile, result: Validation) -> None:
-    """MoonEP's own refusals in vLLM 0.33.0 (vllm/config/vllm.py:2106-2143), in that order."""
+    """MoonEP's own refusals in vLLM 0.33.0 (vllm/config/vllm.py:2106-2143), in that order. The quantization is
+    the one vLLM resolves (the checkpoint's, or --quantization's on an unquantized one: quantization_rules.py)."""
     par = config.parallelism
     add = result.problems.append
     dtype = config.serving.dtype if config.serving.dtype not in (None, "auto") else profile.dtype
-    if profile.quantization is not None:
-        add(Problem("parallelism.all2all_backend", "moonep", f"{profile.key} is quantized ({profile.quantization})",
-                    upstream="ValueError: The moonep all2all backend currently supports unquantized BF16 models only; "
-                    f"got quantization='{profile.quantization}'. Use a different --all2all-backend for quantized "
-                    "models. (vllm/config/vllm.py:2106-2116)", fix="deepep_low_latency or deepep_high_throughput"))
+    quant = effective_quantization(profile, _extra_items(config))
+    if quant is not None:
+        where = (f"models/{profile.key}.json: quantization.method {profile.quantization}"
+                 if profile.quantization is not None else "serving.extra_args: --quantization")
+        add(Problem("parallelism.all2all_backend", "moonep", f"{profile.key} runs quantized ({quant}, {where})",
+                    upstream="ValueError (engine start-up): The moonep all2all backend currently supports unquantized "
+                    f"BF16 models only; got quantization='{quant}'. Use a different --all2all-backend for quantized "
+                    "models. (vllm/config/vllm.py:2106-2116)", fix="deepep_low_latency or deepep_high_throughput"
+                    + ("" if profile.quantization is not None else ", or drop --quantization")))
     elif dtype not in ("bfloat16", "bf16"):
         add(Problem("parallelism.all2all_backend", "moonep", f"the model runs in {dtype}, MoonEP in bfloat16 only",
                     upstream=f"ValueError: The moonep all2all backend currently supports BF16 models only; got "

@@ -1,0 +1,155 @@
+"""Replica groups: several vLLM instances in one stack, each on its own nodes, behind one front door.
+
+A stack without `groups:` is one engine group: every rank of one DP/EP group, which vLLM runs fail-stop, so a
+change replaces it whole and the endpoint is down meanwhile (stacks/planner/outage.py). With `groups:` each group is
+planned exactly as a stack of its own nodes would be (its own topology, argv, checks, firewall) and the front door on
+the stack's head (the first group's head) spreads requests over every group's API server. A change then rolls:
+one group at a time is drained, replaced, checked and put back (stacks/planner/rolling.py), with N-1 of N groups
+serving. The same concept is meant to carry prefill/decode tiers and several models later: a group with its
+nodes, parallelism, role and model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stacks.model.config import GroupConfig, StackConfig
+from stacks.model.errors import Problem
+from stacks.planner.fabric import control_ip
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another group's API server, as the front door on the stack's head reaches it."""
+
+    group: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """What a group's plan needs to know about the others: its name and, for the group that holds the front door,
+    the other groups' API servers."""
+
+    name: str
+    index: int
+    peers: tuple[Peer, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rolling:
+    """Whether a change can replace one group at a time, and if not, why."""
+
+    can_roll: bool
+    why: str
+    groups: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        n = len(self.groups)
+        return {"can_roll": self.can_roll, "why": self.why, "groups": list(self.groups),
+                "capacity_during_change": f"{n - 1} of {n} groups" if self.can_roll else "none"}
+
+
+def group_problems(config: StackConfig) -> list[Problem]:
+    """What is wrong with `groups:` itself (names, node membership, what groups do not support yet)."""
+    groups = config.groups
+    if not groups:
+        return []
+    problems: list[Problem] = []
+    names = [n.name for n in config.nodes]
+    if len(groups) == 1:
+        problems.append(Problem("groups", [g.name for g in groups], "one group is the stack itself",
+                                fix="remove groups:, or list two or more groups"))
+    seen_groups: set[str] = set()
+    owner: dict[str, str] = {}
+    for i, group in enumerate(groups):
+        if group.name in seen_groups:
+            problems.append(Problem(f"groups.{i}.name", group.name, "another group has this name",
+                                    fix="give every group its own name"))
+        seen_groups.add(group.name)
+        for j, node in enumerate(group.nodes):
+            key = f"groups.{i}.nodes.{j}"
+            if node not in names:
+                problems.append(Problem(key, node, "no node of this name in nodes[]",
+                                        fix=f"one of {', '.join(names)}"))
+            elif node in owner:
+                problems.append(Problem(key, node, f"node {node} is already in group {owner[node]}: a node serves "
+                                        "one group", fix="list each node in exactly one group"))
+            else:
+                owner[node] = group.name
+    missing = [n for n in names if n not in owner]
+    if missing:
+        problems.append(Problem("groups", [g.name for g in groups],
+                                f"node(s) {', '.join(missing)} are in no group and would sit idle",
+                                fix="add them to a group, or remove them from nodes[]"))
+    if groups[0].nodes and groups[0].nodes[0] in names and groups[0].nodes[0] != names[0]:
+        problems.append(Problem("groups.0.nodes.0", groups[0].nodes[0],
+                                f"the first group's head must be the stack's head, {names[0]} (nodes[0]): the front "
+                                "door runs there", fix=f"start groups[0].nodes with {names[0]}, or reorder nodes[]"))
+    if config.observability.enabled:
+        problems.append(Problem("observability.enabled", True, "monitoring of a stack with groups is not built yet",
+                                fix="observability.enabled: false, or remove groups:"))
+    for i, group in enumerate(groups):
+        par = group.parallelism or config.parallelism
+        if par.dp_load_balancing != "internal":
+            where = f"groups.{i}.parallelism" if group.parallelism else "parallelism"
+            problems.append(Problem(f"{where}.dp_load_balancing", par.dp_load_balancing,
+                                    "hybrid or external load balancing inside a group is not built yet",
+                                    fix="internal (the front door spreads requests over the groups)"))
+    return problems
+
+
+def group_config(config: StackConfig, index: int) -> StackConfig:
+    """The config of group `index` as a stack of its own: its nodes in its order, its parallelism, no groups. Only
+    the first group keeps the front door; another group's vLLM binds its head's control-plane address where the
+    stack's binds loopback behind the front door, so that the front door can reach it."""
+    group = config.groups[index]
+    by_name = {n.name: n for n in config.nodes}
+    update: dict[str, Any] = {"nodes": [by_name[n] for n in group.nodes], "groups": [],
+                              "parallelism": group.parallelism or config.parallelism}
+    if index > 0:
+        proxy = config.api.proxy
+        update["api"] = config.api.model_copy(update={"proxy": proxy.model_copy(update={"enabled": False})})
+        head = by_name[group.nodes[0]]
+        if proxy.enabled and config.serving.host in LOOPBACK:
+            host = str(control_ip(config, head) or head.management_ip)
+            update["serving"] = config.serving.model_copy(update={"host": host})
+    # model_copy, not a new validation: the parts were validated as the stack's, secret markers included
+    return config.model_copy(update=update)
+
+
+def front_door_peers(config: StackConfig) -> tuple[Peer, ...]:
+    """Every other group's API server, where the front door on the stack's head reaches it."""
+    peers = []
+    for i in range(1, len(config.groups)):
+        sub = group_config(config, i)
+        peers.append(Peer(config.groups[i].name, sub.serving.host, sub.serving.port))
+    return tuple(peers)
+
+
+def contexts(config: StackConfig) -> list[tuple[GroupConfig, StackConfig, GroupContext]]:
+    """Per group: its entry, its config as a stack of its own, and what its plan must know of the others."""
+    peers = front_door_peers(config) if config.api.proxy.enabled else ()
+    return [(g, group_config(config, i), GroupContext(g.name, i, peers if i == 0 else ()))
+            for i, g in enumerate(config.groups)]
+
+
+def rolling(config: StackConfig) -> Rolling:
+    """Can an image or argv change replace one group at a time, with the others serving?"""
+    if not config.groups:
+        par = config.parallelism
+        shape = f"DP{par.data} x TP{par.tensor} x PP{par.pipeline}" + (" with EP" if par.expert else "")
+        return Rolling(False, f"one engine group spans every rank ({shape} over {len(config.nodes)} node(s)); vLLM "
+                       "runs it fail-stop, so a change replaces it whole. To roll, declare independent replica "
+                       "groups (groups:, docs/rolling.md)", ("(all)",))
+    names = tuple(g.name for g in config.groups)
+    if not config.api.proxy.enabled:
+        return Rolling(False, "no front door (api.proxy.enabled: false): clients call a group directly, so "
+                       "taking one out would fail their requests; a change replaces the groups one at a time "
+                       "without draining them", names)
+    return Rolling(True, f"{len(names)} independent groups behind the front door: each is drained, replaced, "
+                   "checked and put back in turn", names)
