@@ -27,7 +27,11 @@ Sections:
   own validators accept, tried here against pydantic: the value, the value as a string, the name, the name in
   lower case);
 - routes: the OpenAI server app's routes (method + path), built with vLLM's own build_app for each task set;
-- registries (cheap extras): quantization methods, tool/reasoning parsers, model architectures, env var names.
+- registries (cheap extras): quantization methods, tool/reasoning parsers, model architectures, env var names;
+- load_formats (probe 3): every `--load-format` the image's vLLM registers (its loader registry, after the general
+  plugins ran, as EngineArgs does), each with its loader class and the optional packages that loader imports
+  (LOADER_PACKAGES below, read from vLLM 0.33.0's loaders) and whether this interpreter has them
+  (importlib.util.find_spec, the distribution's version); safetensors_load_strategies and the packages they need.
 """
 
 import contextlib
@@ -45,7 +49,7 @@ from collections import abc as collections_abc
 from collections.abc import Iterator
 from typing import Any
 
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 T0 = time.monotonic()
 CARD: dict[str, Any] = {"probe_version": PROBE_VERSION, "errors": {}, "timings_s": {}}
 
@@ -731,6 +735,67 @@ with section("registries.env_vars"):
 
     REG["env_vars"] = sorted(getattr(venvs, "environment_variables", {}) or {})
 CARD["registries"] = REG
+
+LOADER_PACKAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    # load format -> (import name, distribution) of each optional package its loader imports (vLLM 0.33.0)
+    "fastsafetensors": (("fastsafetensors", "fastsafetensors"),),  # model_loader/weight_utils.py:61-65, 1330
+    "instanttensor": (("instanttensor", "instanttensor"),),  # weight_utils.py:1402-1407
+    "runai_streamer": (("runai_model_streamer", "runai-model-streamer"),),  # weight_utils.py:55-59
+    "runai_streamer_sharded": (("runai_model_streamer", "runai-model-streamer"),),  # sharded_state_loader.py:257
+    "tensorizer": (("tensorizer", "tensorizer"),),  # model_loader/tensorizer.py:34-45
+    "modelexpress": (("modelexpress", "modelexpress"),),  # model_loader/modelexpress_loader.py:15-30
+}
+STRATEGY_PACKAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    "torchao": (("torchao", "torchao"),),  # weight_utils.py:1216-1221 (torchao >= 0.15.0)
+}
+
+
+def _package(module: str, dist: str) -> dict[str, Any]:
+    """Whether this interpreter can import `module` (without importing it) and its distribution's version."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    try:
+        version: str | None = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {"module": module, "found": found, "version": version if found else None}
+
+
+with section("load_formats"):
+    try:
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()  # plugins register their loaders here (EngineArgs.__post_init__ does the same)
+    except Exception as exc:
+        _err("load_formats.plugins", exc)
+    from vllm.model_executor import model_loader as _ml
+
+    _registry = getattr(_ml, "_LOAD_FORMAT_TO_MODEL_LOADER", None)
+    if isinstance(_registry, dict):
+        _formats = {str(k): f"{v.__module__}.{v.__qualname__}" for k, v in _registry.items()}
+        CARD["load_formats_source"] = "vllm.model_executor.model_loader._LOAD_FORMAT_TO_MODEL_LOADER"
+    else:
+        import typing
+
+        _formats = {str(k): "" for k in typing.get_args(_ml.LoadFormats)}  # loader unknown
+        CARD["load_formats_source"] = "vllm.model_executor.model_loader.LoadFormats (no registry found)"
+    CARD["load_formats"] = {
+        name: {"loader": loader, "packages": {dist: _package(module, dist)
+                                              for module, dist in LOADER_PACKAGES.get(name, ())}}
+        for name, loader in sorted(_formats.items())}
+with section("safetensors_load_strategies"):
+    import typing
+
+    from vllm.config import load as _load
+
+    CARD["safetensors_load_strategies"] = {
+        str(name): {"packages": {dist: _package(module, dist) for module, dist in STRATEGY_PACKAGES.get(name, ())}}
+        for name in typing.get_args(_load.SafetensorsLoadStrategy)}
 
 CARD["timings_s"]["total"] = round(time.monotonic() - T0, 3)
 if not CARD["errors"]:

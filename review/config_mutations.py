@@ -198,7 +198,9 @@ def _str_candidates(kind: str, current: Any, key: str) -> list[str]:
         "POSIX user": lambda: ["deploy", "ops"],
         "vLLM name [A-Za-z0-9_.-]": lambda: ["auto", "fp8", "bfloat16", "deepseek_v4", "deepseek_v41", "deepseek_v3",
                                              "hermes", "slow", "fp8_e4m3"],
-        "identifier [a-z0-9_]": lambda: [f"{cur}_x"] if cur else ["x"],
+        "identifier [a-z0-9_]": lambda: [f"{cur}_x"] if cur else (
+            ["enable_weights_track"] if key.endswith("model_loader_extra_config") else ["x"]),
+        "vLLM load format [a-z0-9_]": lambda: ["safetensors", "fastsafetensors"],
         "env value (one line)": lambda: [f"{cur}x" if cur else "1"],
         "Docker tag": lambda: [f"{cur[:120]}-x"] if cur else ["v0.33.0"],
         "sha256 digest": lambda: ["sha256:" + "ab" * 32, "sha256:" + "cd" * 32],
@@ -245,7 +247,9 @@ def _number_candidates(desc: Desc, current: Any) -> list[Any]:
     return out
 
 
-def _json_candidates(current: Any) -> list[Any]:
+def _json_candidates(current: Any, key: str = "") -> list[Any]:
+    if current is None and key.endswith("model_loader_extra_config"):  # its default loader reads booleans
+        return [True]
     if isinstance(current, bool):
         return [not current]
     if isinstance(current, int | float):
@@ -267,7 +271,7 @@ def candidates(desc: Desc, current: Any, key: str = "") -> list[Any]:
     elif desc.kind == "str":
         out = _str_candidates(desc.name, current, key)
     elif desc.kind == "json":
-        out = _json_candidates(current)
+        out = _json_candidates(current, key)
     elif desc.kind == "list" and desc.item is not None:
         items = list(current or [])
         if desc.name == "[soft, hard]":  # a pair, not a growing list

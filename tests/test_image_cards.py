@@ -111,7 +111,7 @@ def test_the_card_decides_as_vllms_own_parser(case: dict[str, Any]) -> None:
     ["--seed", "7"], ["--max-num-queued-tokens", "32k"], ["--max-num-active-seqs", "4"],
     ["--compilation-config", '{"mode": 3, "pass_config": {"fuse_norm_quant": true}}'],
     ["--compilation-config.cudagraph_mode", "FULL"], ["--attention-config", '{"flash_attn_version": 3}'],
-    ["--structured-outputs-config", '{"backend": "auto"}'], ["--model-loader-extra-config", "plain-string"],
+    ["--structured-outputs-config", '{"backend": "auto"}'],
     ["--enable-log-requests"],
 ])
 def test_v033_card_accepts_what_vllm_accepts(words: list[str], h20_values: dict[str, Any]) -> None:

@@ -68,6 +68,11 @@ class Quantization(_Part):
     """FP8 block sizes: 0 would divide by zero in vLLM's block check and in the plan's."""
 
 
+class Shard(_Part):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]{0,254}$")]
+    """A weight file as the index names it, relative to the model directory (the load-format rules match it)."""
+
+
 class Weights(_Part):
     experts_bytes: Bytes
     dense_bytes: Bytes
@@ -78,6 +83,8 @@ class Weights(_Part):
     first_stage_bytes: StageBytes | None = None
     last_stage_bytes: StageBytes | None = None
     source: Annotated[str, Field(max_length=4096)]
+    shards: Annotated[list[Shard], Field(max_length=1 << 16)] | None = None
+    """The weight files the card was read from; empty where it was synthesized or assumed."""
 
 
 class Serving(_Part):

@@ -36,6 +36,8 @@ from stacks.model.field_types import (
     IfName,
     ImageRef,
     IpAddress,
+    LoaderOptionValue,
+    LoadFormatName,
     ModelCardName,
     NodeName,
     ParserName,
@@ -371,6 +373,16 @@ class ServingConfig(_Model):
     reasoning_parser: ParserName | None = Field(default=None, description="default: the profile's")
     auto_tool_choice: bool = Field(default=True, description="--enable-auto-tool-choice")
     engine_ready_timeout_s: int = Field(default=3600, ge=60, le=172_800, description="VLLM_ENGINE_READY_TIMEOUT_S")
+    load_format: LoadFormatName = Field(
+        default="auto", description="--load-format: how vLLM reads the weights (docs/speed.md); one the image card "
+        "lists whose packages the image has and whose files the model directory holds; auto renders no flag")
+    safetensors_load_strategy: Literal["lazy", "eager", "prefetch", "torchao"] | None = Field(
+        default=None, description="--safetensors-load-strategy (vllm/config/load.py:14, 65-86): lazy (mmap), eager "
+        "(whole files into RAM), prefetch (into the page cache first), torchao (torchao checkpoints); unset: vLLM's "
+        "own choice (prefetch on NFS/Lustre when the files fit in RAM)")
+    model_loader_extra_config: dict[Identifier, LoaderOptionValue] = Field(
+        default_factory=dict, max_length=8, description="--model-loader-extra-config: the keys the chosen loader "
+        "reads in vLLM 0.33.0, each with its type (docs/speed.md lists them); empty renders no flag")
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list, max_length=200,
         description="more `vllm serve` argv words, one per item; no flag the config manages")

@@ -139,6 +139,34 @@ def _no_credentials(value: str) -> str:
 EnvValue = Annotated[str, Kind("env value (one line)"), Field(max_length=4096), AfterValidator(_no_control),
                      AfterValidator(_no_credentials)]
 """One line, at most 4096 characters: Docker passes env as `NAME=value` lines."""
+LoadFormatName = Annotated[str, Kind("vLLM load format [a-z0-9_]"), _pattern(
+    r"[a-z][a-z0-9_]{0,63}", "a vLLM load format: 1-64 of a-z 0-9 _, lower case (the names the image card lists "
+    "under load_formats)", "safetensors")]
+_LOADER_TEXT = re.compile(r"[A-Za-z0-9._~:/%{}@+=-]{1,1024}")
+
+
+def _loader_value(value: Any) -> Any:
+    """One check per value, so a wrong one gets one message (a union would report every branch)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > 2**53:
+            raise refuse("is a number too large for JSON", "an integer within +-2**53")
+        return value
+    if isinstance(value, str):
+        if not _LOADER_TEXT.fullmatch(value):
+            raise refuse("is not a loader option string: 1-1024 of A-Z a-z 0-9 . _ ~ : / % { } @ + = - (a path, URL "
+                         "or file-name pattern; no spaces, quotes, ';', control or non-ASCII characters)",
+                         "e.g. s3://bucket/model-%03d.tensors")
+        return _no_credentials(value)
+    raise refuse("is not a boolean, an integer or a string (the loaders of vLLM 0.33.0 read no other JSON here)",
+                 "true/false, a whole number, or one string")
+
+
+LoaderOptionValue = Annotated[bool | Annotated[int, Field(ge=-(2**53), le=2**53)] | str,
+                              Kind("boolean, integer or string"), BeforeValidator(_loader_value)]
+"""A `serving.model_loader_extra_config` value: the loaders of vLLM 0.33.0 read only booleans, integers and strings
+(stacks/planner/load_formats.py checks each key against the chosen loader); no nested JSON."""
 Tag = Annotated[str, Kind("Docker tag"), _pattern(
     r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "a Docker tag: 1-128 of A-Z a-z 0-9 _ . -, not starting with . or -",
     "v0.33.0")]

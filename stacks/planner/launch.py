@@ -22,6 +22,7 @@ from stacks.planner.container_spec import (
 )
 from stacks.planner.fabric import control_ip, node_env
 from stacks.planner.listeners import RAY_PORTS
+from stacks.planner.load_formats import load_flags
 from stacks.planner.model_cards import ModelProfile
 from stacks.planner.topology import NodeTopology, Role, Topology
 
@@ -106,6 +107,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
         args += ["--reasoning-parser", reasoning]
     if profile.vision and not config.vision:
         args.append("--language-model-only")
+    args += load_flags(config)
     if config.speculative is not None:
         spec = {
             "method": config.speculative.method,

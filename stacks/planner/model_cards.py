@@ -89,6 +89,9 @@ class ModelProfile:
     """config.json's `model_type`: vLLM picks some quantization methods by it (stacks/planner/quantization_rules.py)."""
     dtype: str = "bfloat16"
     """The checkpoint's dtype as the card records it (`torch_dtype`)."""
+    weight_files: tuple[str, ...] = ()
+    """The weight files the card was read from (`weights.shards`); empty where the card synthesized or assumed
+    them, so the load-format rules cannot check the model directory's file layout (stacks/planner/load_formats.py)."""
     thinking_kwarg: str | None = None
     """The card's `serving.thinking_kwarg` (one of THINKING_KWARGS) when given; else derived from the parser."""
 
@@ -230,7 +233,8 @@ def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
             mxfp4_experts=(int(card["hidden_size"]), int(moe["expert_ffn_size"]))
             if moe and (card.get("quantization") or {}).get("method") == "mxfp4" else None,
             quantization=(card.get("quantization") or {}).get("method"), dtype=str(card.get("dtype") or "bfloat16"),
-            thinking_kwarg=kwarg, model_type=card.get("model_type"))
+            thinking_kwarg=kwarg, model_type=card.get("model_type"),
+            weight_files=tuple(str(s["name"]) for s in w.get("shards") or ()))
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise CardProblem(f"{where}: not a model card ({type(exc).__name__}: {exc})") from exc
 

@@ -22,6 +22,7 @@ from stacks.planner.image_cards import ImageCard
 from stacks.planner.launch import restart_policy_warnings
 from stacks.planner.load_balancing import load_balancing_rules
 from stacks.planner.load_estimate import engine_memory, estimated_load_s
+from stacks.planner.load_formats import load_rules
 from stacks.planner.managed_options import argv_problems, env_problems, image_card, table_for
 from stacks.planner.memory import GpuMemory
 from stacks.planner.model_cards import (
@@ -137,6 +138,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     _weights_source_rules(config, result)
     _observability_rules(config, result)
     _free_form_rules(config, image, result)
+    loading_problems, loading_warnings = load_rules(config, profile, carded)
+    result.problems += loading_problems
+    result.warnings += loading_warnings
     result.problems += fabric_problems(config)
     result.problems += rehearsal_problems(config)
     result.warnings += restart_policy_warnings(config) + rehearsal_warnings(config)
