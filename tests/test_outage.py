@@ -135,7 +135,7 @@ def test_the_multi_thread_loader_uses_its_cited_rate_and_says_where_it_comes_fro
 
 def test_a_stack_that_turns_the_multi_thread_loader_on_plans_with_it() -> None:
     values = copy.deepcopy(read_stack_values("prod"))
-    values["serving"]["extra_args"] = [*values["serving"].get("extra_args", []), *MULTITHREAD]
+    values["serving"]["model_loader_extra_config"] = {"enable_multithread_load": True}
     plan = build_plan("prod", parse_config("prod", values))
     outage = plan.model["outage"]
     assert "faster" not in outage  # nothing faster to suggest
