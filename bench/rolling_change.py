@@ -15,12 +15,9 @@ gets no complete 200 answer (a refused connection, a 5xx, a cut stream).
   this host's firewall, so nginx passes new requests to the other group; requests in flight answered), `docker rm
   -f`, the new container, /health and the golden question on the group's own port, the undrain script.
 
-nginx reaches the engines on 127.0.0.2 (the only address the drain rules name); the checks on 127.0.0.1. The
-rules go into this machine's nftables (table `inet vllm_cluster_drain`, only this run's ports) and are deleted by
-the undrain or at exit.
-
-Prints one JSON line per mode and a markdown table (requests, failed, seconds, the slowest request).
-Needs root or the docker group, nginx (`make services`), and the test venv (httpx).
+nginx reaches the engines on 127.0.0.2 (the only address the drain rules name), its workers as www-data; the
+checks (root, whom the rules let through) on 127.0.0.1. The rules go into this machine's nftables (table
+`inet vllm_cluster_drain`, only this run's ports) and are deleted by the undrain or at exit.
 """
 
 from __future__ import annotations
@@ -200,6 +197,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        work.chmod(0o755)
         build_image(old, work, with_vllm=False, files={STANDIN: "/standin.py"})
         docker("tag", old, new)
         try:
@@ -212,8 +210,9 @@ def main() -> int:
                                            more_upstreams=((UPSTREAM, ports["b"]),), server_groups=GROUPS)
                 site = work / mode.replace(" ", "-")
                 site.mkdir()
+                site.chmod(0o777)  # nginx's workers run as www-data, as in the nginx images (never root)
                 tls = make_certificate(site)
-                conf = write_conf(site, door, 0, tls)
+                conf = write_conf(site, door, 0, tls, workers_as="www-data")
                 for g in GROUPS:
                     start(f"{prefix}-{g}", old, ports[g], 0)
                 for g in GROUPS:

@@ -45,12 +45,15 @@ def make_certificate(directory: Path, address: str | None = None) -> Tls:
     return tls
 
 
-def runtime(directory: Path, tls: Tls | None) -> NginxRuntime:
+def runtime(directory: Path, tls: Tls | None, workers_as: str | None = None) -> NginxRuntime:
+    """`workers_as`: the user nginx's workers run as (default: root when the tests run as root, as nginx's own
+    default user may not reach the test's files); the directory must then be open to that user."""
     return NginxRuntime(
         pid=str(directory / "nginx.pid"), access_log=str(directory / "access.log"),
         error_log=str(directory / "error.log"), temp_dir=str(directory),
         cert=str(tls.cert) if tls else "/nonexistent.crt", key=str(tls.key) if tls else "/nonexistent.key",
-        user="root" if os.geteuid() == 0 else None, worker_processes="1", front_socket=str(directory / "front.sock"),
+        user=workers_as or ("root" if os.geteuid() == 0 else None), worker_processes="1",
+        front_socket=str(directory / "front.sock"),
         stream_module=STREAM_MODULE if os.path.exists(STREAM_MODULE) else None)
 
 
@@ -60,10 +63,10 @@ def nginx_test(conf_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def write_conf(directory: Path, proxy: ProxyConfig | FrontDoor, upstream_port: int, tls: Tls | None,
-               keys: dict[str, str] | None = None) -> Path:
+               keys: dict[str, str] | None = None, workers_as: str | None = None) -> Path:
     """A bare ProxyConfig gets the built-in deny list and a 127.0.0.1 upstream; a FrontDoor is used as is."""
     door = proxy if isinstance(proxy, FrontDoor) else FrontDoor.of(proxy, upstream_port)
-    conf = render_nginx_conf(door, keys or CLIENT_KEYS, UPSTREAM_KEY, runtime(directory, tls))
+    conf = render_nginx_conf(door, keys or CLIENT_KEYS, UPSTREAM_KEY, runtime(directory, tls, workers_as))
     path = directory / "nginx.conf"
     path.write_text(conf)
     return path

@@ -10,11 +10,13 @@ that moment gets no answer (bench/rolling_change.py measured it: 1 failed reques
 
 - the front door opens a new connection to the engines for every request when a stack has groups (no upstream
   `keepalive`, stacks/planner/proxy.py), so no idle connection to a group outlives its last request;
-- drain: an nftables rule on the front door's host refuses *new* connections to the group's API servers (`ct state
-  new`, TCP reset). nginx then passes each new request to the next server: a refused connection has sent nothing,
-  which nginx retries even for POST (`proxy_next_upstream error`, default; nginx docs: a non-idempotent request is
-  not passed on only "if a request has been sent to an upstream server"). Requests already running keep their
-  connections; the drain waits, at most `bound_s`, until no established connection to the group is left (`ss`);
+- drain: an nftables rule on the front door's host refuses *new* connections from non-root processes to the group's
+  API servers (`meta skuid != 0`, `ct state new`, TCP reset): nginx's workers never run as root, while the group's
+  own check (`docker exec` into its engine, as root) still reaches it on the same address. nginx then passes each
+  new request to the next server: a refused connection has sent nothing, which nginx retries even for POST
+  (`proxy_next_upstream error`, default; nginx docs: a non-idempotent request is not passed on only "if a request
+  has been sent to an upstream server"). Requests already running keep their connections; the drain waits, at
+  most `bound_s`, until no established connection to the group is left (`ss`);
 - undrain: the rule is deleted; then it waits until nginx sends the group requests again (an established
   connection to it) or `fail_timeout` has passed (the refused connections marked the group's servers unavailable
   for that long): draining the next group before that would leave nginx no server at all.
@@ -87,8 +89,8 @@ def drain_script(group: str, servers: Sequence[tuple[str, int]], bound_s: int = 
     ]
     quoted = f'"{comment}"'
     for family, address, port in _servers(servers):
-        lines.append(f"nft add rule {table} output {family} daddr {address} tcp dport {port} ct state new "
-                     f"reject with tcp reset comment {shlex.quote(quoted)} || "
+        lines.append(f"nft add rule {table} output meta skuid != 0 {family} daddr {address} tcp dport {port} "
+                     f"ct state new reject with tcp reset comment {shlex.quote(quoted)} || "
                      f"{{ echo {shlex.quote(f'drain {group}: nft refused the rule for {address} port {port}')}; "
                      "exit 1; }")
     query = _query(servers)
