@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from checks.api import tls_context  # noqa: E402
 from stacks.model.config import ProxyConfig, ProxyLimits  # noqa: E402
 from stacks.planner.proxy import FrontDoor  # noqa: E402
 from stacks.planner.rolling import drain_script, undrain_script  # noqa: E402
+from tests.client_load import Load  # noqa: E402
 from tests.docker_harness import build_image, docker_ready, remove_image  # noqa: E402
 from tests.nginx_harness import (  # noqa: E402
     CLIENT_KEYS,
@@ -91,60 +90,6 @@ def serving(port: int) -> None:
         answer = r.json()["choices"][0]["message"]["content"] if r.status_code == 200 else None
         if answer != "323":
             raise RuntimeError(f"golden question on port {port}: {r.status_code} {answer!r}")
-
-
-@dataclasses.dataclass
-class Load:
-    """Client threads through the front door, counting every request and every failure (with why)."""
-
-    url: str
-    pem: str
-    clients: int
-    sent: int = 0
-    failed: list[str] = dataclasses.field(default_factory=list)
-    slowest_s: float = 0.0
-    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def one(self, client: httpx.Client, stream: bool) -> str | None:
-        body = {"model": "DeepSeek-V4.1-Flash", "stream": stream, "max_tokens": 16,
-                "messages": [{"role": "user", "content": "17*19?"}]}
-        headers = {"Authorization": f"Bearer {CLIENT_KEYS['team-a']}"}
-        try:
-            if not stream:
-                r = client.post("/v1/chat/completions", json=body, headers=headers)
-                return None if r.status_code == 200 else f"HTTP {r.status_code}"
-            with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
-                if r.status_code != 200:
-                    return f"HTTP {r.status_code}"
-                lines = [line for line in r.iter_lines() if line.startswith("data:")]
-                return None if lines and lines[-1] == "data: [DONE]" else "stream cut before [DONE]"
-        except httpx.HTTPError as exc:
-            return type(exc).__name__
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, verify=tls_context(self.pem), timeout=60) as client:
-            stream = False
-            while not self.stop.is_set():
-                began = time.monotonic()
-                why = self.one(client, stream)
-                with self.lock:
-                    self.sent += 1
-                    self.slowest_s = max(self.slowest_s, time.monotonic() - began)
-                    if why:
-                        self.failed.append(why)
-                stream = not stream
-
-    def __enter__(self) -> Load:
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(self.clients)]
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=90)
 
 
 def change(mode: str, ports: dict[str, int], new: str, load_s: float, bound_s: int, prefix: str
@@ -217,7 +162,8 @@ def main() -> int:
                     start(f"{prefix}-{g}", old, ports[g], 0)
                 for g in GROUPS:
                     serving(ports[g])
-                with running_nginx(conf, front), Load(f"https://localhost:{front}", tls.pem, args.clients) as load:
+                with running_nginx(conf, front), Load(f"https://localhost:{front}", tls.pem, CLIENT_KEYS["team-a"],
+                                                      "DeepSeek-V4.1-Flash", args.clients) as load:
                     time.sleep(args.settle_s)  # load before the change: pacing, not a wait on a condition
                     began = time.monotonic()
                     detail = change(mode, ports, new, args.load_s, args.drain_bound_s, prefix)

@@ -121,6 +121,8 @@ def undrain_script(group: str, servers: Sequence[tuple[str, int]], settle_s: int
         "| sed -n 's/.*# handle \\([0-9][0-9]*\\)$/\\1/p')",
         f"[ -n \"$handles\" ] || {{ echo {shlex.quote(f'undrain {group}: it was not drained')}; exit 3; }}",
         f"for h in $handles; do nft delete rule {table} output handle \"$h\" || exit 1; done",
+        # the last group back: no table of ours left behind (a destroy leaves the node as it found it)
+        f"nft list table {table} | grep -qF 'comment \"vllm-cluster group:' || nft delete table {table}",
         f"deadline=$(( $(date +%s) + {settle_s} ))",
         f"until [ \"$(ss -Htn state established {query} | wc -l)\" -gt 0 ]; do",
         f'  [ "$(date +%s)" -ge "$deadline" ] && {{ echo "undrain {group}: back in the upstreams (no request within '
