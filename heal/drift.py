@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from stacks.model.masking import mask_secrets
 from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
@@ -52,8 +53,9 @@ class DriftRow:
         return self.kind not in INFORMATIVE
 
     def as_dict(self) -> dict[str, str | bool]:
-        return {"node": self.node, "container": self.container, "kind": self.kind, "plan": self.plan,
-                "found": self.found, "blocking": self.blocking}
+        """The row for `drift --json`, each text masked (a hand-set argv or label may hold a credential)."""
+        return {"node": self.node, "container": self.container, "kind": self.kind, "plan": mask_secrets(self.plan),
+                "found": mask_secrets(self.found), "blocking": self.blocking}
 
 
 def _env(items: list[str] | None) -> dict[str, str]:
@@ -358,8 +360,8 @@ def argv_difference(plan: list[str], found: list[str], context: int = 2) -> tupl
 def table(rows: list[DriftRow]) -> str:
     """A plain-text table, one row per difference."""
     head = ("NODE", "CONTAINER", "KIND", "PLAN", "FOUND")
-    cells = [head, *((r.node, r.container, r.kind + ("" if r.blocking else " (info)"), r.plan, r.found)
-                     for r in rows)]
+    cells = [head, *((r.node, r.container, r.kind + ("" if r.blocking else " (info)"), mask_secrets(r.plan),
+                      mask_secrets(r.found)) for r in rows)]
     widths = [min(60, max(len(c[i]) for c in cells)) for i in range(len(head) - 1)]
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + c[-1]
                      for c in cells) + "\n"

@@ -123,7 +123,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
             ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json,
             thinking_kwarg=thinking_kwarg(config)[0])
     except ValueError as exc:
-        print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
+        print(mask_credentials(f"watch-unit {args.stack}: {exc}"), file=sys.stderr)
         return 2
     print(text, end="")
     steps = [f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && "
