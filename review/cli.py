@@ -377,6 +377,14 @@ def _git_ref(value: str) -> str:
     return value
 
 
+class _BadArgument(SystemExit):
+    """argparse's exit 2, carrying its one-line refusal (masked) for a caller that answers in JSON."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__(2)
+        self.refusal = refusal
+
+
 class _Parser(argparse.ArgumentParser):
     """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
 
@@ -386,7 +394,27 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
+        refusal = mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}")
+        print(refusal, file=sys.stderr)
+        raise _BadArgument(refusal)
+
+
+JSON_ON_EVERY_EXIT = ("drift",)
+"""Commands whose `--json` promises JSON on stdout at every exit, a refused argument and a crash included: a caller
+(a cron job, the monitoring) parses stdout whatever happened."""
+
+
+def _json_answer(argv: Sequence[str]) -> str | None:
+    """The command of `argv` when it answers in JSON at every exit (`drift … --json`), else None."""
+    words = list(argv)
+    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and "--json" in words[1:] else None
+
+
+def _json_refusal(argv: Sequence[str], error: str, next_step: str, **more: Any) -> None:
+    """The JSON answer of a command that could not run: its stack (the first word after the command that is not
+    a flag, when there is one), the error and what to do next."""
+    stack = next((w for w in list(argv)[1:] if not w.startswith("-")), None)
+    print(json.dumps({"stack": stack, "error": error, "next": next_step, **more}, indent=2, ensure_ascii=False))
 
 
 Extend = Callable[[argparse.ArgumentParser, Any], None]
@@ -509,7 +537,14 @@ def _stdout_closed() -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", extend: Extend | None = None) -> int:
-    args = build_parser(prog, extend).parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    json_answer = _json_answer(words)
+    try:
+        args = build_parser(prog, extend).parse_args(words)
+    except _BadArgument as exc:
+        if json_answer:
+            _json_refusal(words, exc.refusal, f"{prog} {json_answer} --help")
+        raise
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
     try:
@@ -519,12 +554,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
     except BrokenPipeError:
         return _stdout_closed()
     except ConfigError as exc:
+        if json_answer:
+            _json_refusal(words, "the stack is refused", "fix each key `errors` names",
+                          errors=[p.as_dict() for p in exc.problems])
         print(exc.report(), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
         if os.environ.get("VLLM_CLUSTER_DEBUG"):
             raise
-        print(mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
-                               "your config: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it"),
-              file=sys.stderr)
+        crash = mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
+                                 "your config")
+        if json_answer:
+            _json_refusal(words, crash, "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it")
+        print(f"{crash}: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
         return 3

@@ -428,3 +428,35 @@ def test_a_shell_form_health_check_with_the_planned_words_is_the_planned_check()
     other = ["CMD-SHELL", shlex.join([*probe[1:], "--x"])]
     assert [r.kind for r in compare_container("n1", planned, with_test(other), image["Id"], image["Config"])] == \
         ["healthcheck"]
+
+
+@pytest.mark.parametrize("argv", [["drift", "--json"], ["drift", "h20", "--json", "--bogus"],
+                                  ["drift", "h20", "--json", "--set"],
+                                  ["drift", "h20", "--json", "--api-key=Tok3nS3cretPw"]])
+def test_drift_json_answers_json_when_an_argument_is_refused(argv: list[str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from review.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    captured = capsys.readouterr()
+    answer = json.loads(captured.out)
+    assert exit_.value.code == 2 and "bad argument" in answer["error"] and answer["next"], answer
+    assert answer["stack"] == (None if argv[1] == "--json" else "h20")
+    assert "bad argument" in captured.err and "Tok3nS3cretPw" not in captured.out + captured.err
+
+
+def test_drift_json_answers_json_when_it_crashes(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from heal import cli
+    from review.cli import main
+
+    def crash(plan: object, access: object) -> list[DriftRow]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.delenv("VLLM_CLUSTER_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "drift_rows", crash)
+    code = main(["drift", "h20", "--json"])
+    captured = capsys.readouterr()
+    assert code == 3 and "internal error" in json.loads(captured.out)["error"], captured
+    assert "internal error" in captured.err
