@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from heal.drift import DriftRow, compare_container, foreign_containers, table
+from heal.drift import DriftRow, compare_container, compare_monitoring, foreign_containers, table
 from heal.full_venv import CHECKS, CHECKS_WHAT, needs, unit_python
 from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
@@ -24,6 +24,8 @@ from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import PROJECT_ROOT, load_stack
 from stacks.model.masking import mask_secrets
+from stacks.planner.container_spec import ContainerSpec
+from stacks.planner.observability import grafana_env, monitor_spec
 from stacks.planner.plan import Plan, build_plan, thinking_args
 from stacks.planner.topology import endpoint_rank_nodes
 
@@ -285,28 +287,52 @@ def ungranted(access: NodeAccess, node: str) -> set[str]:
     return {k for k in access.nodes.get(node, {}).get("ungranted", "").split(",") if k}
 
 
-def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
-    """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
+def _compared(access: NodeAccess, node: str, spec: ContainerSpec) -> tuple[str, dict[str, Any] | None,
+                                                                           str | None, dict[str, Any] | None]:
+    """The container's name on the node, its `docker inspect`, the ID and `Config` of its planned image there."""
+    name = access.container(node, spec.name)
+    found = inspect(access, node, name)
+    image = inspect(access, node, spec.image, kind="image")
+    image_id = str(image[0]["Id"]) if image else None
+    image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
+    return name, dict(found[0]) if found else None, image_id, image_config
+
+
+def monitor_specs(plan: Plan, config: StackConfig, node: str) -> list[ContainerSpec]:
+    """The stack's monitoring containers on `node`, as components/observability.py creates them."""
+    if plan.observability is None:
+        return []
+    env = grafana_env(config)
+    return [monitor_spec(plan.stack, m, config.observability.data_dir, env)
+            for m in plan.observability.containers if m.node == node]
+
+
+def drift_rows(plan: Plan, access: NodeAccess, config: StackConfig | None = None) -> list[DriftRow]:
+    """Every node: its planned containers against `docker inspect`, then the containers it does not own. With
+    `config`, the stack's monitoring containers are compared field by field too (informative rows)."""
     rows: list[DriftRow] = []
     for node in plan.nodes:
         own = {access.container(node.name, c.name) for c in node.containers}
         ports = {listener.port for listener in plan.listeners if listener.node == node.name}
+        skip = ungranted(access, node.name)
         for spec in node.containers:
-            name = access.container(node.name, spec.name)
-            found = inspect(access, node.name, name)
-            image = inspect(access, node.name, spec.image, kind="image")
-            image_id = str(image[0]["Id"]) if image else None
-            image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
-            rows += [r for r in compare_container(node.name, spec, dict(found[0]) if found else None, image_id,
-                                                  image_config, container=name)
-                     if r.kind not in ungranted(access, node.name)]
+            name, found, image_id, image_config = _compared(access, node.name, spec)
+            rows += [r for r in compare_container(node.name, spec, found, image_id, image_config, container=name)
+                     if r.kind not in skip]
+        compared = set()
+        for spec in monitor_specs(plan, config, node.name) if config is not None else []:
+            name, found, image_id, image_config = _compared(access, node.name, spec)
+            rows += [r for r in compare_monitoring(node.name, spec, found, image_id, image_config, container=name)
+                     if r.plan.partition(":")[0] not in skip]
+            compared.add(name)
         listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
         if listed.returncode != 0:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
         ids = listed.stdout.split()
         others = inspect(access, node.name, *ids) if ids else []
-        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
-                                   companions_of(plan, node.name, access))
+        rows += [r for r in foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
+                                               companions_of(plan, node.name, access))
+                 if not (r.kind == "monitoring" and r.container in compared)]  # its labels row says it already
     return rows
 
 
@@ -323,7 +349,7 @@ def _drift(args: argparse.Namespace) -> int:
         _say(exc.report())
         return 2
     try:
-        rows = drift_rows(plan, access_for(args.stack, config))
+        rows = drift_rows(plan, access_for(args.stack, config), config)
     except AccessError as exc:
         next_step = "check `ssh` to that node with the stack's pinned key, and that its user may run docker"
         if args.json:  # a caller parsing stdout gets an answer either way
@@ -431,7 +457,7 @@ def _restart_group(args: argparse.Namespace) -> int:
         return 2
     try:
         try:
-            blocking = [r for r in drift_rows(plan, access) if r.blocking]
+            blocking = [r for r in drift_rows(plan, access, config) if r.blocking]
         except AccessError as exc:
             _say(f"restart-group {args.stack}: cannot run: {exc}")
             return 2
@@ -488,7 +514,7 @@ def _supervise(args: argparse.Namespace) -> int:
     def drift_check() -> list[str]:
         """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""
         try:
-            rows = drift_rows(plan, access)
+            rows = drift_rows(plan, access, config)
         except ValueError as exc:  # a node answered with something that is not docker's JSON
             raise AccessError(f"unreadable docker inspect output: {exc}") from None
         return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}" for r in rows if r.blocking]
