@@ -113,7 +113,8 @@ class Observability(pulumi.ComponentResource):
             # Inside the container only, read by Grafana (root here) and the rotation's `docker exec … cat`
             uploads.append(_upload(GRAFANA_PASSWORD_FILE, pulumi.Output.secret(args.admin_password), "0400"))
         elif mc.role == "alertmanager" and args.alertmanager_conf is not None:
-            uploads.append(_upload(ALERTMANAGER_CONFIG, pulumi.Output.secret(args.alertmanager_conf), "0644"))
+            # the webhook URL carries its token: readable by its owner only (Alertmanager runs as root here)
+            uploads.append(_upload(ALERTMANAGER_CONFIG, pulumi.Output.secret(args.alertmanager_conf), "0600"))
         envs = [f"{k}={v}" for k, v in spec.env.items()]
         return docker.Container(
             f"{name}-{mc.node}-{mc.role}", name=mc.name, image=image.image_id, command=mc.args or None,

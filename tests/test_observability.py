@@ -356,6 +356,10 @@ def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_
     assert "/etc/grafana/admin_password" in uploads and "vllm-prod-overview.json" in uploads
     modes = {u["file"]: u.get("permissions") for u in grafana["uploads"]["value"]}  # a secret: wrapped
     assert modes["/etc/grafana/admin_password"] == "0400", modes  # not world-readable
+    alertmanager = containers["observability-node1-alertmanager"].inputs
+    modes = {u["file"]: u.get("permissions") for u in alertmanager["uploads"]["value"]}
+    assert modes["/etc/alertmanager/alertmanager.yml"] == "0600", modes  # the webhook's token: owner only
+    assert alertmanager.get("user") == "0"  # the owner that reads it
     prometheus = json.dumps(containers["observability-node1-prometheus"].inputs["uploads"])
     assert "prometheus.yml" in prometheus and "vllm-cluster.rules.yml" in prometheus
     assert webhook not in json.dumps([r.inputs for r in run.mocks.resources if r.name != "observability-node1-"
