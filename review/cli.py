@@ -5,6 +5,7 @@ model-card|image-card`: offline tools, no Pulumi engine needed; `restart-group|d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -26,9 +27,9 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
-from stacks.model.project import is_developer_checkout
+from stacks.model.project import ROOT_ENV, is_developer_checkout
 from stacks.planner.image_cards import CARDS
-from stacks.planner.plan import build_plan
+from stacks.planner.plan import build_plan, card_override_warnings
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.render import render_stack
 from stacks.planner.stack_plan import build_stack
@@ -41,7 +42,25 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
                         help="plan as if this secret were set, e.g. api_key or proxy_keys.team-a (repeatable)")
 
 
+def project_line(stack: str) -> str:
+    """Which project a plan read (stderr, every plan): a folder found by its Pulumi.yaml, or VLLM_CLUSTER_ROOT."""
+    via = f" (from {ROOT_ENV})" if os.environ.get(ROOT_ENV) else ""
+    return f"# project: {PROJECT_ROOT}{via}, stack file {stack_file(stack).name}"
+
+
+def _refused_plan_warnings(stack: str) -> list[str]:
+    """What a refused plan still warns about: the project's cards that hide shipped ones (as every plan does), the
+    model card's from the stack file's own `model.profile` when it can be read."""
+    try:
+        model = read_stack_values(stack).get("model")
+    except ConfigError:
+        model = None
+    return card_override_warnings(model.get("profile") if isinstance(model, dict) else None)
+
+
 def _plan(args: argparse.Namespace) -> int:
+    with contextlib.suppress(ConfigError):  # not a stack name: the refusal below says so
+        print(project_line(args.stack), file=sys.stderr)
     try:
         config, document = load_stack_document(args.stack, args.set, args.assume_secret)
         try:
@@ -49,11 +68,14 @@ def _plan(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(exc.stack, locate(exc.problems, document.positions)) from None
     except ConfigError as exc:
+        warnings = _refused_plan_warnings(args.stack)
         if args.json:
-            print(json.dumps({"stack": args.stack, "valid": False,
-                              "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
+            print(json.dumps({"stack": args.stack, "valid": False, "errors": [p.as_dict() for p in exc.problems],
+                              "warnings": warnings}, indent=2, ensure_ascii=False))
         else:
             print(exc.report(), file=sys.stderr)
+            for warning in warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         return 2
     groups = tuple(dataclasses.replace(g, plan=g.plan.model_copy(
         update={"warnings": [*document.warnings, *g.plan.warnings]})) for g in whole.groups)

@@ -200,5 +200,79 @@ def test_outside_any_project_plan_and_policy_pack_say_how_to_reach_one(tmp_path:
     assert f"no Pulumi.two-node.yaml in {tmp_path}" in plan.stderr and "vllm-cluster init DIR" in plan.stderr
     pack = _run("policy-pack", cwd=tmp_path, env=env)
     assert pack.returncode == 2
-    assert pack.stderr.startswith(f"policy-pack: {tmp_path} holds no Pulumi.yaml: run it in your project")
+    assert pack.stderr.startswith(f"policy-pack: {tmp_path} (from VLLM_CLUSTER_ROOT) holds no Pulumi.yaml: run it "
+                                  "in your project")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_another_pulumi_projects_yaml_is_passed_over_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Pulumi.yaml of another project (name: theirs) is no vllm-cluster project: the search goes on up past it,
+    and a plan that finds no stack names it (it was taken as the project, whatever it held)."""
+    monkeypatch.delenv("VLLM_CLUSTER_ROOT", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text("# mine\nname: vllm-cluster\nruntime: python\n")
+    (tmp_path / "theirs" / "sub").mkdir(parents=True)
+    (tmp_path / "theirs" / "Pulumi.yaml").write_text("name: theirs\nruntime: nodejs\n")
+    assert project_root(tmp_path / "theirs" / "sub") == tmp_path.resolve()
+    alone = tmp_path / "alone"
+    (alone / "sub").mkdir(parents=True)
+    (alone / "Pulumi.yaml").write_text("name: 'theirs'  # another team's\n")
+    done = _run("plan", "two-node", cwd=alone / "sub")
+    assert done.returncode == 2, done.stdout
+    assert f"{alone / 'Pulumi.yaml'} is the Pulumi project 'theirs', not a vllm-cluster project" in done.stderr
+
+
+def test_a_root_that_is_another_pulumi_project_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: theirs\n")
+    (tmp_path / "Pulumi.two-node.yaml").write_text((ROOT / "examples" / "Pulumi.two-node.yaml").read_text())
+    env = {"VLLM_CLUSTER_ROOT": str(tmp_path)}
+    plan = _run("plan", "two-node", cwd=tmp_path, env=env)
+    assert plan.returncode == 2, plan.stdout
+    assert (f"{tmp_path} (from VLLM_CLUSTER_ROOT) holds the Pulumi project 'theirs', not a vllm-cluster project"
+            in plan.stderr), plan.stderr
+    pack = _run("policy-pack", cwd=tmp_path, env=env)
+    assert pack.returncode == 2 and "holds the Pulumi project 'theirs'" in pack.stderr
+    assert not (tmp_path / ".vllm-cluster").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_root_variable_naming_no_folder_is_named_in_the_plans_refusal(tmp_path: Path, where: str) -> None:
+    root = tmp_path / where
+    if where == "a-file":
+        root.write_text("x")
+    done = _run("plan", "two-node", cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": str(root)})
+    assert done.returncode == 2
+    why = "does not exist" if where == "missing" else "is not a folder"
+    assert f"no Pulumi.two-node.yaml in {root} (from VLLM_CLUSTER_ROOT), which {why}" in done.stderr, done.stderr
+
+
+def test_every_plan_names_its_project_on_stderr(project: Path) -> None:
+    done = _run("plan", "two-node", "--summary", cwd=project / "models")
+    assert done.returncode == 0 and done.stderr.startswith(f"# project: {project}, stack file "
+                                                           "Pulumi.two-node.yaml"), done.stderr
+    refused = _run("plan", "two-node", "--set", "parallelism.tensor=0", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.startswith(f"# project: {project},"), refused.stderr
+    via = _run("plan", "two-node", "--json", cwd=ROOT, env={"VLLM_CLUSTER_ROOT": str(project)})
+    assert via.returncode == 0 and f"# project: {project} (from VLLM_CLUSTER_ROOT)" in via.stderr
+    json.loads(via.stdout)
+
+
+def test_a_card_hiding_a_shipped_one_is_warned_on_a_refused_plan_too(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    (tmp_path / "Pulumi.two-node.yaml").write_text((ROOT / "examples" / "Pulumi.two-node.yaml").read_text())
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / SHIPPED_IMAGE).write_text((ROOT / "images" / SHIPPED_IMAGE).read_text())
+    profile = str(read_profile(tmp_path / "Pulumi.two-node.yaml"))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / f"{profile}.json").write_text((ROOT / "models" / f"{profile}.json").read_text())
+    for flags in ([], ["--json"]):
+        done = _run("plan", "two-node", "--set", "parallelism.tensor=0", *flags, cwd=tmp_path)
+        assert done.returncode == 2
+        said = done.stderr if not flags else "\n".join(json.loads(done.stdout)["warnings"])
+        assert f"image card {tmp_path / 'images' / SHIPPED_IMAGE} is used, and it hides the shipped card" in said
+        assert f"model.profile {profile!r}: {tmp_path / 'models' / profile}.json is used" in said, said
+
+
+def read_profile(stack_file: Path) -> object:
+    import yaml
+
+    return yaml.safe_load(stack_file.read_text())["config"]["vllm-cluster:model"]["profile"]
