@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import sys
@@ -27,7 +28,7 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
-from stacks.model.project import ROOT_ENV, is_developer_checkout
+from stacks.model.project import PROJECT_FIX, ROOT_ENV, is_developer_checkout, root_variable_problem
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan, card_override_warnings
 from stacks.planner.proxy import front_door, masked_nginx_conf
@@ -569,6 +570,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         raise
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
+    problem = root_variable_problem() if args.command != "init" else None
+    if problem:  # before anything reads the project: exit 2 naming the variable, not an internal error
+        if json_answer:
+            _json_refusal(words, problem, PROJECT_FIX)
+        print(f"{prog} {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         code = int(args.func(args))
         sys.stdout.flush()
@@ -582,6 +589,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         print(exc.report(), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # a folder or stack name the file system cannot hold: bad input, not a bug
+            name = str(exc.filename or "")
+            said = mask_credentials(f"{prog} {args.command}: {exc.strerror}: {shown(name)} ({len(name)} characters); "
+                                    "shorten the folder or stack name")
+            if json_answer:
+                _json_refusal(words, said, "a shorter folder or stack name")
+            print(said, file=sys.stderr)
+            return 2
         if os.environ.get("VLLM_CLUSTER_DEBUG"):
             raise
         crash = mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "

@@ -276,3 +276,53 @@ def read_profile(stack_file: Path) -> object:
     import yaml
 
     return yaml.safe_load(stack_file.read_text())["config"]["vllm-cluster:model"]["profile"]
+
+
+LONG = "a" * 300
+"""Over NAME_MAX (255 bytes) on every Linux file system."""
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    (LONG, "cannot be used (File name too long: a folder name of 300 bytes, at most 255)"),
+    (f"clusters/{LONG}/x", "cannot be used (File name too long: a folder name of 300 bytes"),
+    ("my\u200fclusters", "has invisible or right-to-left formatting characters (U+200F)"),
+    ("my\u202eclusters", "has invisible or right-to-left formatting characters (U+202E)"),
+    ("my\udcffclusters", "is not valid UTF-8"),  # the byte 0xff, as Python holds a name that is not UTF-8
+])
+def test_init_refuses_names_too_long_or_that_read_as_another_with_exit_2(tmp_path: Path, name: str, said: str) -> None:
+    done = _run("init", name, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("init: DIR ") and said in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("root", "said"), [
+    (f"/tmp/{LONG}", "cannot be used (File name too long, 305 characters)"),
+    ("/tmp/my\u200fclusters", "has invisible or right-to-left formatting characters (U+200F)"),
+    ("/tmp/my\udcffclusters", "is not valid UTF-8"),
+])
+@pytest.mark.parametrize("command", [["plan", "two-node"], ["drift", "two-node", "--json"], ["matrix"],
+                                     ["watch-unit", "two-node"]])
+def test_a_root_variable_that_cannot_name_a_folder_is_exit_2_naming_it(tmp_path: Path, root: str, said: str,
+                                                                      command: list[str]) -> None:
+    done = _run(*command, cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": root})
+    assert done.returncode == 2, done.stderr
+    assert f"{' '.join(command[:1])}: VLLM_CLUSTER_ROOT " in done.stderr and said in done.stderr, done.stderr
+    if "--json" in command:
+        assert said in json.loads(done.stdout)["error"]
+
+
+def test_a_path_too_long_met_by_any_command_is_exit_2_not_an_internal_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from review import cli
+
+    def too_long(args: object) -> int:
+        raise OSError(errno.ENAMETOOLONG, "File name too long", "/srv/" + LONG)
+
+    monkeypatch.setattr(cli, "_reference", too_long)
+    assert cli.main(["reference"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m stacks reference: File name too long: '/srv/aaa") and "305 characters" in err
+    assert "internal error" not in err

@@ -18,8 +18,10 @@ package data `vllm_cluster/data/…` (pyproject.toml maps them there). Stdlib on
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 CODE_ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +131,46 @@ def same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve() or os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def unsafe_name(text: str) -> str | None:
+    """Why `text` (a folder name or path a command would create or read) cannot be used, or None: control
+    characters; invisible or direction-changing formatting characters (U+200F RIGHT-TO-LEFT MARK, U+202E, U+2066
+    …, Unicode category Cf), which make a name read as another one in a terminal or a review; bytes that are not
+    UTF-8 (Python holds them as lone surrogates), which no stack file or unit can name."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "has control characters"
+    if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+        return "is not valid UTF-8"
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in ("Cf", "Cs")})
+    if hidden:
+        return (f"has invisible or right-to-left formatting characters ({', '.join(hidden[:3])}), which make it "
+                "read as another name")
+    return None
+
+
+PATH_ERRORS = (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM)
+"""What makes a path unusable, not merely absent: a name over NAME_MAX or PATH_MAX, a loop of links, no access."""
+
+
+def root_variable_problem() -> str | None:
+    """Why VLLM_CLUSTER_ROOT cannot name a project at all (checked before any command reads it), or None: unset, or
+    a path that may simply not exist yet (the command says so in its own words)."""
+    value = os.environ.get(ROOT_ENV)
+    if not value:
+        return None
+    shown = repr(value[:80] + ("…" if len(value) > 80 else "")).replace("\\udc", "\\x")
+    why = unsafe_name(value)
+    if why is None:
+        try:
+            os.stat(value)
+        except OSError as exc:
+            if exc.errno in PATH_ERRORS:
+                size = f", {len(value)} characters" if exc.errno == errno.ENAMETOOLONG else ""
+                why = f"cannot be used ({exc.strerror}{size})"
+        except ValueError:  # an embedded NUL
+            why = "has control characters"
+    return f"{ROOT_ENV} {shown}: {why}; {PROJECT_FIX}" if why else None
 
 
 def not_a_project(root: Path) -> str | None:
