@@ -326,3 +326,33 @@ def test_a_path_too_long_met_by_any_command_is_exit_2_not_an_internal_error(
     err = capsys.readouterr().err
     assert err.startswith("python -m stacks reference: File name too long: '/srv/aaa") and "305 characters" in err
     assert "internal error" not in err
+
+
+def test_init_takes_a_fresh_clone_of_an_empty_repository(tmp_path: Path) -> None:
+    """A folder holding only `.git` (`git clone` of an empty repository) is where a user starts: init writes
+    into it, keeps `.git`, and its hint does not `git init` again."""
+    clone = tmp_path / "clusters"
+    subprocess.run(["git", "init", "-q", str(clone)], check=True, timeout=60)
+    done = _run("init", str(clone), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (clone / "Pulumi.yaml").is_file() and (clone / ".git" / "HEAD").is_file()
+    assert f"cd {clone} && git add -A && git commit" in done.stdout and "git init" not in done.stdout
+    used = tmp_path / "used"
+    subprocess.run(["git", "init", "-q", str(used)], check=True, timeout=60)
+    (used / "notes.txt").write_text("mine")
+    again = _run("init", str(used), cwd=tmp_path)
+    assert again.returncode == 2 and "is not empty" in again.stderr and not (used / "Pulumi.yaml").exists()
+
+
+@pytest.mark.parametrize("name", ["my clusters", "a;b", "it's"])
+def test_the_next_steps_init_prints_are_shell_quoted(tmp_path: Path, name: str) -> None:
+    import shlex
+
+    done = _run("init", name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cd = next(line for line in done.stdout.splitlines() if line.strip().startswith("cd "))
+    lexer = shlex.shlex(cd, posix=True, punctuation_chars=True)  # `;` and `&&` split as a shell splits them
+    lexer.whitespace_split = True
+    words = list(lexer)
+    assert words[:2] == ["cd", str(tmp_path / name)] or words[:2] == ["cd", name], words
+    assert words[2:4] == ["&&", "git"]

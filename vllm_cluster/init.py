@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -97,8 +98,9 @@ def check_dir(value: str) -> tuple[Path | None, int]:
     try:
         if folder.exists() and not folder.is_dir():
             return None, _bad("DIR", value, "is a file", fix)
-        if folder.is_dir() and any(folder.iterdir()):
-            return None, _bad("DIR", value, "is not empty (init never overwrites files)", fix)
+        if folder.is_dir() and any(p.name != ".git" for p in folder.iterdir()):  # a clone of an empty repo is fine
+            return None, _bad("DIR", value, "is not empty (init never overwrites files)",
+                              fix + ", or a fresh clone of an empty repository (only .git)")
         here = folder.resolve()
     except (OSError, RuntimeError) as exc:  # a name over NAME_MAX or PATH_MAX, a loop of links, no access
         why = getattr(exc, "strerror", None) or exc.__class__.__name__
@@ -158,9 +160,10 @@ def _init(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _bad("DIR", args.dir, f"cannot write ({exc.strerror})", "give a writable directory")
     print(f"created {folder}: {', '.join(sorted(files))}")
-    print("next:")
-    print(f"   cd {folder} && git init && git add -A && git commit -m 'vllm-cluster project'")
-    print(f"   vllm-cluster plan {stack}")
+    print("next:")  # shell words: a folder named `my clusters` or `a;b` is one argument of cd
+    git = "" if (folder / ".git").exists() else "git init && "  # a clone already is a repository
+    print(f"   cd {shlex.quote(str(folder))} && {git}git add -A && git commit -m 'vllm-cluster project'")
+    print(f"   vllm-cluster plan {shlex.quote(stack)}")
     return 0
 
 
