@@ -24,6 +24,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import PROJECT_ROOT, load_stack
 from stacks.model.masking import mask_secrets
+from stacks.model.project import STACKS
 from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.observability import grafana_env, monitor_spec
 from stacks.planner.plan import Plan, build_plan, thinking_args
@@ -436,7 +437,7 @@ def _restart_group(args: argparse.Namespace) -> int:
         return 2
     print(render_steps(group), end="")
     if not args.yes:
-        print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
+        print(f"dry run: nothing was touched. To act: {STACKS} restart-group {args.stack} --yes")
         return 0
     try:
         access = access_for(args.stack, config)

@@ -28,7 +28,13 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
-from stacks.model.project import PROJECT_FIX, ROOT_ENV, is_developer_checkout, root_variable_problem
+from stacks.model.project import (
+    PROJECT_FIX,
+    ROOT_ENV,
+    STACKS_VENV,
+    is_developer_checkout,
+    root_variable_problem,
+)
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan, card_override_warnings
 from stacks.planner.proxy import front_door, masked_nginx_conf
@@ -97,7 +103,7 @@ def _nginx_conf(args: argparse.Namespace) -> int:
         return 2
     if not config.api.proxy.enabled:
         print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (to see one: "
-              f"venv/bin/python -m stacks nginx-conf {args.stack} --set api.proxy.enabled=true --set "
+              f"{STACKS_VENV} nginx-conf {args.stack} --set api.proxy.enabled=true --set "
               "serving.host=127.0.0.1 --assume-secret api_key --assume-secret proxy_keys.team-a --assume-secret "
               "tls_certificate --assume-secret tls_private_key)", file=sys.stderr)
         return 2
@@ -171,7 +177,7 @@ def _observability(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
     if plan.observability is None:
-        print(f"stack {args.stack!r}: observability.enabled is false; to see its files: venv/bin/python -m stacks "
+        print(f"stack {args.stack!r}: observability.enabled is false; to see its files: {STACKS_VENV} "
               f"observability {args.stack} --out DIR --set observability.enabled=true --assume-secret "
               "grafana_admin_password", file=sys.stderr)
         return 2

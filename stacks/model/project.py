@@ -29,6 +29,11 @@ CODE_ROOT = Path(__file__).resolve().parents[2]
 IN_CHECKOUT = (CODE_ROOT / "pyproject.toml").is_file() and (CODE_ROOT / "stacks" / "__main__.py").is_file()
 """The code runs from this repository's checkout (the developer path), not from an installed wheel."""
 PACKAGE_DATA = CODE_ROOT / "vllm_cluster" / "data"
+STACKS = "python -m stacks" if IN_CHECKOUT else "vllm-cluster"
+"""How a message names the command: `python -m stacks` in this checkout, the installed `vllm-cluster` elsewhere
+(where `python` may be another interpreter than the tool's, with pipx say)."""
+STACKS_VENV = "venv/bin/python -m stacks" if IN_CHECKOUT else "vllm-cluster"
+"""The same where the checkout's messages name its venv's interpreter."""
 
 
 def shipped(name: str) -> Path:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import bracket_host
+from stacks.model.project import STACKS, STACKS_VENV
 from stacks.planner import deepep
 from stacks.planner.addresses import rank_port
 from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
@@ -678,7 +679,7 @@ def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
     thinking = [] if kwarg is not None or not config.api.smoke.thinking_check else [
         f"no thinking check: {why}, so no answer carries reasoning (serve one with serving.reasoning_parser, or "
         "set api.smoke.thinking_check: false to say so)"]
-    notes = [*thinking, f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
+    notes = [*thinking, f"watch every DP rank after the deploy: {STACKS_VENV} watch-unit {stack} > "
              f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; "
              "docs/checks-by-hand.md: Watch mode)"]
     source = config.model.source
@@ -764,7 +765,7 @@ def _shadowing_card(profile: object) -> list[str]:
     if both is None:
         return []
     return [f"model.profile {profile!r}: {both[0]} is used, and it hides the shipped card {both[1]} "
-            "of the same name; rename yours (python -m stacks model-card SRC --name <another name>) or delete it "
+            f"of the same name; rename yours ({STACKS} model-card SRC --name <another name>) or delete it "
             "to use the shipped one"]
 
 
