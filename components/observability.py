@@ -29,6 +29,7 @@ from stacks.planner.observability import (
     TEXTFILE,
     MonitorContainer,
     ObservabilityPlan,
+    monitor_spec,
 )
 
 MONITOR_REPLACE_ON_CHANGES = ["uploads", "command", "image", "envs", "volumes"]
@@ -91,25 +92,19 @@ class Observability(pulumi.ComponentResource):
     def _container(self, name: str, args: ObservabilityArgs, mc: MonitorContainer,
                    image: docker.RemoteImage) -> docker.Container:
         files = args.files
+        spec = monitor_spec(args.stack, mc, args.data_dir, args.grafana_env)  # what `drift` compares it with
         uploads: list[docker.ContainerUploadArgs] = []
-        volumes: list[docker.ContainerVolumeArgs] = []
-        envs: list[str] = []
+        volumes = [docker.ContainerVolumeArgs(host_path=v.host, container_path=v.container,
+                                              read_only=v.read_only or None) for v in spec.volumes]
         depends: list[pulumi.Resource] = []
-        gpus: str | None = None
-        caps: docker.ContainerCapabilitiesArgs | None = None
-        data = f"{args.data_dir.rstrip('/')}"
+        caps = docker.ContainerCapabilitiesArgs(adds=spec.capabilities) if spec.capabilities else None
         if mc.role == "node-exporter":
             uploads.append(_upload(TEXTFILE, files[f"textfile/{mc.node}.prom"]))
-            volumes.append(docker.ContainerVolumeArgs(host_path="/", container_path="/host", read_only=True))
             if args.engines and mc.node in args.engines:
                 depends.extend(args.engines[mc.node])
-        elif mc.role == "dcgm-exporter":
-            gpus = "all"
-            caps = docker.ContainerCapabilitiesArgs(adds=["SYS_ADMIN"])  # NVIDIA's documented docker run
         elif mc.role == "prometheus":
             uploads += [_upload(f"{PROMETHEUS_DIR}/{rel}", text) for rel, text in files.items()
                         if rel == "prometheus.yml" or rel.startswith("rules/")]
-            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/prometheus", container_path="/prometheus"))
         elif mc.role == "grafana":
             uploads += [_upload(f"{GRAFANA_PROVISIONING}/{rel.removeprefix('grafana/provisioning/')}", text)
                         for rel, text in files.items() if rel.startswith("grafana/provisioning/")]
@@ -117,19 +112,16 @@ class Observability(pulumi.ComponentResource):
                         for rel, text in files.items() if rel.startswith("grafana/dashboards/")]
             # Inside the container only, read by Grafana (root here) and the rotation's `docker exec … cat`
             uploads.append(_upload(GRAFANA_PASSWORD_FILE, pulumi.Output.secret(args.admin_password), "0400"))
-            envs = [f"{k}={v}" for k, v in args.grafana_env.items()]
-            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/grafana", container_path="/var/lib/grafana"))
         elif mc.role == "alertmanager" and args.alertmanager_conf is not None:
-            uploads.append(_upload(ALERTMANAGER_CONFIG, pulumi.Output.secret(args.alertmanager_conf), "0644"))
-            volumes.append(docker.ContainerVolumeArgs(host_path=f"{data}/alertmanager",
-                                                      container_path="/alertmanager"))
+            # the webhook URL carries its token: readable by its owner only (Alertmanager runs as root here)
+            uploads.append(_upload(ALERTMANAGER_CONFIG, pulumi.Output.secret(args.alertmanager_conf), "0600"))
+        envs = [f"{k}={v}" for k, v in spec.env.items()]
         return docker.Container(
             f"{name}-{mc.node}-{mc.role}", name=mc.name, image=image.image_id, command=mc.args or None,
-            network_mode="host", restart="unless-stopped", uploads=uploads, volumes=volumes, envs=envs or None,
-            gpus=gpus, capabilities=caps, must_run=True, logs=False,
+            network_mode=spec.network_mode, restart=spec.restart, uploads=uploads, volumes=volumes, envs=envs or None,
+            gpus=spec.gpus, capabilities=caps, must_run=True, logs=False,
             # Prometheus and Grafana run as non-root users; their data directories are theirs to create
             user="0" if mc.role in ("prometheus", "grafana", "alertmanager") else None,
-            labels=[docker.ContainerLabelArgs(label="vllm-cluster.role", value=mc.role),
-                    docker.ContainerLabelArgs(label="vllm-cluster.stack", value=args.stack)],
+            labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in spec.labels.items()],
             opts=pulumi.ResourceOptions(parent=self, provider=args.providers[mc.node], depends_on=depends,
                                         delete_before_replace=True, replace_on_changes=MONITOR_REPLACE_ON_CHANGES))

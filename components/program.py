@@ -231,9 +231,13 @@ def firewalls(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode]) -> dic
 
 def policy_facts(config: StackConfig, plan: Plan) -> PolicyFacts:
     """The planning facts the policy pack joins with the engine containers; a change restarts nothing."""
+    from stacks.planner.network_rules import unguarded_monitor_hosts
+
+    unguarded = [{"key": k, "address": a, "port": p} for k, a, p in unguarded_monitor_hosts(config)]
     return PolicyFacts("policy-facts", {
         "privateNetworks": list(config.fabric.private_networks),
         "estimatedLoadS": int(plan.model["estimated_load_s"]),
+        **({"unguardedMonitors": unguarded} if unguarded else {}),
     })
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from heal.drift import DriftRow, compare_container, foreign_containers, table
+from heal.drift import DriftRow, compare_container, compare_monitoring, foreign_containers, table
 from heal.full_venv import CHECKS, CHECKS_WHAT, needs, unit_python
 from heal.group import Group, group_of, render_steps
 from heal.node_access import AccessError, MappedAccess, NodeAccess, access_for, inspect
@@ -23,8 +23,18 @@ from stacks.model.config import StackConfig
 from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import PROJECT_ROOT, load_stack
+from stacks.model.masking import mask_secrets
+from stacks.model.project import STACKS
+from stacks.planner.container_spec import ContainerSpec
+from stacks.planner.observability import grafana_env, monitor_spec
 from stacks.planner.plan import Plan, build_plan, thinking_args
 from stacks.planner.topology import endpoint_rank_nodes
+
+
+def _say(text: str) -> None:
+    """A message on stderr, through the one masking rule: refusals and failures carry exception text (a node's ssh
+    or docker stderr, an unreadable file's error) that may echo a credential from an env var or a URL."""
+    print(mask_secrets(text), file=sys.stderr)
 
 
 def golden_argv(plan: Plan, config: StackConfig, python: str) -> tuple[str, ...]:
@@ -240,7 +250,8 @@ def key_problem(config: StackConfig, stack: str, env_file: str | None = None) ->
     whose = f"proxy client {client!r}'s key (proxy_keys.{client})" if client else "the stack's api_key secret"
     where = env_file or f"/etc/vllm-cluster/{stack}-supervisor.env"
     return (f"{KEY_ENV} is not set, and stack {stack!r} needs a key for the golden check: {whose}. Put "
-            f"{KEY_ENV}=<key> in {where} (the unit's EnvironmentFile, mode 0600), or export it for a run by hand")
+            f"the key in {where} as variable {KEY_ENV} (the unit's EnvironmentFile, mode 0600), or export it for a run "
+            "by hand")
 
 
 def _load(args: argparse.Namespace) -> tuple[StackConfig, Plan, Group]:
@@ -277,28 +288,52 @@ def ungranted(access: NodeAccess, node: str) -> set[str]:
     return {k for k in access.nodes.get(node, {}).get("ungranted", "").split(",") if k}
 
 
-def drift_rows(plan: Plan, access: NodeAccess) -> list[DriftRow]:
-    """Every node: its planned containers against `docker inspect`, then the containers it does not own."""
+def _compared(access: NodeAccess, node: str, spec: ContainerSpec) -> tuple[str, dict[str, Any] | None,
+                                                                           str | None, dict[str, Any] | None]:
+    """The container's name on the node, its `docker inspect`, the ID and `Config` of its planned image there."""
+    name = access.container(node, spec.name)
+    found = inspect(access, node, name)
+    image = inspect(access, node, spec.image, kind="image")
+    image_id = str(image[0]["Id"]) if image else None
+    image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
+    return name, dict(found[0]) if found else None, image_id, image_config
+
+
+def monitor_specs(plan: Plan, config: StackConfig, node: str) -> list[ContainerSpec]:
+    """The stack's monitoring containers on `node`, as components/observability.py creates them."""
+    if plan.observability is None:
+        return []
+    env = grafana_env(config)
+    return [monitor_spec(plan.stack, m, config.observability.data_dir, env)
+            for m in plan.observability.containers if m.node == node]
+
+
+def drift_rows(plan: Plan, access: NodeAccess, config: StackConfig | None = None) -> list[DriftRow]:
+    """Every node: its planned containers against `docker inspect`, then the containers it does not own. With
+    `config`, the stack's monitoring containers are compared field by field too (informative rows)."""
     rows: list[DriftRow] = []
     for node in plan.nodes:
         own = {access.container(node.name, c.name) for c in node.containers}
         ports = {listener.port for listener in plan.listeners if listener.node == node.name}
+        skip = ungranted(access, node.name)
         for spec in node.containers:
-            name = access.container(node.name, spec.name)
-            found = inspect(access, node.name, name)
-            image = inspect(access, node.name, spec.image, kind="image")
-            image_id = str(image[0]["Id"]) if image else None
-            image_config: dict[str, Any] | None = dict(image[0].get("Config") or {}) if image else None
-            rows += [r for r in compare_container(node.name, spec, dict(found[0]) if found else None, image_id,
-                                                  image_config, container=name)
-                     if r.kind not in ungranted(access, node.name)]
+            name, found, image_id, image_config = _compared(access, node.name, spec)
+            rows += [r for r in compare_container(node.name, spec, found, image_id, image_config, container=name)
+                     if r.kind not in skip]
+        compared = set()
+        for spec in monitor_specs(plan, config, node.name) if config is not None else []:
+            name, found, image_id, image_config = _compared(access, node.name, spec)
+            rows += [r for r in compare_monitoring(node.name, spec, found, image_id, image_config, container=name)
+                     if r.plan.partition(":")[0] not in skip]
+            compared.add(name)
         listed = access.docker(node.name, ["ps", "-q", "--no-trunc"], timeout_s=60)
         if listed.returncode != 0:
             raise AccessError(f"node {node.name}: docker ps failed: {listed.stderr.strip()[:300]}")
         ids = listed.stdout.split()
         others = inspect(access, node.name, *ids) if ids else []
-        rows += foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
-                                   companions_of(plan, node.name, access))
+        rows += [r for r in foreign_containers(node.name, plan.stack, own, [dict(o) for o in others or []], ports,
+                                               companions_of(plan, node.name, access))
+                 if not (r.kind == "monitoring" and r.container in compared)]  # its labels row says it already
     return rows
 
 
@@ -312,16 +347,16 @@ def _drift(args: argparse.Namespace) -> int:
             raise  # python -m stacks prints the report, exit 2
         print(json.dumps({"stack": args.stack, "error": "the stack is refused",
                           "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
-        print(exc.report(), file=sys.stderr)
+        _say(exc.report())
         return 2
     try:
-        rows = drift_rows(plan, access_for(args.stack, config))
+        rows = drift_rows(plan, access_for(args.stack, config), config)
     except AccessError as exc:
         next_step = "check `ssh` to that node with the stack's pinned key, and that its user may run docker"
         if args.json:  # a caller parsing stdout gets an answer either way
-            print(json.dumps({"stack": args.stack, "error": f"cannot run: {exc}", "next": next_step}, indent=2,
-                             ensure_ascii=False))
-        print(f"drift {args.stack}: cannot run: {exc} (next: {next_step})", file=sys.stderr)
+            print(json.dumps({"stack": args.stack, "error": mask_secrets(f"cannot run: {exc}"), "next": next_step},
+                             indent=2, ensure_ascii=False))
+        _say(f"drift {args.stack}: cannot run: {exc} (next: {next_step})")
         return 2
     blocking = [r for r in rows if r.blocking]
     if args.json:
@@ -393,51 +428,51 @@ def _restart_group(args: argparse.Namespace) -> int:
     problem = ((needs(CHECKS_WHAT, CHECKS) if args.yes or args.ca_file else None) or ca_file_problem(args.ca_file)
                or (check_lock(args.lock, args.stack) if args.yes else None))
     if problem:
-        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        _say(f"restart-group {args.stack}: {problem}")
         return 2
     config, plan, group = _load(args)
     problem = (key_problem(config, args.stack) or key_refused(plan, args.ca_file)) if args.yes else None
     if problem:
-        print(f"restart-group {args.stack}: {problem}", file=sys.stderr)
+        _say(f"restart-group {args.stack}: {problem}")
         return 2
     print(render_steps(group), end="")
     if not args.yes:
-        print(f"dry run: nothing was touched. To act: python -m stacks restart-group {args.stack} --yes")
+        print(f"dry run: nothing was touched. To act: {STACKS} restart-group {args.stack} --yes")
         return 0
     try:
         access = access_for(args.stack, config)
     except AccessError as exc:
-        print(f"restart-group {args.stack}: {exc}", file=sys.stderr)
+        _say(f"restart-group {args.stack}: {exc}")
         return 2
     group = mapped_group(group, access)
     lock = DeployLock(Path(args.lock) if args.lock else lock_path(args.stack))
     try:
         taken = lock.try_acquire()
     except OSError as exc:
-        print(f"restart-group {args.stack}: --lock {str(lock.path)!r}: cannot be opened ({exc.strerror}); give "
-              "--lock a file this user may write in an existing folder", file=sys.stderr)
+        _say(f"restart-group {args.stack}: --lock {str(lock.path)!r}: cannot be opened ({exc.strerror}); give "
+             "--lock a file this user may write in an existing folder")
         return 2
     if not taken:
-        print(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
-              "working): try again when it is done", file=sys.stderr)
+        _say(f"restart-group {args.stack}: the deploy lock {lock.path} is held (a pulumi up or the supervisor is "
+             "working): try again when it is done")
         return 2
     try:
         try:
-            blocking = [r for r in drift_rows(plan, access) if r.blocking]
+            blocking = [r for r in drift_rows(plan, access, config) if r.blocking]
         except AccessError as exc:
-            print(f"restart-group {args.stack}: cannot run: {exc}", file=sys.stderr)
+            _say(f"restart-group {args.stack}: cannot run: {exc}")
             return 2
         if blocking:
             print(table(blocking), end="")
-            print(f"restart-group {args.stack}: refused: the nodes have drifted from the plan (above); a restart "
-                  f"would bring that back. Run `pulumi up -s {args.stack}` or undo the hand change", file=sys.stderr)
+            _say(f"restart-group {args.stack}: refused: the nodes have drifted from the plan (above); a restart "
+                 f"would bring that back. Run `pulumi up -s {args.stack}` or undo the hand change")
             return 1
         ok, why = restart_group(group, access, Log(sys.stdout, args.stack), "restart-group by hand",
                                 Settings(ca_file=args.ca_file))
     finally:
         lock.release()
     if not ok:
-        print(f"restart-group {args.stack}: FAIL: {why}", file=sys.stderr)
+        _say(f"restart-group {args.stack}: FAIL: {why}")
         return 1
     print(f"restart-group {args.stack}: PASS: the group serves again and the golden check passes")
     return 0
@@ -446,31 +481,31 @@ def _restart_group(args: argparse.Namespace) -> int:
 def _supervise(args: argparse.Namespace) -> int:
     problem = needs(CHECKS_WHAT, CHECKS) or (needs(CHECKS_WHAT, CHECKS, args.python) if args.python else None)
     if problem:
-        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        _say(f"supervise {args.stack}: {problem}")
         return 2
     from checks.api import parse_listen, serve_metrics
 
     problem = check_timing(args)
     if problem:
-        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        _say(f"supervise {args.stack}: {problem}")
         return 2
     problem = (check_golden_url(args.golden_metrics_url) or check_metrics_listen(args.metrics_listen)
                or ca_file_problem(args.ca_file) or check_webhook(os.environ.get(WEBHOOK_ENV))
                or check_lock(args.lock, args.stack) or check_metrics_file(args.metrics_file))
     if problem:
-        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        _say(f"supervise {args.stack}: {problem}")
         return 2
     config, plan, group = _load(args)
     listen = metrics_listen(plan, args.metrics_listen)
     problem = (key_problem(config, args.stack) or check_metrics_listen(listen, from_plan=args.metrics_listen is None)
                or key_refused(plan, args.ca_file))
     if problem:
-        print(f"supervise {args.stack}: {problem}", file=sys.stderr)
+        _say(f"supervise {args.stack}: {problem}")
         return 2
     try:
         access = access_for(args.stack, config)
     except AccessError as exc:
-        print(f"supervise {args.stack}: {exc}", file=sys.stderr)
+        _say(f"supervise {args.stack}: {exc}")
         return 2
     group = mapped_group(group, access)
     log = Log(sys.stdout, args.stack)
@@ -480,7 +515,7 @@ def _supervise(args: argparse.Namespace) -> int:
     def drift_check() -> list[str]:
         """The blocking rows; AccessError when drift cannot run (the supervisor waits and tries again)."""
         try:
-            rows = drift_rows(plan, access)
+            rows = drift_rows(plan, access, config)
         except ValueError as exc:  # a node answered with something that is not docker's JSON
             raise AccessError(f"unreadable docker inspect output: {exc}") from None
         return [f"{r.node} {r.container} {r.kind}: plan {r.plan}, found {r.found}" for r in rows if r.blocking]
@@ -502,9 +537,9 @@ def _supervise(args: argparse.Namespace) -> int:
         except OSError as exc:
             keys = ("observability.supervisor_address or observability.ports.supervisor" if args.metrics_listen
                     is None else "--metrics-listen")
-            print(f"supervise {args.stack}: --metrics-listen {listen}: cannot listen ({exc.strerror}): run it on the "
-                  f"host with that address and a free port, change {keys}, or give --metrics-listen '' to serve "
-                  "nothing", file=sys.stderr)
+            _say(f"supervise {args.stack}: --metrics-listen {listen}: cannot listen ({exc.strerror}): run it on the "
+                 f"host with that address and a free port, change {keys}, or give --metrics-listen '' to serve "
+                 "nothing")
             return 2
     return supervisor.run()
 
@@ -518,14 +553,13 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
     python, whose = (args.python, "") if args.python else unit_python(PROJECT_ROOT)
     problem = needs("the unit's `supervise` (its probes and golden check: checks.api)", CHECKS, python)
     if problem:  # the unit would start, fail at its first import and be restarted by systemd for ever
-        print(f"supervisor-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
-              file=sys.stderr)
+        _say(f"supervisor-unit {args.stack}: {problem}; or give --python the python of a venv that has it")
         return 2
     problem = ((needs(f"checking the metrics address {listen} (checks.api)", CHECKS) if listen else None)
                or check_golden_url(args.golden_metrics_url) or check_timing(args)
                or check_metrics_file(args.metrics_file, in_unit=True) or check_metrics_listen(listen, from_plan=True))
     if problem:
-        print(f"supervisor-unit {args.stack}: {problem}", file=sys.stderr)
+        _say(f"supervisor-unit {args.stack}: {problem}")
         return 2
     try:
         name = supervisor_unit_name(args.stack)
@@ -537,22 +571,21 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
             timing={"--interval-s": args.interval_s, "--hang-s": args.hang_s,
                     "--golden-max-age-s": args.golden_max_age_s})
     except ValueError as exc:
-        print(f"supervisor-unit {args.stack}: {exc}", file=sys.stderr)
+        _say(f"supervisor-unit {args.stack}: {exc}")
         return 2
     if args.user is None:
-        print(f"supervisor-unit {args.stack}: --user is missing: the unit would run as root; give the deploying "
-              "user (its ~/.ssh holds the stack's key and pinned known_hosts), or --user root to choose root",
-              file=sys.stderr)
+        _say(f"supervisor-unit {args.stack}: --user is missing: the unit would run as root; give the deploying "
+             "user (its ~/.ssh holds the stack's key and pinned known_hosts), or --user root to choose root")
         return 2
     if not (Path(python).is_file() and os.access(python, os.X_OK)):  # systemd would fail at every start
         shown = f"--python {python!r}" if args.python else f"--python's default {python!r} ({whose})"
-        print(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "
-              "with this project's requirements (e.g. /opt/vllm-cluster/venv/bin/python)", file=sys.stderr)
+        _say(f"supervisor-unit {args.stack}: {shown}: no executable file there; give --python, the python of a venv "
+             "with this project's requirements (e.g. /opt/vllm-cluster/venv/bin/python)")
         return 2
     print(text, end="")
     print(f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && systemctl "
           f"enable --now {name}\n# the env file: VLLM_API_KEY=… (for the golden check) and {WEBHOOK_ENV}=https://… "
-          "(the alert), mode 0600", file=sys.stderr)
+           "(the alert), mode 0600", file=sys.stderr)  # fixed text: nothing to mask
     return 0
 
 

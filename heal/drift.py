@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from stacks.model.masking import mask_secrets
 from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
@@ -52,8 +53,9 @@ class DriftRow:
         return self.kind not in INFORMATIVE
 
     def as_dict(self) -> dict[str, str | bool]:
-        return {"node": self.node, "container": self.container, "kind": self.kind, "plan": self.plan,
-                "found": self.found, "blocking": self.blocking}
+        """The row for `drift --json`, each text masked (a hand-set argv or label may hold a credential)."""
+        return {"node": self.node, "container": self.container, "kind": self.kind, "plan": mask_secrets(self.plan),
+                "found": mask_secrets(self.found), "blocking": self.blocking}
 
 
 def _env(items: list[str] | None) -> dict[str, str]:
@@ -141,8 +143,9 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
     elif inspect.get("Image") != image_id:
         row("image", f"{spec.image} = {image_id[:19]}", f"container runs {str(inspect.get('Image'))[:19]} (the tag "
             "now names another build, or the container is older than the image)")
-    if (config.get("Cmd") or []) != spec.command:
-        row("command", *argv_difference(spec.command, list(config.get("Cmd") or [])))
+    want_cmd = spec.command or list(image.get("Cmd") or [])  # no command planned: docker runs the image's
+    if (config.get("Cmd") or []) != want_cmd:
+        row("command", *argv_difference(want_cmd, list(config.get("Cmd") or [])))
     want_entry = spec.entrypoint if spec.entrypoint is not None else image.get("Entrypoint")
     if (config.get("Entrypoint") or None) != (want_entry or None):
         row("entrypoint", *argv_difference(list(want_entry or []), list(config.get("Entrypoint") or [])))
@@ -177,7 +180,7 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
         row("mounts", "not in the plan", mount)
     if gpus_of(host) != _planned_gpus(spec):
         row("gpus", _planned_gpus(spec), gpus_of(host))
-    for kind, plan, found in host_differences(spec, host, config.get("Healthcheck")):
+    for kind, plan, found in host_differences(spec, host, config.get("Healthcheck"), image.get("Healthcheck")):
         row(kind, plan, found)
     state = inspect.get("State") or {}
     created, started = _time(inspect.get("Created", "")), _time(state.get("StartedAt", ""))
@@ -188,6 +191,18 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
         row("restarted", f"started at creation ({inspect.get('Created', '')[:19]})",
             f"started again at {state.get('StartedAt', '')[:19]} (by hand, or by the group supervisor: see its log)")
     return rows
+
+
+def compare_monitoring(node: str, spec: ContainerSpec, inspect: dict[str, Any] | None, image_id: str | None,
+                       image_config: dict[str, Any] | None, container: str | None = None) -> list[DriftRow]:
+    """Rows for one of the stack's monitoring containers (`stacks.planner.observability.monitor_spec`), compared
+    field by field as an engine container is (image, command, env, labels, restart policy, mounts, GPUs, network,
+    IPC, privileged, capabilities, devices, ulimits, /dev/shm, health check), each row of kind `monitoring`
+    (information: a group restart neither stops nor starts it; `pulumi up` puts it back) with the field named
+    first. A monitoring container that takes GPUs or privileges it was not planned with is, on top, `foreign`
+    (blocking: foreign_containers)."""
+    return [DriftRow(r.node, r.container, "monitoring", f"{r.kind}: {r.plan}", r.found)
+            for r in compare_container(node, spec, inspect, image_id, image_config, container)]
 
 
 def foreign_containers(node: str, stack: str, own: set[str], inspects: list[dict[str, Any]],
@@ -264,11 +279,12 @@ DEFAULT_SHM_BYTES = 64 * 1024 * 1024
 """Docker's /dev/shm without --shm-size."""
 
 
-def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str, Any] | None
-                     ) -> list[tuple[str, str, str]]:
+def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str, Any] | None,
+                     image_health: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
     """(kind, plan, found) for every HostConfig field the plan sets (components/vllm_engine.py container_args) and
     the health check: a container recreated by hand with `--network none`, without `--ipc host` or the ulimits
-    would run, but not as planned, so a restart into it is no heal."""
+    would run, but not as planned, so a restart into it is no heal. A plan without a health check means the
+    image's own (`image_health`, its HEALTHCHECK), which Docker runs unless told otherwise."""
     out: list[tuple[str, str, str]] = []
     if _network(host.get("NetworkMode")) != _network(spec.network_mode):
         out.append(("network", spec.network_mode, _network(host.get("NetworkMode"))))
@@ -299,7 +315,7 @@ def host_differences(spec: ContainerSpec, host: dict[str, Any], health: dict[str
     found_shm = int(host.get("ShmSize") or DEFAULT_SHM_BYTES)
     if found_shm != want_shm:
         out.append(("shm-size", f"{want_shm // (1024 * 1024)} MB", f"{found_shm // (1024 * 1024)} MB"))
-    want_health = _health(spec)
+    want_health = _health(spec) if spec.healthcheck else _found_health(image_health, None)
     found_health = _found_health(health, spec.healthcheck.test if spec.healthcheck else None)
     if want_health != found_health:
         out.append(("healthcheck", want_health or "none", found_health or "none"))
@@ -358,8 +374,8 @@ def argv_difference(plan: list[str], found: list[str], context: int = 2) -> tupl
 def table(rows: list[DriftRow]) -> str:
     """A plain-text table, one row per difference."""
     head = ("NODE", "CONTAINER", "KIND", "PLAN", "FOUND")
-    cells = [head, *((r.node, r.container, r.kind + ("" if r.blocking else " (info)"), r.plan, r.found)
-                     for r in rows)]
+    cells = [head, *((r.node, r.container, r.kind + ("" if r.blocking else " (info)"), mask_secrets(r.plan),
+                      mask_secrets(r.found)) for r in rows)]
     widths = [min(60, max(len(c[i]) for c in cells)) for i in range(len(head) - 1)]
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + c[-1]
                      for c in cells) + "\n"

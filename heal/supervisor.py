@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from components.deploy_lock import DeployLock, lock_path
 from heal.group import CLEAN_SCRIPT, START_RUNNING_S, STOP_TIMEOUT_S, Group
 from heal.node_access import AccessError, NodeAccess
+from stacks.model.masking import mask_secrets
 
 GAVE_UP = 3
 WEBHOOK_ENV = "VLLM_CLUSTER_ALERT_WEBHOOK"
@@ -118,8 +119,9 @@ class Log:
     lines: list[str] = field(default_factory=list)
 
     def __call__(self, action: str, detail: str, reason: str = "") -> None:
-        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: {one_line(detail)}"
-                + (f" (reason: {one_line(reason)})" if reason else ""))
+        # masked: detail and reason carry exception text (a node's ssh or docker stderr may echo a credential)
+        line = mask_secrets(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} group-supervisor {self.stack} {action}: "
+                            f"{one_line(detail)}" + (f" (reason: {one_line(reason)})" if reason else ""))
         self.lines.append(line)
         print(line, file=self.out, flush=True)
 
@@ -550,8 +552,8 @@ class Supervisor:
         if not url:
             self.log("alert", "no webhook configured: only the metric and this log", reason)
             return
-        body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up", "reason": reason,
-                           "attempts_last_hour": len(self.recent())}).encode()
+        body = json.dumps({"stack": self.group.stack, "event": "group-supervisor-gave-up",
+                           "reason": mask_secrets(reason), "attempts_last_hour": len(self.recent())}).encode()
         where = urlsplit(url).netloc.rpartition("@")[2]  # no token: not its user part, path or query
         try:
             request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})

@@ -48,7 +48,7 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
     writable = ["/run/lock"]
     if metrics_file:
         writable.append(metrics_file.rsplit("/", 1)[0] or "/")
-    service = [f"WorkingDirectory={systemd_quote(workdir)}", f"EnvironmentFile={env_file}"]
+    service = [f"WorkingDirectory={workdir}", f"EnvironmentFile={env_file}"]  # one path each: no quotes
     if user:
         service.append(f"User={user}")
     service += [
@@ -60,7 +60,7 @@ def render_supervisor_unit(*, stack: str, python: str, workdir: str, env_file: s
         "NoNewPrivileges=yes",
         "PrivateTmp=yes",
         "ProtectSystem=strict",
-        "ReadWritePaths=" + " ".join(writable),
+        "ReadWritePaths=" + " ".join(systemd_quote(path) for path in writable),
         f"RuntimeDirectory=vllm-cluster-supervisor-{stack}",
         "RuntimeDirectoryMode=0700",
         "ProtectKernelTunables=yes",

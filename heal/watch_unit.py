@@ -32,14 +32,25 @@ def unit_name(stack: str) -> str:
     return stack_unit_name(stack, "watch")
 
 
+SPACED = ("python", "--python", "workdir", "--workdir", "ca_file", "--ca-file", "--metrics-file")
+"""The paths a unit may hold with spaces inside (a project in `~/My Clusters`, its venv's python): each is written
+where systemd reads a space as part of it: ExecStart's words in double quotes (`systemd_quote`), WorkingDirectory=
+as it is (the rest of the line is one path; quoted, systemd 252 refuses it as "not absolute"), ReadWritePaths=
+quoted. EnvironmentFile= is not among them: the variables' file is named by the operator (`--env-file`)."""
+
+
 def check_unit_inputs(paths: dict[str, str | None], user: str | None) -> None:
-    """What a unit file interpolates: absolute paths that cannot add a line or a specifier, a POSIX user name."""
+    """What a unit file interpolates: absolute paths that cannot add a line or a specifier (spaces inside only where
+    SPACED says they are quoted), a POSIX user name."""
     for label, path in paths.items():
         if path is not None and not path.startswith("/"):
             raise ValueError(f"{label} {path!r} must be an absolute path (systemd resolves nothing else)")
-        if path is not None and re.search(r"[\s\x00-\x1f\x7f\\%$\"']", path):
-            raise ValueError(f"{label} {path!r}: no whitespace, control character, quote, `\\`, `%` or `$` (a "
-                             "newline would add a line to the unit)")
+        spaced = label in SPACED and path is not None and path == path.strip()
+        if path is not None and re.search(r"[\t\n\r\f\v\x00-\x1f\x7f\\%$\"']" + ("" if spaced else "| "), path):
+            raise ValueError(f"{label} {path!r}: no {'' if spaced else 'space, '}tab, control character, quote, "
+                             "`\\`, `%` or `$` (a newline would add a line to the unit; `%` and `$` are systemd's "
+                             "specifiers and variables)" + ("" if spaced else "; spaces only inside the project's "
+                                                           "paths (--python, --workdir, --ca-file, --metrics-file)"))
     if user is not None and not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user):
         raise ValueError(f"--user {user!r}: a POSIX user name ([a-z_][a-z0-9_-], at most 32 characters)")
 
@@ -91,7 +102,7 @@ def render_watch_unit(*, stack: str, python: str, workdir: str, url: str, served
                       golden=golden, interval_s=interval_s, timeout_s=timeout_s, ca_file=ca_file,
                       name=f"api-watch-{stack}", metrics_listen=metrics_listen, info_json=info_json,
                       thinking_kwarg=thinking_kwarg)
-    service = [f"WorkingDirectory={systemd_quote(workdir)}"]
+    service = [f"WorkingDirectory={workdir}"]  # one path to the end of the line: no quotes (check_unit_inputs)
     if env_file:
         service.append(f"EnvironmentFile={env_file}")
     if user:

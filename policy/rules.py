@@ -38,12 +38,17 @@ from pulumi_policy import (
 
 from stacks.planner.exposure import (
     API_EXPOSURE_FIX,
+    MONITORING_EXPOSURE_FIX,
+    UNGUARDED_MONITOR_FIX,
     api_exposed,
     api_exposure_message,
     firewall_file,
+    monitoring_exposed,
+    monitoring_exposure_message,
     nft_sets,
     sources_for_port,
     trusted_networks,
+    unguarded_monitor_problem,
 )
 from stacks.planner.image_cards import card_for
 from stacks.planner.serve_options import (
@@ -284,6 +289,89 @@ def api_exposure(resources: list[tuple[str, str, Mapping[str, Any]]]) -> list[tu
     return found
 
 
+MONITOR_LISTENS: dict[str, tuple[tuple[str, int], ...]] = {
+    "node-exporter": (("--web.listen-address", 9100),), "dcgm-exporter": (("--address", 9400),),
+    "prometheus": (("--web.listen-address", 9090),),
+    "alertmanager": (("--web.listen-address", 9093), ("--cluster.listen-address", 9094))}
+"""Each monitoring role's listen flags and the port it takes without one (every address then: these programs'
+documented defaults), so a flag the policy cannot find is judged as the wildcard it would be. Grafana's are its
+GF_SERVER_HTTP_ADDR / GF_SERVER_HTTP_PORT variables (all addresses, 3000)."""
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    """The last value of `flag=V` or `flag V` in `argv`; None without one."""
+    found = None
+    for i, word in enumerate(argv):
+        if word.startswith(flag + "="):
+            found = word.split("=", 1)[1]
+        elif word == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+    return found
+
+
+def _listen(value: str | None, port: int) -> tuple[str, int]:
+    """`HOST:PORT`, `[V6]:PORT` or `:PORT` -> (bind, port); an empty host is every address."""
+    if not value:
+        return "0.0.0.0", port
+    host, _, text = value.rpartition(":")
+    if not host and "[" not in value and value.count(":") == 0:
+        return value, port
+    return host.strip("[]") or "0.0.0.0", int(text) if text.isdigit() else port
+
+
+def monitor_listeners(role: str, props: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(bind, port) of every socket a monitoring container of `role` listens on, read from what it runs."""
+    if role == "grafana":
+        env = _env(props)
+        port = env.get("GF_SERVER_HTTP_PORT", "3000")
+        return [(env.get("GF_SERVER_HTTP_ADDR") or "0.0.0.0", int(port) if port.isdigit() else 3000)]
+    argv = [str(w) for w in _plain(props.get("command")) or []]
+    return [_listen(_flag(argv, flag), port) for flag, port in MONITOR_LISTENS.get(role, ())]
+
+
+def monitoring_exposure(resources: list[tuple[str, str, Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """`stacks.planner.exposure` rule 3 over the whole stack, as the plan applies it: each monitoring container
+    (`vllm-cluster.role` an exporter, Prometheus, Grafana or Alertmanager; its node from its resource name
+    `observability-<node>-<role>`) whose listener its node's host firewall (`<node>-firewall`; none: nothing
+    filters) lets a source outside the private networks reach (`monitoring_exposed`), and each watch unit or
+    supervisor address on a host no firewall guards (PolicyFacts `unguardedMonitors`) in public space outside
+    them (`unguarded_monitor_problem`)."""
+    firewalls = {name: str(_plain(props.get("create")) or "") for typ, name, props in resources
+                 if typ == REMOTE_COMMAND and name.endswith("-firewall")}
+    facts = _facts_of(resources)
+    private = trusted_networks(_facts_networks(facts))
+    found = []
+    for typ, name, props in resources:
+        role = _labels(props).get(f"{LABEL}role", "") if typ == CONTAINER else ""
+        if role not in (*MONITOR_LISTENS, "grafana"):
+            continue
+        node = name.removeprefix("observability-").removesuffix(f"-{role}")
+        text = firewall_file(firewalls[f"{node}-firewall"]) if f"{node}-firewall" in firewalls else None
+        sets = nft_sets(text) if text is not None else None
+        exposed = []
+        for bind, port in monitor_listeners(role, props):
+            allowed, cluster = sources_for_port(sets, port)
+            try:
+                reachable = monitoring_exposed(bind, allowed, [*cluster, *private], private)
+            except ValueError:  # a host name: cannot be shown private
+                reachable = True
+            if reachable:
+                exposed.append(f"{node} ({bind}:{port})")
+        if exposed:
+            found.append((name, f"{monitoring_exposure_message(exposed)}; fix: {MONITORING_EXPOSURE_FIX}"))
+    facts_name = next((n for t, n, _ in resources if t == FACTS), "")
+    for entry in _plain((facts or {}).get("unguardedMonitors")) or []:
+        entry = _plain(entry) if isinstance(_plain(entry), Mapping) else {"address": entry}
+        key, address, port = str(entry.get("key")), str(entry.get("address")), int(entry.get("port") or 0)
+        try:
+            problem = unguarded_monitor_problem(key, address, port, private)
+        except ValueError:  # not an address: cannot be shown private
+            problem = f"{address!r} is not an IP address: it cannot be shown to be private"
+        if problem:
+            found.append((facts_name, f"{key} {address}: {problem}; fix: {UNGUARDED_MONITOR_FIX}"))
+    return found
+
+
 def internal_ports_private(props: Mapping[str, Any], facts: Mapping[str, Any] | None) -> list[str]:
     """DP RPC, VLLM_HOST_IP (torch.distributed, ZMQ) and Ray must bind private or declared-private addresses.
 
@@ -461,6 +549,12 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         description="vLLM's own API port not reachable from outside the private networks, whatever its key "
                     "(stacks/planner/exposure.py, the plan's rule)",
         enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(api_exposure)),
+    StackValidationPolicy(
+        name="monitoring-not-public",
+        description="the unauthenticated monitoring listeners (exporters, Prometheus, Grafana, Alertmanager, the "
+                    "watch unit and the group supervisor) not reachable from outside the private networks "
+                    "(stacks/planner/exposure.py, the plan's rule)",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_stack_validator(monitoring_exposure)),
     ResourceValidationPolicy(
         name="vllm-engine-command-readable", description="an engine container runs only commands the policy "
         "reads (vllm serve, ray start, the cluster-ready wait): the other rules fail closed",

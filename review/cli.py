@@ -5,7 +5,9 @@ model-card|image-card`: offline tools, no Pulumi engine needed; `restart-group|d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import sys
@@ -26,9 +28,15 @@ from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
-from stacks.model.project import is_developer_checkout
+from stacks.model.project import (
+    PROJECT_FIX,
+    ROOT_ENV,
+    STACKS_VENV,
+    is_developer_checkout,
+    root_variable_problem,
+)
 from stacks.planner.image_cards import CARDS
-from stacks.planner.plan import build_plan
+from stacks.planner.plan import build_plan, card_override_warnings
 from stacks.planner.proxy import front_door, masked_nginx_conf
 from stacks.planner.render import render_stack
 from stacks.planner.stack_plan import build_stack
@@ -41,7 +49,25 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
                         help="plan as if this secret were set, e.g. api_key or proxy_keys.team-a (repeatable)")
 
 
+def project_line(stack: str) -> str:
+    """Which project a plan read (stderr, every plan): a folder found by its Pulumi.yaml, or VLLM_CLUSTER_ROOT."""
+    via = f" (from {ROOT_ENV})" if os.environ.get(ROOT_ENV) else ""
+    return f"# project: {PROJECT_ROOT}{via}, stack file {stack_file(stack).name}"
+
+
+def _refused_plan_warnings(stack: str) -> list[str]:
+    """What a refused plan still warns about: the project's cards that hide shipped ones (as every plan does), the
+    model card's from the stack file's own `model.profile` when it can be read."""
+    try:
+        model = read_stack_values(stack).get("model")
+    except ConfigError:
+        model = None
+    return card_override_warnings(model.get("profile") if isinstance(model, dict) else None)
+
+
 def _plan(args: argparse.Namespace) -> int:
+    with contextlib.suppress(ConfigError):  # not a stack name: the refusal below says so
+        print(project_line(args.stack), file=sys.stderr)
     try:
         config, document = load_stack_document(args.stack, args.set, args.assume_secret)
         try:
@@ -49,11 +75,14 @@ def _plan(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(exc.stack, locate(exc.problems, document.positions)) from None
     except ConfigError as exc:
+        warnings = _refused_plan_warnings(args.stack)
         if args.json:
-            print(json.dumps({"stack": args.stack, "valid": False,
-                              "errors": [p.as_dict() for p in exc.problems]}, indent=2, ensure_ascii=False))
+            print(json.dumps({"stack": args.stack, "valid": False, "errors": [p.as_dict() for p in exc.problems],
+                              "warnings": warnings}, indent=2, ensure_ascii=False))
         else:
             print(exc.report(), file=sys.stderr)
+            for warning in warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         return 2
     groups = tuple(dataclasses.replace(g, plan=g.plan.model_copy(
         update={"warnings": [*document.warnings, *g.plan.warnings]})) for g in whole.groups)
@@ -74,7 +103,7 @@ def _nginx_conf(args: argparse.Namespace) -> int:
         return 2
     if not config.api.proxy.enabled:
         print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (to see one: "
-              f"venv/bin/python -m stacks nginx-conf {args.stack} --set api.proxy.enabled=true --set "
+              f"{STACKS_VENV} nginx-conf {args.stack} --set api.proxy.enabled=true --set "
               "serving.host=127.0.0.1 --assume-secret api_key --assume-secret proxy_keys.team-a --assume-secret "
               "tls_certificate --assume-secret tls_private_key)", file=sys.stderr)
         return 2
@@ -123,7 +152,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
             ca_file=ca_file, user=args.user, metrics_listen=metrics_listen, info_json=info_json,
             thinking_kwarg=thinking_kwarg(config)[0])
     except ValueError as exc:
-        print(f"watch-unit {args.stack}: {exc}", file=sys.stderr)
+        print(mask_credentials(f"watch-unit {args.stack}: {exc}"), file=sys.stderr)
         return 2
     print(text, end="")
     steps = [f"# {name}: save stdout as /etc/systemd/system/{name}, then: systemctl daemon-reload && "
@@ -148,7 +177,7 @@ def _observability(args: argparse.Namespace) -> int:
     config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
     plan = build_plan(args.stack, config)
     if plan.observability is None:
-        print(f"stack {args.stack!r}: observability.enabled is false; to see its files: venv/bin/python -m stacks "
+        print(f"stack {args.stack!r}: observability.enabled is false; to see its files: {STACKS_VENV} "
               f"observability {args.stack} --out DIR --set observability.enabled=true --assume-secret "
               "grafana_admin_password", file=sys.stderr)
         return 2
@@ -377,6 +406,14 @@ def _git_ref(value: str) -> str:
     return value
 
 
+class _BadArgument(SystemExit):
+    """argparse's exit 2, carrying its one-line refusal (masked) for a caller that answers in JSON."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__(2)
+        self.refusal = refusal
+
+
 class _Parser(argparse.ArgumentParser):
     """A bad flag: the usage, then `python -m stacks SUB: bad argument: --flag 'value': what works`; exit 2."""
 
@@ -386,7 +423,27 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}\n"))
+        refusal = mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}")
+        print(refusal, file=sys.stderr)
+        raise _BadArgument(refusal)
+
+
+JSON_ON_EVERY_EXIT = ("drift",)
+"""Commands whose `--json` promises JSON on stdout at every exit, a refused argument and a crash included: a caller
+(a cron job, the monitoring) parses stdout whatever happened."""
+
+
+def _json_answer(argv: Sequence[str]) -> str | None:
+    """The command of `argv` when it answers in JSON at every exit (`drift … --json`), else None."""
+    words = list(argv)
+    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and "--json" in words[1:] else None
+
+
+def _json_refusal(argv: Sequence[str], error: str, next_step: str, **more: Any) -> None:
+    """The JSON answer of a command that could not run: its stack (the first word after the command that is not
+    a flag, when there is one), the error and what to do next."""
+    stack = next((w for w in list(argv)[1:] if not w.startswith("-")), None)
+    print(json.dumps({"stack": stack, "error": error, "next": next_step, **more}, indent=2, ensure_ascii=False))
 
 
 Extend = Callable[[argparse.ArgumentParser, Any], None]
@@ -509,9 +566,22 @@ def _stdout_closed() -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", extend: Extend | None = None) -> int:
-    args = build_parser(prog, extend).parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    json_answer = _json_answer(words)
+    try:
+        args = build_parser(prog, extend).parse_args(words)
+    except _BadArgument as exc:
+        if json_answer:
+            _json_refusal(words, exc.refusal, f"{prog} {json_answer} --help")
+        raise
     if args.command == "model-card":
         args.argv = list(argv) if argv is not None else None
+    problem = root_variable_problem() if args.command != "init" else None
+    if problem:  # before anything reads the project: exit 2 naming the variable, not an internal error
+        if json_answer:
+            _json_refusal(words, problem, PROJECT_FIX)
+        print(f"{prog} {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         code = int(args.func(args))
         sys.stdout.flush()
@@ -519,12 +589,26 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
     except BrokenPipeError:
         return _stdout_closed()
     except ConfigError as exc:
+        if json_answer:
+            _json_refusal(words, "the stack is refused", "fix each key `errors` names",
+                          errors=[p.as_dict() for p in exc.problems])
         print(exc.report(), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # a folder or stack name the file system cannot hold: bad input, not a bug
+            name = str(exc.filename or "")
+            said = mask_credentials(f"{prog} {args.command}: {exc.strerror}: {shown(name)} ({len(name)} characters); "
+                                    "shorten the folder or stack name")
+            if json_answer:
+                _json_refusal(words, said, "a shorter folder or stack name")
+            print(said, file=sys.stderr)
+            return 2
         if os.environ.get("VLLM_CLUSTER_DEBUG"):
             raise
-        print(mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
-                               "your config: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it"),
-              file=sys.stderr)
+        crash = mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
+                                 "your config")
+        if json_answer:
+            _json_refusal(words, crash, "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it")
+        print(f"{crash}: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
         return 3

@@ -23,6 +23,7 @@ from ruamel.yaml.error import YAMLError
 
 from stacks.model.errors import ConfigError
 from stacks.model.loader import load_stack
+from stacks.model.project import STACKS_VENV
 from stacks.planner.plan import build_plan
 
 PREFIX = "vllm-cluster:"
@@ -71,7 +72,7 @@ def base_plan(stack: str, ref: str, root: Path, assume_secret: Sequence[str] = (
         _archive(root, ref, checkout)
         if not (checkout / f"Pulumi.{stack}.yaml").exists():
             raise BaseError(f"{ref} has no Pulumi.{stack}.yaml: the stack is new in this change, so there is "
-                            f"nothing to compare; review its whole plan: venv/bin/python -m stacks plan {stack} "
+                            f"nothing to compare; review its whole plan: {STACKS_VENV} plan {stack} "
                             "(--json for a file)")
         try:
             assumed = [word for key in assume_secret for word in ("--assume-secret", key)]

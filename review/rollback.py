@@ -31,6 +31,7 @@ from ruamel.yaml.comments import CommentedMap
 from stacks.model.config import ImageConfig
 from stacks.model.errors import ConfigError
 from stacks.model.loader import parse_config
+from stacks.model.project import STACKS
 from stacks.model.stack_file import parse_stack_text
 from stacks.planner.image_capabilities import canonical_ref, get_capabilities
 from stacks.planner.managed_options import NO_CARD
@@ -332,7 +333,7 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
         current = ImageConfig.model_validate(values["image"])
     except (ConfigError, KeyError, ValidationError) as exc:
         raise RollbackError(f"{file_name} has no valid {IMAGE_KEY} ({type(exc).__name__}: {str(exc)[:200]}); "
-                            f"`python -m stacks plan {stack}` shows the problem") from None
+                            f"`{STACKS} plan {stack}` shows the problem") from None
     provenance = check_same_stack(history, stack, values, file_name)
     target = choose(past_images(history.updates), current, to)
     try:
@@ -348,7 +349,7 @@ def prepare(stack: str, text: str, file_name: str, history: History, to: str) ->
     elif caps is None:
         capability = (f"WARNING: {target.image.ref} is not a known image (no image card): only the "
                       "general rules were checked; the argument dry run in `pulumi up` is the next line of defence "
-                      f"(a card: python -m stacks image-card {target.image.ref})")
+                      f"(a card: {STACKS} image-card {target.image.ref})")
     else:
         capability = (f"capability entry {target.image.ref} (vLLM {caps.vllm_version}) accepts this topology "
                       f"({plan.topology.get('label')}), model {plan.model.get('profile')} and parsers")

@@ -383,7 +383,7 @@ def _drift_cli(monkeypatch: pytest.MonkeyPatch, rows: list[DriftRow], *flags: st
     from heal import cli
     from review.cli import main
 
-    monkeypatch.setattr(cli, "drift_rows", lambda plan, access: rows)
+    monkeypatch.setattr(cli, "drift_rows", lambda plan, access, config=None: rows)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["drift", "h20", *flags])
@@ -428,3 +428,117 @@ def test_a_shell_form_health_check_with_the_planned_words_is_the_planned_check()
     other = ["CMD-SHELL", shlex.join([*probe[1:], "--x"])]
     assert [r.kind for r in compare_container("n1", planned, with_test(other), image["Id"], image["Config"])] == \
         ["healthcheck"]
+
+
+@pytest.mark.parametrize("argv", [["drift", "--json"], ["drift", "h20", "--json", "--bogus"],
+                                  ["drift", "h20", "--json", "--set"],
+                                  ["drift", "h20", "--json", "--api-key=Tok3nS3cretPw"]])
+def test_drift_json_answers_json_when_an_argument_is_refused(argv: list[str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from review.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    captured = capsys.readouterr()
+    answer = json.loads(captured.out)
+    assert exit_.value.code == 2 and "bad argument" in answer["error"] and answer["next"], answer
+    assert answer["stack"] == (None if argv[1] == "--json" else "h20")
+    assert "bad argument" in captured.err and "Tok3nS3cretPw" not in captured.out + captured.err
+
+
+def test_drift_json_answers_json_when_it_crashes(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from heal import cli
+    from review.cli import main
+
+    def crash(plan: object, access: object, config: object = None) -> list[DriftRow]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.delenv("VLLM_CLUSTER_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "drift_rows", crash)
+    code = main(["drift", "h20", "--json"])
+    captured = capsys.readouterr()
+    assert code == 3 and "internal error" in json.loads(captured.out)["error"], captured
+    assert "internal error" in captured.err
+
+
+class Recorded:
+    """A fake NodeAccess answering `docker ps` and `docker inspect` from recorded containers (by name) and images
+    (by reference) per node."""
+
+    def __init__(self, containers: dict[str, dict[str, dict[str, Any]]], images: dict[str, dict[str, Any]]) -> None:
+        self.containers, self.images = containers, images
+
+    def docker(self, node: str, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        mine = self.containers.get(node, {})
+        if args[0] == "ps":
+            return subprocess.CompletedProcess(args, 0, "\n".join(mine), "")
+        pool = self.images if args[0] == "image" else mine
+        found = [pool[ref] for ref in args[2:] if ref in pool]
+        if not found:
+            return subprocess.CompletedProcess(args, 1, "", "Error: No such object")
+        return subprocess.CompletedProcess(args, 0, json.dumps(found), "")
+
+    def shell(self, node: str, script: str, args: list[str],
+              timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("drift runs no script")
+
+    def container(self, node: str, planned: str) -> str:
+        return planned
+
+
+IMAGE_HEALTH = {"Test": ["CMD-SHELL", "wget -q -O- localhost:3000/api/health"], "Interval": 30 * 10**9,
+                "Timeout": 5 * 10**9, "Retries": 3}
+
+
+def as_created(want: ContainerSpec) -> dict[str, Any]:
+    """`docker inspect` of a monitoring container as components/observability.py creates it from its spec."""
+    image_id = f"sha256:{want.purpose}"
+    return {"Id": want.name, "Name": "/" + want.name, "Image": image_id, "Created": "2026-01-01T00:00:00Z",
+            "RestartCount": 0, "State": {"Running": True, "StartedAt": "2026-01-01T00:00:05Z"},
+            "Config": {"Image": image_id, "Cmd": want.command or None, "Entrypoint": None,
+                       "Env": [f"{k}={v}" for k, v in want.env.items()], "Labels": dict(want.labels),
+                       "Healthcheck": IMAGE_HEALTH if want.purpose == "grafana" else None},
+            "HostConfig": {"NetworkMode": "host", "IpcMode": "private", "Privileged": False,
+                           "CapAdd": list(want.capabilities) or None, "RestartPolicy": {"Name": want.restart},
+                           "DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}] if want.gpus else None,
+                           "ShmSize": 64 * 1024 * 1024},
+            "Mounts": [{"Type": "bind", "Source": v.host, "Destination": v.container, "RW": not v.read_only}
+                       for v in want.volumes]}
+
+
+def test_monitoring_containers_are_compared_field_by_field_as_engines_are() -> None:
+    from heal.cli import drift_rows, monitor_specs
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+
+    config = load_stack("h20", ["observability.enabled=true"], assume_secret=["grafana_admin_password"])
+    plan = build_plan("h20", config)
+    head = plan.nodes[0].name
+    specs = {s.purpose: s for s in monitor_specs(plan, config, head)}
+    assert {"prometheus", "grafana", "node-exporter", "dcgm-exporter"} <= set(specs), specs
+    assert specs["dcgm-exporter"].gpus == "all" and specs["dcgm-exporter"].capabilities == ["SYS_ADMIN"]
+    containers = {s.name: as_created(s) for s in specs.values()}
+    images = {s.image: {"Id": f"sha256:{s.purpose}",
+                        "Config": {"Healthcheck": IMAGE_HEALTH} if s.purpose == "grafana" else {}}
+              for s in specs.values()}
+    access = Recorded({head: containers}, images)
+    assert [r for r in drift_rows(plan, access, config) if r.kind == "monitoring" and r.node == head] == []
+    changed = containers[specs["prometheus"].name]
+    changed["HostConfig"] |= {"NetworkMode": "bridge", "IpcMode": "host", "CapAdd": ["NET_ADMIN"],
+                              "ShmSize": 1 << 30, "Ulimits": [{"Name": "nofile", "Soft": 1, "Hard": 1},],
+                              "Devices": [{"PathOnHost": "/dev/kmsg", "PathInContainer": "/dev/kmsg"}],
+                              "RestartPolicy": {"Name": "no"}}
+    changed["Config"]["Healthcheck"] = {"Test": ["CMD", "true"], "Interval": 10**9}
+    changed["Config"]["Env"] = ["GF_SECURITY_ADMIN_PASSWORD=Tok3nS3cretPw"]
+    containers[specs["grafana"].name]["Config"]["Healthcheck"] = None  # the image's health check dropped
+    del containers[specs["node-exporter"].name]
+    rows = [r for r in drift_rows(plan, access, config) if r.kind == "monitoring" and r.node == head]
+    by_field = {(r.container, r.plan.partition(":")[0]) for r in rows}
+    prometheus = specs["prometheus"].name
+    for field in ("network", "ipc", "capabilities", "shm-size", "ulimits", "devices", "restart-policy",
+                  "healthcheck", "env"):
+        assert (prometheus, field) in by_field, table(rows)
+    assert (specs["grafana"].name, "healthcheck") in by_field, table(rows)
+    assert (specs["node-exporter"].name, "missing") in by_field, table(rows)
+    assert not any(r.blocking for r in rows) and "Tok3nS3cretPw" not in table(rows)

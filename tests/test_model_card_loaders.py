@@ -105,7 +105,7 @@ def test_a_card_records_the_quantization_of_compression_config() -> None:
 def _card(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
     """`model-card` as a user runs it, in a project `root` (it writes only into a project)."""
     if root.is_dir() and not (root / "Pulumi.yaml").exists():
-        (root / "Pulumi.yaml").write_text("name: card-test\n")
+        (root / "Pulumi.yaml").write_text("name: vllm-cluster\n")
     return subprocess.run([sys.executable, "-m", "stacks", "model-card", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "VLLM_CLUSTER_ROOT": str(root)})
 

@@ -355,7 +355,7 @@ def _facts(model: Path) -> dict[str, Any]:
 def _card_exit(*args: str, root: Path) -> tuple[int, str]:
     """`model-card` as a user runs it, in a project `root` (it writes only into a project)."""
     if root.is_dir() and not (root / "Pulumi.yaml").exists():
-        (root / "Pulumi.yaml").write_text("name: card-test\n")
+        (root / "Pulumi.yaml").write_text("name: vllm-cluster\n")
     done = subprocess.run([sys.executable, "-m", "stacks", "model-card", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={"VLLM_CLUSTER_ROOT": str(root), "PATH": "/usr/bin:/bin"})
     return done.returncode, done.stdout + done.stderr
@@ -495,7 +495,7 @@ def test_s3_source_reads_headers_and_names_a_missing_shard(tmp_path: Path) -> No
         client.create_bucket(Bucket="models")
         for file in model.iterdir():
             client.upload_file(str(file), "models", f"tiny/{file.name}")
-        (tmp_path / "Pulumi.yaml").write_text("name: card-test\n")  # model-card writes only into a project
+        (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")  # model-card writes only into a project
         env = {"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": KEY_ID,
                "AWS_SECRET_ACCESS_KEY": SECRET}
         run = [sys.executable, "-m", "stacks", "model-card", "s3://models/tiny", "--name", "tiny",

@@ -356,6 +356,10 @@ def test_program_creates_the_monitoring_containers_with_secrets_uploaded_not_in_
     assert "/etc/grafana/admin_password" in uploads and "vllm-prod-overview.json" in uploads
     modes = {u["file"]: u.get("permissions") for u in grafana["uploads"]["value"]}  # a secret: wrapped
     assert modes["/etc/grafana/admin_password"] == "0400", modes  # not world-readable
+    alertmanager = containers["observability-node1-alertmanager"].inputs
+    modes = {u["file"]: u.get("permissions") for u in alertmanager["uploads"]["value"]}
+    assert modes["/etc/alertmanager/alertmanager.yml"] == "0600", modes  # the webhook's token: owner only
+    assert alertmanager.get("user") == "0"  # the owner that reads it
     prometheus = json.dumps(containers["observability-node1-prometheus"].inputs["uploads"])
     assert "prometheus.yml" in prometheus and "vllm-cluster.rules.yml" in prometheus
     assert webhook not in json.dumps([r.inputs for r in run.mocks.resources if r.name != "observability-node1-"
@@ -528,3 +532,37 @@ def test_a_monitoring_port_that_another_listener_or_sshd_holds_is_refused(port: 
     with pytest.raises(ConfigError) as caught:
         build_plan("prod", parse_config("prod", values))
     assert key in [p.key for p in caught.value.problems], caught.value.report()
+
+
+def test_the_program_creates_each_monitoring_container_as_its_spec_says_which_drift_compares() -> None:
+    """components/observability.py and `drift` read one spec (`monitor_spec`): network, restart policy, GPUs,
+    capabilities, mounts, labels and environment of every monitoring container, created as compared."""
+    from heal.cli import monitor_specs
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+    from tests.pulumi_harness import SECRET_VALUES, run_program
+
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True}
+    run = run_program("prod", values, secrets={**SECRET_VALUES, "grafana_admin_password": "grafana-pw-0123456789",
+                                               "alert_webhook_url": "https://hooks.example.com/T0/abcdef"})
+    assert run.error is None, run.error
+    created = {r.name: r.inputs for r in run.mocks.of_type("docker:index/container:Container")}
+    config = load_stack("prod", ["observability.enabled=true"],
+                        assume_secret=["grafana_admin_password", "alert_webhook_url", "api_key", "proxy_keys.team-a",
+                                       "tls_certificate", "tls_private_key"])
+    plan = build_plan("prod", config)
+    specs = [(node.name, s) for node in plan.nodes for s in monitor_specs(plan, config, node.name)]
+    assert {s.purpose for _, s in specs} == {"node-exporter", "dcgm-exporter", "prometheus", "grafana",
+                                             "alertmanager"}
+    for node, spec in specs:
+        inputs = created[f"observability-{node}-{spec.purpose}"]
+        assert inputs["name"] == spec.name
+        assert inputs["networkMode"] == spec.network_mode and inputs["restart"] == spec.restart, spec.name
+        assert inputs.get("gpus") == spec.gpus and inputs.get("command", []) == spec.command, spec.name
+        assert (inputs.get("capabilities") or {}).get("adds", []) == spec.capabilities, spec.name
+        assert {(v["hostPath"], v["containerPath"], bool(v.get("readOnly"))) for v in inputs["volumes"]} == {
+            (v.host, v.container, v.read_only) for v in spec.volumes}, spec.name
+        assert {x["label"]: x["value"] for x in inputs["labels"]} == spec.labels, spec.name
+        assert inputs.get("envs", []) == [f"{k}={v}" for k, v in spec.env.items()], spec.name
+        assert not inputs.get("privileged") and not inputs.get("devices") and not spec.privileged

@@ -200,5 +200,159 @@ def test_outside_any_project_plan_and_policy_pack_say_how_to_reach_one(tmp_path:
     assert f"no Pulumi.two-node.yaml in {tmp_path}" in plan.stderr and "vllm-cluster init DIR" in plan.stderr
     pack = _run("policy-pack", cwd=tmp_path, env=env)
     assert pack.returncode == 2
-    assert pack.stderr.startswith(f"policy-pack: {tmp_path} holds no Pulumi.yaml: run it in your project")
+    assert pack.stderr.startswith(f"policy-pack: {tmp_path} (from VLLM_CLUSTER_ROOT) holds no Pulumi.yaml: run it "
+                                  "in your project")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_another_pulumi_projects_yaml_is_passed_over_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Pulumi.yaml of another project (name: theirs) is no vllm-cluster project: the search goes on up past it,
+    and a plan that finds no stack names it (it was taken as the project, whatever it held)."""
+    monkeypatch.delenv("VLLM_CLUSTER_ROOT", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text("# mine\nname: vllm-cluster\nruntime: python\n")
+    (tmp_path / "theirs" / "sub").mkdir(parents=True)
+    (tmp_path / "theirs" / "Pulumi.yaml").write_text("name: theirs\nruntime: nodejs\n")
+    assert project_root(tmp_path / "theirs" / "sub") == tmp_path.resolve()
+    alone = tmp_path / "alone"
+    (alone / "sub").mkdir(parents=True)
+    (alone / "Pulumi.yaml").write_text("name: 'theirs'  # another team's\n")
+    done = _run("plan", "two-node", cwd=alone / "sub")
+    assert done.returncode == 2, done.stdout
+    assert f"{alone / 'Pulumi.yaml'} is the Pulumi project 'theirs', not a vllm-cluster project" in done.stderr
+
+
+def test_a_root_that_is_another_pulumi_project_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: theirs\n")
+    (tmp_path / "Pulumi.two-node.yaml").write_text((ROOT / "examples" / "Pulumi.two-node.yaml").read_text())
+    env = {"VLLM_CLUSTER_ROOT": str(tmp_path)}
+    plan = _run("plan", "two-node", cwd=tmp_path, env=env)
+    assert plan.returncode == 2, plan.stdout
+    assert (f"{tmp_path} (from VLLM_CLUSTER_ROOT) holds the Pulumi project 'theirs', not a vllm-cluster project"
+            in plan.stderr), plan.stderr
+    pack = _run("policy-pack", cwd=tmp_path, env=env)
+    assert pack.returncode == 2 and "holds the Pulumi project 'theirs'" in pack.stderr
+    assert not (tmp_path / ".vllm-cluster").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_root_variable_naming_no_folder_is_named_in_the_plans_refusal(tmp_path: Path, where: str) -> None:
+    root = tmp_path / where
+    if where == "a-file":
+        root.write_text("x")
+    done = _run("plan", "two-node", cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": str(root)})
+    assert done.returncode == 2
+    why = "does not exist" if where == "missing" else "is not a folder"
+    assert f"no Pulumi.two-node.yaml in {root} (from VLLM_CLUSTER_ROOT), which {why}" in done.stderr, done.stderr
+
+
+def test_every_plan_names_its_project_on_stderr(project: Path) -> None:
+    done = _run("plan", "two-node", "--summary", cwd=project / "models")
+    assert done.returncode == 0 and done.stderr.startswith(f"# project: {project}, stack file "
+                                                           "Pulumi.two-node.yaml"), done.stderr
+    refused = _run("plan", "two-node", "--set", "parallelism.tensor=0", cwd=project)
+    assert refused.returncode == 2 and refused.stderr.startswith(f"# project: {project},"), refused.stderr
+    via = _run("plan", "two-node", "--json", cwd=ROOT, env={"VLLM_CLUSTER_ROOT": str(project)})
+    assert via.returncode == 0 and f"# project: {project} (from VLLM_CLUSTER_ROOT)" in via.stderr
+    json.loads(via.stdout)
+
+
+def test_a_card_hiding_a_shipped_one_is_warned_on_a_refused_plan_too(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    (tmp_path / "Pulumi.two-node.yaml").write_text((ROOT / "examples" / "Pulumi.two-node.yaml").read_text())
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / SHIPPED_IMAGE).write_text((ROOT / "images" / SHIPPED_IMAGE).read_text())
+    profile = str(read_profile(tmp_path / "Pulumi.two-node.yaml"))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / f"{profile}.json").write_text((ROOT / "models" / f"{profile}.json").read_text())
+    for flags in ([], ["--json"]):
+        done = _run("plan", "two-node", "--set", "parallelism.tensor=0", *flags, cwd=tmp_path)
+        assert done.returncode == 2
+        said = done.stderr if not flags else "\n".join(json.loads(done.stdout)["warnings"])
+        assert f"image card {tmp_path / 'images' / SHIPPED_IMAGE} is used, and it hides the shipped card" in said
+        assert f"model.profile {profile!r}: {tmp_path / 'models' / profile}.json is used" in said, said
+
+
+def read_profile(stack_file: Path) -> object:
+    import yaml
+
+    return yaml.safe_load(stack_file.read_text())["config"]["vllm-cluster:model"]["profile"]
+
+
+LONG = "a" * 300
+"""Over NAME_MAX (255 bytes) on every Linux file system."""
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    (LONG, "cannot be used (File name too long: a folder name of 300 bytes, at most 255)"),
+    (f"clusters/{LONG}/x", "cannot be used (File name too long: a folder name of 300 bytes"),
+    ("my\u200fclusters", "has invisible or right-to-left formatting characters (U+200F)"),
+    ("my\u202eclusters", "has invisible or right-to-left formatting characters (U+202E)"),
+    ("my\udcffclusters", "is not valid UTF-8"),  # the byte 0xff, as Python holds a name that is not UTF-8
+])
+def test_init_refuses_names_too_long_or_that_read_as_another_with_exit_2(tmp_path: Path, name: str, said: str) -> None:
+    done = _run("init", name, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("init: DIR ") and said in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("root", "said"), [
+    (f"/tmp/{LONG}", "cannot be used (File name too long, 305 characters)"),
+    ("/tmp/my\u200fclusters", "has invisible or right-to-left formatting characters (U+200F)"),
+    ("/tmp/my\udcffclusters", "is not valid UTF-8"),
+])
+@pytest.mark.parametrize("command", [["plan", "two-node"], ["drift", "two-node", "--json"], ["matrix"],
+                                     ["watch-unit", "two-node"]])
+def test_a_root_variable_that_cannot_name_a_folder_is_exit_2_naming_it(tmp_path: Path, root: str, said: str,
+                                                                      command: list[str]) -> None:
+    done = _run(*command, cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": root})
+    assert done.returncode == 2, done.stderr
+    assert f"{' '.join(command[:1])}: VLLM_CLUSTER_ROOT " in done.stderr and said in done.stderr, done.stderr
+    if "--json" in command:
+        assert said in json.loads(done.stdout)["error"]
+
+
+def test_a_path_too_long_met_by_any_command_is_exit_2_not_an_internal_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from review import cli
+
+    def too_long(args: object) -> int:
+        raise OSError(errno.ENAMETOOLONG, "File name too long", "/srv/" + LONG)
+
+    monkeypatch.setattr(cli, "_reference", too_long)
+    assert cli.main(["reference"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m stacks reference: File name too long: '/srv/aaa") and "305 characters" in err
+    assert "internal error" not in err
+
+
+def test_init_takes_a_fresh_clone_of_an_empty_repository(tmp_path: Path) -> None:
+    """A folder holding only `.git` (`git clone` of an empty repository) is where a user starts: init writes
+    into it, keeps `.git`, and its hint does not `git init` again."""
+    clone = tmp_path / "clusters"
+    subprocess.run(["git", "init", "-q", str(clone)], check=True, timeout=60)
+    done = _run("init", str(clone), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (clone / "Pulumi.yaml").is_file() and (clone / ".git" / "HEAD").is_file()
+    assert f"cd {clone} && git add -A && git commit" in done.stdout and "git init" not in done.stdout
+    used = tmp_path / "used"
+    subprocess.run(["git", "init", "-q", str(used)], check=True, timeout=60)
+    (used / "notes.txt").write_text("mine")
+    again = _run("init", str(used), cwd=tmp_path)
+    assert again.returncode == 2 and "is not empty" in again.stderr and not (used / "Pulumi.yaml").exists()
+
+
+@pytest.mark.parametrize("name", ["my clusters", "a;b", "it's"])
+def test_the_next_steps_init_prints_are_shell_quoted(tmp_path: Path, name: str) -> None:
+    import shlex
+
+    done = _run("init", name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cd = next(line for line in done.stdout.splitlines() if line.strip().startswith("cd "))
+    lexer = shlex.shlex(cd, posix=True, punctuation_chars=True)  # `;` and `&&` split as a shell splits them
+    lexer.whitespace_split = True
+    words = list(lexer)
+    assert words[:2] == ["cd", str(tmp_path / name)] or words[:2] == ["cd", name], words
+    assert words[2:4] == ["&&", "git"]

@@ -33,6 +33,7 @@ from policy.rules import (
     engine_command_readable,
     host_key_pinned,
     internal_ports_private,
+    monitoring_exposure,
     stack_of,
 )
 from stacks.model.loader import read_stack_values
@@ -92,7 +93,7 @@ def test_levels() -> None:
         "vllm-api-auth-on-non-loopback", "vllm-api-not-public", "vllm-internal-ports-private",
         "vllm-engine-command-readable",
         "vllm-gpu-memory-utilization", "vllm-engine-ready-timeout", "prod-image-pinned-by-digest",
-        "prod-ssh-host-key-pinned", "prod-image-has-card"}
+        "prod-ssh-host-key-pinned", "prod-image-has-card", "monitoring-not-public"}
     assert BY_NAME["image-pinned-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
     assert BY_NAME["image-has-card"].enforcement_level == EnforcementLevel.ADVISORY
     assert BY_NAME["ssh-host-key-pinned"].enforcement_level == EnforcementLevel.ADVISORY
@@ -457,3 +458,73 @@ def test_the_pack_imports_nothing_but_the_stdlib_parts_of_stacks() -> None:
     assert out.returncode == 0, out.stderr
     assert "blocked: " in out.stdout
 
+
+
+@pytest.fixture(scope="module")
+def monitored() -> list[Resource]:
+    """prod with observability on (and Alertmanager), as the program registers it: firewall on, every monitoring
+    listener on a management address inside fabric.private_networks."""
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True}
+    run = run_program("prod", values, secrets={**SECRETS, "grafana_admin_password": "grafana-pw-0123456789",
+                                               "alert_webhook_url": "https://hooks.example.com/T0/abcdef"})
+    assert run.error is None, run.error
+    return registered(run)
+
+
+def test_monitoring_listeners_reachable_from_outside_are_refused_by_the_policy_as_by_the_plan(
+        monitored: list[Resource]) -> None:
+    from stacks.model.errors import ConfigError
+    from stacks.model.loader import load_stack
+    from stacks.planner.plan import build_plan
+
+    assert monitoring_exposure(monitored) == []
+    assert violations(monitored, "prod")["monitoring-not-public"] == []
+    # The firewall off and the management network not declared private: what the plan refuses (below).
+    opened = [(t, n, _refact(p, "1.1.1.0/24") if t == FACTS_TYPE else p) for t, n, p in monitored
+              if not n.endswith("-firewall")]
+    found = dict(monitoring_exposure(opened))
+    roles = ("node-exporter", "dcgm-exporter", "prometheus", "grafana", "alertmanager")
+    assert {f"observability-node1-{r}" for r in roles} <= set(found), sorted(found)
+    assert "node1 (10.30.8.1:9090)" in found["observability-node1-prometheus"]
+    assert "node1 (10.30.8.1:3000)" in found["observability-node1-grafana"]
+    assert {n for n, _ in violations(opened, "prod")["monitoring-not-public"]} == set(found)
+    with pytest.raises(ConfigError) as refused:
+        build_plan("prod", load_stack("prod", ["observability.enabled=true", "firewall.enabled=false",
+                                               "fabric.private_networks=[1.1.1.0/24,1.1.2.0/24]"],
+                                      assume_secret=["grafana_admin_password", "api_key", "proxy_keys.team-a",
+                                                     "tls_certificate", "tls_private_key"]))
+    plan_says = next(p.message for p in refused.value.problems if p.key == "firewall.enabled")
+    policy_says = found["observability-node1-prometheus"]
+    assert plan_says.split(" on ")[0] == policy_says.split(" on ")[0]  # one message function, one rule
+    # No firewall, the management network declared private: its addresses pass, a wildcard bind does not
+    # (Alertmanager's gossip moved off loopback).
+    gossip = []
+    for t, n, p in [r for r in monitored if not r[1].endswith("-firewall")]:
+        if n == "observability-node1-alertmanager":
+            p = copy.deepcopy(p)
+            p["command"] = [w.replace("127.0.0.1:9094", "0.0.0.0:9094") for w in p["command"]]
+        gossip.append((t, n, p))
+    assert [n for n, _ in monitoring_exposure(gossip)] == ["observability-node1-alertmanager"]
+    assert "0.0.0.0:9094" in monitoring_exposure(gossip)[0][1]
+
+
+def test_a_watch_or_supervisor_address_no_firewall_guards_is_refused_when_public(monitored: list[Resource]) -> None:
+    def with_hosts(address: str) -> list[Resource]:
+        hosts = [{"key": "observability.supervisor_address", "address": address, "port": 9465}]
+        return [(t, n, {**p, "unguardedMonitors": hosts} if t == FACTS_TYPE else p) for t, n, p in monitored]
+
+    [(name, message)] = monitoring_exposure(with_hosts("8.8.8.8"))
+    assert name == "policy-facts" and "observability.supervisor_address 8.8.8.8" in message
+    assert "group supervisor serves its metrics on 8.8.8.8:9465" in message
+    assert monitoring_exposure(with_hosts("10.30.8.9")) == []
+
+
+def test_the_program_hands_the_monitoring_hosts_no_firewall_guards_to_the_policy() -> None:
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["observability"] = {"enabled": True, "supervisor_address": "10.30.8.50"}
+    run = run_program("prod", values, secrets={**SECRETS, "grafana_admin_password": "grafana-pw-0123456789"})
+    assert run.error is None, run.error
+    [facts] = [r.inputs for r in run.mocks.resources if r.typ == FACTS_TYPE]
+    assert facts["unguardedMonitors"] == [{"key": "observability.supervisor_address", "address": "10.30.8.50",
+                                           "port": 9465}]

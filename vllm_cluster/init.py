@@ -7,14 +7,17 @@ itself upgrades with `pip install -U`, never by merging upstream into a fork (do
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from checks.verdict import shown
-from stacks.model.project import CODE_ROOT, shipped
+from stacks.model.project import CODE_ROOT, shipped, unsafe_name
 from vllm_cluster import __version__
 
 DEFAULT_EXAMPLE = "two-node"
@@ -72,23 +75,37 @@ def _bad(flag: str, value: str, why: str, fix: str) -> int:
     return 2
 
 
+NAME_MAX = 255
+"""The longest file or folder name, in bytes, of Linux file systems (ext4, XFS, btrfs)."""
+
+
 def check_dir(value: str) -> tuple[Path | None, int]:
     """The directory to create, or an exit code 2 after saying why not (a path that is not plain, or a
     directory that already holds files)."""
     fix = "give a new or empty directory, e.g. vllm-cluster init ./my-clusters"
     if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
         return None, _bad("DIR", value, "has control characters or is empty", fix)
+    unsafe = unsafe_name(value)
+    if unsafe:  # a right-to-left mark or bytes that are not UTF-8: a name no stack file, unit or review shows right
+        return None, _bad("DIR", value, unsafe, fix + " (plain characters)")
     if ".." in Path(value).parts:
         return None, _bad("DIR", value, "contains '..'", fix + " (a path without '..')")
+    longest = max(len(os.fsencode(part)) for part in Path(value).parts)
+    if longest > NAME_MAX:  # checked before anything is created: mkdir would fail half way
+        return None, _bad("DIR", value, f"cannot be used (File name too long: a folder name of {longest} bytes, at "
+                          f"most {NAME_MAX})", fix + " (a shorter name)")
     folder = Path(value).expanduser()
-    if folder.exists() and not folder.is_dir():
-        return None, _bad("DIR", value, "is a file", fix)
-    if folder.is_dir() and any(folder.iterdir()):
-        return None, _bad("DIR", value, "is not empty (init never overwrites files)", fix)
     try:
+        if folder.exists() and not folder.is_dir():
+            return None, _bad("DIR", value, "is a file", fix)
+        if folder.is_dir() and any(p.name != ".git" for p in folder.iterdir()):  # a clone of an empty repo is fine
+            return None, _bad("DIR", value, "is not empty (init never overwrites files)",
+                              fix + ", or a fresh clone of an empty repository (only .git)")
         here = folder.resolve()
-    except (OSError, RuntimeError) as exc:
-        return None, _bad("DIR", value, f"cannot be resolved ({exc.__class__.__name__})", fix)
+    except (OSError, RuntimeError) as exc:  # a name over NAME_MAX or PATH_MAX, a loop of links, no access
+        why = getattr(exc, "strerror", None) or exc.__class__.__name__
+        size = f", {len(value)} characters" if getattr(exc, "errno", None) == errno.ENAMETOOLONG else ""
+        return None, _bad("DIR", value, f"cannot be used ({why}{size})", fix + " (a shorter name)" * bool(size))
     if here == CODE_ROOT or CODE_ROOT in here.parents:
         return None, _bad("DIR", value, f"is inside vllm-cluster's own code ({CODE_ROOT})",
                           fix + " outside it: your project is yours, upgrades replace that folder")
@@ -143,9 +160,10 @@ def _init(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _bad("DIR", args.dir, f"cannot write ({exc.strerror})", "give a writable directory")
     print(f"created {folder}: {', '.join(sorted(files))}")
-    print("next:")
-    print(f"   cd {folder} && git init && git add -A && git commit -m 'vllm-cluster project'")
-    print(f"   vllm-cluster plan {stack}")
+    print("next:")  # shell words: a folder named `my clusters` or `a;b` is one argument of cd
+    git = "" if (folder / ".git").exists() else "git init && "  # a clone already is a repository
+    print(f"   cd {shlex.quote(str(folder))} && {git}git add -A && git commit -m 'vllm-cluster project'")
+    print(f"   vllm-cluster plan {shlex.quote(stack)}")
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from heal.full_venv import missing_here
 from stacks.model.loader import PROJECT_ROOT
-from stacks.model.project import is_developer_checkout
+from stacks.model.project import is_developer_checkout, not_a_project
 
 PACK_DIR = Path(".vllm-cluster") / "policy-pack"
 MAIN_PY = '''\
@@ -42,9 +42,9 @@ def _policy_pack(args: argparse.Namespace) -> int:
     if is_developer_checkout(PROJECT_ROOT):
         print(PROJECT_ROOT / "policy")  # this checkout's pack (docs/policy.md: its venv link)
         return 0
-    if not (PROJECT_ROOT / "Pulumi.yaml").is_file():  # the pack is written into a project, never anywhere else
-        print(f"policy-pack: {PROJECT_ROOT} holds no Pulumi.yaml: run it in your project (or VLLM_CLUSTER_ROOT=DIR); "
-              "vllm-cluster init DIR makes one", file=sys.stderr)
+    problem = not_a_project(PROJECT_ROOT)
+    if problem:  # the pack is written into a vllm-cluster project, never anywhere else
+        print(f"policy-pack: {problem}", file=sys.stderr)
         return 2
     lacking = missing_here("pulumi_policy")
     if lacking:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacks.model.masking import mask_secrets, masked
+from stacks.model.project import IN_CHECKOUT
 
 MAX_VALUE_CHARS = 160
 """A value is shown in full up to this length: a pasted certificate or an alias bomb must not flood the report."""
@@ -83,7 +84,8 @@ class ConfigError(Exception):
             any_name = "; team-a stands for any client name" if "proxy_keys.team-a" in secrets else ""
             lines.append("(to plan before the secrets exist, without the Pulumi CLI: "
                          + " ".join(f"--assume-secret {k}" for k in secrets)
-                         + f"; with make: SECRETS=\"{' '.join(secrets)}\"{any_name})")
+                         + (f"; with make: SECRETS=\"{' '.join(secrets)}\"" if IN_CHECKOUT else "")  # the checkout's
+                         + f"{any_name})")
         return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -22,7 +23,17 @@ from pydantic.fields import FieldInfo
 from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
-from stacks.model.project import project_root
+from stacks.model.project import (
+    PROJECT_FIX,
+    PROJECT_NAME,
+    ROOT_ENV,
+    is_developer_checkout,
+    passed_over,
+    passed_over_note,
+    project_problem,
+    project_root,
+    pulumi_project_name,
+)
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
 
 PROJECT_ROOT = project_root()
@@ -47,12 +58,24 @@ def stack_file(stack: str, root: Path = PROJECT_ROOT) -> Path:
 def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
     """The `vllm-cluster:*` values of a stack file as Pulumi reads them, secrets masked, with positions."""
     path = stack_file(stack, root)
+    name = pulumi_project_name(root)
+    if name is not None and name != PROJECT_NAME and not is_developer_checkout(root):  # another Pulumi project's
+        raise ConfigError(stack, [Problem("<stack>", stack, f"{project_problem(root)}: its stack files are not "
+                                          "vllm-cluster's", fix=PROJECT_FIX)])
     if not path.is_file():
-        known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
-        fix = f"one of {known}" if known else (  # not in a project at all: say how to reach one
-            "run it in your project (a folder with Pulumi.yaml, or VLLM_CLUSTER_ROOT=DIR), or make one: "
-            "vllm-cluster init DIR")
-        raise ConfigError(stack, [Problem("<stack>", stack, f"no {path.name} in {root}", fix=fix)])
+        try:
+            known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
+        except OSError:
+            known = []
+        why = project_problem(root)  # where the project came from, and why it is none
+        other = passed_over(root)
+        fix = f"one of {known}" if known else PROJECT_FIX  # not in a project at all: say how to reach one
+        where = f"{root} (from {ROOT_ENV})" if os.environ.get(ROOT_ENV) else str(root)
+        if why and not known:
+            said = f"no {path.name} in {where}, which {why.removeprefix(where + ' ')}"
+        else:
+            said = f"no {path.name} in {where}" + (f" ({passed_over_note(other)})" if other is not None else "")
+        raise ConfigError(stack, [Problem("<stack>", stack, said, fix=fix)])
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:

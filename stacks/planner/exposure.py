@@ -179,6 +179,32 @@ def monitoring_exposure_message(exposed: list[str]) -> str:
             "authentication, like vLLM's own port")
 
 
+def monitoring_exposed(bind: str, allowed: list[str], trusted: list[str], private: list[str]) -> bool:
+    """Rule 3 on a node: a monitoring listener on `bind`, behind a firewall admitting `allowed` to its port, is
+    reachable from outside the private networks: the test of vLLM's own port (rule 1), since none of these
+    endpoints authenticates more than vLLM's paths outside /v1 do. The plan asks it of each node's management
+    address; the policy pack of each monitoring container's listen address and its node's firewall."""
+    return api_exposed(bind, allowed, trusted, private)
+
+
+WATCH_OR_SUPERVISOR = {"observability.watch_address": "watch unit", "observability.supervisor_address":
+                       "group supervisor"}
+
+
+def unguarded_monitor_problem(key: str, address: str, port: int, private: list[str]) -> str | None:
+    """Rule 3 on a host that is no node (`observability.watch_address` / `supervisor_address`): no firewall of the
+    stack guards it, so a public address outside `private` is refused; the message, or None."""
+    if not outside_private(address, private):
+        return None
+    host = f"[{address}]" if ":" in address else address
+    return (f"is public address space outside fabric.private_networks: the {WATCH_OR_SUPERVISOR.get(key, key)} serves "
+            f"its metrics on {host}:{port} without authentication, on a host no firewall of this stack guards")
+
+
+UNGUARDED_MONITOR_FIX = ("an address of that host inside fabric.private_networks (or a never-routed range: RFC "
+                         "1918, ULA), or leave it unset to run it on the monitoring node")
+
+
 MONITORING_EXPOSURE_FIX = ("firewall.enabled: true (it admits only the cluster and the private networks to the "
                            "monitoring ports), or, if the management network is isolated, list it in "
                            "fabric.private_networks, or observability.enabled: false")

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from stacks.model.project import project_root, same_file, shipped
+from stacks.model.project import STACKS, project_root, same_file, shipped
 from stacks.planner.image_capabilities import canonical_ref
 
 CARDS = shipped("images")
@@ -68,7 +68,7 @@ def parse_card(name: str, raw: dict[str, Any]) -> ImageCard:
     image = raw.get("image")
     if not isinstance(image, dict):
         raise ValueError(f"images/{name}.json has no `image` section (refs, digests): write it with "
-                         "`python -m stacks image-card`")
+                         f"`{STACKS} image-card`")
     if not isinstance(raw.get("options"), list) or not raw.get("vllm_version"):
         raise ValueError(f"images/{name}.json has no option list or vLLM version: not an image card")
     return ImageCard(name=name, refs=tuple(_canonical(r) for r in image.get("refs") or []),

@@ -13,6 +13,7 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.model.project import STACKS
 from stacks.planner.cross_option_rules import cross_option_problems, integer
 from stacks.planner.deepep import NVSHMEM_ENV
 from stacks.planner.engine_config_rules import engine_config_problems
@@ -230,7 +231,7 @@ NO_CARD = "flags not checked offline: no card for"
 def no_card_warning(config: StackConfig, why: str | None) -> str:
     """The warning every plan, diff and preview summary carries for an image without a card."""
     return (f"{NO_CARD} {config.image.ref}{f' ({why})' if why else ''}; run "
-            f"`python -m stacks image-card {config.image.ref}` (writes images/"
+            f"`{STACKS} image-card {config.image.ref}` (writes images/"
             f"{card_file_name(config.image.ref)}.json) and commit it")
 
 

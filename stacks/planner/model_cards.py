@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from stacks.model.card_schema import FAMILIES, THINKING_KWARGS, CardFields, layer_count_problem
 from stacks.model.errors import show_value
-from stacks.model.project import project_root, shipped
+from stacks.model.project import STACKS, project_root, shipped
 from stacks.planner.memory import WeightSplit
 
 CARD_VERSION = 1
@@ -158,7 +158,7 @@ def regenerate_hint(path: str) -> str:
     name = Path(path).stem
     if isinstance(command, str) and command.startswith("python -m stacks model-card ") and command.isprintable():
         return f"regenerate it from the model's files: {command} (the command the card records)"
-    return f"regenerate it from the model's files: python -m stacks model-card SRC --name {name}"
+    return f"regenerate it from the model's files: {STACKS} model-card SRC --name {name}"
 
 
 def card_fields_problem(card: dict[str, Any]) -> str | None:

@@ -14,13 +14,15 @@ from stacks.model.field_types import bracket_host, is_ip_literal
 from stacks.planner.exposure import (
     API_EXPOSURE_FIX,
     MONITORING_EXPOSURE_FIX,
+    UNGUARDED_MONITOR_FIX,
     WILDCARDS,
     api_exposed,
     api_exposure_message,
     is_loopback,
+    monitoring_exposed,
     monitoring_exposure_message,
-    outside_private,
     private_network_findings,
+    unguarded_monitor_problem,
 )
 from stacks.planner.fabric import control_ip
 from stacks.planner.findings import Validation
@@ -255,31 +257,37 @@ def exposure_rules(config: StackConfig, result: Validation) -> None:
                                        fix=API_EXPOSURE_FIX))
 
 
+def unguarded_monitor_hosts(config: StackConfig) -> list[tuple[str, str, int]]:
+    """(key, address, port) of each monitoring listener on a host that is no node (`observability.watch_address`,
+    `supervisor_address` set to another host's address): no firewall of this stack guards it. The plan checks
+    them, and the program hands them to the policy pack (PolicyFacts `unguardedMonitors`), which checks them the
+    same way (`stacks.planner.exposure.unguarded_monitor_problem`)."""
+    obs = config.observability
+    if not obs.enabled:
+        return []
+    own = {ipaddress.ip_address(n.management_ip) for n in config.nodes}
+    return [(f"observability.{key}", value, getattr(obs.ports, key.removesuffix("_address")))
+            for key in ("watch_address", "supervisor_address")
+            for value in [getattr(obs, key)] if value is not None and ipaddress.ip_address(value) not in own]
+
+
 def monitoring_exposure_rules(config: StackConfig, result: Validation) -> None:
     """Rule 3 of `stacks.planner.exposure`: the unauthenticated monitoring endpoints stay inside the private
-    networks. On a node, the test of vLLM's own port (`api_exposed`) with the firewall's internal sources; on a
-    host that is no node (`watch_address`, `supervisor_address`), no firewall of ours guards it, so its address
-    must not be public space outside `fabric.private_networks`."""
+    networks. On a node, the test of vLLM's own port (`monitoring_exposed`) with the firewall's internal sources;
+    on a host that is no node (`watch_address`, `supervisor_address`), no firewall of ours guards it, so its
+    address must not be public space outside `fabric.private_networks`. The policy pack applies the same two
+    functions to what the program registers (policy/rules.py `monitoring_exposure`)."""
     obs, fabric = config.observability, config.fabric
     if not obs.enabled:
         return
-    own = {ipaddress.ip_address(n.management_ip) for n in config.nodes}
-    for key in ("watch_address", "supervisor_address"):
-        value = getattr(obs, key)
-        if value is None or ipaddress.ip_address(value) in own:  # a node's own address: the test below
-            continue
-        if outside_private(value, fabric.private_networks):
-            port = getattr(obs.ports, key.removesuffix("_address"))
-            result.problems.append(Problem(
-                f"observability.{key}", value, f"is public address space outside fabric.private_networks: the "
-                f"{'watch unit' if key == 'watch_address' else 'group supervisor'} serves its metrics on "
-                f"{bracket_host(value)}:{port} without authentication, on a host no firewall of this stack guards",
-                fix="an address of that host inside fabric.private_networks (or a never-routed range: RFC 1918, "
-                    "ULA), or leave it unset to run it on the monitoring node"))
+    for key, value, port in unguarded_monitor_hosts(config):
+        problem = unguarded_monitor_problem(key, value, port, fabric.private_networks)
+        if problem:
+            result.problems.append(Problem(key, value, problem, fix=UNGUARDED_MONITOR_FIX))
     allowed = internal_sources(config)
     trusted = collapse([*cluster_addresses(config), *fabric.private_networks])
     exposed = [f"{n.name} ({n.management_ip})" for n in config.nodes
-               if api_exposed(n.management_ip, allowed, trusted, fabric.private_networks)]
+               if monitoring_exposed(n.management_ip, allowed, trusted, fabric.private_networks)]
     if exposed:
         result.problems.append(Problem("firewall.enabled", config.firewall.enabled,
                                        monitoring_exposure_message(exposed), fix=MONITORING_EXPOSURE_FIX))

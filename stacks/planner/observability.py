@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.model.config import StackConfig
 from stacks.model.field_types import bracket_host
 from stacks.planner.addresses import api_bind, rank_port
-from stacks.planner.container_spec import GENERATION_LABEL, ContainerSpec
+from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec, VolumeSpec
 from stacks.planner.topology import NodeTopology, Topology
 
 PROMETHEUS_DIR = "/etc/prometheus"
@@ -536,6 +536,30 @@ def containers(stack: str, config: StackConfig, topo: Topology) -> list[MonitorC
                   f"--web.listen-address={_listen(config, mon, p.alertmanager)}",
                   f"--cluster.listen-address=127.0.0.1:{p.alertmanager_cluster}"]))
     return out
+
+
+MONITOR_RESTART = "unless-stopped"
+"""Unlike an engine rank (`restart: no`: a rank restarted alone hangs), a monitoring container stands alone."""
+
+
+def monitor_spec(stack: str, mc: MonitorContainer, data_dir: str, env: dict[str, str]) -> ContainerSpec:
+    """One monitoring container's full settings, the one source for what components/observability.py creates and
+    what `drift` compares field by field: host network, no privilege; the DCGM exporter alone gets the GPUs and
+    SYS_ADMIN (NVIDIA's documented `docker run`); Prometheus, Grafana and Alertmanager keep their data in a host
+    folder under `observability.data_dir`. `env` is Grafana's (grafana_env), unused by the other roles."""
+    data = data_dir.rstrip("/")
+    volumes = {"node-exporter": [VolumeSpec(host="/", container="/host", read_only=True)],
+               "prometheus": [VolumeSpec(host=f"{data}/prometheus", container="/prometheus", read_only=False)],
+               "grafana": [VolumeSpec(host=f"{data}/grafana", container="/var/lib/grafana", read_only=False)],
+               "alertmanager": [VolumeSpec(host=f"{data}/alertmanager", container="/alertmanager",
+                                           read_only=False)]}.get(mc.role, [])
+    dcgm = mc.role == "dcgm-exporter"
+    return ContainerSpec(
+        name=mc.name, purpose=mc.role, image=mc.image, vllm_args=None, command=list(mc.args), entrypoint=None,
+        env=dict(env) if mc.role == "grafana" else {}, secret_env={}, network_mode="host", ipc_mode="private",
+        privileged=False, gpus="all" if dcgm else None, ulimits={}, shm_size_mb=None, volumes=volumes, devices=[],
+        capabilities=["SYS_ADMIN"] if dcgm else [], restart=MONITOR_RESTART,
+        labels={f"{LABEL_PREFIX}.role": mc.role, f"{LABEL_PREFIX}.stack": stack}, healthcheck=None)
 
 
 def grafana_env(config: StackConfig) -> dict[str, str]:

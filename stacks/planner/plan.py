@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import bracket_host
+from stacks.model.project import STACKS, STACKS_VENV
 from stacks.planner import deepep
 from stacks.planner.addresses import rank_port
 from stacks.planner.container_spec import GENERATION_LABEL, LABEL_PREFIX, ContainerSpec
@@ -281,7 +282,7 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         endpoint=endpoint(config),
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
         + ephemeral_port_warnings(config, table)
-        + _unpinned_monitoring(obs) + _shadowing_card(config) + _shadowing_image_cards(),
+        + _unpinned_monitoring(obs) + card_override_warnings(config.model.profile),
         notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
         summary=summary,
         memory=memory_table(config, profile, topo),
@@ -678,7 +679,7 @@ def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
     thinking = [] if kwarg is not None or not config.api.smoke.thinking_check else [
         f"no thinking check: {why}, so no answer carries reasoning (serve one with serving.reasoning_parser, or "
         "set api.smoke.thinking_check: false to say so)"]
-    notes = [*thinking, f"watch every DP rank after the deploy: venv/bin/python -m stacks watch-unit {stack} > "
+    notes = [*thinking, f"watch every DP rank after the deploy: {STACKS_VENV} watch-unit {stack} > "
              f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; "
              "docs/checks-by-hand.md: Watch mode)"]
     source = config.model.source
@@ -751,13 +752,20 @@ _API_PROVES = {
 }
 
 
-def _shadowing_card(config: StackConfig) -> list[str]:
+def card_override_warnings(profile: object) -> list[str]:
+    """The project's cards that hide shipped ones (the model card of `profile`, every image card): warned on every
+    plan, a refused one too (the CLI prints them beside the refusal), since a card of the user's replaced what
+    was reviewed upstream."""
+    return _shadowing_card(profile) + _shadowing_image_cards()
+
+
+def _shadowing_card(profile: object) -> list[str]:
     """A project card that hides a shipped card of the same name: both files named, every plan."""
-    both = shadowed_card(config.model.profile)
+    both = shadowed_card(profile) if isinstance(profile, str) else None
     if both is None:
         return []
-    return [f"model.profile {config.model.profile!r}: {both[0]} is used, and it hides the shipped card {both[1]} "
-            "of the same name; rename yours (python -m stacks model-card SRC --name <another name>) or delete it "
+    return [f"model.profile {profile!r}: {both[0]} is used, and it hides the shipped card {both[1]} "
+            f"of the same name; rename yours ({STACKS} model-card SRC --name <another name>) or delete it "
             "to use the shipped one"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import textwrap
 
+from stacks.model.project import STACKS
 from stacks.planner.plan import NodePlan, Plan
 from stacks.planner.stack_plan import StackPlan
 
@@ -231,7 +232,7 @@ def render_detail(plan: Plan) -> str:
                      + f"; watch unit scraped at {ob.watch_target}, group supervisor at {ob.supervisor_target}")
         for mc in ob.containers:
             lines.append(f"   {mc.node}: container {mc.name} ({mc.role}, {mc.image}) listen {mc.listen}")
-        lines.append(f"   {len(ob.files)} generated files (python -m stacks observability {plan.stack} --out DIR)")
+        lines.append(f"   {len(ob.files)} generated files ({STACKS} observability {plan.stack} --out DIR)")
         lines.append("")
     lines += render_listeners(plan)
     lines += ["", "checks:"]

@@ -12,6 +12,7 @@ import math
 
 from stacks.model.config import DboConfig, StackConfig
 from stacks.model.errors import Problem
+from stacks.model.project import STACKS
 from stacks.model.s3_source import system_dir_reason
 from stacks.planner.cross_option_rules import expert_model_rules
 from stacks.planner.fabric import fabric_problems
@@ -78,7 +79,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
         if profile is None:
             result.problems.append(Problem(
                 "model.profile", config.model.profile, "no model card models/<name>.json by this name",
-                fix=f"one of {card_names()}, or write one from the model's files: python -m stacks model-card "
+                fix=f"one of {card_names()}, or write one from the model's files: {STACKS} model-card "
                     f"SRC --name {config.model.profile}"))
     except CardProblem as exc:
         path = str(exc).split(": ", 1)[0]
@@ -89,7 +90,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     if image is None and carded is None:  # a carded image's own record is its card; the uncarded gets this too
         result.warnings.append(
             f"image {config.image.ref} is not a known image: only the general rules were checked; take its card "
-            f"(python -m stacks image-card {config.image.ref}, docs/your-image.md) so its flags, model "
+            f"({STACKS} image-card {config.image.ref}, docs/your-image.md) so its flags, model "
             "architectures and quantization methods are checked")
     if config.image.digest is None:
         result.warnings.append(
