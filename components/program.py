@@ -312,7 +312,7 @@ def engine_group(stack: str, config: StackConfig, plan: Plan, secrets: dict[str,
         dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None,
         page_cache_commands=_node_commands(plan, "checks.page_cache", lambda c: page_cache_command(config, plan, c)),
-        before_containers=collective_gate))
+        before_containers=collective_gate, was_ungrouped=bool(suffix)))
     return EngineGroup(nodes, fabric, walls, weights, weights_match, engine, collectives)
 
 

@@ -25,6 +25,7 @@ from stacks.planner.container_spec import GENERATION_LABEL, SECRETS_LABEL, Conta
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
 from stacks.planner.plan import Plan
 
+VLLM_ENGINE_TYPE = "vllm-cluster:index:VllmEngine"
 REPLACE_ON_CHANGES = list(ENGINE_REPLACE_ON_CHANGES)
 """Replace, never update, on these (review/replacement.py says why; the replacement matrix uses the same list)."""
 
@@ -75,6 +76,11 @@ class VllmEngineArgs:
     before_containers: Callable[[pulumi.Resource], Sequence[pulumi.Resource]] | None = None
     """Given the barrier that stands for every dry run, what must pass after all of them and before any container
     moves (the collective check); the containers then wait for a barrier over these instead."""
+    was_ungrouped: bool = False
+    """A replica group's engine (components/program.py `build_groups`): each container is aliased to the name it
+    had when the stack was one engine group (`engine-<node>-<container>` under `engine`), so splitting a stack into
+    groups replaces each container in place (deleted first) instead of creating a second one of the same Docker
+    name beside it."""
 
 
 def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -133,7 +139,7 @@ class VllmEngine(pulumi.ComponentResource):
     readiness: dict[str, command.remote.Command]
 
     def __init__(self, name: str, args: VllmEngineArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("vllm-cluster:index:VllmEngine", name, None, opts)
+        super().__init__(VLLM_ENGINE_TYPE, name, None, opts)
         plan = args.plan
         self._prefix = name
         self._args = args
@@ -196,12 +202,15 @@ class VllmEngine(pulumi.ComponentResource):
                 else:
                     after = [*gates, *([] if is_head else started[:1])]
                 key = node_name if len(node_plan.containers) == 1 else f"{node_name}/{spec.name}"
+                aliases = [pulumi.Alias(name=f"engine-{node_name}-{spec.name}",
+                                        parent=pulumi.resource.create_urn("engine", VLLM_ENGINE_TYPE))
+                           ] if args.was_ungrouped else None
                 self.containers[key] = docker.Container(
                     f"{name}-{node_name}-{spec.name}",
                     args=container_args(spec, node.image.image_id, args.secrets, self.secrets_holder.id),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
-                        replace_on_changes=REPLACE_ON_CHANGES,
+                        replace_on_changes=REPLACE_ON_CHANGES, aliases=aliases,
                         custom_timeouts=timeouts))
                 self.node_containers.setdefault(node_name, []).append(self.containers[key])
                 started.append(self.containers[key])

@@ -105,3 +105,12 @@ def test_a_stack_without_groups_keeps_its_resource_names() -> None:
     names = {r.name for r in run.mocks.resources}
     assert "weights-match" in names and "engine-secrets" in names
     assert not any(n.startswith(("drain-", "undrain-", "check-")) for n in names)
+
+
+def test_splitting_a_stack_into_groups_replaces_each_container_in_place(rolled: Run) -> None:
+    """Each group's container is aliased to its name in the stack of one engine group: Pulumi then replaces it
+    (deleted first), instead of creating a second container of the same Docker name beside the old one."""
+    opts = rolled.options["engine-b-lab2-lab-engine"]
+    assert opts.delete_before_replace is True
+    (alias,) = opts.aliases or []
+    assert alias.name == "engine-lab2-lab-engine"  # the real engine's use of it: the lab's groups workflow

@@ -28,8 +28,12 @@ HERE = Path(__file__).resolve().parent
 SH = Path("/bin/dash")
 DYNLOAD = Path("/usr/lib/python3.11/lib-dynload")
 MODULES = ("torch", "torchgen", "typing_extensions", "filelock", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
-           "fsspec", "boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
-"""torch and what `import torch` imports (the collective check); boto3 and what it imports (the weight sync)."""
+           "fsspec", "boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
+           "httpx", "httpcore", "h11", "anyio", "sniffio", "certifi", "idna", "pydantic", "pydantic_core",
+           "annotated_types", "typing_inspection", "click", "pygments")
+"""torch and what `import torch` imports (the collective check); boto3 and what it imports (the weight sync);
+httpx and pydantic and what they import (the API check run inside an engine container, as vLLM's image has them:
+a replica group's own check)."""
 NATIVE_MODULES = ("_ssl", "_hashlib", "_ctypes", "_bz2", "_lzma", "_uuid")
 """Extension modules of the stdlib whose system libraries the image needs too (boto3: ssl; torch: ctypes)."""
 ENTRYPOINT = 'ENTRYPOINT ["python3", "/lab_engine.py"]'

@@ -401,6 +401,52 @@ def test_refresh_sees_a_hand_change(deployment: LabDeployment) -> None:
     assert any(c.startswith(engine) and "running" in c for c in containers(d, node))
 
 
+def test_replica_groups_roll_an_image_change_without_a_failed_request(deployment: LabDeployment) -> None:
+    """The stack split into two replica groups of one node each (`groups:`, docs/rolling.md), behind the front door
+    left on above. Then an image change under a steady load of 4 clients through the front door (streamed and plain
+    chat requests): the real engine runs each group's turn in order, drain -> replace -> the group's own check ->
+    undrain (their lines appear in that order), both groups end on the new image, and not one request fails. The
+    drain table is gone from the front door's node afterwards."""
+    from tests.client_load import Load
+
+    d = deployment
+    first, second = (n.name for n in d.lab.nodes)
+    grouped = plain_values(d)
+    grouped["parallelism"] = {**grouped["parallelism"], "data": 1}
+    grouped["groups"] = [{"name": "a", "nodes": [first]}, {"name": "b", "nodes": [second]}]
+    write_values(d, grouped)
+    up = d.cli.run("up", "-s", STACK, "--yes", what="up-groups")
+    assert "PASS check-a:" in up.out and "PASS check-b:" in up.out and "PASS api-health:" in up.out, up.log
+    outputs = json.loads(d.cli.run("stack", "output", "-s", STACK, "--json", what="outputs-groups").out)
+    assert outputs["rolling"]["can_roll"] is True and set(outputs["groups"]) == {"a", "b"}, outputs
+    current = "lab-2" if d.images["lab-2"] in d.stack_file.read_text() else "lab-1"
+    target = "lab-1" if current == "lab-2" else "lab-2"
+    pem = (d.cli.workdir / "server.crt").read_text()
+    with Load(outputs["endpoint"], pem, d.secrets["proxy_keys.lab"], "Qwen3-8B", clients=4) as load:
+        until(lambda: load.sent >= 20, "the clients' first 20 answers through the front door")
+        d.set_image(target)
+        rolled = d.cli.run("up", "-s", STACK, "--yes", what="up-groups-roll")
+        after = load.sent
+        until(lambda: load.sent >= after + 20, "20 more answers after the change")
+    assert not load.failed, f"{len(load.failed)} of {load.sent} requests failed: {sorted(set(load.failed))}"
+    steps = ["drain a: out of the upstreams", "PASS check-a:", "undrain a: back in the upstreams",
+             "drain b: out of the upstreams", "PASS check-b:", "undrain b: back in the upstreams"]
+    at = [rolled.out.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))
+    engine_runs(d, target)
+    assert "vllm_cluster_drain" not in d.node_sh(first, "nft list tables")
+
+
+def until(condition: Any, what: str, deadline_s: float = 300) -> None:
+    """Wait for `condition()` (polled), failing with `what` past a generous deadline."""
+    import time
+
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, f"not within {deadline_s:.0f} s: {what}"
+        time.sleep(0.5)
+
+
 def test_destroy_leaves_nothing_on_the_nodes(deployment: LabDeployment) -> None:
     """`pulumi destroy`: no container, no firewall table and no firewall unit of the stack left on any node (the
     unit was written and enabled by the update: the lab's systemctl is the real one, offline, lab/hosts.py); the
