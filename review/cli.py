@@ -19,6 +19,7 @@ from checks.verdict import abs_path, argument_message, count, mask_credentials, 
 from heal.full_venv import CHECKS, needs, unit_python
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
+from review.group_diff import diff_stacks, grouped, to_markdown_grouped
 from review.plan_diff import diff_plans
 from review.plan_diff import to_markdown as diff_markdown
 from review.preview_summary import PreviewInputError, parse_events, summarize
@@ -244,16 +245,22 @@ def _diff(args: argparse.Namespace) -> int:
         return 2
     try:
         config = load_stack(args.stack, assume_secret=args.assume_secret)
-        head: dict[str, Any] | None = build_plan(args.stack, config).to_json_dict()
+        head: dict[str, Any] | None = build_stack(args.stack, config).to_json_dict()
         head_errors: list[dict[str, Any]] = []
     except ConfigError as exc:
         head, head_errors = None, [p.as_dict() for p in exc.problems]
-    result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors, secrets) | {"base_plan": how}
-    result["downtime"] = downtime_of(result)
+    if grouped(head) or grouped(base):  # replica groups on either side: per group, and the rolling verdict
+        result = diff_stacks(args.stack, args.base, base, head, base_errors, head_errors, secrets) | {
+            "base_plan": how}
+        text = to_markdown_grouped(result)
+    else:
+        result = diff_plans(args.stack, args.base, base, head, base_errors, head_errors, secrets) | {"base_plan": how}
+        result["downtime"] = downtime_of(result)
+        text = diff_markdown(result)
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
-        print(diff_markdown(result), end="")
+        print(text, end="")
         print(f"\n<sub>base: {how}</sub>")
     return 0 if head is not None else 2  # the change under review does not validate: a bad input
 

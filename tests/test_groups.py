@@ -130,7 +130,18 @@ def test_a_groups_problem_names_the_group_and_the_stacks_node_index() -> None:
 def test_a_command_that_plans_one_engine_group_refuses_a_grouped_stack() -> None:
     with pytest.raises(ConfigError) as caught:
         build_plan("t", parse_config("t", lab()))
-    assert caught.value.problems[0].key == "groups" and "does not handle them yet" in caught.value.problems[0].fix
+    assert caught.value.problems[0].key == "groups" and "this command does not yet" in caught.value.problems[0].fix
+
+
+@pytest.mark.parametrize("command", [["drift"], ["restart-group"], ["watch-unit"]])
+def test_the_heal_tools_refuse_a_grouped_stack_with_exit_2(tmp_path: Path, command: list[str]) -> None:
+    doc = {"config": {f"vllm-cluster:{k}": v for k, v in lab().items()}}
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.roll.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = subprocess.run([sys.executable, "-m", "stacks", *command, "roll"], cwd=ROOT, capture_output=True,
+                          text=True, env={"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "this stack has groups" in done.stdout + done.stderr
 
 
 def test_stacks_plan_prints_the_groups_and_their_plans(tmp_path: Path) -> None:
@@ -148,3 +159,72 @@ def test_stacks_plan_prints_the_groups_and_their_plans(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout)["rolling"]["groups"] == ["a", "b"]
     plain = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod"], cwd=ROOT, capture_output=True, text=True)
     assert "replace the whole group in start order (it cannot roll: one engine group spans every rank" in plain.stdout
+
+
+# --- stacks diff of a stack with groups (review/group_diff.py) ------------------------------------------------------
+
+def _older_image(plan_json: dict[str, Any]) -> dict[str, Any]:
+    older = copy.deepcopy(plan_json)
+    for group in older["groups"]:
+        for node in group["plan"]["nodes"]:
+            for container in node["containers"]:
+                container["image"] = "older:1"
+                container["labels"]["vllm-cluster.generation"] = "older"
+    return older
+
+
+def test_the_diff_of_an_image_change_says_the_groups_roll_without_downtime() -> None:
+    from review.group_diff import diff_stacks, to_markdown_grouped
+
+    head = build_stack("t", parse_config("t", fronted(lab()))).to_json_dict()
+    found = diff_stacks("t", "main", _older_image(head), head, [], [], {})
+    assert found["downtime"].startswith("none expected for the endpoint: 2 group(s) change and roll one at a time")
+    assert "1 of 2 groups serving meanwhile" in found["downtime"]
+    text = to_markdown_grouped(found)
+    assert "### group a (staged:" in text and "### group b (staged:" in text and "- **Rolling:** yes" in text
+    same = diff_stacks("t", "main", head, head, [], [], {})
+    assert same["downtime"] == "none: no group's engines change"
+
+
+def test_the_diff_without_a_front_door_says_each_group_is_down_in_turn() -> None:
+    from review.group_diff import diff_stacks
+
+    head = build_stack("t", parse_config("t", lab())).to_json_dict()
+    found = diff_stacks("t", "main", _older_image(head), head, [], [], {})
+    assert found["downtime"].startswith("the groups change one after another, each down for its own restart")
+
+
+def test_the_diff_of_splitting_a_stack_into_groups_is_one_whole_restart() -> None:
+    from review.group_diff import diff_stacks
+
+    values = fronted(lab())
+    base_values = {k: v for k, v in values.items() if k != "groups"}
+    base_values["parallelism"] = {**base_values["parallelism"], "data": 2}
+    base = build_stack("t", parse_config("t", base_values)).to_json_dict()
+    head = build_stack("t", parse_config("t", values)).to_json_dict()
+    found = diff_stacks("t", "main", base, head, [], [], {})
+    assert found["downtime"].startswith("the stack is split into replica groups: every engine container is replaced")
+    assert found["added"] == ["a", "b"] and found["removed"] == ["(the one engine group)"]
+
+
+def test_stacks_diff_of_a_grouped_stack_from_a_git_base(tmp_path: Path) -> None:
+    """The real command: the base planned by its own code at the commit, the change by this code."""
+    from tests.test_review_tools import GIT, diff, make_repo
+
+    repo = make_repo(tmp_path)
+    doc = {"config": {f"vllm-cluster:{k}": v for k, v in lab().items()}}
+    (repo / "Pulumi.roll.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    subprocess.run([*GIT, "add", "."], cwd=repo, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "groups"], cwd=repo, check=True)
+    values = lab()
+    values["serving"]["max_model_len"] = 2048
+    doc = {"config": {f"vllm-cluster:{k}": v for k, v in values.items()}}
+    (repo / "Pulumi.roll.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = diff(repo, "roll", "--base", "HEAD")
+    assert out.returncode == 0, out.stderr
+    assert "## `roll`: plan at `HEAD` → working tree (replica groups)" in out.stdout
+    assert "- **Downtime:** the groups change one after another, each down for its own restart" in out.stdout
+    assert "### group a" in out.stdout and "argv `--max-model-len`: `4096` → `2048`" in out.stdout
+    as_json = json.loads(diff(repo, "roll", "--base", "HEAD", "--json").stdout)
+    assert set(as_json["groups"]) == {"a", "b"} and as_json["rolling"]["can_roll"] is False

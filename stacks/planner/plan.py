@@ -223,8 +223,8 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
     if config.groups and group is None:
         raise ConfigError(stack, [Problem("groups", [g.name for g in config.groups],
                                           "this command plans a stack of one engine group; this stack has groups",
-                                          fix="python -m stacks plan <stack> plans each group; for this command, "
-                                              "remove groups: (it does not handle them yet)")])
+                                          fix=f"{STACKS} plan <stack>, {STACKS} diff and pulumi up handle groups; "
+                                              "this command does not yet (docs/rolling.md)")])
     topo, profile, result = validate(config)
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
