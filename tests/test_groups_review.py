@@ -254,3 +254,22 @@ def test_the_diff_names_added_and_removed_groups_in_words_not_python_lists() -> 
     text = to_markdown_grouped(diff_stacks("t", "main", base, head, [], [], {}))
     assert "- **Groups:** added a, b; removed (the one engine group)" in text, text
     assert "['" not in text
+
+
+def test_a_later_group_on_another_address_family_than_the_front_door_is_refused() -> None:
+    """The front door connects to a later group's vLLM from its own control-plane address, the one that group's
+    firewall admits: an IPv6 group behind an IPv4-only front door host planned, and nginx could never reach it."""
+    values = fronted(lab())
+    values["nodes"][1] |= {"management_ip": "fd00:231::2", "data_ips": ["fd00:231::2"]}
+    values["fabric"] = {**values["fabric"], "private_networks": ["10.231.0.0/24", "fd00:231::/64"]}
+    found = problems(values)
+    assert "groups.1.nodes.0" in found, found
+    assert "fd00:231::2" in found["groups.1.nodes.0"] and "10.231.0.1" in found["groups.1.nodes.0"]
+
+
+def test_a_later_groups_api_checks_are_planned_where_the_program_runs_them() -> None:
+    """`pulumi up` checks a later group on its head, in its engine container (`check-<group>`): its firewall
+    admits only the front door. Its plan said they ran on the deploying machine."""
+    group = later_group(fronted(lab()))
+    api = [c for c in group.plan.checks if c.module == "checks.api"]
+    assert api and all(c.runs_on == "node" and c.node == "lab2" for c in api), api

@@ -94,6 +94,7 @@ def group_problems(config: StackConfig) -> list[Problem]:
                                 f"the first group's head must be the stack's head, {names[0]} (nodes[0]): the front "
                                 "door runs there", fix=f"start groups[0].nodes with {names[0]}, or reorder nodes[]"))
     problems += _resource_name_problems(config)
+    problems += _front_door_reach_problems(config)
     if config.observability.enabled:
         problems.append(Problem("observability.enabled", True, "monitoring of a stack with groups is not built yet",
                                 fix="observability.enabled: false, or remove groups:"))
@@ -133,6 +134,30 @@ def _resource_name_problems(config: StackConfig) -> list[Problem]:
                     "(its alias): the split would move that node's container", fix="a group name that is not the "
                     "start of a node name followed by '-'"))
             spelled.setdefault(joined, (group.name, node))
+    return problems
+
+
+def _front_door_reach_problems(config: StackConfig) -> list[Problem]:
+    """The front door connects to a later group's API server from its host's control-plane address, the only one
+    that group's firewall admits (`group_config`): the two must be of one address family, or nginx never reaches
+    the group."""
+    if not config.api.proxy.enabled or config.serving.host not in LOOPBACK:
+        return []
+    source = ipaddress.ip_network(front_door_source(config))
+    by_name = {n.name: n for n in config.nodes}
+    problems = []
+    for i in range(1, len(config.groups)):
+        head = by_name.get(config.groups[i].nodes[0])
+        if head is None:  # not a node: said above
+            continue
+        target = ipaddress.ip_address(control_ip(config, head) or head.management_ip)
+        if target.version != source.version:
+            problems.append(Problem(
+                f"groups.{i}.nodes.0", head.name, f"group {config.groups[i].name}'s API server binds {target} "
+                f"(IPv{target.version}), but the front door on {config.head.name} connects from "
+                f"{source.network_address} (IPv{source.version}), the only address its firewall admits",
+                fix=f"control-plane addresses (fabric.control_plane: {config.fabric.control_plane}) of one address "
+                    "family on every group's head and the stack's head"))
     return problems
 
 
