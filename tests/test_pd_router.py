@@ -32,6 +32,7 @@ from stacks.planner.router import (
     RouterSpec,
     check_pd_argv,
     router_args,
+    router_argv,
     router_container,
     router_problems,
     router_url,
@@ -285,7 +286,8 @@ def test_the_container_gets_the_key_by_environment_and_the_wheel_read_only() -> 
     assert container.env["PYTHONPATH"] == ROUTER_MOUNT
     assert [(v.host, v.container, v.read_only) for v in container.volumes] == [
         ("/var/lib/vllm-cluster/router", ROUTER_MOUNT, True)]
-    assert container.command == router_args(GOOD)
+    assert container.command == router_args(GOOD) == router_argv(GOOD)[1:]
+    assert router_argv(GOOD)[0] == "vllm-router"  # the wheel's console script, where it is installed
 
 
 def test_the_check_refuses_bad_arguments_naming_the_flag() -> None:
