@@ -398,3 +398,11 @@ def test_no_write_follows_a_link_out_of_the_project(project: Path, tmp_path: Pat
                "--assume-secret", "grafana_admin_password", cwd=project)
     assert obs.returncode == 2 and "whose files no command writes" in obs.stderr, obs.stdout + obs.stderr
     assert not out.exists()
+
+
+def test_an_unknown_stack_lists_only_stack_names_a_command_takes(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    for name in ("prod.eu-1", ".hidden", "", "日本", "a b"):
+        (tmp_path / f"Pulumi.{name}.yaml").write_text("config: {}\n")
+    done = _run("plan", "nope", cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": str(tmp_path)})
+    assert done.returncode == 2 and "one of ['.hidden', 'prod.eu-1']" in done.stderr, done.stderr
