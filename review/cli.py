@@ -45,6 +45,7 @@ from stacks.model.project import (
     STACKS_VENV,
     is_developer_checkout,
     root_variable_problem,
+    workdir_problem,
 )
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan, card_override_warnings
@@ -130,7 +131,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     from stacks.planner.topology import endpoint_rank_nodes
 
     python = args.python or unit_python(PROJECT_ROOT)[0]
-    problem = needs("the watch unit's command (checks.api --watch)", CHECKS, python)
+    problem = workdir_problem(args.workdir) or needs("the watch unit's command (checks.api --watch)", CHECKS, python)
     if problem:  # the unit would start, fail at its first import and watch nothing
         print(f"watch-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
               file=sys.stderr)
