@@ -40,7 +40,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, Protocol
 
-import httpx
+try:
+    import httpx
+except ModuleNotFoundError as _missing:  # the installed tool without its [checks] extra: say so, no traceback
+    print(f"{__spec__.name if __spec__ else 'checks'}: cannot run: needs {_missing.name}, which {sys.executable} "
+          "cannot import: pip install 'vllm-cluster[checks]' into this venv", file=sys.stderr)
+    sys.exit(2)
 from pydantic import ValidationError
 
 from checks.verdict import (

@@ -52,7 +52,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+try:
+    import httpx
+except ModuleNotFoundError as _missing:  # the installed tool without its [checks] extra: say so, no traceback
+    print(f"{__spec__.name if __spec__ else 'checks'}: cannot run: needs {_missing.name}, which {sys.executable} "
+          "cannot import: pip install 'vllm-cluster[checks]' into this venv", file=sys.stderr)
+    sys.exit(2)
 from pydantic import ValidationError
 
 from checks.verdict import (

@@ -419,3 +419,21 @@ def test_a_units_workdir_must_be_a_project(project: Path, tmp_path: Path, unit: 
         assert done.returncode == 2 and said in done.stderr, done.stdout + done.stderr
     ok = _run(unit, "two-node", "--assume-secret", "api_key", *user, "--workdir", str(project), cwd=project)
     assert ok.returncode == 0 and f"WorkingDirectory={project}" in ok.stdout, ok.stderr
+
+
+def test_a_project_folder_named_like_a_package_of_the_tool_is_refused(project: Path, tmp_path: Path) -> None:
+    """A project's own `components/` came first on the import path and broke `pulumi up` (fresh-install review)."""
+    shadowed = tmp_path / "shadowed"
+    shutil.copytree(project, shadowed)
+    (shadowed / "components").mkdir()
+    done = _run("plan", "two-node", cwd=shadowed)
+    assert done.returncode == 2 and "has components of its own" in done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("module", ["checks.api", "checks.pd"])
+def test_a_check_program_without_its_extra_says_which_to_install(module: str) -> None:
+    code = ("import sys, runpy; sys.modules['httpx'] = None; sys.argv = ['x', '--help']; "
+            f"runpy.run_module({module!r}, run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "pip install 'vllm-cluster[checks]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

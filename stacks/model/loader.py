@@ -33,6 +33,7 @@ from stacks.model.project import (
     project_problem,
     project_root,
     pulumi_project_name,
+    shadowing,
 )
 from stacks.model.stack_file import PROJECT, StackDocument, parse_stack_text, parse_value_text
 
@@ -72,6 +73,10 @@ def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
     if name is not None and name != PROJECT_NAME and not is_developer_checkout(root):  # another Pulumi project's
         raise ConfigError(stack, [Problem("<stack>", stack, f"{project_problem(root)}: its stack files are not "
                                           "vllm-cluster's", fix=PROJECT_FIX)])
+    shadow = shadowing(root)
+    if shadow:  # the program and the checks would import the project's folder instead of vllm-cluster's
+        raise ConfigError(stack, [Problem("<stack>", stack, shadow,
+                                          fix="rename that folder (or module) of your project")])
     if not path.is_file():
         try:
             known = stack_names(root)

@@ -109,7 +109,7 @@ def project_problem(root: Path, cwd: Path | None = None) -> str | None:
         return f"{root}{via} cannot be read"
     name = pulumi_project_name(root)
     if name == PROJECT_NAME:
-        return None
+        return shadowing(root)
     if name is not None:
         return (f"{root}{via} holds the Pulumi project {name[:60]!r}, not a vllm-cluster project (its Pulumi.yaml "
                 f"would say name: {PROJECT_NAME})")
@@ -117,6 +117,27 @@ def project_problem(root: Path, cwd: Path | None = None) -> str | None:
     if other is not None:
         return f"{root} holds no Pulumi.yaml; {passed_over_note(other)}"
     return f"{root}{via} holds no Pulumi.yaml"
+
+
+PACKAGES = ("stacks", "components", "checks", "heal", "review", "policy", "vllm_cluster", "lab")
+"""vllm-cluster's import packages: a folder of the same name in a user's project comes first on the import path
+(Pulumi runs the program from the project, and `python -m stacks` from the working directory), so it replaces them."""
+
+
+def shadowing(root: Path) -> str | None:
+    """Why a project would run code of its own instead of vllm-cluster's: a folder or module named like one of its
+    packages (found by the review of the installed tool: a project's `components/` broke `pulumi up`)."""
+    if not IN_CHECKOUT or root.resolve() != CODE_ROOT:
+        try:
+            if (root / "stacks" / "planner" / "plan.py").is_file():  # vllm-cluster's own code (a checkout, a ref)
+                return None
+            found = [n for n in PACKAGES if (root / n).is_dir() or (root / f"{n}.py").is_file()]
+        except OSError:
+            return None
+        if found:
+            return (f"{root} has {', '.join(found)} of its own, named like vllm-cluster's package(s): Python would "
+                    "import it instead of vllm-cluster's; rename it")
+    return None
 
 
 def passed_over_note(folder: Path) -> str:
