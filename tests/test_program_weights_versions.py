@@ -109,3 +109,23 @@ def test_keep_versions_does_not_sync_again(v1: Run) -> None:
     other = run_with(V1, keep_versions=3)
     assert other.mocks.named("node1-weights").inputs["triggers"] == v1.mocks.named("node1-weights").inputs["triggers"]
     assert other.mocks.named("node1-weights").inputs["create"] == v1.mocks.named("node1-weights").inputs["create"]
+
+
+def test_drift_reads_a_version_directory_as_the_planned_version_mount() -> None:
+    """`heal` compares a running container with the plan: the sync's version is the plan's `<version>`, and a mount
+    of anything else (another model directory) is still drift."""
+    import copy as _copy
+
+    from heal.drift import compare_container
+    from stacks.planner.container_spec import VolumeSpec
+    from tests.test_drift import recorded, spec
+
+    container, image = recorded()
+    planned = spec(volumes=[VolumeSpec(host=f"/tmp@{WEIGHTS_VERSION}", container="/data", read_only=True)])
+    for source, drift in (("/tmp@0123456789abcdef", False), ("/tmp", True), ("/other@0123456789abcdef", True)):
+        running = _copy.deepcopy(container)
+        for mount in running["Mounts"]:
+            if mount.get("Destination") == "/data":
+                mount["Source"] = source
+        kinds = [r.kind for r in compare_container("n1", planned, running, image["Id"], image["Config"])]
+        assert (kinds == ["mounts", "mounts"]) if drift else (kinds == []), (source, kinds)
