@@ -25,6 +25,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.loader import load_stack
 from stacks.model.project import STACKS_VENV
 from stacks.planner.plan import build_plan
+from stacks.planner.stack_plan import build_stack
 
 PREFIX = "vllm-cluster:"
 
@@ -86,8 +87,9 @@ def base_plan(stack: str, ref: str, root: Path, assume_secret: Sequence[str] = (
             how = f"the project at {ref}, planned by the installed vllm-cluster (its own cards at {ref})"
         if done.returncode not in (0, 2) or not done.stdout.strip().startswith("{"):
             try:
-                return (build_plan(stack, load_stack(stack, root=checkout, assume_secret=assume_secret)
-                                   ).to_json_dict(), [],
+                # build_stack: a stack with groups is planned group by group (build_plan refuses it)
+                return (build_stack(stack, load_stack(stack, root=checkout, assume_secret=assume_secret)
+                                    ).to_json_dict(), [],
                         f"the stack file at {ref}, planned by the working tree's code (the base cannot plan: "
                         f"{(done.stderr.strip().splitlines() or ['no JSON'])[-1][:160]})")
             except ConfigError as exc:

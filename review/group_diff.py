@@ -83,7 +83,8 @@ def to_markdown_grouped(result: dict[str, Any]) -> str:
     if rolling:
         lines.append("- **Rolling:** " + (f"yes: {rolling['why']}" if rolling["can_roll"] else f"no: {rolling['why']}"))
     if result["added"] or result["removed"]:
-        lines.append(f"- **Groups:** added {result['added'] or '-'}, removed {result['removed'] or '-'}")
+        lines.append(f"- **Groups:** added {', '.join(result['added']) or '-'}; "
+                     f"removed {', '.join(result['removed']) or '-'}")
     for name, d in result["groups"].items():
         outage = (d.get("outage") or {}).get("head")
         phases = f" ({phases_text(outage)})" if outage and assess(d).kind == "group" else ""

@@ -45,7 +45,7 @@ def _model(tmp_path: Path, name: str = "tiny", shards: int = 2) -> Path:
 def _project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir(parents=True, exist_ok=True)
-    (root / "Pulumi.yaml").write_text("name: card-test\n")
+    (root / "Pulumi.yaml").write_text("name: vllm-cluster\n")
     return root
 
 

@@ -34,6 +34,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
 """Which packages a module of each layer may import (its own included)."""
 LINKS = {
     ("checks.api", "stacks.model.golden"): "the golden set's type and matcher, pasted into the on-node API check",
+    ("checks.pd", "stacks.model.golden"): "the same golden type and matcher, for the prompt through the P/D router",
     ("checks.collective", "stacks.model.busbw"): "the bus-bandwidth floor's range, shared with fabric.min_busbw_gbps",
     ("checks.preflight", "stacks.planner.memory"): "the memory model, pasted into the node preflight",
     ("checks.weights", "stacks.model.s3_source"): "the S3 source rule the stack file is validated by, pasted into the "

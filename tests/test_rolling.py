@@ -156,8 +156,9 @@ def test_drain_moves_new_requests_to_the_other_group_without_a_failure(open_dir:
             # root still reaches the drained group on the very address nginx uses (its own check after a replace)
             direct = httpx.get(f"http://{UPSTREAM}:{ports[0]}/health", timeout=10)
             assert direct.status_code == 200
+            # a drain of a group still drained (a change stopped in its turn) makes its rules anew and goes on
             again = run(drain_script(group, [(UPSTREAM, ports[0])], bound_s=5))
-            assert again.returncode == 3 and "already out of the upstreams" in again.stdout
+            assert again.returncode == 0 and "was still out of the upstreams" in again.stdout, again
         except BaseException:
             run(undrain_script(group, [(UPSTREAM, ports[0])]))
             raise

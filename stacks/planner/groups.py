@@ -11,6 +11,7 @@ nodes, parallelism, role and model.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,8 @@ class GroupContext:
     name: str
     index: int
     peers: tuple[Peer, ...] = ()
+    front_door: str | None = None
+    """A later group behind the front door: the node whose nginx alone may reach this group's API server."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +93,71 @@ def group_problems(config: StackConfig) -> list[Problem]:
         problems.append(Problem("groups.0.nodes.0", groups[0].nodes[0],
                                 f"the first group's head must be the stack's head, {names[0]} (nodes[0]): the front "
                                 "door runs there", fix=f"start groups[0].nodes with {names[0]}, or reorder nodes[]"))
+    problems += _resource_name_problems(config)
+    problems += _front_door_reach_problems(config)
     if config.observability.enabled:
         problems.append(Problem("observability.enabled", True, "monitoring of a stack with groups is not built yet",
                                 fix="observability.enabled: false, or remove groups:"))
+    balancing: set[str] = set()
     for i, group in enumerate(groups):
         par = group.parallelism or config.parallelism
-        if par.dp_load_balancing != "internal":
-            where = f"groups.{i}.parallelism" if group.parallelism else "parallelism"
+        where = f"groups.{i}.parallelism" if group.parallelism else "parallelism"
+        if par.dp_load_balancing != "internal" and where not in balancing:  # the stack's: said once, not per group
+            balancing.add(where)
             problems.append(Problem(f"{where}.dp_load_balancing", par.dp_load_balancing,
                                     "hybrid or external load balancing inside a group is not built yet",
                                     fix="internal (the front door spreads requests over the groups)"))
+    return problems
+
+
+def _resource_name_problems(config: StackConfig) -> list[Problem]:
+    """A group's engine resources are named `engine-<group>-<node>-…` (components/program.py), and when a stack is
+    split into groups each is aliased to its old name `engine-<node>-…`. Group a on node b-x and group a-b on node x
+    would both be `engine-a-b-x-…` (Pulumi stops at the duplicate after the plan passed), and group a on node x
+    would take the old name of node a-x's engine (the split would move that node's container). Both are refused."""
+    nodes = {n.name for n in config.nodes}
+    spelled: dict[str, tuple[str, str]] = {}
+    problems: list[Problem] = []
+    for i, group in enumerate(config.groups):
+        for node in group.nodes:
+            joined = f"{group.name}-{node}"
+            if joined in spelled and spelled[joined][0] != group.name:
+                other, other_node = spelled[joined]
+                problems.append(Problem(
+                    f"groups.{i}.name", group.name, f"group {group.name} on node {node} and group {other} on node "
+                    f"{other_node} would both name their engine engine-{joined}-…: Pulumi refuses a second "
+                    "resource of one name", fix="a group name that is not another group's name and a '-'"))
+            elif joined in nodes:
+                problems.append(Problem(
+                    f"groups.{i}.name", group.name, f"group {group.name} on node {node} names its engine "
+                    f"engine-{joined}-…, the name node {joined}'s engine had before the stack was split into groups "
+                    "(its alias): the split would move that node's container", fix="a group name that is not the "
+                    "start of a node name followed by '-'"))
+            spelled.setdefault(joined, (group.name, node))
+    return problems
+
+
+def _front_door_reach_problems(config: StackConfig) -> list[Problem]:
+    """The front door connects to a later group's API server from its host's control-plane address, the only one
+    that group's firewall admits (`group_config`): the two must be of one address family, or nginx never reaches
+    the group."""
+    if not config.api.proxy.enabled or config.serving.host not in LOOPBACK:
+        return []
+    source = ipaddress.ip_network(front_door_source(config))
+    by_name = {n.name: n for n in config.nodes}
+    problems = []
+    for i in range(1, len(config.groups)):
+        head = by_name.get(config.groups[i].nodes[0])
+        if head is None:  # not a node: said above
+            continue
+        target = ipaddress.ip_address(control_ip(config, head) or head.management_ip)
+        if target.version != source.version:
+            problems.append(Problem(
+                f"groups.{i}.nodes.0", head.name, f"group {config.groups[i].name}'s API server binds {target} "
+                f"(IPv{target.version}), but the front door on {config.head.name} connects from "
+                f"{source.network_address} (IPv{source.version}), the only address its firewall admits",
+                fix=f"control-plane addresses (fabric.control_plane: {config.fabric.control_plane}) of one address "
+                    "family on every group's head and the stack's head"))
     return problems
 
 
@@ -118,8 +176,20 @@ def group_config(config: StackConfig, index: int) -> StackConfig:
         if proxy.enabled and config.serving.host in LOOPBACK:
             host = str(control_ip(config, head) or head.management_ip)
             update["serving"] = config.serving.model_copy(update={"host": host})
+        if proxy.enabled:
+            # vLLM's key guards only /v1 paths (vllm/entrypoints/serve/middleware/authenticate.py:20-22, 47-60):
+            # behind the front door only its nginx may reach this group's API server, as a hybrid node's
+            # (listeners.proxy_upstream_sources), never the private networks or firewall.api_sources
+            update["firewall"] = config.firewall.model_copy(update={"api_sources": [front_door_source(config)]})
     # model_copy, not a new validation: the parts were validated as the stack's, secret markers included
     return config.model_copy(update=update)
+
+
+def front_door_source(config: StackConfig) -> str:
+    """The address the front door's nginx connects to the other groups from, as a CIDR: the stack head's
+    control-plane address (the groups' API servers bind theirs, on the same `fabric.control_plane` network)."""
+    head = config.head
+    return str(ipaddress.ip_network(control_ip(config, head) or head.management_ip))
 
 
 def front_door_peers(config: StackConfig) -> tuple[Peer, ...]:
@@ -133,8 +203,10 @@ def front_door_peers(config: StackConfig) -> tuple[Peer, ...]:
 
 def contexts(config: StackConfig) -> list[tuple[GroupConfig, StackConfig, GroupContext]]:
     """Per group: its entry, its config as a stack of its own, and what its plan must know of the others."""
-    peers = front_door_peers(config) if config.api.proxy.enabled else ()
-    return [(g, group_config(config, i), GroupContext(g.name, i, peers if i == 0 else ()))
+    fronted = config.api.proxy.enabled
+    peers = front_door_peers(config) if fronted else ()
+    return [(g, group_config(config, i), GroupContext(g.name, i, peers if i == 0 else (),
+                                                      config.head.name if fronted and i > 0 else None))
             for i, g in enumerate(config.groups)]
 
 

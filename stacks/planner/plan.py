@@ -248,6 +248,9 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
     checks = planned_checks(config, topo)
+    if group is not None and group.index > 0:  # checked on its head (components/program.py `check-<group>`)
+        checks = [c.model_copy(update={"node": topo.head.name, "runs_on": "node"}) if c.module == "checks.api"
+                  else c for c in checks]
     roles: dict[str, list[str]] = {}
     for n in nodes:
         roles.setdefault(n.role, []).append(n.name)
@@ -283,7 +286,8 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         warnings=result.warnings + _unverified(config, topo) + exposure_warnings(config, table)
         + ephemeral_port_warnings(config, table)
         + _unpinned_monitoring(obs) + card_override_warnings(config.model.profile),
-        notes=result.notes + firewall_notes(config, table) + check_notes(stack, config, topo),
+        notes=result.notes + firewall_notes(config, table, group)
+        + check_notes(stack, config, topo, grouped=group is not None),
         summary=summary,
         memory=memory_table(config, profile, topo),
         rehearsal=rehearsal_plan(config, checks),
@@ -673,15 +677,19 @@ def api_sections(plan: Plan) -> list[str]:
     return [s for s in API_CHECKS if s in listed]
 
 
-def check_notes(stack: str, config: StackConfig, topo: Topology) -> list[str]:
-    """How to run the watch unit, and what the weights and collective checks need from the deployer."""
+def check_notes(stack: str, config: StackConfig, topo: Topology, *, grouped: bool = False) -> list[str]:
+    """How to run the watch unit, and what the weights and collective checks need from the deployer. `grouped`: a
+    replica group's plan, which the watch unit refuses (docs/rolling.md)."""
     kwarg, why = thinking_kwarg(config)
     thinking = [] if kwarg is not None or not config.api.smoke.thinking_check else [
         f"no thinking check: {why}, so no answer carries reasoning (serve one with serving.reasoning_parser, or "
         "set api.smoke.thinking_check: false to say so)"]
-    notes = [*thinking, f"watch every DP rank after the deploy: {STACKS_VENV} watch-unit {stack} > "
+    watch = ("watch mode does not handle replica groups yet: the watch unit refuses a stack with groups "
+             "(docs/rolling.md)" if grouped else
+             f"watch every DP rank after the deploy: {STACKS_VENV} watch-unit {stack} > "
              f"vllm-cluster-watch-{stack}.service (a systemd service for the deploying host; "
-             "docs/checks-by-hand.md: Watch mode)"]
+             "docs/checks-by-hand.md: Watch mode)")
+    notes = [*thinking, watch]
     source = config.model.source
     if source is not None and config.s3_access_key_id is None:
         notes.append(f"model.source {source.url}: no s3_access_key_id/s3_secret_access_key secrets, so each node's "
@@ -789,14 +797,19 @@ def exposure_warnings(config: StackConfig, table: list[Listener]) -> list[str]:
             "or filter these ports yourself"]
 
 
-def firewall_notes(config: StackConfig, table: list[Listener]) -> list[str]:
-    """Who the firewall lets reach the API port, because the deployer's own checks must be among them."""
+def firewall_notes(config: StackConfig, table: list[Listener], group: GroupContext | None = None) -> list[str]:
+    """Who the firewall lets reach the API port, because the deployer's own checks must be among them. A later
+    replica group behind the front door: only the front door's host (stacks/planner/groups.py `group_config`)."""
     if not config.firewall.enabled:
         return []
     api = [x for x in table if x.reach == "clients"]
     if not api or "0.0.0.0/0" in api[0].allowed_sources:
         return []
     nodes = ", ".join(dict.fromkeys(x.node for x in api))  # hybrid load balancing: every node's API port
+    if group is not None and group.front_door is not None:
+        return [f"firewall: {nodes}:{', '.join(sorted({x.ports for x in api}))} accepts only "
+                f"{', '.join(api[0].allowed_sources)}, the front door on {group.front_door}: clients go through "
+                "it (vLLM's key guards only /v1 paths); this group's own check runs on its head"]
     return [f"firewall: {nodes}:{', '.join(sorted({x.ports for x in api}))} accepts only "
             f"{', '.join(api[0].allowed_sources)}; clients, load balancers and the deployer (api-* checks) "
             "elsewhere need firewall.api_sources"]

@@ -22,8 +22,10 @@ that moment gets no answer (bench/rolling_change.py measured it: 1 failed reques
   for that long): draining the next group before that would leave nginx no server at all.
 
 The rules live in a table of their own (`inet vllm_cluster_drain`), apart from the host firewall's, and carry the
-group's name in a comment, so undrain deletes exactly the group's rules and a second drain of the same group is
-refused. Scripts are POSIX sh with `nft`, `ss`, `grep` and `sed`; they carry no secret.
+group's name in a comment, so undrain deletes exactly the group's rules. A drain of a group that is still drained
+(a change stopped in its turn: its check failed, its engine did not start; this is the next `pulumi up`) makes its
+rules anew for this change's servers before it deletes the old ones, so the group never takes requests meanwhile.
+Scripts are POSIX sh with `nft`, `ss`, `grep` and `sed`; they carry no secret.
 """
 
 from __future__ import annotations
@@ -80,10 +82,15 @@ def drain_script(group: str, servers: Sequence[tuple[str, int]], bound_s: int = 
     comment = _comment(group)
     table = f"inet {DRAIN_TABLE}"
     listed = shlex.quote(f'comment "{comment}"')  # how `nft list` prints the rule's comment
+    again = (f"drain {group}: was still out of the upstreams (an earlier change stopped in its turn); its rules are "
+             "made anew")
     lines = [
         "set -u",
-        f"if nft list table {table} 2>/dev/null | grep -qF {listed}; then "
-        f"echo {shlex.quote(f'drain {group}: already out of the upstreams (undrain it first)')}; exit 3; fi",
+        # still drained: a change stopped in this group's turn (its check failed, its engine did not start) and this
+        # is the next `pulumi up`. Its rules are made anew for this change's servers, then the old ones deleted
+        f"old=$(nft -a list chain {table} output 2>/dev/null | grep -F {listed} "
+        "| sed -n 's/.*# handle \\([0-9][0-9]*\\)$/\\1/p')",
+        f"[ -z \"$old\" ] || echo {shlex.quote(again)}",
         f"nft add table {table} && nft add chain {table} output '{{ type filter hook output priority 0; }}' || "
         f"{{ echo {shlex.quote(f'drain {group}: nft could not make table {table}')}; exit 1; }}",
     ]
@@ -95,6 +102,7 @@ def drain_script(group: str, servers: Sequence[tuple[str, int]], bound_s: int = 
                      "exit 1; }")
     query = _query(servers)
     lines += [
+        f"for h in $old; do nft delete rule {table} output handle \"$h\" || exit 1; done",
         f"deadline=$(( $(date +%s) + {bound_s} ))",
         f"while open=$(ss -Htn state established {shlex.quote(query)} | wc -l); [ \"$open\" -gt 0 ]; do",
         f'  [ "$(date +%s)" -ge "$deadline" ] && {{ echo "drain {group}: $open connection(s) still open after '

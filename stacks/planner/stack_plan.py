@@ -3,6 +3,7 @@ whether a change can roll (stacks/planner/groups.py). What `python -m stacks pla
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,17 +50,24 @@ def build_stack(stack: str, config: StackConfig) -> StackPlan:
         raise ConfigError(stack, problems)
     parts = contexts(config)
     plans: list[GroupPlan] = []
+    found: dict[tuple[str, str, str, str | None, str | None, str | None], tuple[Problem, list[str]]] = {}
     for i, (group, sub, context) in enumerate(parts):
         try:
             plans.append(GroupPlan(group.name, sub, context, build_plan(stack, sub, context)))
         except ConfigError as exc:
-            problems += [_in_group(p, i, group.name, sub, config) for p in exc.problems]
+            for p in exc.problems:  # a stack-wide value wrong in every group: one problem naming the groups
+                q = _in_group(p, i, sub, config)
+                found.setdefault((q.key, repr(q.value), q.message, q.upstream, q.fix, q.where), (q, []))[1].append(
+                    group.name)
+    for q, names in found.values():
+        said = f"group {names[0]}" if len(names) == 1 else f"groups {', '.join(names)}"
+        problems.append(dataclasses.replace(q, message=f"{said}: {q.message}"))
     if problems:
         raise ConfigError(stack, problems)
     return StackPlan(stack, tuple(plans), rolling(config))
 
 
-def _in_group(problem: Problem, index: int, name: str, sub: StackConfig, config: StackConfig) -> Problem:
+def _in_group(problem: Problem, index: int, sub: StackConfig, config: StackConfig) -> Problem:
     """A group's problem as the stack file spells it: its node indexes are the group's, so `nodes.0` becomes the
     stack's index of that node; `parallelism.*` is the group's own when it has one."""
     key = problem.key
@@ -69,5 +77,4 @@ def _in_group(problem: Problem, index: int, name: str, sub: StackConfig, config:
         key = ".".join(["nodes", str(stack_index), *parts[2:]])
     elif parts[0] == "parallelism" and config.groups[index].parallelism is not None:
         key = f"groups.{index}.{key}"
-    return Problem(key, problem.value, f"group {name}: {problem.message}", problem.upstream, problem.fix,
-                   problem.where)
+    return Problem(key, problem.value, problem.message, problem.upstream, problem.fix, problem.where)
