@@ -30,6 +30,8 @@ from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_h
 from stacks.model.errors import ConfigError
 from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
 from stacks.model.project import (
+    CODE_ROOT,
+    IN_CHECKOUT,
     PROJECT_FIX,
     ROOT_ENV,
     STACKS_VENV,
@@ -169,6 +171,19 @@ def _watch_unit(args: argparse.Namespace) -> int:
     return 0
 
 
+def out_problem(out: Path) -> str | None:
+    """Why `observability --out` may not write there: inside vllm-cluster's own code (the installed package, or this
+    checkout's tracked folders: its docs and code are nobody's output), links followed."""
+    try:
+        here = out.resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot be resolved ({getattr(exc, 'strerror', None) or exc.__class__.__name__})"
+    if here == CODE_ROOT or CODE_ROOT in here.parents:
+        what = "this checkout" if IN_CHECKOUT else "the installed vllm-cluster"
+        return f"is inside {what} ({CODE_ROOT}), whose files no command writes"
+    return None
+
+
 def _observability(args: argparse.Namespace) -> int:
     """Write the monitoring files the program deploys (stacks/planner/observability.py) under --out, offline.
     The webhook URL is a secret: alertmanager.yml holds a placeholder where the program puts it."""
@@ -186,6 +201,10 @@ def _observability(args: argparse.Namespace) -> int:
     files = render_files(args.stack, config, topo, {n.name: n.containers for n in plan.nodes},
                          webhook_url=WEBHOOK_PLACEHOLDER)
     out = Path(args.out)
+    inside = out_problem(out)
+    if inside:
+        print(f"--out {args.out!r}: {inside}; give a folder of your own, e.g. ./monitoring", file=sys.stderr)
+        return 2
     try:
         for rel, text in files.items():
             path = out / rel

@@ -31,7 +31,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 from review.card_sources import CardError, LocalSource, S3Source, Source
 from review.loader_rules import LoaderRefusal, check_header, quantization_config, quantization_method
 from stacks.model.field_types import ParserName
-from stacks.model.project import not_a_project
+from stacks.model.project import escapes, not_a_project
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.model_cards import (
     CARD_VERSION,
@@ -798,6 +798,9 @@ def build_card(source: Source, name: str, *, synthesize_weights: bool, facts_giv
 
 def write_card(card: dict[str, Any], root: Path) -> Path:
     path = card_path(card["name"], root)
+    escaped = escapes(path, root)
+    if escaped:  # a models/ that links out of the project: the card would land elsewhere than the message says
+        raise CardError(f"{escaped}; make models/ a plain folder of the project")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(card, indent=1) + "\n")
     return path
@@ -841,6 +844,9 @@ def main(src: str, name: str, *, synthesize_weights: bool, facts: list[str], why
         return 2
     try:
         path = write_card(card, root)
+    except CardError as exc:  # models/ links out of the project
+        echo(f"model-card: nothing was written: {exc}")
+        return 2
     except OSError as exc:  # `models` is a file, a folder in the way of the card, no permission
         echo(f"model-card: cannot write {card_path(name, root)}: {exc.strerror or exc}; {root / 'models'} must be "
              "a writable directory (move what is in the way)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,44 @@ def test_the_next_steps_init_prints_are_shell_quoted(tmp_path: Path, name: str) 
     words = list(lexer)
     assert words[:2] == ["cd", str(tmp_path / name)] or words[:2] == ["cd", name], words
     assert words[2:4] == ["&&", "git"]
+
+
+def test_init_dot_makes_the_working_directory_the_project(tmp_path: Path) -> None:
+    """`git clone <empty repo> && cd it && vllm-cluster init .`: the working directory itself (it was exit 3)."""
+    here = tmp_path / "clone"
+    here.mkdir()
+    done = _run("init", ".", cwd=here)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (here / "Pulumi.yaml").is_file()
+    again = _run("init", ".", cwd=here)
+    assert again.returncode == 2 and "is not empty" in again.stdout + again.stderr
+
+
+def test_the_projects_readme_upgrades_from_a_wheel_file_never_by_name(project: Path) -> None:
+    readme = (project / "README.md").read_text()
+    assert "pip install -U vllm-cluster`" not in readme and "pip install -U /path/to/vllm_cluster-" in readme
+
+
+def test_no_write_follows_a_link_out_of_the_project(project: Path, tmp_path: Path) -> None:
+    """models/ or .vllm-cluster/ as links out of the project, and observability --out into vllm-cluster's own code:
+    exit 2, nothing written there (the card landed in the installed package while the command said the project)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked"
+    shutil.copytree(project, linked)
+    shutil.rmtree(linked / "models")
+    (linked / "models").symlink_to(elsewhere)
+    card = _run("model-card", str(ROOT / "tests/fixtures/models/qwen3-8b"), "--name", "mine", "--synthesize-weights",
+                cwd=linked)
+    assert card.returncode == 2 and "leads out of the project" in card.stdout + card.stderr, card.stdout + card.stderr
+    assert list(elsewhere.iterdir()) == []
+    shutil.rmtree(linked / ".vllm-cluster", ignore_errors=True)
+    (linked / ".vllm-cluster").symlink_to(elsewhere)
+    pack = _run("policy-pack", cwd=linked)
+    assert pack.returncode == 2 and "leads out of the project" in pack.stderr, pack.stdout + pack.stderr
+    assert list(elsewhere.iterdir()) == []
+    out = ROOT / "docs" / "obs-probe"
+    obs = _run("observability", "two-node", "--out", str(out), "--set", "observability.enabled=true",
+               "--assume-secret", "grafana_admin_password", cwd=project)
+    assert obs.returncode == 2 and "whose files no command writes" in obs.stderr, obs.stdout + obs.stderr
+    assert not out.exists()

@@ -1,7 +1,7 @@
 """`vllm-cluster init DIR [--example NAME]`: a project of the user's, holding only what is theirs.
 
 Their stacks, their cards and a `__main__.py` of a few lines that runs the installed package's program: the tool
-itself upgrades with `pip install -U`, never by merging upstream into a fork (docs/install.md).
+itself upgrades with `pip install -U <new wheel>`, never by merging upstream into a fork (docs/install.md).
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ vllm-cluster model-card /path/to/model --name my-model   # a card in models/ (mo
 pulumi up -s {stack} --policy-pack "$(vllm-cluster policy-pack)"   # deploy (venv/ gets requirements.txt)
 ```
 
-Upgrade: `pip install -U vllm-cluster`, raise the pin in requirements.txt, then `vllm-cluster plan` and
-`vllm-cluster diff` every stack before `pulumi up`.
+Upgrade from the new wheel file, never by name (a package of that name on a public index would run with your
+deploy credentials): `pip install -U /path/to/vllm_cluster-<new>-py3-none-any.whl`, point the pin in
+requirements.txt at it, then `vllm-cluster plan` and `vllm-cluster diff` every stack before `pulumi up`
+(docs/install.md in vllm-cluster's repository).
 """
 
 
@@ -90,7 +92,7 @@ def check_dir(value: str) -> tuple[Path | None, int]:
         return None, _bad("DIR", value, unsafe, fix + " (plain characters)")
     if ".." in Path(value).parts:
         return None, _bad("DIR", value, "contains '..'", fix + " (a path without '..')")
-    longest = max(len(os.fsencode(part)) for part in Path(value).parts)
+    longest = max((len(os.fsencode(part)) for part in Path(value).parts), default=0)  # `.` has no parts
     if longest > NAME_MAX:  # checked before anything is created: mkdir would fail half way
         return None, _bad("DIR", value, f"cannot be used (File name too long: a folder name of {longest} bytes, at "
                           f"most {NAME_MAX})", fix + " (a shorter name)")

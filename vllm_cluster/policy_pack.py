@@ -17,7 +17,7 @@ from typing import Any
 
 from heal.full_venv import missing_here
 from stacks.model.loader import PROJECT_ROOT
-from stacks.model.project import is_developer_checkout, not_a_project
+from stacks.model.project import escapes, is_developer_checkout, not_a_project
 
 PACK_DIR = Path(".vllm-cluster") / "policy-pack"
 MAIN_PY = '''\
@@ -52,6 +52,11 @@ def _policy_pack(args: argparse.Namespace) -> int:
               "'vllm-cluster[deploy]' into this venv", file=sys.stderr)
         return 2
     folder = PROJECT_ROOT / PACK_DIR
+    escaped = escapes(folder, PROJECT_ROOT)
+    if escaped:
+        print(f"policy-pack: nothing was written: {escaped}; make {PACK_DIR.parts[0]} a plain folder of the project",
+              file=sys.stderr)
+        return 2
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "PulumiPolicy.yaml").write_text(pack_yaml(sys.prefix), encoding="utf-8")

@@ -190,5 +190,22 @@ def not_a_project(root: Path) -> str | None:
     return f"{problem}: {PROJECT_FIX}" if problem else None
 
 
+def escapes(target: Path, root: Path) -> str | None:
+    """Why a command may not write `target` (a file or folder it is about to write for the project at `root`), or
+    None. Links are followed: a `models/` or `.vllm-cluster/` that is a link out of the project would put the file
+    elsewhere while the command says it wrote it in the project. Never inside the installed package; in this
+    checkout (the developer path) its own folders are the project's."""
+    try:
+        here = target.resolve()
+        home = root.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links, a name too long
+        return f"{target} cannot be resolved ({getattr(exc, 'strerror', None) or exc.__class__.__name__})"
+    if not IN_CHECKOUT and (here == CODE_ROOT or CODE_ROOT in here.parents):
+        return f"{target} leads into the installed vllm-cluster ({CODE_ROOT})"
+    if here != home and home not in here.parents:
+        return f"{target} leads out of the project {root} (to {here}, through a link)"
+    return None
+
+
 PROJECT_FIX = (f"run it in your project (a folder whose Pulumi.yaml says name: {PROJECT_NAME}, or {ROOT_ENV}=DIR), "
                "or make one: vllm-cluster init DIR")
