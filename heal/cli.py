@@ -24,7 +24,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.golden import golden_json
 from stacks.model.loader import PROJECT_ROOT, load_stack
 from stacks.model.masking import mask_secrets
-from stacks.model.project import STACKS
+from stacks.model.project import STACKS, workdir_problem
 from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.observability import grafana_env, monitor_spec
 from stacks.planner.plan import Plan, build_plan, thinking_args
@@ -556,7 +556,7 @@ def _supervisor_unit(args: argparse.Namespace) -> int:
         _say(f"supervisor-unit {args.stack}: {problem}; or give --python the python of a venv that has it")
         return 2
     problem = ((needs(f"checking the metrics address {listen} (checks.api)", CHECKS) if listen else None)
-               or check_golden_url(args.golden_metrics_url) or check_timing(args)
+               or workdir_problem(args.workdir) or check_golden_url(args.golden_metrics_url) or check_timing(args)
                or check_metrics_file(args.metrics_file, in_unit=True) or check_metrics_listen(listen, from_plan=True))
     if problem:
         _say(f"supervisor-unit {args.stack}: {problem}")
@@ -608,8 +608,12 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     drift.set_defaults(func=_drift)
     unit = sub.add_parser("supervisor-unit", help="print the systemd service of the group supervisor")
     unit.add_argument("stack")
-    for flag in ("--python", "--workdir", "--user", "--env-file", "--metrics-file", "--ca-file"):
-        unit.add_argument(flag, default=None)
+    for flag, what in (("--python", "interpreter with vllm-cluster[checks] [the project's venv, else this one]"),
+                       ("--workdir", "the project the unit runs in (its stack file and cards) [this one]"),
+                       ("--user", "the unit's User="), ("--env-file", "the unit's EnvironmentFile= (the API key)"),
+                       ("--metrics-file", "where supervise writes its metrics"),
+                       ("--ca-file", "the proxy's certificate, for probes over TLS")):
+        unit.add_argument(flag, default=None, help=what)
     unit.add_argument("--golden-metrics-url", default=None, help="passed to supervise (default: the plan's watch "
                       "unit address when observability is on)")
     for flag, what in (("--interval-s", "seconds between probes (supervise's default 30)"),

@@ -28,7 +28,15 @@ from review.preview_summary import read_input as read_preview
 from review.preview_summary import to_markdown as preview_markdown
 from review.rollback import MAX_PAGES, PAGE_SIZE, RollbackError, prepare, read_history
 from stacks.model.errors import ConfigError
-from stacks.model.loader import PROJECT_ROOT, load_stack, load_stack_document, locate, read_stack_values, stack_file
+from stacks.model.loader import (
+    PROJECT_ROOT,
+    load_stack,
+    load_stack_document,
+    locate,
+    read_stack_values,
+    stack_file,
+    stack_names,
+)
 from stacks.model.project import (
     CODE_ROOT,
     IN_CHECKOUT,
@@ -37,6 +45,7 @@ from stacks.model.project import (
     STACKS_VENV,
     is_developer_checkout,
     root_variable_problem,
+    workdir_problem,
 )
 from stacks.planner.image_cards import CARDS
 from stacks.planner.plan import build_plan, card_override_warnings
@@ -122,7 +131,7 @@ def _watch_unit(args: argparse.Namespace) -> int:
     from stacks.planner.topology import endpoint_rank_nodes
 
     python = args.python or unit_python(PROJECT_ROOT)[0]
-    problem = needs("the watch unit's command (checks.api --watch)", CHECKS, python)
+    problem = workdir_problem(args.workdir) or needs("the watch unit's command (checks.api --watch)", CHECKS, python)
     if problem:  # the unit would start, fail at its first import and watch nothing
         print(f"watch-unit {args.stack}: {problem}; or give --python the python of a venv that has it",
               file=sys.stderr)
@@ -315,7 +324,7 @@ MATRIX_PAGE = Path("docs") / "what-a-change-costs.md"
 
 def matrix_stacks(names: list[str]) -> list[str]:
     """The stacks the matrix covers: those named, else every Pulumi.<stack>.yaml in the project, sorted."""
-    return names or sorted(p.name.split(".")[1] for p in PROJECT_ROOT.glob("Pulumi.*.yaml"))
+    return names or stack_names(PROJECT_ROOT)
 
 
 def page_with_matrix(page: str, table: str) -> str:

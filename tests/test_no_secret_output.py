@@ -201,3 +201,14 @@ def test_an_unknown_option_carrying_a_secret_is_refused_masked(program: list[str
     _clean(done)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--api-key=***" in done.stdout + done.stderr and "--hf-token=***" in done.stdout + done.stderr
+
+
+def test_advice_that_names_a_config_key_after_secret_keeps_the_key_and_a_value_after_it_is_still_masked() -> None:
+    """`pulumi config set --secret vllm-cluster:api_key …` is advice whose next word is the key to set (it printed
+    as `--secret ***`, a command nobody could run); a value after `--secret` is still masked."""
+    from stacks.model.masking import mask_secrets
+
+    advice = 'pulumi config set --secret vllm-cluster:api_key "$(openssl rand -hex 32)"'
+    assert mask_secrets(advice) == advice
+    assert mask_secrets("tool --secret sk-live-0123 --token=abc") == "tool --secret *** --token=***"
+    assert mask_secrets("tool --secret=vllm-clusterX") == "tool --secret=***"

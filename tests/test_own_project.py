@@ -398,3 +398,24 @@ def test_no_write_follows_a_link_out_of_the_project(project: Path, tmp_path: Pat
                "--assume-secret", "grafana_admin_password", cwd=project)
     assert obs.returncode == 2 and "whose files no command writes" in obs.stderr, obs.stdout + obs.stderr
     assert not out.exists()
+
+
+def test_an_unknown_stack_lists_only_stack_names_a_command_takes(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: vllm-cluster\n")
+    for name in ("prod.eu-1", ".hidden", "", "日本", "a b"):
+        (tmp_path / f"Pulumi.{name}.yaml").write_text("config: {}\n")
+    done = _run("plan", "nope", cwd=tmp_path, env={"VLLM_CLUSTER_ROOT": str(tmp_path)})
+    assert done.returncode == 2 and "one of ['.hidden', 'prod.eu-1']" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("unit", ["watch-unit", "supervisor-unit"])
+def test_a_units_workdir_must_be_a_project(project: Path, tmp_path: Path, unit: str) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Pulumi.yaml").write_text("name: infra\n")
+    user = ["--user", "ops"] if unit == "supervisor-unit" else []
+    for workdir, said in ((tmp_path / "missing", "not a directory"), (other, "infra")):
+        done = _run(unit, "two-node", "--assume-secret", "api_key", *user, "--workdir", str(workdir), cwd=project)
+        assert done.returncode == 2 and said in done.stderr, done.stdout + done.stderr
+    ok = _run(unit, "two-node", "--assume-secret", "api_key", *user, "--workdir", str(project), cwd=project)
+    assert ok.returncode == 0 and f"WorkingDirectory={project}" in ok.stdout, ok.stderr

@@ -46,10 +46,20 @@ PLAIN = "<plain text>"
 """What a problem shows instead of a secret written in plain text."""
 
 
+def is_stack_name(stack: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stack)) and stack not in (".", "..")
+
+
+def stack_names(root: Path) -> list[str]:
+    """The stacks whose files are in `root` (`Pulumi.prod.eu-1.yaml` is `prod.eu-1`), only names a command takes."""
+    names = (p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+    return sorted(n for n in names if is_stack_name(n))
+
+
 def stack_file(stack: str, root: Path = PROJECT_ROOT) -> Path:
     """`Pulumi.<stack>.yaml`; a name that is not a Pulumi stack name (a path, a space, `;`) is refused here, so no
     command reads or rewrites a file outside the project."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stack) or stack in (".", ".."):
+    if not is_stack_name(stack):
         raise ConfigError(stack[:100], [Problem("<stack>", stack, "is not a stack name",
                                                 fix="letters, digits, _ . - (e.g. prod)")])
     return root / f"Pulumi.{stack}.yaml"
@@ -64,7 +74,7 @@ def read_stack_document(stack: str, root: Path = PROJECT_ROOT) -> StackDocument:
                                           "vllm-cluster's", fix=PROJECT_FIX)])
     if not path.is_file():
         try:
-            known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
+            known = stack_names(root)
         except OSError:
             known = []
         why = project_problem(root)  # where the project came from, and why it is none

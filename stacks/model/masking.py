@@ -21,9 +21,11 @@ it (which a URL parser would cut at the `/`) is masked whole."""
 _BARE_USERINFO = re.compile(r"(?<![\w.:/@%+~=-])[\w.%+~-]+:(?![/\\])[^\s@'\"<>]+@(?!sha256:)(?=[\w\[])")
 """`user:password@registry/repo:tag`: a Docker image reference or host spec with credentials and no scheme."""
 _SECRET_OPTION = re.compile(r"(?i)(--(?!assume-secret\b)(?:[\w-]*-)?(?:api-key|access-key|secret-key|private-key|"
-                            r"token|secret|password|passwd|credentials?))(=|\s+)(?!-)(?:'[^']*'|\"[^\"]*\"|\S+)")
+                            r"token|secret|password|passwd|credentials?))(=|\s+)(?!-)(?!vllm-cluster:)"
+                            r"(?:'[^']*'|\"[^\"]*\"|\S+)")
 """`--api-key=VALUE`, `--hf-token VALUE`: an option whose value is a secret (not `--assume-secret KEY`, which
-names a key, nor `--api-key-env NAME`, which names a variable)."""
+names a key, nor `--api-key-env NAME`, which names a variable, nor `pulumi config set --secret vllm-cluster:KEY`,
+whose next word is the config key the advice names)."""
 _SECRET_ASSIGNMENT = re.compile(r"(?i)\b((?:[a-z0-9]+[_-])+(?:key|token|secret|password|passwd|credentials?)|"
                                 r"token|secret|password|passwd)=(?:'[^']*'|\"[^\"]*\"|[^\s'\",&]+)")
 """`ORG_TOKEN=…`, `?X-Amz-Credential=…`-like pairs (not `KEY=VALUE`, a metavar)."""

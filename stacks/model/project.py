@@ -207,5 +207,23 @@ def escapes(target: Path, root: Path) -> str | None:
     return None
 
 
+def workdir_problem(workdir: str | None) -> str | None:
+    """Why a unit's `--workdir` cannot be its working directory, or None (unset: the project in use): it must be a
+    vllm-cluster project, whose stack file and cards the unit's commands read (an unchecked one started a unit that
+    failed at its first plan, or read another project's files)."""
+    if workdir is None:
+        return None
+    folder = Path(workdir)
+    if not folder.is_dir():
+        return f"--workdir {workdir}: not a directory; give your project's folder"
+    problem = project_problem(folder)
+    if problem:
+        return (f"--workdir {workdir}: {problem}; give your project's folder (a Pulumi.yaml that says "
+                f"name: {PROJECT_NAME})")
+    if not IN_CHECKOUT and (folder.resolve() == CODE_ROOT or CODE_ROOT in folder.resolve().parents):
+        return f"--workdir {workdir}: inside the installed vllm-cluster ({CODE_ROOT}); give your project's folder"
+    return None
+
+
 PROJECT_FIX = (f"run it in your project (a folder whose Pulumi.yaml says name: {PROJECT_NAME}, or {ROOT_ENV}=DIR), "
                "or make one: vllm-cluster init DIR")

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,13 @@ from tests.lab.pulumi_cli import PulumiCli, copy_project, ssh_agent, toolchain_b
 from tests.weights_harness import checkpoint
 
 STACK = "lab"
+FIGURES: list[str] = []
+"""Measured figures a workflow reports (docs quote them), printed at the end of the run."""
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in FIGURES:
+        terminalreporter.write_line(f"lab figure: {line}")
 IMAGES = {"lab-1": None, "lab-2": None, "lab-bad": "I do not know"}
 """Tag -> what its engine answers to the golden prompt (None: the right answer)."""
 SECRETS = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from review.replacement import Registration, actions
 from stacks.model.config import SECRET_KEYS as CONFIG_SECRET_KEYS
 from stacks.model.config import SECRET_OBJECT_KEYS
 from stacks.model.loader import read_stack_values
-from tests.lab.conftest import STACK, LabDeployment, stack_resources
+from tests.lab.conftest import FIGURES, STACK, LabDeployment, stack_resources
 from tests.nginx_harness import make_certificate
 
 MOCK_SECRETS = {"api_key": "sk-predict-0123456789", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----predict",
@@ -430,11 +430,13 @@ def test_replica_groups_roll_an_image_change_without_a_failed_request(deployment
     with Load(outputs["endpoint"], pem, d.secrets["proxy_keys.lab"], "Qwen3-8B", clients=4) as load:
         until(lambda: load.sent >= 20, "the clients' first 20 answers through the front door")
         d.set_image(target)
+        began = time.monotonic()
         rolled = d.cli.run("up", "-s", STACK, "--yes", what="up-groups-roll")
+        took = time.monotonic() - began
         after = load.sent
         until(lambda: load.sent >= after + 20, "20 more answers after the change")
-    print(f"\nrolling image change of 2 groups under 4 clients: {load.sent} requests, {len(load.failed)} failed",
-          file=sys.__stderr__)  # past pytest's capture: the figure docs/rolling.md quotes
+    FIGURES.append(f"rolling image change of 2 groups under 4 clients: {load.sent} requests, "
+                   f"{len(load.failed)} failed, the update took {took:.0f} s")
     assert not load.failed, f"{len(load.failed)} of {load.sent} requests failed: {sorted(set(load.failed))}"
     steps = ["drain a: out of the upstreams", "PASS check-a:", "undrain a: back in the upstreams",
              "drain b: out of the upstreams", "PASS check-b:", "undrain b: back in the upstreams"]
@@ -446,8 +448,6 @@ def test_replica_groups_roll_an_image_change_without_a_failed_request(deployment
 
 def until(condition: Any, what: str, deadline_s: float = 300) -> None:
     """Wait for `condition()` (polled), failing with `what` past a generous deadline."""
-    import time
-
     end = time.monotonic() + deadline_s
     while not condition():
         assert time.monotonic() < end, f"not within {deadline_s:.0f} s: {what}"
