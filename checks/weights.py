@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,15 @@ from checks.weights_verify import (
     read_manifest,
     unsafe_reason,
     verify_dir,
+)
+from checks.weights_versions import (
+    DEFAULT_KEEP_LAST,
+    Reuse,
+    docker_mount_sources,
+    prune,
+    record_links,
+    reuse_unchanged,
+    version_dir,
 )
 from stacks.model.s3_source import (
     DEFAULT_PART_MB,
@@ -134,6 +143,8 @@ class Options:
     progress_s: float
     name: str
     content: bool = False
+    versions: bool = False
+    """Sync into `<dest>@<version>` beside --dest (checks/weights_versions.py), linking unchanged files."""
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -266,7 +277,8 @@ def options_from(args: argparse.Namespace) -> Options:
     style = args.addressing_style or ("path" if endpoint else "virtual")
     return Options(args.source, bucket, prefix, dest, endpoint, region, style, args.workers,
                    args.part_size_mb * 1024 * 1024, args.delete, args.adopt_existing, args.dry_run,
-                   args.limit_mb_s * 1e6 if args.limit_mb_s else None, args.progress_s, args.name, args.content)
+                   args.limit_mb_s * 1e6 if args.limit_mb_s else None, args.progress_s, args.name, args.content,
+                   args.versions)
 
 
 # ---------------------------------------------------------------------------------------------- S3
@@ -882,11 +894,63 @@ def _list(items: Sequence[str], show: int = 5) -> str:
 def sync(opts: Options) -> Verdict:
     """List, plan, fetch what is missing or wrong, write the manifest, verify. CannotRun propagates."""
     started = time.monotonic()
-    check_dest_on_disk(opts.dest, write=not opts.dry_run)
-    check_delete(opts)
+    check_dest_on_disk(opts.dest, write=not opts.dry_run and not opts.versions)
+    if opts.versions:
+        _check_beside(opts)
+    else:
+        check_delete(opts)
     client = make_client(opts)
     entries = list_prefix(client, opts)
     manifest = Manifest(f"s3://{opts.bucket}/{opts.prefix}", opts.endpoint_url, tuple(entries))
+    if opts.versions:
+        return _sync_version(opts, client, manifest, started)
+    return _sync_into(opts, client, manifest, started)
+
+
+def _check_beside(opts: Options) -> None:
+    """--versions writes `<dest>@<version>` beside --dest: its parent must be a directory this user may write (or
+    create). Checked before any request, like --dest itself."""
+    parent = os.path.dirname(opts.dest)
+    if os.path.isdir(parent) and not opts.dry_run and not os.access(parent, os.W_OK | os.X_OK):
+        raise CannotRun(f"--dest {opts.dest!r} with --versions: this user (uid {os.geteuid()}) may not write {parent}, "
+                        "where the version directories go beside --dest: fix its owner or mode")
+
+
+def _sync_version(opts: Options, client: Any, manifest: Manifest, started: float) -> Verdict:
+    """The listing's version directory: unchanged files linked from earlier versions (never written), the rest
+    fetched into it by the ordinary sync. A failure leaves the earlier versions as they were."""
+    base = opts.dest
+    target = version_dir(base, manifest.sha256)
+    vopts = replace(opts, dest=target)
+    root = Path(target)
+    if not opts.dry_run and not root.is_dir():
+        check_dest_on_disk(target, write=True)
+    reuse = Reuse()
+
+    def link_first() -> None:  # under the version directory's lock, before the sync plans
+        check_delete(vopts)
+        found = reuse_unchanged(base, root, manifest.files)
+        record_links(root, manifest.source, opts.endpoint_url, found.linked)
+        reuse.linked, reuse.failed, reuse.sources = found.linked, found.failed, found.sources
+
+    verdict = _sync_into(vopts, client, manifest, started, None if opts.dry_run else link_first)
+    verdict.details["version_dir"] = target
+    verdict.details.update(linked_files=[e.key for e in reuse.linked], linked_from=reuse.sources,
+                           link_failed=reuse.failed)
+    if reuse.linked:
+        verdict.evidence.insert(0, f"hard-linked {len(reuse.linked)} unchanged file(s) from "
+                                   f"{', '.join(reuse.sources)} (nothing copied, the old directory untouched)")
+    if reuse.failed:
+        verdict.evidence.insert(0, f"{len(reuse.failed)} unchanged file(s) could not be hard-linked and were fetched: "
+                                   f"{_list([f'{k} ({v})' for k, v in sorted(reuse.failed.items())], 3)}")
+    if verdict.status == "pass":
+        verdict.summary += f"; version-dir={target}"
+    return verdict
+
+
+def _sync_into(opts: Options, client: Any, manifest: Manifest, started: float,
+               prepare: Callable[[], None] | None = None) -> Verdict:
+    """The sync proper into opts.dest, under its lock (none for a dry run); `prepare` runs first under the lock."""
     root = Path(opts.dest)
     try:
         if opts.dry_run:
@@ -897,6 +961,8 @@ def sync(opts: Options) -> Verdict:
             raise CannotRun(f"cannot create --dest {opts.dest}: {exc}") from exc
         lock_fd = _lock(root)
         try:
+            if prepare is not None:
+                prepare()
             return _sync_locked(opts, client, root, manifest, started)
         finally:
             os.close(lock_fd)
@@ -1048,10 +1114,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--content", action="store_true",
                      help="also re-hash the files already present, fetch again those whose bytes changed, and report "
                           "the content-sha256 (reads every file once)")
+    run.add_argument("--versions", action="store_true",
+                     help="sync into DEST@<version> beside --dest (the listing's hash), hard-linking files an earlier "
+                          "version holds unchanged; --dest itself is never written")
     run.add_argument("--name", default="weights-sync", type=check_name, help="check name in the verdict")
     run.add_argument("--json", action="store_true", help="print one JSON verdict on stdout")
     check = sub.add_parser("verify", help="is the model directory complete? (no network)")
     add_verify_args(check)
+    clean = sub.add_parser("prune", help="remove old version directories beside --dest that no container mounts")
+    clean.add_argument("--dest", required=True, type=path, help="the model directory the versions sit beside")
+    clean.add_argument("--keep", type=path, help="the version directory the engines mount now (never removed)")
+    clean.add_argument("--keep-last", type=int, default=DEFAULT_KEEP_LAST,
+                       help=f"versions kept, newest first, counting --keep [{DEFAULT_KEEP_LAST}]")
+    clean.add_argument("--name", default="weights-prune", type=check_name, help="check name in the verdict")
+    clean.add_argument("--json", action="store_true", help="print one JSON verdict on stdout")
     return parser
 
 
@@ -1067,6 +1143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
         return emit(verify_dir(args.dest, args.expect_hash, args.name, args.content), args.json)
+    if args.command == "prune":
+        try:
+            if args.keep_last < 1:
+                raise CannotRun(f"--keep-last {args.keep_last}: at least 1 (the version the engines mount)")
+            base = check_sync_dest(args.dest)
+            verdict = prune(base, os.path.normpath(args.keep) if args.keep else None, args.keep_last,
+                            docker_mount_sources(), args.name)
+        except CannotRun as exc:
+            verdict = Verdict(args.name, "cannot-run", str(exc), next_step="nothing was removed; fix the named "
+                              "argument or Docker and re-run")
+        return emit(verdict, args.json)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal(args.name, args.json))
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -34,7 +35,7 @@ from stacks.model.s3_source import (
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ("stacks.model.masking", "stacks.model.s3_source", "checks.verdict", "checks.weights_verify",
-           "checks.weights")
+           "checks.weights_versions", "checks.weights")
 """Pasted in this order; each later one imports names from the earlier ones (`stacks.model.s3_source`: the source
 rule the stack file is validated by too, standard library only; `stacks.model.masking`: what every verdict masks)."""
 CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -103,8 +104,12 @@ def _docker(image: str, dest: str, network: str, read_only: bool, pull: str, env
 def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | None = None,
                       region: str | None = None, workers: int = DEFAULT_WORKERS, part_size_mb: int = DEFAULT_PART_MB,
                       delete: bool = False, name: str = "weights-sync", timeout_s: int = SYNC_TIMEOUT_S,
-                      pull: str = "missing", as_json: bool = True, content: bool = True) -> str:
+                      pull: str = "missing", as_json: bool = True, content: bool = True,
+                      versions: bool = False) -> str:
     """`<read credentials from stdin>; timeout N docker run … IMAGE - sync ARGS <<'EOF' script EOF`.
+
+    With `versions` the sync writes `DEST@<version>` beside `dest` (checks/weights_versions.py), so the parent of
+    `dest` is mounted instead of `dest`; the verdict names the directory (`weights_version_dir`).
 
     With `content` (the default) the sync re-hashes what is already present and reports the `content-sha256`, the
     hash `weights-match` compares across nodes: a shard changed in place with its size kept makes it differ.
@@ -133,9 +138,12 @@ def node_sync_command(source: str, dest: str, image: str, endpoint_url: str | No
         args.append("--delete")
     if content:
         args.append("--content")
+    if versions:
+        args.append("--versions")
     if as_json:
         args.append("--json")
-    docker = _docker(image, dest, "host", False, pull, CREDENTIAL_NAMES + PASS_THROUGH)
+    mount = os.path.dirname(dest) if versions else dest
+    docker = _docker(image, mount, "host", False, pull, CREDENTIAL_NAMES + PASS_THROUGH)
     return (f"{_read_credentials()}timeout {int(timeout_s)} {docker} - {shlex.join(args)} <<'{MARKER}'\n"
             f"{remote_script()}\n{MARKER}")
 
@@ -178,4 +186,41 @@ def weights_hash(stdout: str) -> str | None:
         value = verdict.get("details", {}).get("hash")
         if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
             return value
+    return None
+
+
+PRUNE_TIMEOUT_S = 600
+
+
+def node_prune_command(dest: str, keep: str, keep_last: int, sudo: bool = False, name: str = "weights-prune",
+                       timeout_s: int = PRUNE_TIMEOUT_S) -> str:
+    """Old version directories beside `dest` removed on the node's own python3 (it asks the node's Docker which
+    directories containers mount; `sudo -n` where the SSH user is not root: the sync wrote them as root in the
+    image). `keep`: the version the engines now mount."""
+    try:
+        dest = check_sync_dest(dest)
+    except CannotRun as exc:
+        raise ValueError(str(exc)) from exc
+    if keep_last < 1:
+        raise ValueError(f"keep_last {keep_last}: at least 1")
+    args = ["prune", "--dest", dest, "--keep", keep, "--keep-last", str(keep_last), "--name", name, "--json"]
+    runner = "sudo -n python3 " if sudo else "python3 "
+    return f"timeout {int(timeout_s)} {runner}- {shlex.join(args)} <<'{MARKER}'\n{remote_script()}\n{MARKER}"
+
+
+def weights_version_dir(stdout: str) -> str | None:
+    """The version directory a passing `sync --versions` reported (`details.version_dir` of its JSON verdict, else the
+    `version-dir=` token of a PASS line); None otherwise (a failed sync, or one before versions)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            verdict = json.loads(line)
+        except ValueError:
+            found = re.search(r"; version-dir=(/\S+)$", line)
+            if line.startswith("PASS ") and found:
+                return found.group(1)
+            continue
+        if isinstance(verdict, dict) and verdict.get("status") == "pass":
+            value = verdict.get("details", {}).get("version_dir")
+            if isinstance(value, str) and value.startswith("/"):
+                return value
     return None

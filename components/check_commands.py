@@ -15,7 +15,7 @@ from itertools import groupby
 from checks import deepep_host
 from checks.bundle import heredoc_command
 from checks.preflight import outer_timeout_s
-from checks.weights_node import node_sync_command, node_verify_command
+from checks.weights_node import node_prune_command, node_sync_command, node_verify_command
 from components.collective_check import COLLECTIVE_TIMEOUT_S, CollectiveRun, collective_runs
 from stacks.model.config import StackConfig
 from stacks.model.field_types import bracket_host, host_port
@@ -50,7 +50,7 @@ API_PYTHON = "venv/bin/python"
 """The deployer's interpreter: Pulumi's pip toolchain creates venv/ (Pulumi.yaml)."""
 
 
-def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec, model_dir: str | None = None) -> str:
     """Only the arguments the check's sections read, so e.g. an image change does not re-run the fabric check.
     The outer `timeout` is the sum of the sections' budgets (`checks.preflight.outer_timeout_s`): every call inside
     has a shorter one, so a hung docker ends in a verdict. Sections in `checks.preflight.BEFORE_PULL` need no image
@@ -69,7 +69,7 @@ def preflight_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     if sections & {"toolkit", "memlock", "disk"}:
         args += ["--image", config.image.pull_ref]
     if "model" in sections:
-        args += ["--model-dir", config.model.host_path]
+        args += ["--model-dir", model_dir or config.model.host_path]
         if profile is not None:
             args += ["--heads", str(profile.num_attention_heads)]
             if profile.o_groups is not None:
@@ -156,18 +156,18 @@ def _memory_args(config: StackConfig, plan: Plan, node_name: str) -> list[str]:
               and profile.routed_experts else [])]
 
 
-def model_mount(config: StackConfig) -> str:
+def model_mount(config: StackConfig, model_dir: str | None = None) -> str:
     """The node's model directory, read-only at the path the argv names, where it holds a config.json: vLLM's
     create_engine_config reads it in the dry run (no weights). A shell test on the node, so a node without it
     runs the dry run without (the verdict says the engine config was not built); a path with characters a
     shell would split is not mounted."""
-    host, inside = config.model.host_path, config.model.container_path
+    host, inside = model_dir or config.model.host_path, config.model.container_path
     if not all(re.fullmatch(r"[A-Za-z0-9._/@+-]+", p) for p in (host, inside)):
         return ""
     return (f"$(test -f {host}/config.json && echo --mount type=bind,src={host},dst={inside},readonly) ")
 
 
-def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec, model_dir: str | None = None) -> str:
     """`docker run --rm -i --network none --pull never --entrypoint python3 <new image> - …`: no GPU, no network,
     the node's own non-secret env, and the node's `vllm serve` argv after `--`."""
     node = plan.node(str(check.node))
@@ -178,7 +178,7 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     # builds the same serve parser. Seen with vLLM 0.33.0 (bench/dry_run_real_vllm.py).
     env += ["-e", "VLLM_TARGET_DEVICE=cpu"]
     prefix = shlex.join(["docker", "run", "--rm", "-i", "--network", "none", "--pull", "never",
-                         "--entrypoint", "python3", *env]) + f" {model_mount(config)}{shlex.quote(image)} "
+                         "--entrypoint", "python3", *env]) + f" {model_mount(config, model_dir)}{shlex.quote(image)} "
     args = ["--name", check.name, "--image", image]
     if spec.vllm_args is not None:
         args.append("--engine-config")
@@ -201,7 +201,7 @@ def dry_run_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
     return heredoc_command("vllm_args", args, prefix=prefix, timeout_s=timeout, interpreter="")
 
 
-def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
+def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec, model_dir: str | None = None) -> str:
     """`page-cache-<node>` on the node's python3 (the page cache is the host's): this node's shards, with the EP
     weight filter only its ranks' experts, bounded by MemAvailable less the running engine's pinned memory (its
     containers by name). Its timeout: twice the engine-ready timeout plus ten minutes, the time a cold load may
@@ -209,7 +209,7 @@ def page_cache_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str
     node = next(n for n in config.nodes if n.name == check.node)
     topo, _ = derive_topology(config)
     profile = get_profile(config.model.profile)
-    args = ["--name", check.name, "--model-dir", config.model.host_path]
+    args = ["--name", check.name, "--model-dir", model_dir or config.model.host_path]
     node_topo = next(n for n in topo.nodes if n.name == node.name)
     experts = warm_experts(config, profile, node_topo) if profile is not None else None
     if experts:
@@ -353,8 +353,19 @@ def weights_command(config: StackConfig, plan: Plan, check: CheckSpec) -> str:
         assert source is not None
         return node_sync_command(source.url, dest, config.image.pull_ref, endpoint_url=source.endpoint_url,
                                  region=source.region, workers=source.workers, part_size_mb=source.part_size_mb,
-                                 delete=source.delete, name=check.name, timeout_s=source.timeout_s, pull="never")
+                                 delete=source.delete, name=check.name, timeout_s=source.timeout_s, pull="never",
+                                 versions=True)
     return node_verify_command(dest, image=None, name=check.name)
+
+
+def weights_prune_command(config: StackConfig, node_name: str, keep: str) -> str:
+    """`weights-prune-<node>`: old version directories beside the model directory removed once the group that mounts
+    `keep` passed its checks; never one a container on the node mounts (checks/weights_versions.py)."""
+    source = config.model.source
+    assert source is not None
+    node = next(n for n in config.nodes if n.name == node_name)
+    return node_prune_command(config.model.host_path, keep, source.keep_versions, sudo=node.ssh.user != "root",
+                              name=f"weights-prune-{node_name}")
 
 
 def weights_match_command(hashes: dict[str, str | None], name: str = "weights-match") -> str:

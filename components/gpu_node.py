@@ -14,12 +14,14 @@ before any engine moves:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
+from checks.weights_node import weights_version_dir
 from components.ssh_trust import BASE_SSH_OPTS
 from stacks.model.field_types import host_port
 
@@ -37,8 +39,9 @@ class GpuNodeArgs:
     """`repo:tag` or `repo:tag@sha256:…`: a digest pins what is pulled."""
     pre_pull_command: str
     """Host preflight sections that need no image (`checks.preflight.BEFORE_PULL`, less `model` with a source)."""
-    preflight_command: str
-    """Host preflight sections after the pull (`AFTER_PULL`, plus `model` with a source)."""
+    preflight_command: str | Callable[[str], str]
+    """Host preflight sections after the pull (`AFTER_PULL`, plus `model` with a source). A callable is given the
+    model directory the weights step reported (`model_dir`), for the `model` section to read."""
     preflight_triggers: list[str]
     """Image, model and fabric identity: a change to any re-runs both preflights."""
     weights_command: str
@@ -55,6 +58,9 @@ class GpuNodeArgs:
     """The Docker provider's ssh options (`components.ssh_trust.docker_ssh_opts`: pinned to the host key)."""
     host_check_command: str | None = None
     """`checks.deepep_host` where the all-to-all backend needs NVSHMEM on the hosts: the image pull waits for it."""
+    model_dir: str = ""
+    """`model.host_dir`/`model.path`: where the weights are, or, with a source, where version directories go beside
+    (and the fallback for a sync that named none: a state written before versions)."""
 
 
 class GpuNode(pulumi.ComponentResource):
@@ -65,6 +71,9 @@ class GpuNode(pulumi.ComponentResource):
     pre_pull: command.remote.Command
     preflight: command.remote.Command
     host_check: command.remote.Command | None
+    model_dir: pulumi.Output[str]
+    """The directory the engines mount and the checks read: the version directory a sync reported, else
+    `args.model_dir`."""
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("vllm-cluster:index:GpuNode", name, None, opts)
@@ -95,8 +104,13 @@ class GpuNode(pulumi.ComponentResource):
                 self.pre_pull, *([self.host_check] if self.host_check is not None else [])]))
         if not weights_first:
             self.weights = self._weights(name, args, [self.image])
+        fallback = args.model_dir
+        self.model_dir = (self.weights.stdout.apply(lambda out: weights_version_dir(str(out or "")) or fallback)
+                          if args.weights_in_image else pulumi.Output.from_input(fallback))
+        preflight = args.preflight_command
         self.preflight = command.remote.Command(
-            f"{name}-preflight", connection=self.connection, create=args.preflight_command,
+            f"{name}-preflight", connection=self.connection,
+            create=preflight if isinstance(preflight, str) else self.model_dir.apply(preflight),
             triggers=list(args.preflight_triggers),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.image, self.weights]))
         self.register_outputs({"image_id": self.image.image_id, "preflight": self.preflight.stdout,

@@ -7,6 +7,7 @@ resource is registered, so nothing is ever half-deployed by a typo.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -39,6 +40,7 @@ from components.check_commands import (
     server_rank,
     weights_command,
     weights_match_command,
+    weights_prune_command,
 )
 from components.collective_check import collective_runs
 from components.gpu_node import GpuNode, GpuNodeArgs
@@ -46,7 +48,7 @@ from components.observability import Observability, ObservabilityArgs
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.ssh_trust import docker_ssh_opts, write_known_hosts
-from components.vllm_engine import VllmEngine, VllmEngineArgs, secrets_trigger
+from components.vllm_engine import VllmEngine, VllmEngineArgs, secrets_trigger, weights_trigger
 from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import SECRET
@@ -283,7 +285,8 @@ def engine_group(stack: str, config: StackConfig, plan: Plan, secrets: dict[str,
             name=node.name, ssh_host=node.ssh.host, ssh_user=node.ssh.user, ssh_port=node.ssh.port,
             image=config.image.pull_ref,
             pre_pull_command=preflight_command(config, plan, checks[f"pre-pull-{node.name}"]),
-            preflight_command=preflight_command(config, plan, checks[f"preflight-{node.name}"]),
+            preflight_command=_in_model_dir(config, functools.partial(
+                preflight_command, config, plan, checks[f"preflight-{node.name}"])), model_dir=config.model.host_path,
             preflight_triggers=triggers, ssh_private_key=secrets.get("ssh_private_key"),
             host_key=node.ssh.host_key, ssh_opts=docker_ssh_opts(stack, node),
             host_check_command=deepep_host_command(config, plan, checks[f"deepep-host-{node.name}"])
@@ -309,11 +312,41 @@ def engine_group(stack: str, config: StackConfig, plan: Plan, secrets: dict[str,
 
     engine = VllmEngine(f"engine{suffix}", VllmEngineArgs(
         plan=plan, nodes=nodes, gates=gates, secrets=engine_secrets(plan, secrets),
-        dry_run_commands=_node_commands(plan, "checks.vllm_args", lambda c: dry_run_command(config, plan, c)),
+        dry_run_commands=_model_dir_commands(config, plan, nodes, "checks.vllm_args", dry_run_command),
         ray_ready_command=ray_ready_command(config, plan) if "ray-cluster" in checks else None,
-        page_cache_commands=_node_commands(plan, "checks.page_cache", lambda c: page_cache_command(config, plan, c)),
+        page_cache_commands=_model_dir_commands(config, plan, nodes, "checks.page_cache", page_cache_command),
+        model_dirs={n: node.model_dir for n, node in nodes.items()} if config.model.source else {},
         before_containers=collective_gate, was_ungrouped=bool(suffix)))
     return EngineGroup(nodes, fabric, walls, weights, weights_match, engine, collectives)
+
+
+def _in_model_dir(config: StackConfig, build: Callable[[str], str]) -> str | Callable[[str], str]:
+    """A command that reads the model directory: with `model.source` built from the version directory the node's
+    sync reported (GpuNode.model_dir), else from `model.host_dir`/`model.path` now."""
+    return build if config.model.source is not None else build(config.model.host_path)
+
+
+def _model_dir_commands(config: StackConfig, plan: Plan, nodes: dict[str, GpuNode], module: str,
+                        build: Callable[[StackConfig, Plan, CheckSpec, str | None], str]
+                        ) -> dict[str, pulumi.Input[str]]:
+    """Node -> a staged step's command that reads the model directory (dry run, page cache): with `model.source` the
+    node's version directory, so the new revision is what is parsed and warmed while the old group serves."""
+    if config.model.source is None:
+        return dict(_node_commands(plan, module, lambda c: build(config, plan, c, None)))
+    return {c.node or "": nodes[str(c.node)].model_dir.apply(functools.partial(build, config, plan, c))
+            for c in plan.checks if c.module == module}
+
+
+def weights_prunes(config: StackConfig, nodes: dict[str, GpuNode], after: Sequence[pulumi.Resource],
+                   suffix: str = "") -> dict[str, command.remote.Command]:
+    """With `model.source`, per node: remove old version directories once the group mounting the new one passed its
+    checks (`after`); the command names the version in use, so it runs again exactly when that changes."""
+    if config.model.source is None:
+        return {}
+    return {name: command.remote.Command(
+        f"weights-prune-{name}{suffix}", connection=node.connection,
+        create=node.model_dir.apply(functools.partial(weights_prune_command, config, name)),
+        opts=pulumi.ResourceOptions(depends_on=list(after))) for name, node in nodes.items()}
 
 
 def engine_secrets(plan: Plan, secrets: dict[str, pulumi.Output[Any]]) -> dict[str, pulumi.Output[Any]]:
@@ -349,6 +382,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
                           after=[api.health])
     fabric.verify_transport(_node_commands(plan, "checks.nccl_transport", lambda c: nccl_command(config, plan, c)),
                             after=[api.health], triggers=list(engine.check_triggers))
+    prunes = weights_prunes(config, nodes, [api.health, api.smoke, *engine.readiness.values()])
     monitoring = observability(stack, config, plan, nodes, engine, secrets)
     outputs: dict[str, Any] = {
         "endpoint": api.endpoint,
@@ -365,7 +399,7 @@ def build(stack: str, config: StackConfig, plan: Plan, secrets: dict[str, pulumi
         pulumi.export(key, value)
     return {"outputs": outputs, "nodes": nodes, "fabric": fabric, "engine": engine, "api": api, "facts": facts,
             "firewalls": walls, "weights_match": weights_match, "collectives": collectives,
-            "observability": monitoring}
+            "observability": monitoring, "weights_prunes": prunes}
 
 
 def _node_check_key(check: CheckSpec) -> str:
@@ -411,7 +445,8 @@ def weights_args(config: StackConfig, plan: Plan, check: CheckSpec,
     everything after them as changing). Credentials go to the command's stdin, built inside an apply over the
     secret Outputs: never in the command text, which is argv of the node's shell and plain in the state."""
     source = config.model.source
-    settings = _digest([source.model_dump() if source else None, config.model.host_path])
+    # keep_versions only changes what the prune after the checks keeps: not a reason to sync again
+    settings = _digest([source.model_dump(exclude={"keep_versions"}) if source else None, config.model.host_path])
     stdin: pulumi.Output[str] | None = None
     if source is not None and "s3_access_key_id" in secrets and "s3_secret_access_key" in secrets:
         parts = [secrets["s3_access_key_id"], secrets["s3_secret_access_key"]]
@@ -507,13 +542,15 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
         turn: dict[str, command.remote.Command] = {}
         waits = list(previous)
 
-        def drain(staged: pulumi.Resource, nodes: dict[str, GpuNode], name: str = name,
+        def drain(staged: pulumi.Resource, nodes: dict[str, GpuNode], name: str = name, sub: StackConfig = sub,
                   servers: list[tuple[str, int]] = servers, triggers: list[pulumi.Input[str]] = triggers,
                   turn: dict[str, command.remote.Command] = turn, waits: list[pulumi.Resource] = waits
                   ) -> list[pulumi.Resource]:
             if not whole.rolling.can_roll or not servers:
                 return waits
             door = (parts[str(front.name)].nodes if str(front.name) in parts else nodes)[head]
+            if sub.model.source is not None:  # a new revision replaces the group: drain it first
+                triggers.append(weights_trigger({n: node.model_dir for n, node in nodes.items()}))
             turn["drain"] = command.remote.Command(
                 f"drain-{name}", connection=door.connection, triggers=triggers,
                 create=f"{sudo}sh -c {shlex.quote(drain_script(name, servers))}",
@@ -537,6 +574,8 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
                 f"undrain-{name}", connection=parts[str(front.name)].nodes[head].connection, triggers=triggers,
                 create=f"{sudo}sh -c {shlex.quote(undrain_script(name, servers))}",
                 opts=pulumi.ResourceOptions(depends_on=[turn["check"], *part.engine.readiness.values()]))
+        turn.update({f"prune-{n}": c for n, c in weights_prunes(
+            sub, part.nodes, [turn["check"], *part.engine.readiness.values()], f"-{name}").items()})
         turns[name] = turn
         previous = [turn.get("undrain", turn["check"])]
     api = front_door_endpoint(config, whole, parts, secrets, previous)

@@ -21,7 +21,7 @@ import pulumi_docker as docker
 
 from components.barrier import barrier
 from components.gpu_node import GpuNode
-from stacks.planner.container_spec import GENERATION_LABEL, SECRETS_LABEL, ContainerSpec
+from stacks.planner.container_spec import GENERATION_LABEL, SECRETS_LABEL, ContainerSpec, is_versioned
 from stacks.planner.launch import ENGINE_REPLACE_ON_CHANGES
 from stacks.planner.plan import Plan
 
@@ -67,20 +67,32 @@ class VllmEngineArgs:
     """Per node, the preflights that must pass before any container is touched."""
     secrets: Mapping[str, pulumi.Input[str]]
     """Secret config key (`api_key`, `env_secrets.HF_TOKEN`) -> its value, for the plan's `secret_env`."""
-    dry_run_commands: Mapping[str, str]
+    dry_run_commands: Mapping[str, pulumi.Input[str]]
     """Per node: the new image's vLLM parses the node's argv. Every one must pass before any container moves."""
     ray_ready_command: str | None = None
-    page_cache_commands: Mapping[str, str] = field(default_factory=dict)
+    page_cache_commands: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     """Per node: read the shards its ranks will load into the page cache, after every dry run passed and before
     any container moves (checks/page_cache.py)."""
     before_containers: Callable[[pulumi.Resource], Sequence[pulumi.Resource]] | None = None
     """Given the barrier that stands for every dry run, what must pass after all of them and before any container
     moves (the collective check); the containers then wait for a barrier over these instead."""
+    model_dirs: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    """With `model.source`, per node: the version directory its sync reported (`GpuNode.model_dir`), mounted where
+    the plan writes `<host_dir>/<path>@<version>`. A new revision changes it, which replaces every container (the
+    same version on every node: `weights-match` compares them first) and re-runs the checks (`check_triggers`)."""
     was_ungrouped: bool = False
     """A replica group's engine (components/program.py `build_groups`): each container is aliased to the name it
     had when the stack was one engine group (`engine-<node>-<container>` under `engine`), so splitting a stack into
     groups replaces each container in place (deleted first) instead of creating a second one of the same Docker
     name beside it."""
+
+
+def weights_trigger(model_dirs: Mapping[str, pulumi.Input[str]]) -> pulumi.Output[str]:
+    """`weights=<version directories>`: what a step that must run again for a new revision of the weights carries
+    as a trigger (the group's checks, a replica group's drain and undrain)."""
+    nodes = sorted(model_dirs)
+    return pulumi.Output.all(*[model_dirs[n] for n in nodes]).apply(
+        lambda dirs: "weights=" + ",".join(sorted(set(map(str, dirs)))))
 
 
 def _secret_env(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -100,8 +112,17 @@ def go_duration(seconds: int) -> str:
 
 
 def container_args(spec: ContainerSpec, image_id: pulumi.Input[str], secrets: Mapping[str, pulumi.Input[str]],
-                   secrets_generation: pulumi.Input[str]) -> docker.ContainerArgs:
-    """The plan's container spec, field by field, as pulumi-docker arguments."""
+                   secrets_generation: pulumi.Input[str], model_dir: pulumi.Input[str] | None = None
+                   ) -> docker.ContainerArgs:
+    """The plan's container spec, field by field, as pulumi-docker arguments; `model_dir` fills in the planned
+    model version directory (`<host_dir>/<path>@<version>`)."""
+    def host(planned: str) -> pulumi.Input[str]:
+        if is_versioned(planned):
+            if model_dir is None:
+                raise ValueError(f"{spec.name}: the plan mounts a model version directory and no sync reported one")
+            return model_dir
+        return planned
+
     envs: list[pulumi.Input[str]] = [f"{key}={value}" for key, value in spec.env.items()]
     envs += [_secret_env(key, secrets[ref]) for key, ref in spec.secret_env.items()]
     health = spec.healthcheck
@@ -117,7 +138,7 @@ def container_args(spec: ContainerSpec, image_id: pulumi.Input[str], secrets: Ma
         gpus=spec.gpus,
         ulimits=[docker.ContainerUlimitArgs(name=k, soft=v[0], hard=v[1]) for k, v in spec.ulimits.items()],
         shm_size=spec.shm_size_mb,
-        volumes=[docker.ContainerVolumeArgs(host_path=v.host, container_path=v.container, read_only=v.read_only)
+        volumes=[docker.ContainerVolumeArgs(host_path=host(v.host), container_path=v.container, read_only=v.read_only)
                  for v in spec.volumes],
         devices=[docker.ContainerDeviceArgs(host_path=d, container_path=d) for d in spec.devices],
         capabilities=docker.ContainerCapabilitiesArgs(adds=list(spec.capabilities)) if spec.capabilities else None,
@@ -147,6 +168,8 @@ class VllmEngine(pulumi.ComponentResource):
         self.secrets_digest = secrets_trigger(args.secrets)
         self.secrets_holder = secrets_holder(f"{name}-secrets", self.secrets_digest, self)
         self.check_triggers: list[pulumi.Input[str]] = [self.generation, self.secrets_digest]
+        if args.model_dirs:  # a new revision of the weights replaces the group without changing its generation
+            self.check_triggers.append(weights_trigger(args.model_dirs))
         """What every check of the running group carries as triggers: whatever replaces the group re-runs them."""
         ready_s = int(plan.head.containers[0].env.get("VLLM_ENGINE_READY_TIMEOUT_S", "3600"))
         timeouts = pulumi.CustomTimeouts(create=f"{ready_s + 600}s", update=f"{ready_s + 600}s", delete="600s")
@@ -207,7 +230,8 @@ class VllmEngine(pulumi.ComponentResource):
                            ] if args.was_ungrouped else None
                 self.containers[key] = docker.Container(
                     f"{name}-{node_name}-{spec.name}",
-                    args=container_args(spec, node.image.image_id, args.secrets, self.secrets_holder.id),
+                    args=container_args(spec, node.image.image_id, args.secrets, self.secrets_holder.id,
+                                        args.model_dirs.get(node_name)),
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=node.provider, depends_on=after, delete_before_replace=True,
                         replace_on_changes=REPLACE_ON_CHANGES, aliases=aliases,

@@ -12,13 +12,14 @@ plan does not set is shown by name only too (it may be a secret someone added by
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from stacks.model.masking import mask_secrets
-from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, ContainerSpec
+from stacks.planner.container_spec import LABEL_PREFIX, SECRETS_LABEL, WEIGHTS_VERSION, ContainerSpec
 
 KINDS = ("missing", "image", "command", "entrypoint", "env", "labels", "restart-policy", "mounts", "gpus",
          "network", "ipc", "privileged", "capabilities", "devices", "ulimits", "shm-size", "healthcheck",
@@ -85,6 +86,12 @@ def _planned_gpus(spec: ContainerSpec) -> str:
     if spec.gpus.startswith(("device=", "count=")) or spec.gpus == "all":
         return spec.gpus
     return f"count={spec.gpus}" if spec.gpus.isdigit() else spec.gpus
+
+
+def _as_planned(mount: str, planned: set[str]) -> str:
+    """A model version directory (`…@<16 hex>`, the sync's choice) as the plan writes it (`…@<version>`)."""
+    versioned = re.sub(r"@[0-9a-f]{16}:", f"@{WEIGHTS_VERSION}:", mount, count=1)
+    return versioned if versioned in planned else mount
 
 
 def _mounts(inspect: dict[str, Any], image_volumes: set[str]) -> set[str]:
@@ -173,7 +180,7 @@ def compare_container(node: str, spec: ContainerSpec, inspect: dict[str, Any] | 
     if policy != spec.restart:
         row("restart-policy", spec.restart, policy)
     want_mounts = {f"{v.host}:{v.container}:{'ro' if v.read_only else 'rw'}" for v in spec.volumes}
-    found_mounts = _mounts(inspect, set((image.get("Volumes") or {}).keys()))
+    found_mounts = {_as_planned(m, want_mounts) for m in _mounts(inspect, set((image.get("Volumes") or {}).keys()))}
     for mount in sorted(want_mounts - found_mounts):
         row("mounts", mount, "not mounted")
     for mount in sorted(found_mounts - want_mounts):

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from checks.weights_match import main as match_main
-from checks.weights_node import weights_hash
+from checks.weights_node import weights_hash, weights_version_dir
 from stacks.model.loader import read_stack_values
 from tests.conftest import ROOT
 from tests.docker_harness import build_image, docker_ready, remove_image
@@ -102,7 +102,11 @@ def test_the_programs_sync_command_and_stdin_fetch_the_weights_and_the_nodes_mat
                 assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
                 assert secret not in done.stdout + done.stderr
                 outs[f"{node}-weights"] = done.stdout
-            assert tree(str(host_dir / "ds")) == FILES
+            versions = {weights_version_dir(o) for o in outs.values()}
+            assert len(versions) == 1 and None not in versions, "both nodes name the same version directory"
+            version = str(versions.pop())
+            assert version.startswith(f"{host_dir / 'ds'}@") and tree(version) == FILES
+            assert not (host_dir / "ds").exists(), "the model directory itself is never written"
             hashes = {n: weights_hash(o) for n, o in outs.items()}
             assert len(set(hashes.values())) == 1 and None not in hashes.values()
             second = json.loads(outs["node2-weights"].strip().splitlines()[-1])

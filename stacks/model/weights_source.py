@@ -103,6 +103,9 @@ class WeightsSource(BaseModel):
     timeout_s: int = Field(default=SYNC_TIMEOUT_S, ge=600, le=172_800,
                            description="outer timeout of one node's sync; a sync cut by it resumes at the next "
                            "`pulumi up`")
+    keep_versions: int = Field(default=2, ge=1, le=20,
+                               description="version directories kept on each node after the group passed its checks, "
+                               "the one in use included (older ones, never one a container mounts, are removed)")
 
     @model_validator(mode="before")
     @classmethod

@@ -15,6 +15,16 @@ SECRETS_LABEL = f"{LABEL_PREFIX}.secrets-generation"
 time the secrets change. Random, so it tells nothing about them."""
 
 
+WEIGHTS_VERSION = "<version>"
+"""Stands for the version a node's weight sync reports in a planned mount (`<host_dir>/<path>@<version>`): the plan
+cannot know the listing's hash offline; the program mounts the directory the sync printed (docs/weights.md)."""
+
+
+def is_versioned(host: str) -> bool:
+    """Is this planned mount's host path the model's version directory, filled in by the program?"""
+    return host.endswith("@" + WEIGHTS_VERSION)
+
+
 class VolumeSpec(BaseModel):
     model_config = ConfigDict(frozen=True)
     host: str

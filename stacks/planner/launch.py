@@ -16,6 +16,7 @@ from stacks.planner.addresses import api_bind, node_api_host, rank_port
 from stacks.planner.container_spec import (
     GENERATION_LABEL,
     LABEL_PREFIX,
+    WEIGHTS_VERSION,
     ContainerSpec,
     HealthcheckSpec,
     VolumeSpec,
@@ -237,8 +238,18 @@ def cache_key(image: str, entrypoint: list[str] | None, command: list[str], env:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def model_volume(config: StackConfig) -> VolumeSpec:
+    """The weights, read-only. With `model.source` each revision lives in its own version directory beside
+    `host_dir/path` (checks/weights_versions.py), mounted at `container_dir/path`, where the argv names the model:
+    the program fills in the version the sync reported, so a running group keeps the files it was started with."""
+    if config.model.source is not None:
+        return VolumeSpec(host=f"{config.model.host_path}@{WEIGHTS_VERSION}", container=config.model.container_path,
+                          read_only=True)
+    return VolumeSpec(host=config.model.host_dir, container=config.model.container_dir, read_only=True)
+
+
 def _volumes(config: StackConfig, key: str) -> list[VolumeSpec]:
-    vols = [VolumeSpec(host=config.model.host_dir, container=config.model.container_dir, read_only=True)]
+    vols = [model_volume(config)]
     if config.container.cache_dir:
         vols.append(VolumeSpec(host=f"{config.container.cache_dir.rstrip('/')}/{key}", container="/root/.cache",
                                read_only=False))
