@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import shlex
 import sys
 from importlib import metadata
@@ -135,6 +136,22 @@ def requirements() -> str:
             f"vllm-cluster[deploy]=={__version__}\n")
 
 
+def for_project(text: str, stack: str) -> str:
+    """A shipped example as a stack of the user's project: its comments name this checkout's commands (`cp
+    examples/… && make plan`, `--policy-pack policy`, `docs/…`), which the project does not have."""
+    text = text.replace("# Copy it to the project root under your stack's name and plan it:", "# Plan it:")
+    text = re.sub(r"(?m)^#   cp examples/\S+ Pulumi\.mycluster\.yaml && make plan STACK=mycluster$",
+                  f"#   vllm-cluster plan {stack}", text)
+
+    def assumed(match: re.Match[str]) -> str:
+        keys = [w for w in re.findall(r"[\w.-]+", match.group(1))]
+        return f"vllm-cluster plan {stack} " + " ".join(f"--assume-secret {k}" for k in keys)
+
+    text = re.sub(r'make plan STACK=mycluster SECRETS="([^"]*)"', assumed, text)
+    text = text.replace("`pulumi up --policy-pack policy`", '`pulumi up --policy-pack "$(vllm-cluster policy-pack)"`')
+    return re.sub(r"\bdocs/([\w-]+\.md)", r"vllm-cluster's docs/\1", text)
+
+
 def _init(args: argparse.Namespace) -> int:
     known = examples()
     if args.example not in known:
@@ -148,7 +165,7 @@ def _init(args: argparse.Namespace) -> int:
         "Pulumi.yaml": PULUMI_YAML,
         "__main__.py": MAIN_PY,
         "requirements.txt": requirements(),
-        f"Pulumi.{stack}.yaml": known[stack].read_text(encoding="utf-8"),
+        f"Pulumi.{stack}.yaml": for_project(known[stack].read_text(encoding="utf-8"), stack),
         "models/.gitkeep": "",
         "images/.gitkeep": "",
         ".gitignore": GITIGNORE,
