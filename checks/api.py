@@ -42,7 +42,9 @@ from typing import Any, Protocol
 
 try:
     import httpx
-except ModuleNotFoundError as _missing:  # the installed tool without its [checks] extra: say so, no traceback
+except ModuleNotFoundError as _missing:  # run without its [checks] extra: say so, no traceback (an import fails)
+    if __name__ != "__main__":
+        raise
     print(f"{__spec__.name if __spec__ else 'checks'}: cannot run: needs {_missing.name}, which {sys.executable} "
           "cannot import: pip install 'vllm-cluster[checks]' into this venv", file=sys.stderr)
     sys.exit(2)

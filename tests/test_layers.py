@@ -41,6 +41,8 @@ LINKS = {
                                                    "weight sync's node script",
     ("checks.weights_verify", "stacks.model.s3_source"): "the same rule's path check, for every listed and indexed key",
     ("checks.weights_node", "stacks.model.s3_source"): "the same rule, so a bad source fails at preview",
+    ("checks.weights_versions", "stacks.model.s3_source"): "the same rule's listing entries, to link unchanged files "
+                                                          "from an earlier version",
     ("checks.local_s3", "stacks.model.s3_source"): "the same rule, so the sync command it prints runs",
     ("checks.verdict", "stacks.model.masking"): "the one masking rule of every program, pasted with the verdict",
     ("stacks.__main__", "review.cli"): "`python -m stacks` is the users' entry point to the review tools",
