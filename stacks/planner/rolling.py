@@ -17,9 +17,8 @@ that moment gets no answer (bench/rolling_change.py measured it: 1 failed reques
   (`proxy_next_upstream error`, default; nginx docs: a non-idempotent request is not passed on only "if a request
   has been sent to an upstream server"). Requests already running keep their connections; the drain waits, at
   most `bound_s`, until no established connection to the group is left (`ss`);
-- undrain: the rule is deleted; then it waits until nginx sends the group requests again (an established
-  connection to it) or `fail_timeout` has passed (the refused connections marked the group's servers unavailable
-  for that long): draining the next group before that would leave nginx no server at all.
+- undrain: the rule is deleted; then it waits out nginx's `fail_timeout` (the refused connections marked the
+  group's servers unavailable for that long): draining the next group before that would leave nginx no server.
 
 The rules live in a table of their own (`inet vllm_cluster_drain`), apart from the host firewall's, and carry the
 group's name in a comment, so undrain deletes exactly the group's rules. A drain of a group that is still drained
@@ -39,8 +38,8 @@ GROUP_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 DRAIN_TABLE = "vllm_cluster_drain"
 FAIL_TIMEOUT_S = 10
 """nginx's `fail_timeout` on a group's servers (written out in nginx.conf; nginx's default too): a drained group's
-refused connections mark its servers unavailable for this long, so the next group may be drained only once nginx
-sends requests to this one again (undrain waits for that, or for this to pass)."""
+refused connections mark its servers unavailable for this long, so the next group may be drained only after it
+(undrain waits it out)."""
 DRAIN_BOUND_S = 600
 """How long a drain waits at most for the requests the group still serves: streamed answers of a long context
 can run for minutes. Past it the change goes on and says how many connections were still open."""
@@ -119,10 +118,16 @@ def _query(servers: Sequence[tuple[str, int]]) -> str:
 
 
 def undrain_script(group: str, servers: Sequence[tuple[str, int]], settle_s: int = FAIL_TIMEOUT_S + 1) -> str:
-    """Delete the group's drain rules, then wait until nginx uses it again (at most `settle_s`)."""
+    """Delete the group's drain rules, then wait `settle_s`: nginx's `fail_timeout` for the connections the drain
+    refused, after which nginx counts the group's servers available again. Not until a connection to the group is
+    seen: on the front door's own host the engine's Docker healthcheck connects too, and an undrain that returned
+    on it let the next group be drained while nginx still held this one down (19 of 35,069 requests answered 503
+    in a lab run). `servers` are checked as the drain checks them."""
+    _servers(servers)
     listed = shlex.quote(f'comment "{_comment(group)}"')
-    query = shlex.quote(_query(servers))
     table = f"inet {DRAIN_TABLE}"
+    if isinstance(settle_s, bool) or not isinstance(settle_s, int) or not 0 <= settle_s <= 3600:
+        raise ValueError(f"undrain settle {settle_s!r}: 0-3600 seconds")
     return "\n".join([
         "set -u",
         f"handles=$(nft -a list chain {table} output 2>/dev/null | grep -F {listed} "
@@ -131,10 +136,6 @@ def undrain_script(group: str, servers: Sequence[tuple[str, int]], settle_s: int
         f"for h in $handles; do nft delete rule {table} output handle \"$h\" || exit 1; done",
         # the last group back: no table of ours left behind (a destroy leaves the node as it found it)
         f"nft list table {table} | grep -qF 'comment \"vllm-cluster group:' || nft delete table {table}",
-        f"deadline=$(( $(date +%s) + {settle_s} ))",
-        f"until [ \"$(ss -Htn state established {query} | wc -l)\" -gt 0 ]; do",
-        f'  [ "$(date +%s)" -ge "$deadline" ] && {{ echo "undrain {group}: back in the upstreams (no request within '
-        f'{settle_s} s: nginx\'s fail_timeout has passed)"; exit 0; }}',
-        "  sleep 0.1; done",
-        f"echo {shlex.quote(f'undrain {group}: back in the upstreams, nginx sends it requests')}",
+        f"sleep {settle_s}",
+        f"echo {shlex.quote(f'undrain {group}: back in the upstreams (after nginx fail_timeout, {settle_s} s)')}",
     ]) + "\n"
