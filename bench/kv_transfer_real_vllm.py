@@ -21,10 +21,7 @@ register. The handshake rules (stacks/planner/kv_transfer.py) are therefore read
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.load_formats_real_vllm import MODEL, lab_values, strip  # noqa: E402
+from bench.real_vllm_capture import RESULT_LOOP, run  # noqa: E402
+from bench.real_vllm_capture import main as capture_main  # noqa: E402
 from stacks.model.config import StackConfig  # noqa: E402
 from stacks.model.kv_transfer_config import KvTransferConfig  # noqa: E402
 from stacks.model.loader import parse_config  # noqa: E402
@@ -118,41 +117,16 @@ def derive(model, argv):
                    "engine_id_drawn": bool(kv.engine_id), "is_kv_producer": kv.is_kv_producer,
                    "is_kv_consumer": kv.is_kv_consumer, "connector_class": connector}}
 
-model = sys.argv[1]
 print("NIXL " + json.dumps(importlib.util.find_spec("nixl") is not None), flush=True)
-for line in sys.stdin:
-    name, argv = json.loads(line)
-    try:
-        result = derive(model, argv)
-    except BaseException as exc:
-        text = str(exc)
-        if "validation error" in text:  # pydantic: the line that carries the message
-            text = next((l.strip() for l in text.splitlines()[1:] if l.strip()), text)
-        result = {"error": type(exc).__name__, "message": text.split(" [type=")[0].replace(model, "<model-dir>")}
-    print("RESULT " + json.dumps([name, result]), flush=True)
 '''
 
 
 def capture(python: str) -> dict[str, Any]:
     planned, refused = planned_argv(), refused_argv()
-    lines = [json.dumps([f"planned#{n}", a]) for n, a in planned.items()]
-    lines += [json.dumps([f"refused#{n}", a]) for n, a in refused.items()]
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
-    with tempfile.TemporaryDirectory(prefix="kv-model-") as root:
-        (Path(root) / "config.json").write_bytes(MODEL.read_bytes())
-        done = subprocess.run([python, "-c", DERIVE, root], input="\n".join(lines) + "\n", capture_output=True,
-                              text=True, env=env, timeout=1800)
-        version = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                                 text=True, env=env, timeout=600).stdout.strip().splitlines()[-1:]
-    results = dict(json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    nixl = next((json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("NIXL ")), None)
-    missing = [n for n in (*(f"planned#{n}" for n in planned), *(f"refused#{n}" for n in refused))
-               if n not in results]
-    if missing:
-        raise SystemExit(f"no result for {missing}: {done.stderr[-2000:]}")
+    results, stdout, version = run(python, DERIVE + RESULT_LOOP, MODEL, planned, refused, "kv-model-")
+    nixl = next((json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("NIXL ")), None)
     return {
-        "vllm_version": version[0] if version else "?",
+        "vllm_version": version,
         "origin": "bench/kv_transfer_real_vllm.py (its docstring: what is and is not tried)",
         "nixl_importable": nixl,
         "planned": {n: {"argv": a, **results[f"planned#{n}"]} for n, a in planned.items()},
@@ -164,18 +138,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-kv-transfer.json"
 
 
 def main() -> int:
-    python = os.environ.get("VLLM_PYTHON")
-    if not python:
-        print("set VLLM_PYTHON to an interpreter that has vLLM 0.33.0 installed", file=sys.stderr)
-        return 2
-    out = capture(python)
-    if "--check" in sys.argv[1:]:
-        same = out == json.loads(FIXTURE.read_text())
-        print("the committed capture matches" if same else "the committed capture differs: recapture it",
-              file=sys.stderr)
-        return 0 if same else 1
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    return 0
+    return capture_main(capture, FIXTURE)
 
 
 if __name__ == "__main__":

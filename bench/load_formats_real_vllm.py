@@ -22,17 +22,15 @@ cards (tests/test_load_formats.py), not here.
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.real_vllm_capture import RESULT_LOOP, run  # noqa: E402
+from bench.real_vllm_capture import main as capture_main  # noqa: E402
 from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
 from stacks.planner.plan import build_plan  # noqa: E402
 
@@ -148,39 +146,14 @@ def derive(model, argv):
     return {"ok": {"load_format": load.load_format, "safetensors_load_strategy": load.safetensors_load_strategy,
                    "model_loader_extra_config": extra, "loader": type(loader).__name__}}
 
-model = sys.argv[1]
-for line in sys.stdin:
-    name, argv = json.loads(line)
-    try:
-        result = derive(model, argv)
-    except BaseException as exc:
-        text = str(exc)
-        if "validation error" in text:  # pydantic: the line that carries the message
-            text = next((l.strip() for l in text.splitlines()[1:] if l.strip()), text)
-        result = {"error": type(exc).__name__, "message": text.split(" [type=")[0].replace(model, "<model-dir>")}
-    print("RESULT " + json.dumps([name, result]), flush=True)
 '''
 
 
 def capture(python: str) -> dict[str, Any]:
     planned, refused = planned_argv(), refused_argv()
-    lines = [json.dumps([f"planned#{n}", a]) for n, a in planned.items()]
-    lines += [json.dumps([f"refused#{n}", a]) for n, a in refused.items()]
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
-    with tempfile.TemporaryDirectory(prefix="load-model-") as root:
-        (Path(root) / "config.json").write_bytes(MODEL.read_bytes())
-        done = subprocess.run([python, "-c", DERIVE, root], input="\n".join(lines) + "\n", capture_output=True,
-                              text=True, env=env, timeout=1800)
-        version = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                                 text=True, env=env, timeout=600).stdout.strip().splitlines()[-1:]
-    results = dict(json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    missing = [n for n in (*(f"planned#{n}" for n in planned), *(f"refused#{n}" for n in refused))
-               if n not in results]
-    if missing:
-        raise SystemExit(f"no result for {missing}: {done.stderr[-2000:]}")
+    results, _, version = run(python, DERIVE + RESULT_LOOP, MODEL, planned, refused, "load-model-")
     return {
-        "vllm_version": version[0] if version else "?",
+        "vllm_version": version,
         "origin": "bench/load_formats_real_vllm.py (its docstring: the model directory, what is and is not tried)",
         "planned": {n: {"argv": a, **results[f"planned#{n}"]} for n, a in planned.items()},
         "refused": {n: {"argv": a, **results[f"refused#{n}"]} for n, a in refused.items()},
@@ -191,18 +164,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-load-formats.json"
 
 
 def main() -> int:
-    python = os.environ.get("VLLM_PYTHON")
-    if not python:
-        print("set VLLM_PYTHON to an interpreter that has vLLM 0.33.0 installed", file=sys.stderr)
-        return 2
-    out = capture(python)
-    if "--check" in sys.argv[1:]:
-        same = out == json.loads(FIXTURE.read_text())
-        print("the committed capture matches" if same else "the committed capture differs: recapture it",
-              file=sys.stderr)
-        return 0 if same else 1
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    return 0
+    return capture_main(capture, FIXTURE)
 
 
 if __name__ == "__main__":
