@@ -23,7 +23,7 @@ INLINED = {"stacks.planner.memory": HERE.parent / "stacks" / "planner" / "memory
 `stacks.model.busbw` is the collective check's floor range, shared with the stack field `fabric.min_busbw_gbps`;
 `stacks.model.masking` is the masking rule of every program, which `checks.verdict` imports."""
 REMOTE_MODULES = ("preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective", "api",
-                  "deepep_host", "page_cache", "grafana_password")
+                  "deepep_host", "page_cache", "grafana_password", "pd")
 _SIBLING = re.compile(r"^from checks\.(\w+) import .*$", re.M)
 _MAIN_BLOCK = re.compile(r"^if __name__ == \"__main__\":\n.*", re.M | re.S)
 

@@ -298,6 +298,25 @@ def check_router(client: Client, router: str, router_metrics: str, decodes: list
     return Section("router", False, [f"answer {answer!r}", *(failed or [text for _, text in results])], step)
 
 
+def wait_ready(router: str, deadline_s: float, every_s: float = 2.0) -> bool:
+    """Poll the router's /health until it answers 200 (it serves once every instance answers its own) or the
+    deadline passes; printing progress every minute, for a long wait over SSH."""
+    deadline = time.monotonic() + deadline_s
+    said = time.monotonic()
+    while True:
+        try:
+            if httpx.get(router + "/health", timeout=5.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        if time.monotonic() - said >= 60:
+            print(f"waiting for the router at {router} ({deadline - time.monotonic():.0f}s left)", file=sys.stderr)
+            said = time.monotonic()
+        time.sleep(every_s)
+
+
 def check_pairs(client: Client, prefills: list[str], decodes: list[str], served: str, golden: Golden,
                 wait_s: float) -> Section:
     outcomes = [check_pair(client, p, d, served, golden, wait_s) for p in prefills for d in decodes]
@@ -371,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=seconds(3_600), default=300.0, help="one request's limit")
     p.add_argument("--metrics-wait-s", type=seconds(600), default=10.0,
                    help="how long a decode's counters may take to show a finished request's transfer")
+    p.add_argument("--ready-wait-s", type=seconds(7 * 86_400), default=0.0,
+                   help="first wait this long at most for the router's /health to answer 200 (it answers once "
+                        "every instance does); 0: do not wait")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -399,6 +421,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               args.metrics_wait_s),
                "pairs": lambda: check_pairs(client, prefills, decodes, args.served_name, golden, args.metrics_wait_s)}
     sections = []
+    if router and args.ready_wait_s and not wait_ready(router, args.ready_wait_s):
+        return emit(Verdict(args.name, "fail", f"the router at {router} did not answer /health within "
+                            f"{args.ready_wait_s:.0f}s", next_step="docker logs of the router container: it "
+                            "waits for every prefill and decode instance's /health first"), args.json)
     for name in args.sections:
         try:
             sections.append(runners[name]())

@@ -45,6 +45,7 @@ from components.check_commands import (
 from components.collective_check import collective_runs
 from components.gpu_node import GpuNode, GpuNodeArgs
 from components.observability import Observability, ObservabilityArgs
+from components.pd_router import pd_router
 from components.policy_facts import PolicyFacts
 from components.rdma_fabric import FabricNodeArgs, RdmaFabric
 from components.ssh_trust import docker_ssh_opts, write_known_hosts
@@ -578,6 +579,11 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
             sub, part.nodes, [turn["check"], *part.engine.readiness.values()], f"-{name}").items()})
         turns[name] = turn
         previous = [turn.get("undrain", turn["check"])]
+    router = None
+    if whole.router is not None:  # prefill/decode groups: the router, then its check, before the front door's
+        router = pd_router(stack, config, whole.router, parts[str(front.name)].nodes[head], secrets,
+                           [t for p in parts.values() for t in p.engine.check_triggers], previous)
+        previous = [router.check]
     api = front_door_endpoint(config, whole, parts, secrets, previous)
     weights = pulumi.Output.all(*[p.weights for p in parts.values()]).apply(
         lambda maps: {k: v for m in maps for k, v in m.items()})
@@ -589,6 +595,7 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
                                                                               "data", "expert")}}
                    for g in whole.groups},
         "rolling": whole.rolling.as_dict(),
+        **({"router": router.container.name} if router is not None else {}),
         "nodes": {k: v for g in whole.groups for k, v in roles(g.plan).items()},
         "served_model": api.served_model,
         "verification": api.verification,
@@ -596,7 +603,7 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
     }
     for key, value in outputs.items():
         pulumi.export(key, value)
-    return {"outputs": outputs, "groups": parts, "turns": turns, "api": api, "facts": facts}
+    return {"outputs": outputs, "groups": parts, "turns": turns, "api": api, "facts": facts, "router": router}
 
 
 def front_door_endpoint(config: StackConfig, whole: StackPlan, parts: dict[str, EngineGroup],

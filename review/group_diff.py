@@ -43,8 +43,24 @@ def diff_stacks(stack: str, base_ref: str, base: dict[str, Any] | None, head: di
     for name in heads:
         if name in bases:
             result["groups"][name] = diff_plans(stack, base_ref, bases[name], heads[name], [], [], secrets)
+    result["roles"] = {str(g["name"]): g.get("role", "replica") for g in head.get("groups", [])}
+    result["router"] = _router_change(base.get("router"), head.get("router"))
     result["downtime"] = _downtime(result, base, head, heads)
     return result
+
+
+def _router_change(base: dict[str, Any] | None, head: dict[str, Any] | None) -> str | None:
+    """What the change does to the prefill/decode router (its container is replaced when its argv changes)."""
+    if base is None and head is None:
+        return None
+    if base is None:
+        return "added: the router starts after every group's turn"
+    if head is None:
+        return "removed"
+    if base.get("argv") == head.get("argv"):
+        return "unchanged (not restarted)"
+    return ("replaced: its command line changes (a few seconds without the router: the endpoint answers 502 "
+            "meanwhile)")
 
 
 def _downtime(result: dict[str, Any], base: dict[str, Any], head: dict[str, Any],
@@ -68,6 +84,12 @@ def _downtime(result: dict[str, Any], base: dict[str, Any], head: dict[str, Any]
         return (f"none expected for the endpoint: {len(moved)} group(s) change and roll one at a time behind the "
                 f"front door, {rolling.get('capacity_during_change')} serving meanwhile. Each group's own "
                 f"restart: {each}")
+    roles = result.get("roles") or {}
+    if any(r != "replica" for r in roles.values()):
+        kept = [n for n in roles if n not in moved]
+        return (f"only the changed group(s) restart: {each}" + (f"; unchanged: {', '.join(kept)}" if kept else "")
+                + ". Requests need a group of each tier: while every group of a tier restarts, the endpoint "
+                "answers errors (the router has no drain)")
     return f"the groups change one after another, each down for its own restart ({rolling.get('why')}): {each}"
 
 
@@ -79,6 +101,8 @@ def to_markdown_grouped(result: dict[str, Any]) -> str:
                                                        f"INVALID, {len(v['problems'])} problem(s)"))
         lines += [f"  - `{p['key']}`: {p['message']}" for p in v["problems"]]
     lines.append(f"- **Downtime:** {result['downtime']}")
+    if result.get("router"):
+        lines.append(f"- **Router:** {result['router']}")
     rolling = result.get("rolling")
     if rolling:
         lines.append("- **Rolling:** " + (f"yes: {rolling['why']}" if rolling["can_roll"] else f"no: {rolling['why']}"))
@@ -88,5 +112,7 @@ def to_markdown_grouped(result: dict[str, Any]) -> str:
     for name, d in result["groups"].items():
         outage = (d.get("outage") or {}).get("head")
         phases = f" ({phases_text(outage)})" if outage and assess(d).kind == "group" else ""
-        lines += ["", f"### group {name}{phases}", "", to_markdown(d).split("\n", 2)[-1].rstrip()]
+        role = (result.get("roles") or {}).get(name, "replica")
+        tier = f" ({role} tier)" if role != "replica" else ""
+        lines += ["", f"### group {name}{tier}{phases}", "", to_markdown(d).split("\n", 2)[-1].rstrip()]
     return "\n".join(lines) + "\n"

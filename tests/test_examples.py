@@ -23,10 +23,11 @@ REHEARSALS = ["lab"]
 """Examples that declare no GPUs (`rehearsal: true`, docs/rehearsal.md): tests/test_rehearsal.py holds them; the
 production policy refuses each for its substitute image, which has no card and cannot have one."""
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("Pulumi.*.yaml") if p.name.split(".")[1] not in REHEARSALS)
-ASSUMED = {"three-node": ["api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"], "two-node": [],
-           "wide-ep": []}
+FRONT_DOOR = ["api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key"]
+ASSUMED = {"three-node": FRONT_DOOR, "two-node": [], "wide-ep": [], "pd": FRONT_DOOR}
 """The secrets each example needs before it plans (the front door's), as the README's tutorial assumes them."""
-NODES = {"three-node": ["gpu1", "gpu2", "gpu3"], "two-node": ["gpu1", "gpu2"], "wide-ep": ["gpu1", "gpu2"]}
+NODES = {"three-node": ["gpu1", "gpu2", "gpu3"], "two-node": ["gpu1", "gpu2"], "wide-ep": ["gpu1", "gpu2"],
+         "pd": ["gpu1", "gpu2", "gpu3", "gpu4"]}
 
 
 def name_of(path: Path) -> str:
@@ -34,7 +35,7 @@ def name_of(path: Path) -> str:
 
 
 def test_the_examples_are_the_ones_the_readme_names() -> None:
-    assert [name_of(p) for p in EXAMPLES] == ["three-node", "two-node", "wide-ep"]
+    assert [name_of(p) for p in EXAMPLES] == ["pd", "three-node", "two-node", "wide-ep"]
     everything = sorted(p.name for p in (ROOT / "examples").glob("Pulumi.*.yaml"))
     assert everything == sorted([*(p.name for p in EXAMPLES), *(f"Pulumi.{r}.yaml" for r in REHEARSALS)])
     assert all(f"examples/Pulumi.{r}.yaml" in (ROOT / "docs" / "rehearsal.md").read_text() for r in REHEARSALS)
@@ -72,6 +73,25 @@ def test_the_wide_ep_example_plans(tmp_path: Path) -> None:
     assert [n["role"] for n in p["nodes"]] == ["dp-head", "headless-engine"]
     assert p["topology"]["label"] == "mp-dp16-tp1-pp1-ep16"
     assert p["memory"][0]["weights_split_gb"]["redundant_experts"] > 0
+
+
+def test_the_pd_example_plans(tmp_path: Path) -> None:
+    """4 x 8 H100: a prefill group DP2 x TP8 (EP16) on two nodes, a decode group DP16 x TP1 (EP16, DeepEP
+    low-latency) on the other two, each engine with its tier's --kv-transfer-config, the router on the head behind
+    the front door with both groups' API servers (docs/disaggregation.md)."""
+    p = plan(ROOT / "examples" / "Pulumi.pd.yaml", tmp_path)
+    prefill, decode = (g["plan"] for g in p["groups"])
+    assert [g["role"] for g in p["groups"]] == ["prefill", "decode"]
+    assert prefill["topology"]["label"] == "mp-dp2-tp8-pp1-ep16"
+    assert decode["topology"]["label"] == "mp-dp16-tp1-pp1-ep16"
+    for group, role in ((prefill, "kv_producer"), (decode, "kv_consumer")):
+        for node in group["nodes"]:
+            args = node["containers"][0]["vllm_args"]
+            assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_role"] == role
+            assert node["containers"][0]["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"].startswith("10.41.0.")
+    assert p["router"]["prefill"] == ["http://127.0.0.1:8000"] and p["router"]["decode"] == ["http://10.41.0.13:8000"]
+    assert prefill["proxy"]["upstream"] == "127.0.0.1:8090" and decode["proxy"] is None
+    assert p["rolling"]["can_roll"] is False
 
 
 def _secrets(path: Path) -> dict[str, Any]:

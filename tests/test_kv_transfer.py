@@ -176,7 +176,7 @@ def test_a_pipeline_parallel_decode_tier_is_refused_with_either_connector() -> N
 
 def test_a_pipeline_parallel_prefill_tier_needs_the_push_connector() -> None:
     problem = one(kv_transfer_problems(prefill(pipeline=2), decode(), PULL), "parallelism.pipeline")
-    assert problem.fix == "kv_transfer.connector: NixlPushConnector, or pipeline 1 on the prefill tier"
+    assert problem.fix == "disaggregation.connector: NixlPushConnector, or pipeline 1 on the prefill tier"
     assert kv_transfer_problems(prefill(pipeline=2), decode(), PUSH) == []
 
 
@@ -248,7 +248,7 @@ def test_each_dp_rank_gets_its_own_side_channel_port() -> None:
 
 def test_a_side_channel_range_past_65535_is_refused() -> None:
     problem = one(kv_transfer_problems(prefill(), decode(data=2), KvTransferConfig(side_channel_port=65535)),
-                  "kv_transfer.side_channel_port")
+                  "disaggregation.side_channel_port")
     assert problem.value == 65535 and problem.fix == "at most 65534"
 
 
@@ -257,7 +257,7 @@ def test_a_side_channel_port_on_the_api_port_is_refused_on_each_tier(data: int) 
     """serving.port 8000 binds 0.0.0.0: side_channel_port 8000 (DP 1), or 7999 with DP 2 (ranks on 7999-8000)."""
     port = 8000 - (data - 1)
     problems = kv_transfer_problems(prefill(data=data), decode(data=data), KvTransferConfig(side_channel_port=port))
-    assert keys(problems) == ["kv_transfer.side_channel_port"] * 2
+    assert keys(problems) == ["disaggregation.side_channel_port"] * 2
     assert [p.message.split(":")[0] for p in problems] == ["prefill tier", "decode tier"]
     assert all("OpenAI API" in p.message and "Address already in use" in p.message for p in problems)
     assert kv_transfer_problems(prefill(data=data), decode(data=data),
@@ -271,7 +271,7 @@ def test_a_side_channel_port_on_the_dp_handshake_port_of_a_two_node_tier_is_refu
     two = parse_config("t", values)
     for port, what in ((29550, "DP handshake"), (29700, "collective check")):
         problem = one(kv_transfer_problems(prefill(), two, KvTransferConfig(side_channel_port=port)),
-                      "kv_transfer.side_channel_port")
+                      "disaggregation.side_channel_port")
         assert "on lab1" in problem.message and what in problem.message
 
 

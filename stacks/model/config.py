@@ -13,7 +13,7 @@ import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from stacks.model.busbw import MIN_BUSBW_GBPS_RANGE
 from stacks.model.field_types import (
@@ -49,6 +49,7 @@ from stacks.model.field_types import (
     ServerName,
     SshHostKey,
     SshUser,
+    StrictModel,
     Tag,
     Text,
     UlimitName,
@@ -57,16 +58,14 @@ from stacks.model.field_types import (
     refuse,
 )
 from stacks.model.golden import DEFAULT_GOLDEN, MAX_PAIRS, GoldenPair
+from stacks.model.kv_transfer_config import DisaggregationConfig
 from stacks.model.weights_source import WeightsSource
 
 SECRET_MARKER = SECRET
-WHAT_WORKS = "what_works"
-"""A field's `json_schema_extra` key: the refusal's "what works" when not every allowed value is usable."""
 """What a `secure:` value becomes in the pure model: the plan never sees secret plaintext."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
 
 
 def parse_image_ref(ref: str) -> dict[str, str | None]:
@@ -80,7 +79,7 @@ def parse_image_ref(ref: str) -> dict[str, str | None]:
     return {"repository": name[:colon], "tag": name[colon + 1:], "digest": digest or None}
 
 
-class ImageConfig(_Model):
+class ImageConfig(StrictModel):
     """The engine image: a mapping, or one string `repo:tag@sha256:…`. Pin the digest in prod: a tag like
     `nightly-…` can be re-pushed."""
 
@@ -104,7 +103,7 @@ class ImageConfig(_Model):
         return f"{self.ref}@{self.digest}" if self.digest else self.ref
 
 
-class ModelConfig(_Model):
+class ModelConfig(StrictModel):
     """Where the weights live. The same host dir must hold them on every node."""
 
     profile: ModelCardName = Field(
@@ -138,7 +137,7 @@ class ModelConfig(_Model):
         return f"{self.host_dir.rstrip('/')}/{self.path}"
 
 
-class SshConfig(_Model):
+class SshConfig(StrictModel):
     host: Host = Field(description="address the deployer reaches the node's sshd on")
     user: SshUser = Field(default="root", description="SSH user (must run docker)")
     port: Port = Field(default=22, description="sshd port")
@@ -148,13 +147,13 @@ class SshConfig(_Model):
         "any key is accepted (plan warning, refused by the prod policy)")
 
 
-class GpuConfig(_Model):
+class GpuConfig(StrictModel):
     count: int = Field(ge=1, le=64, description="GPUs in the node", examples=[8])
     model: Text = Field(description="GPU name as nvidia-smi prints it, e.g. 'NVIDIA H100 80GB HBM3'")
     memory_gb: FiniteFloat = Field(ge=1, le=1024, description="memory of one GPU in GB", examples=[80])
 
 
-class NodeConfig(_Model):
+class NodeConfig(StrictModel):
     """One GPU host. The first node of the list is the head (API, DP coordinator or Ray head)."""
 
     name: NodeName = Field(description="node name (resource names, labels)")
@@ -191,7 +190,7 @@ class NodeConfig(_Model):
 _NCCL_ENV = re.compile(r"(NCCL|UCX|GLOO|NVSHMEM)_[A-Z0-9_]+")
 
 
-class FabricConfig(_Model):
+class FabricConfig(StrictModel):
     """How the node's networks map onto vLLM, NCCL and Gloo.
 
     `control_plane` picks the network for VLLM_HOST_IP, Gloo, Ray and DP RPC; `nccl_socket` the interfaces
@@ -258,7 +257,7 @@ REFUSED_ALL2ALL_BACKENDS: dict[str, tuple[str, str]] = {
 }
 """All-to-all backends vLLM 0.33.0 accepts on its command line but does not run as named, each refused with why."""
 
-class EplbConfig(_Model):
+class EplbConfig(StrictModel):
     """Expert-parallel load balancing: vLLM records each expert's load and, every `step_interval` steps,
     moves experts (and `num_redundant_experts` extra copies of the hottest ones) between EP ranks.
     `--enable-eplb` and `--eplb-config` (vLLM 0.33.0 `EPLBConfig`, vllm/config/parallel.py:63-133); only
@@ -299,7 +298,7 @@ DBO_MIN_THRESHOLD = 2
 """With DBO on, each threshold is at least the number of micro-batches (vllm/config/parallel.py:1178-1187)."""
 
 
-class DboConfig(_Model):
+class DboConfig(StrictModel):
     """Dual-batch overlap: each step is split into two micro-batches so one computes while the other's
     all-to-all is in flight. `--enable-dbo` and its thresholds (vLLM 0.33.0, vllm/config/parallel.py:258-272)."""
 
@@ -314,7 +313,7 @@ class DboConfig(_Model):
         "this many tokens are split (parallel.py:268-272); at least 2 with DBO on (parallel.py:1178-1187)")
 
 
-class ParallelismConfig(_Model):
+class ParallelismConfig(StrictModel):
     tensor: int = Field(ge=1, le=64, description="GPUs per TP group", examples=[8])
     pipeline: int = Field(default=1, ge=1, le=64, description="pipeline stages")
     data: int = Field(default=1, ge=1, le=1024, description="data-parallel ranks")
@@ -356,7 +355,7 @@ class ParallelismConfig(_Model):
         return value
 
 
-class ServingConfig(_Model):
+class ServingConfig(StrictModel):
     host: IpAddress = Field(default="0.0.0.0", description="address vLLM's API binds (an IP literal)")
     port: Port = Field(default=8000, description="vLLM's API port")
     max_model_len: int = Field(ge=1, le=16_777_216, description="context length in tokens", examples=[65536])
@@ -406,7 +405,7 @@ def _json_problem(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-class SpeculativeConfig(_Model):
+class SpeculativeConfig(StrictModel):
     """Rendered as `--speculative-config` JSON: method, num_speculative_tokens, then `options` in order."""
 
     method: Identifier = Field(description="speculative method, e.g. dspark")
@@ -428,7 +427,7 @@ class SpeculativeConfig(_Model):
         return value
 
 
-class VolumeConfig(_Model):
+class VolumeConfig(StrictModel):
     host: AbsPath = Field(description="host path")
     container: AbsPath = Field(description="container path")
     read_only: bool = Field(default=False, description="mount read-only")
@@ -441,7 +440,7 @@ class VolumeConfig(_Model):
         return value
 
 
-class ContainerConfig(_Model):
+class ContainerConfig(StrictModel):
     name: ContainerName = Field(description="engine container name on every node")
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         default="no", description="Docker restart policy; anything but `no` restarts one dead rank alone, which "
@@ -488,7 +487,7 @@ class ContainerConfig(_Model):
         return value
 
 
-class RayConfig(_Model):
+class RayConfig(StrictModel):
     gcs_port: Port = Field(default=6379, description="Ray GCS port on the head")
     dashboard_port: Port = Field(default=8265, description="Ray dashboard port (bound to 127.0.0.1)")
     client_port: Port = Field(default=10001, description="Ray client server port")
@@ -496,7 +495,7 @@ class RayConfig(_Model):
                                          description="how long the head waits for every node and GPU")
 
 
-class SmokeConfig(_Model):
+class SmokeConfig(StrictModel):
     """The golden set every DP rank must answer (`stacks/model/golden.py`), and which other checks run."""
 
     golden: list[GoldenPair] = Field(
@@ -514,7 +513,7 @@ class SmokeConfig(_Model):
         return value
 
 
-class ProxyLimits(_Model):
+class ProxyLimits(StrictModel):
     """nginx limit_req / limit_conn. Per key = per client name in `proxy_keys`; per client = per source IP."""
 
     requests_per_minute_per_key: int = Field(default=600, ge=1, le=1_000_000, description="per client key")
@@ -524,7 +523,7 @@ class ProxyLimits(_Model):
     connections_per_client: int = Field(default=128, ge=1, le=100_000, description="open requests per source IP")
 
 
-class ProxyConfig(_Model):
+class ProxyConfig(StrictModel):
     """The nginx front door on the head node: TLS, bearer keys, limits, a path allowlist, SSE pass-through.
 
     Off by default, so a stack keeps its direct vLLM port until its config turns this on.
@@ -571,7 +570,7 @@ class ProxyConfig(_Model):
         return value
 
 
-class ApiConfig(_Model):
+class ApiConfig(StrictModel):
     """Post-deploy API checks and the optional front proxy. Neither ever touches an engine."""
 
     public_host: Host | None = Field(default=None, description="address clients use (default: head management IP)")
@@ -585,7 +584,7 @@ class ApiConfig(_Model):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
 
 
-class FirewallConfig(_Model):
+class FirewallConfig(StrictModel):
     """The host firewall (`stacks/planner/firewall.py`): one nftables table per node that lets only the cluster reach
     its unauthenticated ports. On by default; `enabled: false` leaves the hosts' rules alone (plan warning)."""
 
@@ -606,7 +605,7 @@ class FirewallConfig(_Model):
         return value
 
 
-class ObservabilityImages(_Model):
+class ObservabilityImages(StrictModel):
     """The monitoring images as `repo:tag` or `repo:tag@sha256:…`. The tags are the versions the generated files
     were written for; pin each by digest in prod (a plan warning otherwise, like the engine image)."""
 
@@ -621,7 +620,7 @@ class ObservabilityImages(_Model):
                                     description="NVIDIA DCGM exporter image, on every node")
 
 
-class ObservabilityPorts(_Model):
+class ObservabilityPorts(StrictModel):
     """Ports of the monitoring processes. Each binds the node's management address (never a wildcard), so it is
     reached from the cluster and through an SSH tunnel, and the host firewall admits only the cluster to it."""
 
@@ -636,7 +635,7 @@ class ObservabilityPorts(_Model):
                              "observability.supervisor_address)")
 
 
-class ObservabilityConfig(_Model):
+class ObservabilityConfig(StrictModel):
     """Prometheus, Grafana and (with a webhook) Alertmanager on one node; node and DCGM exporters on every node;
     scrape config, alert rules and dashboards generated from the plan (`python -m stacks observability`).
     Off by default."""
@@ -666,7 +665,7 @@ class ObservabilityConfig(_Model):
                                     description="alert when a rank's time-to-first-token p99 (5 min) is above this")
 
 
-class GroupConfig(_Model):
+class GroupConfig(StrictModel):
     """A replica group: a vLLM instance of its own on its own nodes, behind the stack's front door, so that a change
     replaces one group at a time while the others serve (docs/rolling.md)."""
 
@@ -675,9 +674,13 @@ class GroupConfig(_Model):
                                   description="names from nodes[], in start order; the first is the group's head")
     parallelism: ParallelismConfig | None = Field(
         default=None, description="this group's TP/PP/DP/EP; default: the stack's parallelism")
+    role: Literal["replica", "prefill", "decode"] = Field(
+        default="replica", description="replica: a whole vLLM instance (a change rolls group by group); prefill or "
+        "decode: a tier of disaggregated serving, KV cache handed from prefill to decode (needs disaggregation:, "
+        "docs/disaggregation.md)")
 
 
-class StackConfig(_Model):
+class StackConfig(StrictModel):
     """The whole `vllm-cluster:` namespace of a stack file."""
 
     image: ImageConfig
@@ -694,6 +697,9 @@ class StackConfig(_Model):
         default_factory=list, max_length=256,
         description="replica groups, each its own vLLM instance on its own nodes; unset: one group of every node "
                     "(a change then replaces it whole)")
+    disaggregation: DisaggregationConfig | None = Field(
+        default=None, description="prefill/decode groups: the KV connector between them and the router in front "
+        "(docs/disaggregation.md)")
     serving: ServingConfig = Field(description="the `vllm serve` flags")
     speculative: SpeculativeConfig | None = None
     vision: bool = Field(default=False, description="keep the vision tower (false adds --language-model-only)")

@@ -14,10 +14,19 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, GetCoreSchemaHandler
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import PydanticCustomError, core_schema
 
 from stacks.model.masking import mask_secrets
+
+WHAT_WORKS = "what_works"
+"""A field's `json_schema_extra` key: the refusal's "what works" when not every allowed value is usable."""
+
+
+class StrictModel(BaseModel):
+    """The base of every config section: unknown keys refused, nothing coerced, values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ Every default below is vLLM 0.33.0's own unless the description says why not.
 from __future__ import annotations
 
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from stacks.model.config import WHAT_WORKS, _Model
-from stacks.model.field_types import Port, refuse
+from stacks.model.field_types import WHAT_WORKS, Port, StrictModel, refuse
 
 KvConnector = Literal["NixlConnector", "NixlPullConnector", "NixlPushConnector"]
 """The NIXL connectors vLLM 0.33.0 registers (vllm/distributed/kv_transfer/kv_connector/factory.py:177-193).
@@ -55,7 +55,7 @@ SIDE_CHANNEL_PORT_DEFAULT = 5600
 """`VLLM_NIXL_SIDE_CHANNEL_PORT`'s default (vllm/envs.py:1724-1727)."""
 
 
-class KvTransferConfig(_Model):
+class KvTransferConfig(StrictModel):
     """KV cache transfer between a prefill tier and a decode tier (disaggregated prefill, docs/disaggregation.md)."""
 
     connector: KvConnector = Field(
@@ -98,3 +98,78 @@ class KvTransferConfig(_Model):
     def push(self) -> bool:
         """The prefill tier writes into the decode tier (NixlPushConnector) instead of the decode tier reading."""
         return self.connector in PUSH_CONNECTORS
+
+
+RouterPolicy = Literal["cache_aware", "round_robin", "random", "consistent_hash"]
+ROUTER_POLICIES: tuple[str, ...] = get_args(RouterPolicy)
+REFUSED_ROUTER_POLICIES: dict[str, str] = {
+    "power_of_two": "it polls each worker's /get_load (vllm-router src/routers/http/pd_router.rs:1219), which vLLM "
+                    "0.33.0 does not serve: every load reads the same, so it picks at random with extra requests",
+    "kv_aware": "it needs the prefills' KV event streams (--pd-kv-events, vllm-router "
+                "src/config/validation.rs:935-955), which this program does not wire",
+    "sticky_least_loaded": "it pins sessions by a session id the client sends and frees them on finish_session "
+                           "calls (vllm-router src/policies/sticky_least_loaded.rs:1-23); the stack's clients do "
+                           "neither",
+}
+"""The other values vLLM router 0.1.17's --policy accepts, and why the stack may not name them."""
+ROUTER_WHEEL_URL = ("https://files.pythonhosted.org/packages/26/99/48e47ba5847cbb3c3fabc65973a8de7c00ad429f29c3aace9"
+                    "54b56771431/vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl")
+"""PyPI's file of the pinned router (stacks/planner/router.py checks its sha256 wherever it is fetched from)."""
+WHEEL_URL_SCHEMES = ("https", "http", "file")
+
+
+class RouterConfig(StrictModel):
+    """vllm-router in front of the prefill and decode groups, on the stack's head behind the front door."""
+
+    policy: RouterPolicy = Field(
+        default="cache_aware", description="how the router picks an instance (its --policy; cache_aware is its "
+        "default); prefill_policy / decode_policy override it per tier",
+        json_schema_extra={WHAT_WORKS: f"one of {', '.join(ROUTER_POLICIES)}"})
+    prefill_policy: RouterPolicy | None = Field(default=None, description="--prefill-policy; unset: policy")
+    decode_policy: RouterPolicy | None = Field(default=None, description="--decode-policy; unset: policy")
+    port: Port = Field(default=8090, description="the router's port on the head's loopback (the front door's "
+                       "upstream)")
+    metrics_port: Port = Field(default=29000, description="the router's Prometheus port on the head's loopback "
+                               "(vllm_router_pd_*_requests_total, read by the prefill/decode check)")
+    request_timeout_s: int = Field(default=1800, ge=1, le=7 * 86_400,
+                                   description="--request-timeout-secs: a request's whole time through the router")
+    wheel_url: str = Field(
+        default=ROUTER_WHEEL_URL, min_length=1, max_length=500,
+        description="where the head fetches vllm-router 0.1.17's wheel (https, http or file://); any mirror must "
+        "serve the identical file: its sha256 is pinned and checked before it is unpacked")
+
+    @field_validator("policy", "prefill_policy", "decode_policy", mode="before")
+    @classmethod
+    def _usable(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in REFUSED_ROUTER_POLICIES:
+            raise refuse(f"is a vllm-router policy not used with vLLM 0.33.0 here: {REFUSED_ROUTER_POLICIES[value]}",
+                         f"one of {', '.join(ROUTER_POLICIES)}")
+        return value
+
+    @field_validator("wheel_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        fix = "an https://, http:// or file:/// URL of vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl"
+        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 or ord(c) > 126 for c in value):
+            raise refuse("is not one line of printable ASCII", fix)
+        parts = urlsplit(value)
+        if parts.scheme not in WHEEL_URL_SCHEMES or not parts.path.endswith(".whl"):
+            raise refuse("is not an https, http or file URL of a .whl file", fix)
+        if parts.username is not None or parts.password is not None:
+            raise refuse("carries credentials (they would sit in the plan and the state)", fix)
+        if parts.scheme != "file" and not parts.hostname:
+            raise refuse("names no host", fix)
+        return value
+
+
+class DisaggregationConfig(KvTransferConfig):
+    """Prefill and decode groups (`groups[].role`), the KV transfer between them and the router in front."""
+
+    router: RouterConfig = Field(default_factory=RouterConfig, description="vllm-router on the head")
+
+    @model_validator(mode="after")
+    def _ports(self) -> DisaggregationConfig:
+        if self.router.port == self.router.metrics_port:
+            raise refuse(f"router.port and router.metrics_port are both {self.router.port}",
+                         "two different ports, e.g. 8090 and 29000")
+        return self

@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, WHAT_WORKS, StackConfig
+from stacks.model.config import DBO_MIN_THRESHOLD, SECRET_KEYS, SECRET_OBJECT_KEYS, StackConfig
 from stacks.model.errors import ConfigError, Problem
-from stacks.model.field_types import SECRET, SECRET_TEXT, Kind
+from stacks.model.field_types import SECRET, SECRET_TEXT, WHAT_WORKS, Kind
 from stacks.model.project import (
     PROJECT_FIX,
     PROJECT_NAME,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.planner.exposure import ANYWHERE, NFT_MARKER
-from stacks.planner.listeners import Listener, api_sources, internal_sources, proxy_upstream_sources
+from stacks.planner.listeners import Listener, api_sources, collapse, internal_sources, proxy_upstream_sources
 
 FAMILY = "inet"
 TABLE = "vllm_cluster"
@@ -75,12 +75,16 @@ class FirewallPlan(BaseModel):
     nodes: list[NodeFirewall]
 
 
-def firewall_plan(config: StackConfig, listeners: list[Listener]) -> FirewallPlan:
+def firewall_plan(config: StackConfig, listeners: list[Listener], peers: tuple[str, ...] = ()) -> FirewallPlan:
+    """`peers`: more addresses admitted to the internal ports, a prefill/decode group's other tier
+    (stacks/planner/groups.py `GroupContext.tier_sources`): its NIXL handshakes and UCX transfers."""
     fw = config.firewall
     by_node: dict[str, list[Listener]] = {}
     for x in listeners:
         by_node.setdefault(x.node, []).append(x)
     cluster, api = internal_sources(config), api_sources(config)   # once: they hold every node's addresses
+    if peers and fw.enabled:
+        cluster = collapse([*cluster, *peers])
     nodes = [node_firewall(config, by_node.get(n.name, []), n, cluster=cluster, api=api)
              for n in config.nodes] if fw.enabled else []
     low, high = fw.ephemeral_ports

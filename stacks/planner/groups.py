@@ -11,13 +11,18 @@ nodes, parallelism, role and model.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 from stacks.model.config import GroupConfig, StackConfig
 from stacks.model.errors import Problem
+from stacks.model.field_types import host_port
+from stacks.model.kv_transfer_config import DisaggregationConfig
 from stacks.planner.fabric import control_ip
+from stacks.planner.kv_transfer import ROLES, kv_transfer_args
+from stacks.planner.listeners import cluster_addresses, collapse
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -41,6 +46,17 @@ class GroupContext:
     peers: tuple[Peer, ...] = ()
     front_door: str | None = None
     """A later group behind the front door: the node whose nginx alone may reach this group's API server."""
+    role: str = "replica"
+    """replica, prefill or decode (`groups[].role`)."""
+    kv_args: tuple[str, ...] = ()
+    """A prefill/decode group: the `--kv-transfer-config` words every engine of it gets."""
+    tier_sources: tuple[str, ...] = ()
+    """A prefill/decode group: the other tier's node addresses, admitted to this group's internal ports (the NIXL
+    handshake, UCX's transfers)."""
+    disaggregation: DisaggregationConfig | None = None
+    """A prefill/decode group: the stack's `disaggregation:` settings."""
+    router: tuple[str, int] | None = None
+    """The first group of a prefill/decode stack: the router (host, port) the front door sends every request to."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,7 @@ def group_problems(config: StackConfig) -> list[Problem]:
                                 "door runs there", fix=f"start groups[0].nodes with {names[0]}, or reorder nodes[]"))
     problems += _resource_name_problems(config)
     problems += _front_door_reach_problems(config)
+    problems += _role_problems(config)
     if config.observability.enabled:
         problems.append(Problem("observability.enabled", True, "monitoring of a stack with groups is not built yet",
                                 fix="observability.enabled: false, or remove groups:"))
@@ -108,6 +125,55 @@ def group_problems(config: StackConfig) -> list[Problem]:
                                     "hybrid or external load balancing inside a group is not built yet",
                                     fix="internal (the front door spreads requests over the groups)"))
     return problems
+
+
+def disaggregated(config: StackConfig) -> bool:
+    """Prefill/decode groups: the front door sends every request to the router, which sends it to both tiers."""
+    return any(g.role != "replica" for g in config.groups)
+
+
+def _role_problems(config: StackConfig) -> list[Problem]:
+    """Prefill/decode groups come in pairs of tiers, with `disaggregation:` and behind the front door; replica
+    groups never have `disaggregation:`."""
+    roles = [g.role for g in config.groups]
+    if not disaggregated(config):
+        if config.disaggregation is not None:
+            return [Problem("disaggregation", "set", "no group has role prefill or decode, so nothing uses it",
+                            fix="set groups[].role to prefill and decode, or remove disaggregation:")]
+        return []
+    problems = [Problem(f"groups.{i}.role", "replica", "a stack with prefill/decode groups sends every request "
+                        "through the router to both tiers: a replica group would get none",
+                        fix="role: prefill or role: decode")
+                for i, role in enumerate(roles) if role == "replica"]
+    for tier in ("prefill", "decode"):
+        if tier not in roles:
+            problems.append(Problem("groups", roles, f"no {tier} group: the router needs at least one of each tier",
+                                    fix=f"set role: {tier} on at least one group"))
+    if config.disaggregation is None:
+        problems.append(Problem("disaggregation", None, "prefill/decode groups need the KV connector and router "
+                                "settings", fix="disaggregation: {} (NixlConnector, vLLM's defaults; "
+                                "docs/disaggregation.md)"))
+    if not config.api.proxy.enabled:
+        problems.append(Problem("api.proxy.enabled", False, "the router checks no client key (vllm-router 0.1.17 "
+                                "has no flag for one): it listens on the head's loopback, behind the front door",
+                                fix="api.proxy.enabled: true"))
+    return problems
+
+
+def tier_urls(config: StackConfig) -> dict[str, list[str]]:
+    """Every prefill and decode group's API server, as the router on the stack's head reaches it: the first
+    group's on loopback (it binds serving.host on the head), the others' on their heads' control-plane addresses."""
+    urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+    peers = {p.group: p for p in front_door_peers(config)}
+    for i, group in enumerate(config.groups):
+        if group.role == "replica":
+            continue
+        if i == 0:
+            host = config.serving.host if config.serving.host not in ("localhost", "0.0.0.0", "::") else "127.0.0.1"
+            urls[group.role].append(f"http://{host_port(host, config.serving.port)}")
+        else:
+            urls[group.role].append(f"http://{host_port(peers[group.name].host, peers[group.name].port)}")
+    return urls
 
 
 def _resource_name_problems(config: StackConfig) -> list[Problem]:
@@ -204,10 +270,22 @@ def front_door_peers(config: StackConfig) -> tuple[Peer, ...]:
 def contexts(config: StackConfig) -> list[tuple[GroupConfig, StackConfig, GroupContext]]:
     """Per group: its entry, its config as a stack of its own, and what its plan must know of the others."""
     fronted = config.api.proxy.enabled
-    peers = front_door_peers(config) if fronted else ()
-    return [(g, group_config(config, i), GroupContext(g.name, i, peers if i == 0 else (),
-                                                      config.head.name if fronted and i > 0 else None))
-            for i, g in enumerate(config.groups)]
+    settings = config.disaggregation
+    pd = disaggregated(config) and settings is not None
+    peers = front_door_peers(config) if fronted and not pd else ()
+    subs = [group_config(config, i) for i in range(len(config.groups))]
+    out = []
+    for i, g in enumerate(config.groups):
+        context = GroupContext(g.name, i, peers if i == 0 else (), config.head.name if fronted and i > 0 else None)
+        if pd and settings is not None and g.role in ROLES:
+            others = [ip for j, o in enumerate(config.groups) if o.role not in (g.role, "replica")
+                      for ip in cluster_addresses(subs[j])]
+            router = (LOOPBACK[0], settings.router.port) if i == 0 else None
+            context = dataclasses.replace(context, role=g.role, disaggregation=settings,
+                                          kv_args=tuple(kv_transfer_args(settings, g.role)),
+                                          tier_sources=tuple(collapse(others)), router=router)
+        out.append((g, subs[i], context))
+    return out
 
 
 def rolling(config: StackConfig) -> Rolling:
@@ -219,6 +297,10 @@ def rolling(config: StackConfig) -> Rolling:
                        "runs it fail-stop, so a change replaces it whole. To roll, declare independent replica "
                        "groups (groups:, docs/rolling.md)", ("(all)",))
     names = tuple(g.name for g in config.groups)
+    if disaggregated(config):
+        return Rolling(False, "prefill/decode groups: every request passes through both tiers and the router, "
+                       "which has no drain; a change replaces the groups it touches (a decode-only change only the "
+                       "decode groups), one after another", names)
     if not config.api.proxy.enabled:
         return Rolling(False, "no front door (api.proxy.enabled: false): clients call a group directly, so "
                        "taking one out would fail their requests; a change replaces the groups one at a time "

@@ -31,8 +31,9 @@ from typing import Literal
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.kv_transfer_config import KvTransferConfig
+from stacks.planner.exposure import admits_outside, bind_reachable
 from stacks.planner.fabric import control_ip
-from stacks.planner.listeners import Listener, listener_table
+from stacks.planner.listeners import Listener, cluster_addresses, collapse, listener_table
 from stacks.planner.managed_options import table_for
 from stacks.planner.model_cards import CardProblem, ModelProfile, get_profile
 from stacks.planner.serve_options import ArgvItem, read_argv
@@ -141,6 +142,26 @@ def node_env(config: StackConfig, node: NodeConfig, settings: KvTransferConfig) 
         env["UCX_IB_GID_INDEX"] = str(node.gid_index)
     env.update({k: v for k, v in config.fabric.env.items() if k.startswith("UCX_")})
     return env
+
+
+def side_channel_listeners(config: StackConfig, settings: KvTransferConfig, tier: Tier,
+                           sources: list[str]) -> list[Listener]:
+    """The tier's NIXL handshake listeners as rows of the listener table: what the firewall admits the other tier
+    to (`sources`: this tier's cluster sources and the other tier's addresses)."""
+    private = config.fabric.private_networks
+    trusted = collapse([*cluster_addresses(config), *private])
+    out = []
+    for channel in side_channels(config, settings):
+        out.append(Listener(
+            node=channel.node, port=channel.first_port,
+            port_end=channel.last_port if channel.last_port != channel.first_port else None, bind=channel.host,
+            network=settings.side_channel_network,
+            purpose=f"NIXL handshake ({tier} tier; one port per DP rank, ZMQ, unauthenticated msgpack)",
+            public=admits_outside(sources, trusted) and bind_reachable(channel.host, private),
+            role=f"{tier}-engine", process="vllm serve (engine core's NIXL scheduler)",
+            reach="cluster", internal=True, ephemeral=False, allowed_sources=sources,
+            source="vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:76-80, 324-340"))
+    return out
 
 
 # --- rules -------------------------------------------------------------------------------------------------------
@@ -257,7 +278,7 @@ def _parallel_problems(tiers: dict[Tier, StackConfig], profiles: dict[Tier, Mode
             "hybrid KV cache layouts (HMA); use NixlPushConnector for PP + HMA. (nixl/base_worker.py:871-877); "
             "without HMA: AssertionError: Number of KV layers must match between prefill and decode "
             "(base_worker.py:2903-2906), since only a PP worker slices the remote's layers (base_worker.py:2469-2497)",
-            fix="kv_transfer.connector: NixlPushConnector, or pipeline 1 on the prefill tier"))
+            fix="disaggregation.connector: NixlPushConnector, or pipeline 1 on the prefill tier"))
     pcp = _int(_last(_args(d), "prefill_context_parallel_size"))
     if pcp is not None and pcp > 1:
         problems.append(Problem(
@@ -323,21 +344,21 @@ def _tier_problems(tier: Tier, config: StackConfig, profile: ModelProfile | None
     if offload is not None:
         problems.append(Problem(
             "serving.extra_args", f"--kv-offloading-size {offload}", f"{tier} tier: --kv-offloading-size makes "
-            f"vLLM replace kv_transfer.connector by its offloading connector with kv_role kv_both",
+            f"vLLM replace disaggregation.connector by its offloading connector with kv_role kv_both",
             upstream="VllmConfig._post_init_kv_transfer_config sets kv_connector to OffloadingConnector (or "
             "LMCacheMPConnector) and kv_role to kv_both (vllm/config/vllm.py:1151-1185): no KV reaches the other tier",
             fix="remove --kv-offloading-size from this tier's extra_args"))
     for i, node in enumerate(config.nodes):
         if side_channel_host(config, node, settings) is None:
             problems.append(Problem(
-                f"nodes.{i}.data_ips", node.data_ips, f"{tier} tier: kv_transfer.side_channel_network is "
+                f"nodes.{i}.data_ips", node.data_ips, f"{tier} tier: disaggregation.side_channel_network is "
                 f"{settings.side_channel_network!r} but node {node.name} has no data-plane IP for the NIXL handshake",
-                fix="list the node's data IPs, or kv_transfer.side_channel_network: management"))
+                fix="list the node's data IPs, or disaggregation.side_channel_network: management"))
     channels = side_channels(config, settings)
     last = max((c.last_port for c in channels), default=settings.side_channel_port)
     if last > 65535:
         problems.append(Problem(
-            "kv_transfer.side_channel_port", settings.side_channel_port, f"{tier} tier: DP rank r listens on "
+            "disaggregation.side_channel_port", settings.side_channel_port, f"{tier} tier: DP rank r listens on "
             f"side_channel_port + r (nixl/base_scheduler.py:76-80), up to {last}, past 65535",
             fix=f"at most {65535 - (last - settings.side_channel_port)}"))
         return problems
@@ -358,7 +379,7 @@ def _clashes(tier: Tier, config: StackConfig, channels: list[SideChannel],
         hit = next((x for x in table if x.node == channel.node and not x.ephemeral and _overlaps(x, channel)), None)
         if hit is not None:
             problems.append(Problem(
-                "kv_transfer.side_channel_port", settings.side_channel_port,
+                "disaggregation.side_channel_port", settings.side_channel_port,
                 f"{tier} tier: the NIXL handshake listener(s) on {channel.node} ({_ports(channel)}) and "
                 f"{hit.purpose} ({hit.ports}) both listen there: one fails to bind "
                 "(zmq.error.ZMQError: Address already in use)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 
 from stacks.model.config import NodeConfig, ParallelismConfig, StackConfig
 from stacks.model.field_types import host_port
@@ -34,7 +35,7 @@ cannot turn a launch change into a silent no-op."""
 
 
 def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: NodeTopology,
-              rank: int | None = None) -> list[str]:
+              rank: int | None = None, kv_args: Sequence[str] = ()) -> list[str]:
     """Everything after `vllm serve`, model path first (the image's entrypoint is `vllm serve`).
 
     `rank`: with external load balancing, the DP rank whose own server this argv starts (`rank_port`,
@@ -116,6 +117,7 @@ def vllm_args(config: StackConfig, profile: ModelProfile, topo: Topology, node: 
             **config.speculative.options,
         }
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), ensure_ascii=False)]
+    args += list(kv_args)  # a prefill/decode group's --kv-transfer-config (stacks/planner/kv_transfer.py)
     args += list(serving.extra_args)
     return args
 
@@ -282,19 +284,22 @@ _PURPOSE = {
 
 
 def engine_containers(
-    stack: str, config: StackConfig, profile: ModelProfile, topo: Topology
+    stack: str, config: StackConfig, profile: ModelProfile, topo: Topology, kv_args: Sequence[str] = (),
+    kv_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, list[ContainerSpec]]:
     """Containers per node name, in the order they start. All share one `generation` label (group_generation): a
     change that replaces one container replaces every one, and nothing else moves it.
 
-    One container per node, except with external load balancing: one per DP rank (`rank_containers`)."""
+    One container per node, except with external load balancing: one per DP rank (`rank_containers`). `kv_args`
+    and `kv_env` (node -> variables): a prefill/decode group's KV transfer settings (stacks/planner/kv_transfer.py),
+    in every engine's argv and environment."""
     draft: dict[str, list[ContainerSpec]] = {}
     for node, node_topo in zip(config.nodes, topo.nodes, strict=True):
         if topo.external:
             draft[node.name] = rank_containers(config, profile, topo, node, node_topo)
             continue
         role = node_topo.role
-        serve = vllm_args(config, profile, topo, node_topo) if role is not Role.RAY_WORKER else None
+        serve = vllm_args(config, profile, topo, node_topo, kv_args=kv_args) if role is not Role.RAY_WORKER else None
         if role is Role.RAY_HEAD:
             assert serve is not None
             entrypoint: list[str] | None = ["/bin/bash", "-c"]
@@ -308,7 +313,8 @@ def engine_containers(
             config, config.container.name,
             _PURPOSE[role] + (" (hybrid load balancing: its API server serves this node's ranks only)"
                               if topo.hybrid and role is Role.DP_HEAD else ""),
-            serve, command, entrypoint, engine_env(config, node, node_topo), secret_env(config, node_topo),
+            serve, command, entrypoint, {**engine_env(config, node, node_topo), **(kv_env or {}).get(node.name, {})},
+            secret_env(config, node_topo),
             _healthcheck(config, node_topo) if role.serves_api else None)]
     # One container per node hashes under the node's name (as it always has); several under node/container.
     generation = group_generation({(name if len(specs) == 1 else f"{name}/{spec.name}"): spec

@@ -115,8 +115,8 @@ MANAGED_OPTIONS: dict[str, str] = {
     "device_ids": "the GPUs the topology uses (CUDA_VISIBLE_DEVICES and the per-node GPU count)",
     "root_path": "nothing: the proxy, the checks and the allowlist use vLLM's paths as served at /",
     "kv_events_config": "nothing yet: a ZMQ publisher opens a port the listener table and firewall do not know",
-    "kv_transfer_config": "nothing yet: a KV connector opens side channels the listener table and firewall do "
-                          "not know",
+    "kv_transfer_config": "disaggregation: with groups[].role prefill and decode (docs/disaggregation.md): the "
+                          "plan renders each tier's --kv-transfer-config, its NIXL side channels and firewall",
     "enable_fault_tolerance": "nothing yet: fault tolerance restarts ranks alone, which fail-stop operation forbids "
                               "(docs/what-a-change-costs.md: Restarts); it also needs external load balancing "
                               "(`Fault tolerance requires external load balancer mode`, vllm/engine/arg_utils.py:"

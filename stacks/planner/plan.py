@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from stacks.model.config import NodeConfig, StackConfig
 from stacks.model.errors import ConfigError, Problem
 from stacks.model.field_types import bracket_host
+from stacks.model.kv_transfer_config import DisaggregationConfig
 from stacks.model.project import STACKS, STACKS_VENV
 from stacks.planner import deepep
 from stacks.planner.addresses import rank_port
@@ -23,8 +24,17 @@ from stacks.planner.firewall import FirewallPlan, firewall_plan
 from stacks.planner.groups import GroupContext
 from stacks.planner.image_capabilities import get_capabilities
 from stacks.planner.image_cards import shadowed_cards
+from stacks.planner.kv_transfer import Tier, side_channel_listeners
+from stacks.planner.kv_transfer import node_env as kv_node_env
 from stacks.planner.launch import engine_containers
-from stacks.planner.listeners import Listener, ephemeral_port_warnings, listener_problems, listener_table
+from stacks.planner.listeners import (
+    Listener,
+    collapse,
+    ephemeral_port_warnings,
+    internal_sources,
+    listener_problems,
+    listener_table,
+)
 from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
 from stacks.planner.managed_options import image_card, rendered_argv_problems
 from stacks.planner.model_cards import CardProblem, get_profile, shadowed_card, thinking_request
@@ -228,9 +238,15 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
     topo, profile, result = validate(config)
     if not result.ok or profile is None:
         raise ConfigError(stack, result.problems)
-    containers = with_weights_identity(config, engine_containers(stack, config, profile, topo))
+    tier = tier_settings(config, group)
+    kv_env = {n.name: kv_node_env(config, n, tier[0]) for n in config.nodes} if tier else None
+    containers = with_weights_identity(config, engine_containers(stack, config, profile, topo,
+                                                                 kv_args=group.kv_args if group else (),
+                                                                 kv_env=kv_env))
     table = listener_table(config, topo,
                            multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
+    if tier and group is not None:
+        table += tier_listeners(config, tier[0], tier[1], group)
     clashes = listener_problems(table)
     if clashes:
         raise ConfigError(stack, clashes)
@@ -279,7 +295,7 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         nodes=nodes,
         checks=checks,
         listeners=table,
-        firewall=firewall_plan(config, table),
+        firewall=firewall_plan(config, table, group.tier_sources if group else ()),
         proxy=proxy_plan(config, group),
         observability=(obs := observability_plan(stack, config, topo, containers)),
         endpoint=endpoint(config),
@@ -293,6 +309,31 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         rehearsal=rehearsal_plan(config, checks),
         group=group.name if group else None,
     )
+
+
+def tier_settings(config: StackConfig, group: GroupContext | None) -> tuple[DisaggregationConfig, Tier] | None:
+    """A prefill/decode group's KV transfer settings and tier; None for a replica group or a stack of one group."""
+    if group is None or group.role not in ("prefill", "decode") or group.disaggregation is None:
+        return None
+    return group.disaggregation, "prefill" if group.role == "prefill" else "decode"
+
+
+def tier_listeners(config: StackConfig, settings: DisaggregationConfig, tier: Tier, group: GroupContext
+                   ) -> list[Listener]:
+    """The tier's NIXL handshake ports (its cluster and the other tier may connect) and, on the first group's head,
+    the router's two loopback ports."""
+    sources = collapse([*internal_sources(config), *group.tier_sources]) if config.firewall.enabled else []
+    rows = side_channel_listeners(config, settings, tier, sources or internal_sources(config))
+    if group.router is not None:
+        head = config.head.name
+        router = settings.router
+        for port, purpose in ((router.port, "vllm-router (prefill/decode): the front door's upstream"),
+                              (router.metrics_port, "vllm-router's Prometheus metrics (the prefill/decode check)")):
+            rows.append(Listener(node=head, port=port, bind="127.0.0.1", network="loopback", purpose=purpose,
+                                 public=False, role="router", process="vllm-router", reach="local", internal=True,
+                                 ephemeral=False, allowed_sources=[],
+                                 source="stacks/planner/router.py (--host/--prometheus-host 127.0.0.1)"))
+    return rows
 
 
 def weights_identity(config: StackConfig) -> str | None:

@@ -331,9 +331,13 @@ class FrontDoor:
 
 def front_door(config: StackConfig, group: GroupContext | None = None) -> FrontDoor:
     """The front door of a stack, or of the group that holds it (`group`): then every other group's API server
-    is an upstream too, each server marked with its group (stacks/planner/groups.py)."""
+    is an upstream too, each server marked with its group (stacks/planner/groups.py); with prefill/decode groups
+    the router on the same host is the one upstream (stacks/planner/router.py)."""
     door = FrontDoor(config.api.proxy, local_api_host(config), config.serving.port, proxy_routes(config),
                      balanced_upstreams(config))
+    if group is not None and group.router is not None:  # prefill/decode groups: only the router, on loopback
+        return dataclasses.replace(door, upstream_host=group.router[0], upstream_port=group.router[1],
+                                   more_upstreams=())
     if group is None or not group.peers:
         return door
     own = (group.name,) * len(door.servers)

@@ -8,6 +8,7 @@ import textwrap
 
 from stacks.model.project import STACKS
 from stacks.planner.plan import NodePlan, Plan
+from stacks.planner.router import ROUTER_VERSION, router_argv, router_url
 from stacks.planner.stack_plan import StackPlan
 
 SUMMARY_MAX_LINES = 25
@@ -147,11 +148,21 @@ def render_stack(whole: StackPlan, full: bool = True) -> str:
     if not whole.grouped:
         return render_plan(whole.groups[0].plan, full)
     roll = whole.rolling
-    members = ", ".join(f"{g.name} ({', '.join(n.name for n in g.plan.nodes)})" for g in whole.groups)
     n = len(whole.groups)
-    lines = [f"stack {whole.stack}: {n} replica groups: {members}",
-             (f"a change rolls: {roll.why}; {n - 1} of {n} groups serve meanwhile" if roll.can_roll
-              else f"a change does not roll: {roll.why}"), ""]
+    if whole.router is None:
+        members = ", ".join(f"{g.name} ({', '.join(n.name for n in g.plan.nodes)})" for g in whole.groups)
+        head = [f"stack {whole.stack}: {n} replica groups: {members}"]
+    else:
+        members = ", ".join(f"{g.name} ({g.context.role if g.context else '?'}: "
+                            f"{', '.join(n.name for n in g.plan.nodes)})" for g in whole.groups)
+        r = whole.router
+        head = [f"stack {whole.stack}: {n} prefill/decode groups: {members}",
+                f"router vllm-router {ROUTER_VERSION} on {whole.groups[0].plan.head.name} at {router_url(r)} "
+                f"(policy {r.policy}), behind the front door: prefill {', '.join(r.prefill_urls)}; decode "
+                f"{', '.join(r.decode_urls)}",
+                f"   {shlex.join(router_argv(r))}"]
+    lines = [*head, (f"a change rolls: {roll.why}; {n - 1} of {n} groups serve meanwhile" if roll.can_roll
+                     else f"a change does not roll: {roll.why}"), ""]
     for g in whole.groups:
         lines += [f"{'#' * 30} group {g.name} {'#' * 30}", "", render_plan(g.plan, full), ""]
     return "\n".join(lines).rstrip("\n")

@@ -35,34 +35,29 @@ What this module decides, and why:
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from stacks.model.errors import Problem
 from stacks.model.field_types import host_port, is_hostname, is_ip_literal
+from stacks.model.kv_transfer_config import REFUSED_ROUTER_POLICIES, ROUTER_POLICIES
+from stacks.model.kv_transfer_config import ROUTER_WHEEL_URL as ROUTER_WHEEL_URL  # where the wheel is fetched
 from stacks.planner.container_spec import LABEL_PREFIX, ContainerSpec, HealthcheckSpec, VolumeSpec
 
 ROUTER_PACKAGE = "vllm-router"
 ROUTER_VERSION = "0.1.17"
 ROUTER_WHEEL = "vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl"
 ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1f42694d"
-ROUTER_WHEEL_URL = ("https://files.pythonhosted.org/packages/26/99/48e47ba5847cbb3c3fabc65973a8de7c00ad429f29c3aace9"
-                    "54b56771431/" + ROUTER_WHEEL)
 ROUTER_SDIST_SHA256 = "6c37f9a8fb71ba3bda307f6a8a82792c0da86526dcddc97a81928929c4457d9d"
 """vllm_router-0.1.17.tar.gz: the source every `src/...` citation here and in checks/pd.py reads."""
+ROUTER_HOST_DIR = f"/var/lib/vllm-cluster/{ROUTER_PACKAGE}-{ROUTER_VERSION}"
+"""Where the head keeps the unpacked wheel (`wheel_install_script`), mounted read-only into the router."""
 ROUTER_MOUNT = "/opt/vllm-router"
 """Where the unpacked wheel is mounted, read-only, and put on PYTHONPATH."""
-POLICIES = ("cache_aware", "round_robin", "random", "consistent_hash")
-REFUSED_POLICIES = {
-    "power_of_two": "it polls each worker's /get_load (vllm-router src/routers/http/pd_router.rs:1219), which vLLM "
-                    "0.33.0 does not serve: every load reads the same, so it picks at random with extra requests",
-    "kv_aware": "it needs the prefills' KV event streams (--pd-kv-events, vllm-router "
-                "src/config/validation.rs:935-955), which this program does not wire",
-    "sticky_least_loaded": "it pins sessions by a session id the client sends and frees them on finish_session "
-                           "calls (vllm-router src/policies/sticky_least_loaded.rs:1-23); the stack's clients do "
-                           "neither",
-}
+POLICIES = ROUTER_POLICIES
+REFUSED_POLICIES = REFUSED_ROUTER_POLICIES
 ROUTER_POLICY_CHOICES = (*POLICIES, *REFUSED_POLICIES)
 """Every value the router's --policy accepts (py_src/vllm_router/router_args.py, `--policy` choices)."""
 MAX_INSTANCES = 64
@@ -257,3 +252,48 @@ def check_pd_argv(spec: RouterSpec, served_name: str, program: Sequence[str] = (
             "--decode-urls", ",".join(u.rstrip("/") for u in spec.decode_urls),
             "--served-name", served_name, "--api-key-env", api_key_env]
 
+
+
+def router_summary(spec: RouterSpec) -> dict[str, object]:
+    """The router as the plan shows it."""
+    return {"version": ROUTER_VERSION, "wheel_sha256": ROUTER_WHEEL_SHA256, "url": router_url(spec),
+            "metrics_url": router_metrics_url(spec), "prefill": list(spec.prefill_urls),
+            "decode": list(spec.decode_urls), "policy": spec.policy, "argv": router_argv(spec)}
+
+
+def wheel_install_script(url: str, dest: str = ROUTER_HOST_DIR) -> str:
+    """A POSIX shell script for the head: fetch the wheel from `url` (python3's urllib: https, http or file), refuse
+    it unless its sha256 is the pinned one, unpack it beside `dest` and swap it in. Idempotent: a `dest` holding the
+    pinned digest's marker is kept as it is. The wheel's own RECORD is not needed: the digest covers every byte."""
+    marker = f"{dest}/.vllm-cluster-sha256"
+    fetch = ("import shutil, sys, urllib.request\n"
+             "with urllib.request.urlopen(sys.argv[1], timeout=600) as r, open(sys.argv[2], 'wb') as f:\n"
+             "    shutil.copyfileobj(r, f)\n")
+    q = shlex.quote
+    return "\n".join([
+        "set -eu",
+        f"if [ -f {q(marker)} ] && [ \"$(cat {q(marker)})\" = {ROUTER_WHEEL_SHA256} ]; then",
+        f"  echo {q(f'vllm-router {ROUTER_VERSION}: already unpacked in {dest}')}; exit 0",
+        "fi",
+        "work=$(mktemp -d)",
+        "trap 'rm -rf \"$work\"' EXIT",
+        f"printf %b {q(fetch)} > \"$work/fetch.py\"",
+        f"url={q(url)}",
+        "python3 \"$work/fetch.py\" \"$url\" \"$work/router.whl\"",
+        "got=$(sha256sum \"$work/router.whl\" | cut -d' ' -f1)",
+        f"if [ \"$got\" != {ROUTER_WHEEL_SHA256} ]; then",
+        f"  echo \"vllm-router wheel from $url: sha256 $got, expected {ROUTER_WHEEL_SHA256} (vllm-router "
+        f"{ROUTER_VERSION} as PyPI serves it): not unpacked. Fetch the identical file, or fix "
+        "disaggregation.router.wheel_url\" >&2",
+        "  exit 1",
+        "fi",
+        "python3 -m zipfile -e \"$work/router.whl\" \"$work/unpacked\"",
+        "chmod -R a+rX \"$work/unpacked\"  # zip keeps no modes: every user reads the libraries",
+        f"mkdir -p {q(dest.rsplit('/', 1)[0])}",
+        f"rm -rf {q(dest + '.new')}",
+        f"mv \"$work/unpacked\" {q(dest + '.new')}",
+        f"echo {ROUTER_WHEEL_SHA256} > {q(dest + '.new/.vllm-cluster-sha256')}",
+        f"rm -rf {q(dest)}",
+        f"mv {q(dest + '.new')} {q(dest)}",
+        f"echo {q(f'vllm-router {ROUTER_VERSION}: unpacked into {dest}')}",
+    ])

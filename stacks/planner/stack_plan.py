@@ -7,10 +7,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from stacks.model.config import StackConfig
+from stacks.model.config import GroupConfig, StackConfig
 from stacks.model.errors import ConfigError, Problem
-from stacks.planner.groups import GroupContext, Rolling, contexts, group_problems, rolling
+from stacks.planner.groups import GroupContext, Rolling, contexts, disaggregated, group_problems, rolling, tier_urls
+from stacks.planner.kv_transfer import kv_transfer_problems
 from stacks.planner.plan import Plan, build_plan
+from stacks.planner.router import MAX_TIMEOUT_S, RouterSpec, router_problems, router_summary
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class StackPlan:
     stack: str
     groups: tuple[GroupPlan, ...]
     rolling: Rolling
+    router: RouterSpec | None = None
+    """Prefill/decode groups: the vllm-router on the stack's head, in front of every group."""
 
     @property
     def grouped(self) -> bool:
@@ -37,8 +41,12 @@ class StackPlan:
         """A stack without groups: its plan as before, plus `rolling`. With groups: every group's plan."""
         if not self.grouped:
             return {**self.groups[0].plan.to_json_dict(), "rolling": self.rolling.as_dict()}
-        return {"stack": self.stack, "rolling": self.rolling.as_dict(),
-                "groups": [{"name": g.name, "plan": g.plan.to_json_dict()} for g in self.groups]}
+        out: dict[str, Any] = {"stack": self.stack, "rolling": self.rolling.as_dict(),
+                               "groups": [{"name": g.name, "role": g.context.role if g.context else "replica",
+                                           "plan": g.plan.to_json_dict()} for g in self.groups]}
+        if self.router is not None:
+            out["router"] = router_summary(self.router)
+        return out
 
 
 def build_stack(stack: str, config: StackConfig) -> StackPlan:
@@ -49,6 +57,7 @@ def build_stack(stack: str, config: StackConfig) -> StackPlan:
     if problems:
         raise ConfigError(stack, problems)
     parts = contexts(config)
+    problems += tier_pair_problems(config, parts)
     plans: list[GroupPlan] = []
     found: dict[tuple[str, str, str, str | None, str | None, str | None], tuple[Problem, list[str]]] = {}
     for i, (group, sub, context) in enumerate(parts):
@@ -62,9 +71,56 @@ def build_stack(stack: str, config: StackConfig) -> StackPlan:
     for q, names in found.values():
         said = f"group {names[0]}" if len(names) == 1 else f"groups {', '.join(names)}"
         problems.append(dataclasses.replace(q, message=f"{said}: {q.message}"))
+    router = pd_router(config) if disaggregated(config) else None
+    if router is not None:
+        problems += [dataclasses.replace(p, key=f"disaggregation.{p.key}") for p in router_problems(router)]
     if problems:
         raise ConfigError(stack, problems)
-    return StackPlan(stack, tuple(plans), rolling(config))
+    return StackPlan(stack, tuple(plans), rolling(config), router)
+
+
+def tier_pair_problems(config: StackConfig, parts: list[tuple[GroupConfig, StackConfig, GroupContext]]
+                       ) -> list[Problem]:
+    """What would make a prefill group's KV cache fail to reach a decode group, for every pair of them
+    (stacks/planner/kv_transfer.py), each key as the stack file spells it and said once."""
+    settings = config.disaggregation
+    if settings is None or not disaggregated(config):
+        return []
+    index = {g.name: i for i, (g, _, _) in enumerate(parts)}
+    found: dict[tuple[str, str, str], Problem] = {}
+    for pg, psub, _ in (x for x in parts if x[0].role == "prefill"):
+        for dg, dsub, _ in (x for x in parts if x[0].role == "decode"):
+            for p in kv_transfer_problems(psub, dsub, settings):
+                tier = _subject_tier(p.message)
+                group = dg if tier == "decode" else pg
+                q = _in_group(p, index[group.name], dsub if tier == "decode" else psub, config)
+                q = dataclasses.replace(q, message=f"prefill group {pg.name} and decode group {dg.name}: {q.message}")
+                found.setdefault((q.key, repr(q.value), p.message), q)
+    return list(found.values())
+
+
+def _subject_tier(message: str) -> str:
+    """Which tier a KV transfer problem is about: the one its message names first (kv_transfer.py says "decode tier
+    TP 4 and prefill tier TP 3", "prefill tier: ..."); a message naming neither is about the stack's own keys."""
+    d, p = message.find("decode tier"), message.find("prefill tier")
+    return "decode" if d >= 0 and (p < 0 or d < p) else "prefill"
+
+
+def pd_router(config: StackConfig) -> RouterSpec | None:
+    """The router's spec: every prefill and decode group's API server, the settings of `disaggregation.router`,
+    and a start-up wait of the engines' own (`serving.engine_ready_timeout_s`, the stack's: not a group's modelled
+    load, which would restart the router on a change of one tier's shape)."""
+    settings = config.disaggregation
+    if settings is None:
+        return None
+    urls = tier_urls(config)
+    load_s = config.serving.engine_ready_timeout_s
+    r = settings.router
+    return RouterSpec(prefill_urls=tuple(urls["prefill"]), decode_urls=tuple(urls["decode"]), host="127.0.0.1",
+                      port=r.port, policy=r.policy, prefill_policy=r.prefill_policy, decode_policy=r.decode_policy,
+                      prometheus_host="127.0.0.1", prometheus_port=r.metrics_port,
+                      worker_startup_timeout_s=min(MAX_TIMEOUT_S, max(600, load_s)),
+                      request_timeout_s=r.request_timeout_s)
 
 
 def _in_group(problem: Problem, index: int, sub: StackConfig, config: StackConfig) -> Problem:
