@@ -218,3 +218,22 @@ def test_the_pd_check_ships_to_the_node_as_one_script() -> None:
     script = remote_script("pd")
     compile(script, "pd", "exec")
     assert "from checks." not in script and "def wait_ready" in script
+
+
+def test_real_vllm_accepted_every_ranks_argv_of_the_example_as_planned_now() -> None:
+    """tests/fixtures/vllm-0.33.0-pd-example.json (bench/pd_example_real_vllm.py): each of the example's four nodes'
+    argv through vLLM 0.33.0's serve parser and create_engine_config on CPU. The capture must be of the argv the
+    planner renders today, and vLLM derived the tier's role and the node's DP rank from it."""
+    from bench.pd_example_real_vllm import FIXTURE, planned_argv
+
+    capture = json.loads(FIXTURE.read_text())["planned"]
+    assert {name: case["argv"] for name, case in capture.items()} == planned_argv()
+    roles = {"prefill": "kv_producer", "decode": "kv_consumer"}
+    ranks = {"prefill gpu1": 0, "prefill gpu2": 1, "decode gpu3": 0, "decode gpu4": 8}
+    for name, case in capture.items():
+        assert "ok" in case, (name, case)
+        assert case["ok"]["kv_transfer_config"]["kv_role"] == roles[name.split()[0]]
+        assert case["ok"]["kv_transfer_config"]["kv_load_failure_policy"] == "fail"
+        assert case["ok"]["data_parallel_rank"] == ranks[name]
+    assert capture["decode gpu3"]["ok"]["all2all_backend"] == "deepep_low_latency"
+    assert capture["decode gpu3"]["ok"]["data_parallel_size"] == 16
