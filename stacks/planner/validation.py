@@ -106,7 +106,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     nccl_problems, nccl_warnings = nccl_log_rules(config, topology)
     result.problems += gpu_problems + nccl_problems + timeout_rules(config, load_s) + endpoint_name_rules(config)
     result.problems += monitoring_port_rules(config)
-    numa_problems, numa_warnings = numa_rules(config)
+    numa_problems, numa_warnings = numa_rules(config, topology)
     result.problems += numa_problems
     result.warnings += numa_warnings
     result.warnings += gpu_warnings + nccl_warnings + backend_rules(config, topology)
