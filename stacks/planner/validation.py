@@ -14,7 +14,7 @@ from stacks.model.config import DboConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.project import STACKS
 from stacks.model.s3_source import system_dir_reason
-from stacks.planner.cross_option_rules import expert_model_rules
+from stacks.planner.cross_option_rules import expert_model_rules, lora_model_rules
 from stacks.planner.fabric import fabric_problems
 from stacks.planner.findings import Validation
 from stacks.planner.gpus import known_gpu
@@ -98,6 +98,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
             "rollback) may run different builds; write image as repo:tag@sha256:<digest> (prod policy requires it)")
     if profile is not None:
         _model_rules(config, profile, image, result)
+        lora_problems, lora_warnings = lora_model_rules(profile, carded, _extra_items(config))
+        result.problems += lora_problems
+        result.warnings += lora_warnings
         if carded is not None:
             _registry_rules(config, profile, carded, result)
         _memory_rules(config, profile, topology, result)
