@@ -2,8 +2,9 @@
 
 Run inside a vLLM image (stdin to the image's interpreter) or with a venv's interpreter:
 
-    docker run --rm -i -e VLLM_TARGET_DEVICE=cpu --entrypoint python3 vllm/vllm-openai:v0.33.0 - < image_card_probe.py
-    VLLM_TARGET_DEVICE=cpu venv/bin/python image_card_probe.py > card.json
+    cat model_classes.py image_card_probe.py |
+        docker run --rm -i -e VLLM_TARGET_DEVICE=cpu --entrypoint python3 vllm/vllm-openai:v0.33.0 -
+    cat model_classes.py image_card_probe.py | VLLM_TARGET_DEVICE=cpu venv/bin/python - > card.json
 
 Stdlib + vllm (and what vllm itself imports) only. Every section is wrapped in try/except: a section that fails
 is recorded under "errors" (section -> "Type: message") and the rest of the card is still produced. Everything vLLM
@@ -31,7 +32,11 @@ Sections:
 - load_formats (probe 3): every `--load-format` the image's vLLM registers (its loader registry, after the general
   plugins ran, as EngineArgs does), each with its loader class and the optional packages that loader imports
   (LOADER_PACKAGES below, read from vLLM 0.33.0's loaders) and whether this interpreter has them
-  (importlib.util.find_spec, the distribution's version); safetensors_load_strategies and the packages they need.
+  (importlib.util.find_spec, the distribution's version); safetensors_load_strategies and the packages they need;
+- lora_architectures (probe 4): per registered architecture, the class vLLM imports on CUDA and whether it supports
+  LoRA (`supported` / `unsupported`: arch -> "file:line Class"; `unresolved`: arch -> why), read from the source by
+  checks/model_classes.py, which `stacks image-card` sends in front of this file (a card is taken on CPU, where
+  some architectures import another class).
 """
 
 import contextlib
@@ -49,7 +54,7 @@ from collections import abc as collections_abc
 from collections.abc import Iterator
 from typing import Any
 
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 T0 = time.monotonic()
 CARD: dict[str, Any] = {"probe_version": PROBE_VERSION, "errors": {}, "timings_s": {}}
 
@@ -796,6 +801,24 @@ with section("safetensors_load_strategies"):
     CARD["safetensors_load_strategies"] = {
         str(name): {"packages": {dist: _package(module, dist) for module, dist in STRATEGY_PACKAGES.get(name, ())}}
         for name in typing.get_args(_load.SafetensorsLoadStrategy)}
+
+with section("lora_architectures"):
+    # probe 4: which class CUDA imports per architecture and whether it supports LoRA, read from the source by
+    # checks/model_classes.py (sent in front of this file): importing here would read the CPU classes.
+    from vllm.model_executor.models import ModelRegistry as _model_registry
+
+    _reader = globals().get("lora_by_architecture")
+    if _reader is None:
+        raise RuntimeError("checks/model_classes.py was not sent in front of the probe (cat it first)")
+    _models: dict[str, Any] = dict(getattr(_model_registry, "models", {}))
+    _lazy = {arch: (str(m.module_name), str(m.class_name)) for arch, m in _models.items()
+             if hasattr(m, "module_name") and hasattr(m, "class_name")}
+    _lora = _reader(os.path.dirname(vllm.__file__), _lazy)
+    _lora["unresolved"].update({arch: "registered as a class object at run time" for arch in _models
+                                if arch not in _lazy})
+    CARD["lora_architectures"] = {
+        "platform": "cuda", "source": "the model registry's module and class per architecture, each module's "
+        "source read as on CUDA (current_platform.is_*() branches), supports_lora on the class or a base", **_lora}
 
 CARD["timings_s"]["total"] = round(time.monotonic() - T0, 3)
 if not CARD["errors"]:

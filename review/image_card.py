@@ -17,7 +17,7 @@ from typing import Any
 
 from stacks.model.config import parse_image_ref
 from stacks.planner.image_capabilities import canonical_ref
-from stacks.planner.image_cards import CARDS, PROBE, card_file_name, parse_card
+from stacks.planner.image_cards import CARDS, MODEL_CLASSES, PROBE, card_file_name, parse_card
 
 
 class CardError(Exception):
@@ -94,7 +94,7 @@ def take_card(image: str, python: str | None = None, out_dir: Path = CARDS, time
                         "vllm/vllm-openai:v0.33.0")
     repo_tag = canonical_ref(f"{parts['repository']}:{parts['tag']}")
     pinned = [str(parts["digest"])] if parts.get("digest") else []
-    probe = PROBE.read_text()
+    probe = MODEL_CLASSES.read_text() + "\n" + PROBE.read_text()  # the probe calls model_classes' reader
     if python is not None:
         env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
         done = _run([_interpreter(python), "-"], probe, timeout_s, env)

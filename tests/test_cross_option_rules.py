@@ -106,3 +106,38 @@ def test_eplb_on_a_model_class_without_it_is_refused_and_says_it_shows_only_at_m
     assert "gpt_oss.py:1369-1371" in problem.message and "gpu_model_runner.py:5061-5073" in problem.message
     assert "only at model load" in problem.message and "num_redundant_experts: 0" in (problem.fix or "")
     assert not [p for p in problems_of(variant(profile="gpt-oss-20b")) if p.key == "parallelism.expert"]
+
+
+def _lora(values: dict[str, Any], profile: str, *words: str) -> dict[str, Any]:
+    values["model"]["profile"] = profile
+    return _extra(values, *words)
+
+
+def test_lora_on_a_model_class_without_supports_lora_is_refused_from_the_image_card(
+        h20_values: dict[str, Any]) -> None:
+    """DeepSeek V4.1's CUDA class (vllm/models/deepseek_v41/nvidia/vl_model.py, the card's lora_architectures,
+    read from the 0.33.0 wheel) has no SupportsLoRA: vLLM 0.33.0 refuses --enable-lora when it builds the engine
+    config. DeepSeek V4's CUDA class has it (its CPU class does not: the card is read as on CUDA) and plans."""
+    problem = _refused(_lora(h20_values, "deepseek-v4.1-flash", "--enable-lora"), "serving.extra_args.0")
+    assert problem.value == "--enable-lora"
+    assert "DeepseekV41ForCausalLM is served on CUDA by vllm/models/deepseek_v41/nvidia/vl_model.py:118" \
+        in problem.message and "images/vllm_vllm-openai_v0.33.0.json: lora_architectures" in problem.message
+    assert "vllm/config/lora.py:147-155" in (problem.upstream or "") and "(engine start-up" in (problem.upstream or "")
+    assert "lora_model_runner_mixin.py:49-50" in (problem.upstream or "")
+    assert "drop --enable-lora" in (problem.fix or "") and CITED.search(problem.upstream or "")
+    plan_of(_lora(h20_values, "deepseek-v4-flash", "--enable-lora", "--max-loras", "2"))
+    plan_of(_lora(h20_values, "deepseek-v4.1-flash", "--no-enable-lora"))
+
+
+def test_lora_rule_without_the_card_field_is_a_warning_not_a_crash(h20_values: dict[str, Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A card taken before probe 4 has no lora_architectures: the plan says the rule was not checked."""
+    from stacks.planner.image_cards import all_cards
+
+    card = next(c for c in all_cards() if c.name == "vllm_vllm-openai_v0.33.0")  # the one the plan matches
+    monkeypatch.setitem(card.raw, "lora_architectures", None)
+    plan = plan_of(_lora(h20_values, "deepseek-v4.1-flash", "--enable-lora"))
+    assert any("supports LoRA was not checked" in w and "has no lora_architectures" in w for w in plan.warnings)
+    monkeypatch.setitem(card.raw, "lora_architectures", {"supported": {}, "unsupported": {}, "unresolved": "x"})
+    plan = plan_of(_lora(h20_values, "deepseek-v4.1-flash", "--enable-lora"))
+    assert any("could not resolve its class" in w for w in plan.warnings)

@@ -324,3 +324,65 @@ def test_image_card_python_that_is_no_interpreter_is_exit_2_naming_the_path(
     assert f"--python {python!r}" in out.stderr and said in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and "internal error" not in out.stderr
     assert not (tmp_path / "cards").exists()
+
+
+def test_model_class_reader_takes_the_cuda_branch_and_follows_bases(tmp_path: Path) -> None:
+    """checks/model_classes.py on a small tree shaped like vLLM 0.33.0's: a package that imports a CPU class
+    without LoRA where `current_platform.is_cpu()` and the NVIDIA one (SupportsLoRA through a base) otherwise;
+    a lazy `__getattr__` package; an `X = Y` alias; a class made by a call, which stays unresolved."""
+    from checks.model_classes import lora_by_architecture
+
+    files = {
+        "vllm/__init__.py": "",
+        "vllm/model_executor/__init__.py": "",
+        "vllm/model_executor/models/__init__.py": "",
+        "vllm/model_executor/models/interfaces.py":
+            "class SupportsLoRA(Protocol):\n    supports_lora: ClassVar[Literal[True]] = True\n"
+            "class SupportsPP(Protocol):\n    supports_pp = True\n",
+        "vllm/model_executor/models/plain.py":
+            "from torch import nn\nfrom .interfaces import SupportsPP\nfrom . import interfaces\n"
+            "class Base(nn.Module, interfaces.SupportsLoRA):\n    pass\n"
+            "class Plain(nn.Module, SupportsPP):\n    pass\n"
+            "class Lora(Base):\n    pass\nAlias = Lora\nMade = wrap(Lora)\n",
+        "vllm/models/__init__.py": "",
+        "vllm/models/split/__init__.py":
+            "from vllm.platforms import current_platform\nif current_platform.is_rocm():\n"
+            "    from .amd import Split\nelif current_platform.is_cpu():\n    from .cpu import Split\n"
+            "else:\n    from .nvidia import Split\n",
+        "vllm/models/split/cpu.py": "from torch import nn\nclass Split(nn.Module):\n    pass\n",
+        "vllm/models/split/nvidia.py":
+            "from vllm.model_executor.models.plain import Base\nclass Split(Base):\n    pass\n",
+        "vllm/models/lazy/__init__.py":
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .nvidia import Lazy\n"
+            "def __getattr__(name):\n    from .nvidia import Lazy\n    return Lazy\n",
+        "vllm/models/lazy/nvidia.py":
+            "from vllm.model_executor.models.interfaces import SupportsPP\nclass Lazy(SupportsPP):\n    pass\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    models = "vllm.model_executor.models.plain"
+    found = lora_by_architecture(str(tmp_path / "vllm"), {
+        "PlainArch": (models, "Plain"), "LoraArch": (models, "Lora"), "AliasArch": (models, "Alias"),
+        "MadeArch": (models, "Made"), "SplitArch": ("vllm.models.split", "Split"),
+        "LazyArch": ("vllm.models.lazy", "Lazy"), "GoneArch": ("vllm.models.gone", "Gone")})
+    assert found["supported"] == {"AliasArch": "vllm/model_executor/models/plain.py:8 Lora",
+                                  "LoraArch": "vllm/model_executor/models/plain.py:8 Lora",
+                                  "SplitArch": "vllm/models/split/nvidia.py:2 Split"}
+    assert found["unsupported"] == {"LazyArch": "vllm/models/lazy/nvidia.py:2 Lazy",
+                                    "PlainArch": "vllm/model_executor/models/plain.py:6 Plain"}
+    assert set(found["unresolved"]) == {"MadeArch", "GoneArch"}
+    assert "not a class statement" in found["unresolved"]["MadeArch"]
+
+
+def test_the_cards_say_which_committed_models_support_lora_on_cuda() -> None:
+    """Every committed model card's architecture is resolved in both cards' lora_architectures (read from the
+    wheels by checks/model_classes.py); DeepSeek V4.1's CUDA class has no SupportsLoRA, V3's and Llama's have."""
+    for card in (card_of_version("0.33.0"), card_of_version("0.32.0")):
+        lora = card.raw["lora_architectures"]
+        assert lora["platform"] == "cuda"
+        for model in sorted((ROOT / "models").glob("*.json")):
+            arch = json.loads(model.read_text())["architecture"]
+            assert arch in lora["supported"] or arch in lora["unsupported"], (card.name, model.name, arch)
+        assert "DeepseekV41ForCausalLM" in lora["unsupported"]
+        assert {"DeepseekV3ForCausalLM", "LlamaForCausalLM", "DeepseekV4ForCausalLM"} <= set(lora["supported"])

@@ -103,8 +103,8 @@ def test_numa_binding_lists_need_numa_bind_and_one_entry_per_gpu(prod_values: di
     assert "without --numa-bind" in str(refused.value) and "parallel.py:556-561" in str(refused.value)
     with pytest.raises(ConfigError) as short:
         plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-cpus", "0-3", "4-7"))
-    assert "lists 2 entries and node node1 (nodes.0) has 8 GPUs" in str(short.value)
-    assert "one entry per GPU: 8 entries" in str(short.value)
+    assert "lists 2 entries and the engine container on node node1 (nodes.0) sees 8 GPUs" in str(short.value)
+    assert "one entry per GPU the container sees: 8 entries" in str(short.value)
     plan = plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-nodes", *"00001111"))
     assert "--numa-bind-nodes" in (plan.nodes[0].containers[0].vllm_args or [])
     assert not any("numa" in w for w in plan.warnings)
@@ -132,3 +132,34 @@ def test_numa_binding_values_vllm_refuses_are_refused(prod_values: dict[str, Any
     assert upstream in (found[0].upstream or "") and "(engine start-up" in (found[0].upstream or "")
     assert found[0].key == "serving.extra_args" and found[0].fix
     plan_of(_numa(prod_values, "--numa-bind", "--numa-bind-cpus", *["0-3,8"] * 8))  # numactl's syntax plans
+
+
+def _external_numa(tensor: int, *words: str) -> dict[str, Any]:
+    from tests.test_external_load_balancing import external
+
+    values = external(nodes=1, tensor=tensor)
+    values["serving"]["extra_args"] = ["--numa-bind", *words]
+    return values
+
+
+def test_numa_lists_with_external_load_balancing_are_read_per_rank_container() -> None:
+    """External load balancing runs one container per DP rank, each seeing its own TP x PP GPUs as 0..k-1 and
+    all reading the same extra_args (vLLM 0.33.0: GPU index = local rank there, vllm/config/parallel.py:842-856).
+    A list of one rank's length is enough; a node-wide list whose later ranks' entries differ would bind them
+    to rank 0's NUMA nodes: refused; one whose entries repeat per rank plans."""
+    from stacks.model.errors import ConfigError
+
+    per_rank = plan_of(_external_numa(4, "--numa-bind-nodes", *"0000"))  # TP4: 2 ranks x 4 GPUs on one node
+    assert any("each of the 2 DP ranks' containers on node" in w and "bound alike" in w for w in per_rank.warnings)
+    with pytest.raises(ConfigError) as refused:
+        plan_of(_external_numa(4, "--numa-bind-nodes", *"00001111"))
+    problem = next(p for p in refused.value.problems if "dp_load_balancing: external" in p.message)
+    assert len(refused.value.problems) == 1 and problem.key == "serving.extra_args"
+    assert problem.value == "--numa-bind-nodes 0 0 0 0 1 1 1 1"
+    assert "DP rank 1 on node" in problem.message and "(GPUs 4-7) would be bound to 0 0 0 0" in problem.message
+    assert "vllm/utils/numa_utils.py:226-244" in problem.message and "drop --numa-bind-nodes" in (problem.fix or "")
+    with pytest.raises(ConfigError) as short:
+        plan_of(_external_numa(4, "--numa-bind-cpus", "0-3", "4-7"))
+    assert "each DP rank's container on node" in str(short.value) and "sees 4 GPUs" in str(short.value)
+    same = plan_of(_external_numa(4, "--numa-bind-nodes", *"00000000"))
+    assert not any("numa" in w for w in same.warnings)

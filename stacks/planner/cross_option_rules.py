@@ -1,5 +1,6 @@
 """vLLM 0.33.0's rules between options, and between options and the model, that the plan decides without the
-image: expert parallelism and EPLB against the model's class, LoRA and the OpenAI frontend
+image: expert parallelism and EPLB against the model's class, LoRA (against the model's class, by the image's
+card) and the OpenAI frontend
 (`validate_parsed_serve_args`); the scheduler's are in `managed_options.scheduler_problems`. Each refusal
 quotes the error vLLM raises and its file:line in the 0.33.0 wheel, and says when vLLM checks it (argument
 parsing, engine start-up, or model load, after the weights are read). Called from `managed_options.argv_problems`
@@ -14,6 +15,7 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.planner.image_cards import ImageCard
 from stacks.planner.model_cards import ModelProfile
 from stacks.planner.serve_options import ArgvItem
 
@@ -100,6 +102,48 @@ def lora_rules(items: list[ArgvItem]) -> list[Problem]:
                     upstream=f"ValueError (engine start-up): max_cpu_loras ({cpu_value}) must be >= max_loras "
                     f"({gpu_value}). (vllm/config/lora.py:123-127)",
                     fix=f"--max-cpu-loras {gpu_value} or more, or leave it out (it then equals max_loras)")]
+
+
+def lora_model_rules(profile: ModelProfile, card: ImageCard | None, items: list[ArgvItem]
+                     ) -> tuple[list[Problem], list[str]]:
+    """`--enable-lora` for a model whose class (the one vLLM imports on CUDA, from the image's card:
+    `lora_architectures`, read by checks/model_classes.py) does not support LoRA: refused. A card without the
+    field, or an architecture it could not resolve, is a warning that the rule was not checked."""
+    on = _on(items, "enable_lora")
+    impl = _last(items, "model_impl")
+    if on is None or (impl is not None and impl.values and impl.values[-1] not in ("auto", "vllm")):
+        return [], []  # another --model-impl (transformers, terratorch) serves another class
+    arch = profile.architecture
+    table = card.raw.get("lora_architectures") if card is not None else None
+    unsupported = table.get("unsupported") if isinstance(table, dict) else None
+    supported = table.get("supported") if isinstance(table, dict) else None
+    if not isinstance(unsupported, dict) or not isinstance(supported, dict):
+        where = (f"{card.path} has no lora_architectures (a card taken before probe 4: take it again with "
+                 f"`image-card`)" if card is not None else "the image has no card")
+        return [], [f"serving.extra_args {_shown(on)}: whether {profile.key}'s architecture {arch} supports LoRA "
+                    f"was not checked: {where}; vLLM refuses LoRA for a model class without SupportsLoRA when the "
+                    "engine starts"]
+    assert card is not None and isinstance(table, dict)  # the field came from it
+    if arch in supported:
+        return [], []
+    if arch not in unsupported:
+        unresolved = table.get("unresolved")
+        why = unresolved.get(arch, "not listed") if isinstance(unresolved, dict) else "not listed"
+        return [], [f"serving.extra_args {_shown(on)}: whether {arch} supports LoRA was not checked: {card.path} "
+                    f"could not resolve its class from the image's source ({str(why)[:200]})"]
+    where = str(unsupported[arch])[:200]
+    cls = where.rsplit(" ", 1)[-1]
+    return [Problem(
+        _at(on), _shown(on),
+        f"{profile.key}'s architecture {arch} is served on CUDA by {where} ({card.path}: "
+        "lora_architectures), a class that does not implement SupportsLoRA",
+        upstream=f"ValueError (engine start-up, when the engine config is built, before the weights load): LoRA is "
+                 f"not supported for {arch} (<model>). Supported models implement the `SupportsLoRA` interface. Run "
+                 "this model without `enable_lora`. (vllm/config/lora.py:147-155, called at vllm/config/vllm.py:"
+                 f"1592-1593); the model load would refuse it too: {cls} does not support LoRA yet. "
+                 "(vllm/v1/worker/lora_model_runner_mixin.py:49-50)",
+        fix="drop --enable-lora (and the --lora-modules / --max-lora* flags), or serve a model whose architecture "
+            "supports LoRA")], []
 
 
 def frontend_rules(items: list[ArgvItem]) -> list[Problem]:

@@ -29,6 +29,8 @@ CARDS = shipped("images")
 """The shipped cards, one JSON file per image (`python -m stacks image-card IMAGE` writes them in this checkout)."""
 
 PROBE = Path(__file__).resolve().parents[2] / "checks" / "image_card_probe.py"
+MODEL_CLASSES = PROBE.with_name("model_classes.py")
+"""Sent in front of the probe: it reads which class serves an architecture on CUDA from vLLM's source."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,7 @@ from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.gpus import expected_memory_gb, memory_fits
 from stacks.planner.observability import supervisor_host, watch_host
-from stacks.planner.topology import Topology
+from stacks.planner.topology import NodeTopology, Topology
 
 NUMACTL_CPUSET = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
 """numactl's CPU list syntax as vLLM 0.33.0 checks it (vllm/config/parallel.py:35)."""
@@ -137,11 +137,13 @@ def monitoring_port_rules(config: StackConfig) -> list[Problem]:
     return problems
 
 
-def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
+def numa_rules(config: StackConfig, topo: Topology) -> tuple[list[Problem], list[str]]:
     """`--numa-bind-nodes` / `--numa-bind-cpus` in `serving.extra_args`, decided without the image: vLLM 0.33.0
     refuses them without `--numa-bind` (vllm/config/parallel.py:556-561), and a worker whose GPU index is past
     the end of either list fails at start-up, after the weights are fetched (vllm/utils/numa_utils.py:238-242,
-    314-318: "Ensure the binding lists cover every visible GPU"). Each node sees its `gpus.count` GPUs."""
+    314-318: "Ensure the binding lists cover every visible GPU"). The index counts the GPUs its container sees
+    (its CUDA_VISIBLE_DEVICES): all the node's used GPUs, or with external load balancing one DP rank's TP x PP
+    (`_numa_containers`), and every container reads the same list."""
     from stacks.planner.managed_options import table_for  # managed reads the image card; the rules above need none
     from stacks.planner.serve_options import last_values, read_argv
 
@@ -162,21 +164,74 @@ def numa_rules(config: StackConfig) -> tuple[list[Problem], list[str]]:
                  for why, said, lines, fix in [bad]]
     for dest, items in lists.items():
         flag = "--" + dest.replace("_", "-")
-        for i, node in enumerate(config.nodes):
-            if len(items) < node.gpus.count:
-                problems.append(Problem(
-                    "serving.extra_args", f"{flag} {' '.join(items)}",
-                    f"lists {len(items)} entries and node {node.name} (nodes.{i}) has {node.gpus.count} GPUs: the "
-                    f"worker of GPU {len(items)} fails at start-up (\"GPU index {len(items)} exceeds {dest} "
-                    f"size {len(items)}\", vllm/utils/numa_utils.py:"
-                    f"{'238-242' if dest == 'numa_bind_nodes' else '314-318'})",
-                    fix=f"one entry per GPU: {node.gpus.count} entries, in GPU order"))
-                break
-            if len(items) > node.gpus.count:
-                warnings.append(f"serving.extra_args {flag}: {len(items)} entries and node {node.name} has "
-                                f"{node.gpus.count} GPUs; vLLM uses the first {node.gpus.count}")
-                break
+        short = next(((node, seen) for node, seen in _numa_containers(topo) if len(items) < seen), None)
+        if short is not None:
+            node, seen = short
+            what = (f"each DP rank's container on node {node.name} (nodes.{node.index}) sees {seen} GPUs (its TP x "
+                    f"PP, external load balancing)" if topo.external else
+                    f"the engine container on node {node.name} (nodes.{node.index}) sees {seen} GPUs")
+            problems.append(Problem(
+                "serving.extra_args", f"{flag} {' '.join(items)}",
+                f"lists {len(items)} entries and {what}: the worker of GPU {len(items)} fails at start-up "
+                f"(\"GPU index {len(items)} exceeds {dest} size {len(items)}\", vllm/utils/numa_utils.py:"
+                f"{'238-242' if dest == 'numa_bind_nodes' else '314-318'})",
+                fix=f"one entry per GPU the container sees: {seen} entries, in GPU order"))
+            continue
+        if topo.external:
+            refused, warned = _external_numa(flag, items, topo)
+            problems += refused
+            warnings += warned
+            continue
+        longest = max(_numa_containers(topo), key=lambda c: c[1], default=None)
+        if longest is not None and len(items) > longest[1]:
+            warnings.append(f"serving.extra_args {flag}: {len(items)} entries and node {longest[0].name} has "
+                            f"{longest[1]} GPUs; vLLM uses the first {longest[1]}")
     return problems, warnings
+
+
+def _numa_containers(topo: Topology) -> list[tuple[NodeTopology, int]]:
+    """(node, the GPUs one engine container there sees) for every node that runs engines: the node's used GPUs
+    (CUDA_VISIBLE_DEVICES, launch.engine_env), or with external load balancing one rank's TP x PP
+    (launch.rank_gpus). vLLM numbers a worker's GPU `local_rank + dp_local_rank x world_size`
+    (vllm/config/parallel.py:842-856), below what the container sees."""
+    per_rank = topo.tensor * topo.pipeline
+    return [(node, per_rank if topo.external else node.gpus_used) for node in topo.nodes if node.gpus_used]
+
+
+def _external_numa(flag: str, items: list[str], topo: Topology) -> tuple[list[Problem], list[str]]:
+    """External load balancing: every rank's container numbers its own GPUs from 0 (one engine, local DP rank 0:
+    vllm/v1/engine/utils.py:1376 with 281, set at vllm/v1/engine/core.py:1478, so GPU index = local rank,
+    vllm/config/parallel.py:842-856) and reads the same list. A list written for the whole node binds every rank
+    to the first rank's entries; one written per rank binds every rank of a node alike."""
+    per_rank = topo.tensor * topo.pipeline
+    dest = flag[2:].replace("-", "_")
+    for node in topo.nodes:
+        ranks = len(node.dp_ranks)
+        if ranks < 2:
+            continue
+        first = items[:per_rank]
+        if len(items) >= node.gpus_used:
+            for k, rank in enumerate(node.dp_ranks[1:], start=1):
+                meant = items[k * per_rank:(k + 1) * per_rank]
+                if meant != first:
+                    gpus = f"{k * per_rank}-{(k + 1) * per_rank - 1}" if per_rank > 1 else str(k * per_rank)
+                    return [Problem(
+                        "serving.extra_args", f"{flag} {' '.join(items)}",
+                        f"with parallelism.dp_load_balancing: external every DP rank runs in a container of its "
+                        f"own that sees only its {per_rank} GPU(s), numbered from 0, and all read this one list: "
+                        f"DP rank {rank} on node {node.name} (GPUs {gpus}) would be bound to {' '.join(first)} "
+                        f"(entries 0-{per_rank - 1}), not the {' '.join(meant)} this list gives its GPUs. vLLM "
+                        f"raises no error; it indexes {dest} by the container's own GPU index "
+                        "(vllm/utils/numa_utils.py:226-244 and 322-328, vllm/config/parallel.py:842-856)",
+                        fix=f"drop {flag} and keep --numa-bind: vLLM then reads the NUMA node of each container's "
+                            "own GPUs (vllm/platforms/cuda.py:847-853); or dp_load_balancing: hybrid (one "
+                            "container per node reads the whole list)")], []
+            continue
+        return [], [f"serving.extra_args {flag} {' '.join(items)}: with parallelism.dp_load_balancing: external "
+                    f"each of the {ranks} DP ranks' containers on node {node.name} reads these entries for its own "
+                    f"GPUs, so all {ranks} are bound alike; that is right only if their GPUs share those NUMA "
+                    f"nodes. Drop {flag} (keep --numa-bind) to let vLLM read each container's GPUs' NUMA nodes"]
+    return [], []
 
 
 def _numa_list_problem(dest: str, items: list[str]) -> tuple[str, str, str, str] | None:

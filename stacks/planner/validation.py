@@ -14,7 +14,7 @@ from stacks.model.config import DboConfig, StackConfig
 from stacks.model.errors import Problem
 from stacks.model.project import STACKS
 from stacks.model.s3_source import system_dir_reason
-from stacks.planner.cross_option_rules import expert_model_rules
+from stacks.planner.cross_option_rules import expert_model_rules, lora_model_rules
 from stacks.planner.fabric import fabric_problems
 from stacks.planner.findings import Validation
 from stacks.planner.gpus import known_gpu
@@ -98,6 +98,9 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
             "rollback) may run different builds; write image as repo:tag@sha256:<digest> (prod policy requires it)")
     if profile is not None:
         _model_rules(config, profile, image, result)
+        lora_problems, lora_warnings = lora_model_rules(profile, carded, _extra_items(config))
+        result.problems += lora_problems
+        result.warnings += lora_warnings
         if carded is not None:
             _registry_rules(config, profile, carded, result)
         _memory_rules(config, profile, topology, result)
@@ -106,7 +109,7 @@ def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Valida
     nccl_problems, nccl_warnings = nccl_log_rules(config, topology)
     result.problems += gpu_problems + nccl_problems + timeout_rules(config, load_s) + endpoint_name_rules(config)
     result.problems += monitoring_port_rules(config)
-    numa_problems, numa_warnings = numa_rules(config)
+    numa_problems, numa_warnings = numa_rules(config, topology)
     result.problems += numa_problems
     result.warnings += numa_warnings
     result.warnings += gpu_warnings + nccl_warnings + backend_rules(config, topology)
