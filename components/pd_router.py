@@ -32,7 +32,7 @@ class PdRouter:
 
 
 def router_name(config: StackConfig) -> str:
-    """The router's container name: the engines' name with `-router`."""
+    """The router's container name: the engines' name with `-router` (as the plan shows it, stack_plan.py)."""
     return f"{config.container.name}-router"
 
 

@@ -224,7 +224,7 @@ def test_different_kv_cache_layouts_are_refused_unless_the_model_is_mla() -> Non
 def test_a_host_buffer_is_refused_for_a_csa_linear_kv_cache() -> None:
     v41 = {"profile": "deepseek-v4.1-flash"}
     problem = one(kv_transfer_problems(prefill(**v41), decode(**v41), KvTransferConfig(buffer_device="cpu")),
-                  "kv_transfer.buffer_device")
+                  "disaggregation.buffer_device")
     assert "base_worker.py:1514-1517" in (problem.upstream or "")
     assert kv_transfer_problems(prefill(**v41), decode(**v41), PULL) == []
 

@@ -69,6 +69,9 @@ def test_each_tier_gets_its_kv_role_side_channel_and_the_router_sits_behind_the_
     out = whole.to_json_dict()
     assert [g["role"] for g in out["groups"]] == ["prefill", "decode"]
     assert out["router"]["argv"][:3] == ["vllm-router", "--vllm-pd-disaggregation", "--kv-connector"]
+    # what the deploy runs for the router is in the plan: its container (no key in it) and its two steps
+    assert out["router"]["container"]["secret_env"] == {"OPENAI_API_KEY": "api_key"}
+    assert [c["name"] for c in out["router"]["checks"]] == ["router-wheel", "check-pd"]
 
 
 def test_the_other_tier_is_let_through_each_tiers_firewall_and_only_then() -> None:
@@ -120,11 +123,14 @@ def test_a_prefill_tp_the_decode_cannot_read_names_the_prefill_groups_own_key() 
 
 @pytest.mark.parametrize("router, key, words", [
     ({"policy": "power_of_two"}, "disaggregation.router.policy", "get_load"),
-    ({"port": 29000}, "disaggregation", "both 29000"),
     ({"wheel_url": "https://example.com/r.whl\nrm -rf /"}, "disaggregation.router.wheel_url", "one line"),
     ({"wheel_url": "ftp://example.com/r.whl"}, "disaggregation.router.wheel_url", "https, http or file"),
     ({"wheel_url": "https://u:p@example.com/r.whl"}, "disaggregation.router.wheel_url", "credentials"),
     ({"wheel_url": "https://example.com/r.tar.gz"}, "disaggregation.router.wheel_url", ".whl"),
+    ({"wheel_url": "https://example.com/r.whl?token=s3cr3t"}, "disaggregation.router.wheel_url", "query"),
+    ({"wheel_url": "https://example.com:99999/r.whl"}, "disaggregation.router.wheel_url", "1-65535"),
+    ({"wheel_url": "file://otherhost/r.whl"}, "disaggregation.router.wheel_url", "absolute"),
+    ({"wheel_url": "file:///srv/../r.whl"}, "disaggregation.router.wheel_url", "absolute"),
 ])
 def test_router_settings_that_would_not_work_exit_2_with_key_and_fix(router: dict[str, Any], key: str,
                                                                    words: str) -> None:
@@ -132,6 +138,33 @@ def test_router_settings_that_would_not_work_exit_2_with_key_and_fix(router: dic
         parse_config("t", pd(router=router))
     found = {p.key: p.message for p in caught.value.problems}
     assert key in found and words in found[key], found
+
+
+@pytest.mark.parametrize("router, key, words", [
+    ({"port": 29000}, "disaggregation.router.metrics_port", "the router's own port"),
+    ({"port": 22}, "disaggregation.router.port", "sshd"),
+    ({"metrics_port": 8000}, "disaggregation.router.metrics_port", "vLLM's API"),
+    ({"port": 443}, "disaggregation.router.port", "the front door"),
+])
+def test_router_ports_taken_on_the_head_name_the_routers_key(router: dict[str, Any], key: str, words: str) -> None:
+    found = problems(pd(router=router))
+    assert key in found and words in found[key], found
+
+
+def test_a_router_port_another_listener_of_the_head_holds_names_the_routers_key() -> None:
+    found = problems(pd(router={"port": 5600}))
+    assert "disaggregation.router.port" in found, found
+    assert found["disaggregation.router.port"].startswith("group a: NIXL handshake (prefill tier")
+    assert "where the router runs" in found["disaggregation.router.port"]
+
+
+def test_a_side_channel_range_over_the_ssh_port_and_nixl_variables_by_hand_are_refused() -> None:
+    found = problems(pd(side_channel_port=22))
+    assert "sshd" in found["disaggregation.side_channel_port"], found
+    values = pd()
+    values["container"] = {**values["container"], "env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "7000", "UCX_TLS": "tcp"}}
+    found = problems(values)
+    assert "container.env.VLLM_NIXL_SIDE_CHANNEL_PORT" in found and "container.env.UCX_TLS" in found
 
 
 def _generations(whole: StackPlan) -> dict[str, str]:

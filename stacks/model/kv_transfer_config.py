@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from stacks.model.field_types import WHAT_WORKS, Port, StrictModel, refuse
 
@@ -155,8 +155,18 @@ class RouterConfig(StrictModel):
         parts = urlsplit(value)
         if parts.scheme not in WHEEL_URL_SCHEMES or not parts.path.endswith(".whl"):
             raise refuse("is not an https, http or file URL of a .whl file", fix)
-        if parts.username is not None or parts.password is not None:
-            raise refuse("carries credentials (they would sit in the plan and the state)", fix)
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment or \
+                value.endswith(("?", "#")):
+            raise refuse("carries credentials or a query (a token there would sit in the plan, the state and the "
+                         "deploy log)", fix + ", served without a token (the pinned sha256 is the check)")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise refuse("has a port that is not 1-65535", fix)
+        if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/") or "/../" in parts.path):
+            raise refuse("is not an absolute file:/// path on the head (no host, no ..)", fix)
         if parts.scheme != "file" and not parts.hostname:
             raise refuse("names no host", fix)
         return value
@@ -166,10 +176,3 @@ class DisaggregationConfig(KvTransferConfig):
     """Prefill and decode groups (`groups[].role`), the KV transfer between them and the router in front."""
 
     router: RouterConfig = Field(default_factory=RouterConfig, description="vllm-router on the head")
-
-    @model_validator(mode="after")
-    def _ports(self) -> DisaggregationConfig:
-        if self.router.port == self.router.metrics_port:
-            raise refuse(f"router.port and router.metrics_port are both {self.router.port}",
-                         "two different ports, e.g. 8090 and 29000")
-        return self

@@ -157,6 +157,32 @@ def _role_problems(config: StackConfig) -> list[Problem]:
         problems.append(Problem("api.proxy.enabled", False, "the router checks no client key (vllm-router 0.1.17 "
                                 "has no flag for one): it listens on the head's loopback, behind the front door",
                                 fix="api.proxy.enabled: true"))
+    problems += _router_port_problems(config)
+    for name in config.container.env:
+        if name.startswith(("VLLM_NIXL_", "UCX_")):
+            problems.append(Problem(f"container.env.{name}", config.container.env[name], "is set by the plan on "
+                                    "every prefill/decode engine (the side channel and UCX devices, per node)",
+                                    fix="disaggregation.side_channel_port / side_channel_network; a UCX_* setting "
+                                        "in fabric.env"))
+    return problems
+
+
+def _router_port_problems(config: StackConfig) -> list[Problem]:
+    """The router's two loopback ports on the head must be free there: sshd, vLLM's own API port and the front
+    door hold theirs on every address."""
+    if config.disaggregation is None:
+        return []
+    router, head = config.disaggregation.router, config.head
+    taken = {22: "sshd", head.ssh.port: "sshd (nodes[0].ssh.port)", config.serving.port: "vLLM's API (serving.port)",
+             config.api.proxy.port: "the front door (api.proxy.port)"}
+    problems = []
+    for key, port in (("port", router.port), ("metrics_port", router.metrics_port)):
+        if port in taken:
+            problems.append(Problem(f"disaggregation.router.{key}", port, f"{taken[port]} listens on {port} on "
+                                    f"{head.name}, where the router runs", fix="another port, e.g. 8090 or 29000"))
+    if router.port == router.metrics_port:
+        problems.append(Problem("disaggregation.router.metrics_port", router.metrics_port, "is the router's own "
+                                "port (disaggregation.router.port)", fix="two different ports, e.g. 8090 and 29000"))
     return problems
 
 

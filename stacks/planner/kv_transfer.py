@@ -310,7 +310,7 @@ def _block_problems(tiers: dict[Tier, StackConfig], profiles: dict[Tier, ModelPr
             upstream = ("AssertionError: Different local/remote block sizes are not supported when P TP > D TP. "
                         "(kv_connector/v1/nixl/base_worker.py:2940-2944)")
         elif settings.buffer_device == "cpu":
-            why = f"block sizes differ ({lb}, {rb}) with kv_transfer.buffer_device cpu"
+            why = f"block sizes differ ({lb}, {rb}) with disaggregation.buffer_device cpu"
             upstream = ("AssertionError: Heterogeneous block sizes are not supported with host buffer "
                         "(kv_connector/v1/nixl/base_worker.py:2780-2787)")
         if why:
@@ -329,10 +329,10 @@ def _block_problems(tiers: dict[Tier, StackConfig], profiles: dict[Tier, ModelPr
             "none"))
     if settings.buffer_device == "cpu" and profile is not None and profile.model_type in CSA_LINEAR_MODEL_TYPES:
         problems.append(Problem(
-            "kv_transfer.buffer_device", "cpu", f"{profile.key} has a CSA-linear KV cache "
+            "disaggregation.buffer_device", "cpu", f"{profile.key} has a CSA-linear KV cache "
             f"({CSA_LINEAR_MODEL_TYPES[profile.model_type]}), whose shared tensors a host buffer does not preserve",
             upstream="NotImplementedError: NIXL host staging does not preserve CSA-linear shared tensors. "
-            "(kv_connector/v1/nixl/base_worker.py:1514-1517)", fix="kv_transfer.buffer_device: cuda"))
+            "(kv_connector/v1/nixl/base_worker.py:1514-1517)", fix="disaggregation.buffer_device: cuda"))
     return problems
 
 
@@ -375,7 +375,17 @@ def _clashes(tier: Tier, config: StackConfig, channels: list[SideChannel],
     table = listener_table(config, topo,
                            multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
     problems: list[Problem] = []
+    ssh = {n.name: {22, n.ssh.port} for n in config.nodes}
     for channel in channels:
+        held = sorted(p for p in ssh.get(channel.node, set()) if channel.first_port <= p <= channel.last_port)
+        if held:
+            problems.append(Problem(
+                "disaggregation.side_channel_port", settings.side_channel_port,
+                f"{tier} tier: the NIXL handshake listener(s) on {channel.node} ({_ports(channel)}) include port "
+                f"{held[0]}, which sshd holds on every address: one fails to bind "
+                "(zmq.error.ZMQError: Address already in use)",
+                fix="a side_channel_port whose range avoids the SSH ports, e.g. 5600"))
+            continue
         hit = next((x for x in table if x.node == channel.node and not x.ephemeral and _overlaps(x, channel)), None)
         if hit is not None:
             problems.append(Problem(

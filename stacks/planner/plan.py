@@ -246,7 +246,15 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
     table = listener_table(config, topo,
                            multinode_master_port=config.parallelism.master_port if topo.spans_nodes else None)
     if tier and group is not None:
-        table += tier_listeners(config, tier[0], tier[1], group)
+        rows = tier_listeners(config, tier[0], tier[1], group)
+        taken = [Problem(f"disaggregation.router.{'port' if r.port == tier[0].router.port else 'metrics_port'}",
+                         r.port, f"{x.purpose} ({x.process}) listens on {x.ports} on {r.node}, where the router "
+                         "runs", fix="another port for the router")
+                 for r in rows if r.role == "router" for x in [*table, *(y for y in rows if y.role != "router")]
+                 if x.node == r.node and x.port <= r.port <= (x.port_end or x.port) and not x.ephemeral]
+        if taken:
+            raise ConfigError(stack, taken)
+        table += rows
     clashes = listener_problems(table)
     if clashes:
         raise ConfigError(stack, clashes)

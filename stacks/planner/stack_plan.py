@@ -12,7 +12,15 @@ from stacks.model.errors import ConfigError, Problem
 from stacks.planner.groups import GroupContext, Rolling, contexts, disaggregated, group_problems, rolling, tier_urls
 from stacks.planner.kv_transfer import kv_transfer_problems
 from stacks.planner.plan import Plan, build_plan
-from stacks.planner.router import MAX_TIMEOUT_S, RouterSpec, router_problems, router_summary
+from stacks.planner.router import (
+    MAX_TIMEOUT_S,
+    ROUTER_HOST_DIR,
+    ROUTER_WHEEL_SHA256,
+    RouterSpec,
+    router_container,
+    router_problems,
+    router_summary,
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,18 @@ class StackPlan:
                                "groups": [{"name": g.name, "role": g.context.role if g.context else "replica",
                                            "plan": g.plan.to_json_dict()} for g in self.groups]}
         if self.router is not None:
-            out["router"] = router_summary(self.router)
+            head = self.groups[0].config
+            container = router_container(self.router, f"{head.container.name}-router", head.image.pull_ref,
+                                         ROUTER_HOST_DIR, self.stack)
+            out["router"] = {**router_summary(self.router), "node": head.head.name,
+                             "container": container.model_dump(), "checks": [
+                                 {"name": "router-wheel", "node": head.head.name,
+                                  "proves": f"the wheel at disaggregation.router.wheel_url has sha256 "
+                                            f"{ROUTER_WHEEL_SHA256} and is unpacked in {ROUTER_HOST_DIR}"},
+                                 {"name": "check-pd", "node": head.head.name, "module": "checks.pd",
+                                  "proves": "the golden prompt through the router with the decode's evidence that "
+                                            "KV moved, and every prefill x decode pair once (inside the router's "
+                                            "container)"}]}
         return out
 
 
