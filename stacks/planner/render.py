@@ -161,9 +161,9 @@ def render_stack(whole: StackPlan, full: bool = True) -> str:
                 f"(policy {r.policy}), behind the front door: prefill {', '.join(r.prefill_urls)}; decode "
                 f"{', '.join(r.decode_urls)}",
                 f"   {shlex.join(router_argv(r))}",
-                f"   after every group: router-wheel (the pinned wheel, sha256-checked, on {whole.groups[0].plan.head.name})"
-                " -> the router container -> check-pd (the golden prompt through the router with the decode's KV "
-                "evidence, and every prefill x decode pair)"]
+                f"   after every group: router-wheel (the pinned wheel, sha256-checked, on "
+                f"{whole.groups[0].plan.head.name}) -> the router container -> check-pd (the golden prompt through "
+                "the router with the decode's KV evidence, and every prefill x decode pair)"]
     lines = [*head, (f"a change rolls: {roll.why}; {n - 1} of {n} groups serve meanwhile" if roll.can_roll
                      else f"a change does not roll: {roll.why}"), ""]
     for g in whole.groups:
