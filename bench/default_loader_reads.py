@@ -14,7 +14,9 @@ copy's rate, CPU only (the host half; the copy to a GPU is not measured here). A
 vLLM.
 
 - `none`: iterate, copy nothing; `tp8-rows` / `tp8-cols`: copy a TP=8 slice of each tensor on dim 0 / dim 1;
-- `ep16`: copy one tensor in 16 whole (a rank's own experts under EP=16); `full`: copy every byte.
+- `ep16`: copy one tensor in 16 whole (a rank's own experts under EP=16); `full`: copy every byte;
+- `multithread-none`: the multi-thread loader's iterator (`enable_multithread_load`, weight_utils.py:1252-1279:
+  `safetensors.torch.load_file` per shard), copy nothing.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from pathlib import Path
 
 ROWS, COLS = 4096, 16384
 """One bf16 tensor: 128 MiB, a row 32 KiB (a TP=8 slice of a row is one 4 KiB page). At least 16 per file."""
-MODES = ("none", "tp8-rows", "tp8-cols", "ep16", "full")
+MODES = ("none", "tp8-rows", "tp8-cols", "ep16", "full", "multithread-none")
 
 CONSUMER = r'''
 import json, sys, time
 import torch
-from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+from vllm.model_executor.model_loader.weight_utils import (
+    multi_thread_safetensors_weights_iterator,
+    safetensors_weights_iterator,
+)
 
 def rss_file() -> int:
     for line in open("/proc/self/status"):
@@ -46,7 +51,9 @@ def rss_file() -> int:
 path, mode = sys.argv[1], sys.argv[2]
 held, copied = [], 0
 before, start = rss_file(), time.perf_counter()
-for i, (name, tensor) in enumerate(safetensors_weights_iterator([path], use_tqdm_on_load=False)):
+iterator = (multi_thread_safetensors_weights_iterator if mode.startswith("multithread")
+            else safetensors_weights_iterator)
+for i, (name, tensor) in enumerate(iterator([path], use_tqdm_on_load=False)):
     held.append(tensor)  # keep every view alive: what is mapped stays counted
     part = {"tp8-rows": lambda t: t.narrow(0, 0, t.shape[0] // 8),
             "tp8-cols": lambda t: t.narrow(1, 0, t.shape[1] // 8),
@@ -88,11 +95,17 @@ def main() -> int:
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--file-gb", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated subset of {', '.join(MODES)}")
     args = parser.parse_args()
     python = os.environ.get("VLLM_PYTHON")
     if not python:
         print("set VLLM_PYTHON to an interpreter that has vLLM 0.33.0 installed (VLLM_TARGET_DEVICE=cpu is set "
               "for it)", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.modes.split(",")) - set(MODES))
+    if unknown:
+        print(f"--modes {args.modes}: no such consumer {', '.join(unknown)}; give a subset of {', '.join(MODES)}",
+              file=sys.stderr)
         return 2
     if args.runs < 5:
         print(f"--runs {args.runs}: give at least 5 (a median of fewer says little)", file=sys.stderr)
@@ -102,7 +115,7 @@ def main() -> int:
         path = Path(work) / "model-00001-of-00001.safetensors"
         file_gb = write_shard(path, args.file_gb) / 1e9
         rows = []
-        for mode in MODES:
+        for mode in args.modes.split(","):
             runs = []
             for _ in range(args.runs):
                 warm(path)
