@@ -14,6 +14,9 @@ from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner.model_cards import get_profile
 from stacks.planner.outage import (
     MULTITHREAD_GB_PER_S,
+    PAGE_CACHE_GB_PER_S,
+    PAGE_CACHE_RUN,
+    PAGE_CACHE_SOURCE,
     cold_outage,
     multithread_load,
     node_warm_gb,
@@ -129,7 +132,7 @@ def test_the_multi_thread_loader_uses_its_cited_rate_and_says_where_it_comes_fro
     load = {p.name: p for p in threaded.phases}["load-page-cache"]
     assert load.seconds == math.ceil(rank_read_gb(config, profile) / MULTITHREAD_GB_PER_S)
     assert "vllm-omni#4896" in load.source and "the multi-thread loader" in load.figure
-    assert {p.name: p for p in default.phases}["load-page-cache"].source.startswith("NOT YET MEASURED")
+    assert {p.name: p for p in default.phases}["load-page-cache"].source == PAGE_CACHE_SOURCE
     assert threaded.total_s < default.total_s
 
 
@@ -151,3 +154,31 @@ def test_the_multi_thread_loader_reads_every_expert_even_with_the_ep_filter() ->
     assert rank_read_gb(config, profile) < total
     assert rank_read_gb(config, profile, multithread=True) == total
     assert node_warm_gb(config, profile, topo, multithread=True) == total
+
+
+def test_the_default_loaders_rate_is_no_more_than_the_cited_runs_per_rank_figure() -> None:
+    """The cited run's checkpoint over its ranks and its slowest rank's seconds bounds the figure from above (a rank
+    copies only its share; vLLM skipped part of that checkpoint), and the source quotes that run."""
+    run = PAGE_CACHE_RUN
+    assert run["checkpoint_gb"] / run["ranks"] / run["seconds"] >= PAGE_CACHE_GB_PER_S
+    for figure in (f"{run['checkpoint_gb']:g} GB", f"{run['seconds']:g} s", "InstantTensor", "tmpfs",
+                   f"{PAGE_CACHE_GB_PER_S:g}"):
+        assert figure in PAGE_CACHE_SOURCE, figure
+
+
+def test_prods_staged_restart_with_the_default_loader_is_within_ten_minutes_and_sourced() -> None:
+    """Issue 33: prod's image change (vLLM's default loader, no EP filter) models at 10 min or less, staged, and no
+    phase's source is a placeholder."""
+    config, profile, topo = _stack("prod")
+    plan = build_plan("prod", config)
+    outage = plan.model["outage"]
+    assert outage["applies"] == "staged"
+    staged = outage["staged"]
+    assert staged["total_s"] <= 600, staged
+    assert staged["total_s"] == staged_outage(config, profile, topo).total_s
+    load = {p["name"]: p for p in staged["phases"]}["load-page-cache"]
+    assert load["seconds"] == math.ceil(rank_read_gb(config, profile) / PAGE_CACHE_GB_PER_S)
+    assert "the default loader" in load["figure"]
+    for phase in staged["phases"]:
+        assert phase["source"] and "NOT YET MEASURED" not in phase["source"], phase
+        assert "placeholder" not in phase["source"], phase

@@ -13,12 +13,15 @@ Two shapes of the same restart:
   serves) ran first, so each rank reads its tensors from the page cache; what the warming could not hold is read
   from disk as in `cold`. The plan uses it when it plans the warming (`page-cache-<node>` checks).
 
-What a rank reads (vLLM 0.33.0, model_executor/model_loader/weight_utils.py:1240-1248,
-`safetensors_weights_iterator`): every tensor of every shard (`f.get_tensor(name)`), the non-local experts only
-dropped afterwards by the model's `load_weights`; with `--enable-ep-weight-filter` (parallelism.ep_weight_filter)
-the iterator skips the other ranks' experts before reading them (`should_skip_weight`; default_loader.py:426-450,
-off with EPLB). So a rank's bytes are the whole checkpoint, or with the filter the non-expert weights plus its
-1/EP of the experts.
+What a rank reads (vLLM 0.33.0, model_executor/model_loader/weight_utils.py:1243-1249,
+`safetensors_weights_iterator`): it calls `f.get_tensor(name)` for every tensor of every shard, but safetensors'
+`get_tensor` returns a view of the file's mmap, so a page is read only when the model's weight loader copies from
+it: a TP slice (`narrow`), a local expert (a non-local one returns untouched: layers/fused_moe/routed_experts.py:
+735-737), a replicated weight whole (bench/default_loader_reads.py runs vLLM's own iterator: iterating copies and
+maps nothing, docs/speed.md#outage-figures). With `--enable-ep-weight-filter` (parallelism.ep_weight_filter) the
+iterator does not even map the other ranks' experts (`should_skip_weight`; default_loader.py:426-450, off with
+EPLB). The model counts a rank's bytes as the whole checkpoint, or with the filter the non-expert weights plus its
+1/EP of the experts: an upper bound of what it copies, so the page-cache phase is an upper bound too.
 """
 
 from __future__ import annotations
@@ -36,13 +39,23 @@ STOP_SOURCE = ("the engine containers carry no `destroy_grace_seconds`, so the d
                "without a stop attempt (pulumi_docker Container `destroy_grace_seconds`: \"If defined will attempt "
                "to stop the container before destroying\"); `docker rm -f` of a running engine container took "
                "under 1 s here (bench/container_stop.py, docs/speed.md), counted as 5 s for the GPUs' release")
-PAGE_CACHE_GB_PER_S = 1.0
-"""GB one rank's default (one-thread) loader moves from the page cache to its GPU per second: a placeholder until
-bench/page_cache_load.py has run on a GPU node (docs/speed.md#outage-figures)."""
-PAGE_CACHE_SOURCE = ("NOT YET MEASURED on a GPU node: 1 GB/s per rank is a placeholder for vLLM's default "
-                     "one-thread loader. bench/page_cache_load.py (safetensors `get_tensor` + copy to the GPU from a "
-                     "warm page cache, as vLLM 0.33.0's default loader) gave 0.38-1.24 GB/s on the CPU of a loaded "
-                     "2-core VM, which is no node's figure; run it on a node (docs/speed.md#outage-figures)")
+PAGE_CACHE_RUN: dict[str, float] = {"checkpoint_gb": 688.6, "ranks": 8, "seconds": 22.6}
+"""The cited warm load of vLLM's default loader (PAGE_CACHE_SOURCE): DeepSeek-R1 on one host of 8 H200, TP8 + EP8."""
+PAGE_CACHE_GB_PER_S = 3.7
+"""GB one rank of vLLM's default (one-thread) loader copies from the page cache to its GPU per second, 8 ranks per
+host: the cited run's checkpoint split over its 8 ranks per second of its slowest rank, 688.6 / 8 / 22.6 = 3.81,
+taken down to 3.7 as vLLM skips R1's MTP layer (14B of its 685B weights; vLLM 0.33.0 models/deepseek_v2.py:1653-1655)
+and a replicated weight copied by every rank only adds to the ranks' bytes. The model applies it to every byte of the
+checkpoint (an upper bound of what a rank copies), so the phase's seconds are an upper bound."""
+PAGE_CACHE_SOURCE = (
+    "cited, not measured here: InstantTensor's benchmark (github.com/scitix/InstantTensor docs/benchmark.md, "
+    "'Test on in-memory file system (tmpfs)', linked from vLLM's docs models/extensions/instanttensor.md) loaded "
+    "DeepSeek-R1 (688.6 GB of safetensors) with vLLM's default safetensors loader on one host of 8 H200, TP=8 "
+    "EP=8, from tmpfs (memory, as a warm page cache) in 22.6 s to the slowest GPU; 1 H200 loaded Qwen3-30B-A3B "
+    "(61.07 GB, every byte) in 12.7 s, 4.81 GB/s. A rank copies only its share (safetensors' get_tensor is an mmap "
+    "view: bench/default_loader_reads.py), so R1's 8 ranks moved one copy between them: 688.6 GB / 8 / 22.6 s = "
+    "3.8 GB/s per rank with 8 ranks per host, taken as 3.7 (vLLM skips R1's MTP layer, about 2 %) and applied to "
+    "the whole checkpoint, an upper bound of what a rank copies")
 MULTITHREAD_GB_PER_S = 4.0
 """GB per second per rank with vLLM's multi-thread loader (`enable_multithread_load`): a cited figure."""
 MULTITHREAD_SOURCE = (
