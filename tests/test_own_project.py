@@ -75,7 +75,7 @@ def test_a_plan_in_the_project_reads_its_stack_without_the_variable(project: Pat
 @pytest.mark.parametrize(("argv", "said"), [
     (["DIR_NONEMPTY"], "init: DIR '{dir}': is not empty (init never overwrites files); give a new or empty "
                        "directory"),
-    (["new", "--example", "nope"], "init: --example 'nope': is not a shipped example; one of: lab, three-node, "
+    (["new", "--example", "nope"], "init: --example 'nope': is not a shipped example; one of: lab, pd, three-node, "
                                    "two-node, wide-ep"),
     (["../up"], "init: DIR '../up': contains '..'; give a new or empty directory"),
     (["bad\nname"], "init: DIR 'bad\\nname': has control characters or is empty; give a new or empty directory"),

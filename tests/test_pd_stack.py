@@ -107,6 +107,8 @@ def test_disaggregation_without_prefill_or_decode_groups_is_refused() -> None:
     values = fronted(lab())
     values["disaggregation"] = {}
     assert "nothing uses it" in problems(values)["disaggregation"]
+    values.pop("groups")
+    assert "no prefill or decode group" in problems(values)["disaggregation"]
 
 
 def test_a_prefill_tp_the_decode_cannot_read_names_the_prefill_groups_own_key() -> None:

@@ -70,6 +70,10 @@ class StackPlan:
 
 def build_stack(stack: str, config: StackConfig) -> StackPlan:
     """Plan every group; raises ConfigError with the problems of every group at once, each key under its group."""
+    if not config.groups and config.disaggregation is not None:
+        raise ConfigError(stack, [Problem("disaggregation", "set", "a stack without groups has no prefill or decode "
+                                          "group to use it", fix="declare groups with role prefill and decode "
+                                          "(docs/disaggregation.md), or remove disaggregation:")])
     if not config.groups:
         return StackPlan(stack, (GroupPlan(None, config, None, build_plan(stack, config)),), rolling(config))
     problems = group_problems(config)
