@@ -109,17 +109,18 @@ def _plan(args: argparse.Namespace) -> int:
 def _nginx_conf(args: argparse.Namespace) -> int:
     try:
         config = load_stack(args.stack, args.set, assume_secret=args.assume_secret)
-        build_plan(args.stack, config)
+        whole = build_stack(args.stack, config)
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
         return 2
+    front = whole.groups[0]  # with groups: the first group holds the front door (stacks/planner/groups.py)
     if not config.api.proxy.enabled:
         print(f"stack {args.stack!r}: api.proxy.enabled is false; there is no proxy config (to see one: "
               f"{STACKS_VENV} nginx-conf {args.stack} --set api.proxy.enabled=true --set "
               "serving.host=127.0.0.1 --assume-secret api_key --assume-secret proxy_keys.team-a --assume-secret "
               "tls_certificate --assume-secret tls_private_key)", file=sys.stderr)
         return 2
-    print(masked_nginx_conf(front_door(config), sorted(config.proxy_keys or {})), end="")
+    print(masked_nginx_conf(front_door(front.config, front.context), sorted(config.proxy_keys or {})), end="")
     return 0
 
 

@@ -272,3 +272,30 @@ def test_real_vllm_accepted_every_ranks_argv_of_the_example_as_planned_now() -> 
         assert case["ok"]["data_parallel_rank"] == ranks[name]
     assert capture["decode gpu3"]["ok"]["all2all_backend"] == "deepep_low_latency"
     assert capture["decode gpu3"]["ok"]["data_parallel_size"] == 16
+
+
+def test_a_side_channel_port_in_the_ephemeral_range_is_warned_under_its_key() -> None:
+    whole = stack(pd(side_channel_port=40000))
+    warned = [w for w in whole.groups[0].plan.warnings if w.startswith("disaggregation.side_channel_port:")]
+    assert warned and "40000" in warned[0] and "ephemeral range" in warned[0]
+
+
+def test_nginx_conf_of_a_prefill_decode_stack_shows_the_router_as_the_upstream(tmp_path: Path) -> None:
+    """`stacks nginx-conf` of a grouped stack prints the first group's front door (it refused grouped stacks)."""
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "examples" / "Pulumi.pd.yaml").read_text())
+    (tmp_path / "Pulumi.pd.yaml").write_text(yaml.safe_dump(doc))
+    secrets = [w for k in ("api_key", "proxy_keys.team-a", "tls_certificate", "tls_private_key")
+               for w in ("--assume-secret", k)]
+    done = subprocess.run([sys.executable, "-m", "stacks", "nginx-conf", "pd", *secrets], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={"VLLM_CLUSTER_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    upstream = done.stdout.split("upstream vllm {", 1)[1].split("}", 1)[0]
+    assert 'server "127.0.0.1:8090"' in upstream and "8000" not in upstream

@@ -33,7 +33,7 @@ from stacks.model.errors import Problem
 from stacks.model.kv_transfer_config import KvTransferConfig
 from stacks.planner.exposure import admits_outside, bind_reachable
 from stacks.planner.fabric import control_ip
-from stacks.planner.listeners import Listener, cluster_addresses, collapse, listener_table
+from stacks.planner.listeners import SRC_SIDE_CHANNEL, Listener, cluster_addresses, collapse, listener_table
 from stacks.planner.managed_options import table_for
 from stacks.planner.model_cards import CardProblem, ModelProfile, get_profile
 from stacks.planner.serve_options import ArgvItem, read_argv
@@ -160,7 +160,7 @@ def side_channel_listeners(config: StackConfig, settings: KvTransferConfig, tier
             public=admits_outside(sources, trusted) and bind_reachable(channel.host, private),
             role=f"{tier}-engine", process="vllm serve (engine core's NIXL scheduler)",
             reach="cluster", internal=True, ephemeral=False, allowed_sources=sources,
-            source="vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:76-80, 324-340"))
+            source=SRC_SIDE_CHANNEL))
     return out
 
 

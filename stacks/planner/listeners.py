@@ -129,6 +129,10 @@ SRC_NCCL = ("NVIDIA/nccl src/bootstrap.cc (bootstrapNetIfAddr from NCCL_SOCKET_I
             "sockets bind it with port 0), src/transport/net_ib.cc / net_socket.cc (listen on the same address)")
 SRC_NCCL_RAS = "NVIDIA/nccl src/ras/client_support.cc rasClientInitSocket (\"localhost:28028\", NCCL_RAS_ADDR)"
 SRC_PROXY = "stacks/planner/proxy.py (nginx.conf `listen api.proxy.bind:api.proxy.port`)"
+SRC_SIDE_CHANNEL = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:76-80, 324-340"
+"""Where a prefill/decode engine binds its NIXL handshake listener (stacks/planner/kv_transfer.py)."""
+SRC_ROUTER = "stacks/planner/router.py (--host/--prometheus-host 127.0.0.1)"
+"""The router's two loopback ports (stacks/planner/plan.py `tier_listeners`)."""
 SRC_COLLECTIVE = ("checks/collective.py (a socket bound to --master-addr:--master-port, handed to "
                   "TCPStore(master_listen_fd=...)); components/collective_check.py")
 
@@ -590,7 +594,8 @@ _KEYS = {SRC_PROXY: "api.proxy.port", SRC_API: "serving.port", SRC_API_HYBRID: "
          SRC_API_EXTERNAL: "serving.port",
          SRC_HANDSHAKE: "parallelism.data_parallel_rpc_port",
          SRC_GCS: "ray.gcs_port", SRC_CLIENT: "ray.client_port", SRC_DASHBOARD: "ray.dashboard_port",
-         SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port", **PORT_KEYS}
+         SRC_COLLECTIVE: "fabric.collective_port", SRC_MASTER: "parallelism.master_port",
+         SRC_SIDE_CHANNEL: "disaggregation.side_channel_port", SRC_ROUTER: "disaggregation.router.port", **PORT_KEYS}
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -28,6 +28,7 @@ from stacks.planner.kv_transfer import Tier, side_channel_listeners
 from stacks.planner.kv_transfer import node_env as kv_node_env
 from stacks.planner.launch import engine_containers
 from stacks.planner.listeners import (
+    SRC_ROUTER,
     Listener,
     collapse,
     ephemeral_port_warnings,
@@ -340,7 +341,7 @@ def tier_listeners(config: StackConfig, settings: DisaggregationConfig, tier: Ti
             rows.append(Listener(node=head, port=port, bind="127.0.0.1", network="loopback", purpose=purpose,
                                  public=False, role="router", process="vllm-router", reach="local", internal=True,
                                  ephemeral=False, allowed_sources=[],
-                                 source="stacks/planner/router.py (--host/--prometheus-host 127.0.0.1)"))
+                                 source=SRC_ROUTER))
     return rows
 
 
