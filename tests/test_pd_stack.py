@@ -299,3 +299,13 @@ def test_nginx_conf_of_a_prefill_decode_stack_shows_the_router_as_the_upstream(t
     assert done.returncode == 0, done.stderr
     upstream = done.stdout.split("upstream vllm {", 1)[1].split("}", 1)[0]
     assert 'server "127.0.0.1:8090"' in upstream and "8000" not in upstream
+
+
+def test_every_groups_api_checks_are_planned_where_the_program_runs_them() -> None:
+    """`pulumi up` checks each group on its own head against its own vLLM (`check-<group>`), the first group too: its
+    plan said they ran on the deploying machine through the front door, which for prefill/decode is the router."""
+    for group in stack(pd()).groups:
+        api = [c for c in group.plan.checks if c.module == "checks.api"]
+        head = group.plan.head.name
+        assert api and all(c.runs_on == "node" and c.node == head for c in api), api
+        assert not any("through https://" in c.proves for c in api)

@@ -273,9 +273,12 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
         for n, cfg in zip(topo.nodes, config.nodes, strict=True)
     ]
     checks = planned_checks(config, topo)
-    if group is not None and group.index > 0:  # checked on its head (components/program.py `check-<group>`)
-        checks = [c.model_copy(update={"node": topo.head.name, "runs_on": "node"}) if c.module == "checks.api"
-                  else c for c in checks]
+    if group is not None:  # every group is checked on its head, against its own vLLM (program.py `check-<group>`)
+        own = (f"on {topo.head.name}, in its engine container, against this group's own vLLM (the front door's "
+               "checks run after every group's turn)")
+        checks = [c.model_copy(update={"node": topo.head.name, "runs_on": "node",
+                                       "proves": c.proves.replace(f"through {endpoint(config)}", own)})
+                  if c.module == "checks.api" else c for c in checks]
     roles: dict[str, list[str]] = {}
     for n in nodes:
         roles.setdefault(n.role, []).append(n.name)
