@@ -309,3 +309,20 @@ def test_every_groups_api_checks_are_planned_where_the_program_runs_them() -> No
         head = group.plan.head.name
         assert api and all(c.runs_on == "node" and c.node == head for c in api), api
         assert not any("through https://" in c.proves for c in api)
+
+
+def test_ucx_over_tcp_gets_the_nodes_interfaces_not_its_hca_ports() -> None:
+    """fabric.env UCX_TLS=tcp on an RDMA fabric: UCX_NET_DEVICES must name network interfaces for its tcp
+    transport; the HCA ports it gets for RDMA would leave UCX no device."""
+    from stacks.model.kv_transfer_config import KvTransferConfig
+    from stacks.planner.kv_transfer import node_env
+
+    values = pd()
+    values["fabric"] = {**values["fabric"], "transport": "roce"}
+    for node in values["nodes"]:
+        node |= {"hcas": ["mlx5_0:1"], "gid_index": 3}
+    rdma = parse_config("t", values)
+    assert node_env(rdma, rdma.nodes[0], KvTransferConfig())["UCX_NET_DEVICES"] == "mlx5_0:1"
+    values["fabric"]["env"] = {"UCX_TLS": "tcp,self,cuda_copy"}
+    tcp = parse_config("t", values)
+    assert node_env(tcp, tcp.nodes[0], KvTransferConfig())["UCX_NET_DEVICES"] == "lab0"

@@ -118,11 +118,20 @@ def ucx_net_devices(config: StackConfig, node: NodeConfig) -> list[str]:
     """The devices NIXL's UCX may move KV blocks over, from the same lists NCCL gets (stacks/planner/fabric.py):
     RDMA ports as UCX names them, `dev:port` (`mlx5_0` is port 1, as vLLM's own mapper writes it:
     vllm/v1/executor/vllm_net_devices.py:121-133, 175-180), else the data NICs for TCP."""
-    if config.fabric.transport in ("roce", "ib") and node.hcas:
+    if config.fabric.transport in ("roce", "ib") and node.hcas and not _tcp_only(config.fabric.env.get("UCX_TLS")):
         return [h if ":" in h else f"{h}:1" for h in node.hcas]
     if node.nics:
         return list(node.nics)
     return [node.management_ifname] if node.management_ifname else []
+
+
+def _tcp_only(tls: str | None) -> bool:
+    """UCX_TLS from fabric.env that names tcp and no RDMA transport (rc, ud, dc and their variants): UCX then moves
+    KV over TCP, whose devices are network interfaces (`ens1np0`), not HCA ports (`mlx5_0:1`), in UCX_NET_DEVICES."""
+    if not tls or tls.startswith("^"):
+        return False
+    names = [t.strip() for t in tls.split(",")]
+    return "tcp" in names and not any(t.startswith(("rc", "ud", "dc", "ib")) for t in names)
 
 
 def node_env(config: StackConfig, node: NodeConfig, settings: KvTransferConfig) -> dict[str, str]:
