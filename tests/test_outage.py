@@ -11,12 +11,19 @@ import pytest
 from review.downtime import downtime_of, phase_lines
 from review.plan_diff import diff_plans, to_markdown
 from stacks.model.loader import parse_config, read_stack_values
+from stacks.planner import outage as outage_model
 from stacks.planner.model_cards import get_profile
 from stacks.planner.outage import (
+    CHECKS_S,
     MULTITHREAD_GB_PER_S,
+    MULTITHREAD_RUN,
+    MULTITHREAD_SOURCE,
     PAGE_CACHE_GB_PER_S,
     PAGE_CACHE_RUN,
     PAGE_CACHE_SOURCE,
+    STARTUP_S,
+    STARTUP_SOURCE,
+    STOP_S,
     cold_outage,
     multithread_load,
     node_warm_gb,
@@ -92,20 +99,17 @@ def test_stacks_diff_of_an_image_change_gives_the_phases_with_their_sources() ->
     found = diff_plans("prod", "main", base, head)
     outage = head["model"]["outage"]
     applied = outage[outage["applies"]]
-    assert {k: v for k, v in found["outage"]["head"].items() if k != "faster"} == applied
+    assert found["outage"]["head"] == applied
     text = downtime_of(found)
     minutes, seconds = divmod(applied["total_s"], 60)
     assert f"down about {minutes} min {seconds} s" in text
     lines = phase_lines(found)
-    assert len(lines) == len(applied["phases"]) + 1
     markdown = to_markdown(found)
-    for phase, line in zip(applied["phases"], lines[:-1], strict=True):
+    for phase, line in zip(applied["phases"], lines, strict=True):
         assert line in markdown and phase["source"] in line and phase["figure"] in line
-    # prod runs vLLM's default loader: the review says what the multi-thread one would make of the outage
-    faster = outage["faster"]
-    assert faster["total_s"] < applied["total_s"]
-    assert lines[-1] in markdown and "enable_multithread_load" in lines[-1]
-    assert f"{faster['total_s'] // 60} min {faster['total_s'] % 60} s in all" in lines[-1]
+    # counted per byte a rank copies, the multi-thread loader is no shorter: no line offers it
+    assert "faster" not in outage and "faster" not in found["outage"]["head"]
+    assert len(lines) == len(applied["phases"]) and "multi-thread" not in markdown
 
 
 MULTITHREAD = ["--model-loader-extra-config", '{"enable_multithread_load": true, "num_threads": 8}']
@@ -133,18 +137,40 @@ def test_the_multi_thread_loader_uses_its_cited_rate_and_says_where_it_comes_fro
     assert load.seconds == math.ceil(rank_read_gb(config, profile) / MULTITHREAD_GB_PER_S)
     assert "vllm-omni#4896" in load.source and "the multi-thread loader" in load.figure
     assert {p.name: p for p in default.phases}["load-page-cache"].source == PAGE_CACHE_SOURCE
-    assert threaded.total_s < default.total_s
+    assert threaded.total_s > default.total_s
+
+
+def test_the_two_loader_rates_are_counted_alike() -> None:
+    """Both rates are one copy of the cited run's checkpoint split over its ranks, per second of a rank: the
+    multi-thread run's 158 GB over its 2 ranks, not over one (which gave 4.0 GB/s and a shorter outage than the
+    default loader's, though no source shows it faster from a warm page cache)."""
+    for run, rate in ((PAGE_CACHE_RUN, PAGE_CACHE_GB_PER_S), (MULTITHREAD_RUN, MULTITHREAD_GB_PER_S)):
+        per_rank = run["checkpoint_gb"] / run["ranks"] / run["seconds"]
+        assert rate <= per_rank < rate + 0.2, (run, rate)
+    assert MULTITHREAD_GB_PER_S < PAGE_CACHE_GB_PER_S
+    for figure in ("158 GB", "39.82 s", "158 GB / 2 / 39.82 s", f"{MULTITHREAD_GB_PER_S:g}"):
+        assert figure in MULTITHREAD_SOURCE, figure
+
+
+def test_the_multi_thread_loader_is_offered_only_where_it_models_shorter(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = read_stack_values("prod")
+    assert "faster" not in build_plan("prod", parse_config("prod", values)).model["outage"]
+    monkeypatch.setattr(outage_model, "MULTITHREAD_GB_PER_S", 2 * PAGE_CACHE_GB_PER_S)
+    offered = build_plan("prod", parse_config("prod", values)).model["outage"]
+    assert offered["faster"]["total_s"] < offered["staged"]["total_s"]
+    assert "enable_multithread_load" in offered["faster"]["how"]
 
 
 def test_a_stack_that_turns_the_multi_thread_loader_on_plans_with_it() -> None:
     values = copy.deepcopy(read_stack_values("prod"))
     values["serving"]["model_loader_extra_config"] = {"enable_multithread_load": True}
+    config, profile, topo = _stack("prod")
     plan = build_plan("prod", parse_config("prod", values))
     outage = plan.model["outage"]
-    assert "faster" not in outage  # nothing faster to suggest
-    assert outage["staged"]["total_s"] <= 600, "the prod restart, staged, with the multi-thread loader"
-    default = build_plan("prod", parse_config("prod", read_stack_values("prod"))).model["outage"]
-    assert default["faster"]["total_s"] == outage["staged"]["total_s"]
+    assert "faster" not in outage  # nothing to suggest: it runs already
+    assert outage["staged"]["total_s"] == staged_outage(config, profile, topo, multithread=True).total_s
+    load = {p["name"]: p for p in outage["staged"]["phases"]}["load-page-cache"]
+    assert "the multi-thread loader" in load["figure"] and load["source"] == MULTITHREAD_SOURCE
 
 
 def test_the_multi_thread_loader_reads_every_expert_even_with_the_ep_filter() -> None:
@@ -166,19 +192,41 @@ def test_the_default_loaders_rate_is_no_more_than_the_cited_runs_per_rank_figure
         assert figure in PAGE_CACHE_SOURCE, figure
 
 
-def test_prods_staged_restart_with_the_default_loader_is_within_ten_minutes_and_sourced() -> None:
-    """Issue 33: prod's image change (vLLM's default loader, no EP filter) models at 10 min or less, staged, and no
-    phase's source is a placeholder."""
+def test_the_start_up_phase_is_the_cited_whole_start_up() -> None:
+    """The start-up phase is vllm-project/vllm#43189's process start to service ready (DeepSeek-V4-Flash, 8 H20,
+    TP=8 + EP, about 8 minutes), its weight load not taken off: no allowance."""
+    assert STARTUP_S == 8 * 60
+    for figure in ("vllm-project/vllm#43189", "8 H20", "approximately 8 minutes", "480 s", "vllm#50576",
+                   "vllm#53320"):
+        assert figure in STARTUP_SOURCE, figure
+    assert "allowance" not in STARTUP_SOURCE
+    config, profile, topo = _stack("prod")
+    for outage in (cold_outage(config, profile, topo), staged_outage(config, profile, topo)):
+        startup = {p.name: p for p in outage.phases}["start-up"]
+        assert (startup.seconds, startup.source) == (STARTUP_S, STARTUP_SOURCE)
+
+
+def test_prods_staged_restart_is_the_sum_of_its_sourced_phases() -> None:
+    """Issue 33: every phase of prod's image change (vLLM's default loader, no EP filter) backed by a measurement or
+    a cited figure, none a placeholder or an allowance."""
     config, profile, topo = _stack("prod")
     plan = build_plan("prod", config)
     outage = plan.model["outage"]
     assert outage["applies"] == "staged"
     staged = outage["staged"]
-    assert staged["total_s"] <= 600, staged
-    assert staged["total_s"] == staged_outage(config, profile, topo).total_s
     load = {p["name"]: p for p in staged["phases"]}["load-page-cache"]
     assert load["seconds"] == math.ceil(rank_read_gb(config, profile) / PAGE_CACHE_GB_PER_S)
     assert "the default loader" in load["figure"]
+    assert staged["total_s"] == STOP_S + load["seconds"] + STARTUP_S + CHECKS_S
+    assert staged["total_s"] == staged_outage(config, profile, topo).total_s
     for phase in staged["phases"]:
         assert phase["source"] and "NOT YET MEASURED" not in phase["source"], phase
-        assert "placeholder" not in phase["source"], phase
+        for word in ("placeholder", "allowance"):
+            assert word not in phase["source"], phase
+
+
+@pytest.mark.xfail(strict=True, reason="issue 33's goal is not met: with the cited start-up (480 s) prod's staged "
+                                       "image change models at 10 min 29 s (docs/speed.md#outage-figures)")
+def test_prods_staged_restart_is_within_ten_minutes() -> None:
+    config, profile, topo = _stack("prod")
+    assert staged_outage(config, profile, topo).total_s <= 600

@@ -3,7 +3,7 @@ memory model of `stacks.planner.memory` applied to a stack config (what one GPU 
 
 The load time is the cold restart's load and start-up phases of `stacks.planner.outage` (one model of the outage,
 its figures and their sources there): the busiest node's share of one copy at `model.load_gb_per_s` (default 0.1
-GB/s, an assumption: the field reports give no load time), plus the start-up allowance. The memory model below is
+GB/s, an assumption: the field reports give no load time), plus the cited start-up. The memory model below is
 the finer split (experts over DP x TP, dense and Engram per DP rank).
 """
 

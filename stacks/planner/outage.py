@@ -56,16 +56,23 @@ PAGE_CACHE_SOURCE = (
     "view: bench/default_loader_reads.py), so R1's 8 ranks moved one copy between them: 688.6 GB / 8 / 22.6 s = "
     "3.8 GB/s per rank with 8 ranks per host, taken as 3.7 (vLLM skips R1's MTP layer, about 2 %) and applied to "
     "the whole checkpoint, an upper bound of what a rank copies")
-MULTITHREAD_GB_PER_S = 4.0
-"""GB per second per rank with vLLM's multi-thread loader (`enable_multithread_load`): a cited figure."""
+MULTITHREAD_RUN: dict[str, float] = {"checkpoint_gb": 158.0, "ranks": 2, "seconds": 39.82}
+"""The cited warm load of vLLM's multi-thread loader (MULTITHREAD_SOURCE): its slower run, TP=2 + EP, 2 ranks."""
+MULTITHREAD_GB_PER_S = 1.9
+"""GB one rank of vLLM's multi-thread loader copies from the page cache per second, counted as PAGE_CACHE_GB_PER_S
+is: the cited run's checkpoint split over its 2 ranks per second of a rank, 158 / 2 / 39.82 = 1.98, taken down to
+1.9. The model applies it to every byte of the checkpoint, as it does the default loader's rate."""
 MULTITHREAD_SOURCE = (
     "cited, not measured here: vllm-project/vllm-omni#4896 (2026-07-06) loaded a 158 GB, 32-shard safetensors "
     "checkpoint 99.9 % resident in the page cache (vmtouch) with vLLM's multi-thread iterator "
     "(`multi_thread_safetensors_weights_iterator`, 'Multi-thread loading shards', 4 threads; vLLM 0.24.0), TP=2 + EP "
-    "on PCIe Gen5 GPUs: 25.43 s per rank at best, 39.82 s on the day's first run, i.e. 6.2 and 4.0 GB/s; the lower "
-    "is used. Each rank reads every shard in that iterator too (no EP filter: vLLM 0.33.0 "
-    "model_loader/default_loader.py:329-336). That run had 2 ranks per host; 8 ranks share a host's memory "
-    "bandwidth here")
+    "on PCIe Gen5 GPUs: 25.43 s per rank at best, 39.82 s on the day's first run. Its `load_file` returns mmap "
+    "views too (bench/default_loader_reads.py --modes multithread-none), so its 2 ranks copied one copy between "
+    "them: 158 GB / 2 / 39.82 s = 1.98 GB/s per rank, taken as 1.9 and applied to the whole checkpoint, counted "
+    "as the default loader's 3.7 GB/s is. No source cited here shows it faster than the default loader from a warm "
+    "page cache (vllm-project/vllm#23928, which added it: 'In the case of PageCache, it can slightly reduce "
+    "loading time'). Each rank reads every shard in that iterator (no EP filter: vLLM 0.33.0 "
+    "model_loader/default_loader.py:329-336)")
 MULTITHREAD_HINT = ("serving.model_loader_extra_config: {enable_multithread_load: true} (vLLM 0.33.0 "
                     "model_loader/default_loader.py:103-143: up to 8 threads read shards in parallel)")
 
@@ -95,12 +102,23 @@ def multithread_load(argv: list[str] | None) -> bool:
 DISK_SOURCE = ("model.load_gb_per_s: the stack's figure for one node reading its share from disk, parsing "
                "included; the default 0.1 is an assumption (no measurement of a prod node: measure yours with "
                "bench/page_cache_load.py's cold row and set it)")
-STARTUP_S = 300
-"""Process start, NCCL init, the profile run, the KV cache, JIT kernels and CUDA graph capture after the weights."""
-STARTUP_SOURCE = ("an allowance, not a measurement of this model: CUDA graph capture alone took 22 s for "
-                  "DeepSeek-V4-Flash (vllm-project/vllm#50576, 'Graph capturing finished in 22 secs'); the "
-                  "DeepSeek V4/V4.1 models are not torch.compiled in vLLM 0.33.0 (vllm/config/vllm.py:76-129 "
-                  "breakable CUDA graphs by default, :869 `CompilationMode.NONE`), so no compile cache saves time here")
+STARTUP_S = 480
+"""From the start of the engine processes until vLLM serves, less nothing: the cited run's whole start-up, its own
+weight load included (it reports no load time to take off). What runs after the weights in vLLM 0.33.0, per rank
+and in parallel: the profile run (v1/worker/gpu_worker.py:700), the CUDA graph memory profile (:717), the KV cache
+(v1/engine/core.py:321, 372), the kernel warm-up with DeepGEMM's JIT warm-up and FlashInfer's autotune
+(gpu_worker.py:982; model_executor/warmup/kernel_warmup.py:242-272) and the CUDA graph capture (gpu_worker.py:994);
+no torch.compile for the DeepSeek V4/V4.1 models (config/vllm.py:869). No source gives those parts for this model
+on Hopper, so the phase is the one whole figure (STARTUP_SOURCE)."""
+STARTUP_SOURCE = (
+    "cited, not measured here: vllm-project/vllm#43189 (2026-05-20), DeepSeek-V4-Flash on one node of 8 H20 "
+    "(Hopper, as prod's H100), TP=8 + EP, fp8 KV cache: 'the time from process start to \"service ready\" is "
+    "approximately 8 minutes' (480 s). Counted whole, its weight load included, as the margin for what prod adds "
+    "to that run: the DSpark drafter's graphs, a DP group over two nodes, a 1M-token context. Parts cited: CUDA "
+    "graph capture 22 s for DeepSeek-V4-Flash on Ampere (vllm-project/vllm#50576, 'Graph capturing finished in 22 "
+    "secs'); "
+    "DeepGEMM's warm-up ran 1346 cases for DeepSeek-V4-Flash on 8 H20, TP=8 (vllm-project/vllm#53320); the V4/V4.1 "
+    "models are not torch.compiled in vLLM 0.33.0 (vllm/config/vllm.py:869 `CompilationMode.NONE`)")
 CHECKS_S = 5
 CHECKS_SOURCE = "the API check polls /health at most every 5 s (checks/api.py `wait_health`)"
 
@@ -233,8 +251,9 @@ def engine_ready_floor_s(config: StackConfig, profile: ModelProfile, topo: Topol
 def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool,
                 argv: list[str] | None = None) -> dict[str, Any]:
     """`plan --json`'s `model.outage`: the restart the program performs (`applies`) and the other one. `argv`: the
-    head's rendered `vllm serve` words (which loader the ranks run). Where the default loader runs, `faster` says
-    what the staged restart would take with the multi-thread one, and how to turn it on."""
+    head's rendered `vllm serve` words (which loader the ranks run). Where the default loader runs and the multi-thread
+    one would model shorter (both rates counted per byte a rank copies), `faster` says what the staged restart would
+    take with it, and how to turn it on; with the cited rates it never does."""
     cold = cold_outage(config, profile, topo)
     multithread = multithread_load(argv)
     warm = staged_outage(config, profile, topo, multithread=multithread)
@@ -242,5 +261,6 @@ def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, stag
                            "staged": warm.as_dict()}
     if not multithread:
         faster = staged_outage(config, profile, topo, multithread=True)
-        out["faster"] = {"total_s": faster.total_s, "how": MULTITHREAD_HINT, "staged": faster.as_dict()}
+        if faster.total_s < warm.total_s:
+            out["faster"] = {"total_s": faster.total_s, "how": MULTITHREAD_HINT, "staged": faster.as_dict()}
     return out
