@@ -183,7 +183,7 @@ def test_each_rule_fires_on_the_config_that_breaks_it() -> None:
     run = run_program("prod", values, secrets={"ssh_private_key": "k"})  # and no api_key
     found = violations(run, "prod")
     assert any("0.97" in m for _, m in found["vllm-gpu-memory-utilization"])
-    assert any("VLLM_ENGINE_READY_TIMEOUT_S 600 is below the estimated weight-load time of 2855s" in m
+    assert any("VLLM_ENGINE_READY_TIMEOUT_S 600 is below the estimated weight-load time of 3035s" in m
                for _, m in found["vllm-engine-ready-timeout"])
     private = found["vllm-internal-ports-private"]
     assert any("DP coordinator RPC on 1.1.1.2" in m for _, m in private)
@@ -208,7 +208,7 @@ def test_the_facts_come_from_the_policy_facts_component_not_from_labels() -> Non
     run = run_program("prod")
     facts = [r for r in run.mocks.resources if r.typ == FACTS_TYPE]
     assert [f.inputs for f in facts] == [{"privateNetworks": ["1.1.1.0/24", "1.1.2.0/24", "10.30.8.0/24"],
-                                         "estimatedLoadS": 2855}]
+                                         "estimatedLoadS": 3035}]
     for container in run.mocks.of_type("docker:index/container:Container"):
         labels = {x["label"] for x in container.inputs["labels"]}
         assert labels == {f"vllm-cluster.{k}" for k in ("stack", "node", "role", "topology", "generation",

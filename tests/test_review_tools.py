@@ -341,7 +341,7 @@ def test_a_load_rate_change_restarts_nothing_and_says_what_a_restart_costs_now(r
     out = diff(repo, "prod", "--base", "HEAD~1")
     assert out.returncode == 0, out.stderr
     assert "- **Downtime:** none: no engine or proxy container is replaced" in out.stdout
-    assert "- **Estimated load time:** 2855 s → 1578 s" in out.stdout
+    assert "- **Estimated load time:** 3035 s → 1758 s" in out.stdout
     assert "No change to what gets deployed." in out.stdout
 
 
