@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from stacks.model.errors import Problem
+from stacks.planner.managed_options import HYBRID_LB_ERROR
 from tests.conftest import clone_node, plan_of, problems_of
 
 
@@ -67,7 +68,7 @@ def test_vision_off_adds_language_model_only(prod_values: dict[str, Any]) -> Non
 def test_start_rank_on_head_rejected(prod_values: dict[str, Any]) -> None:
     prod_values["serving"]["extra_args"] = ["--data-parallel-start-rank", "0"]
     problem = _only(problems_of(prod_values), "serving.extra_args.0")
-    assert problem.upstream == "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+    assert problem.upstream == HYBRID_LB_ERROR and "vllm/v1/engine/utils.py:1502-1508" in problem.upstream
 
 
 def test_heads_not_divisible_by_tp(prod_values: dict[str, Any]) -> None:

@@ -289,21 +289,27 @@ def _pattern_problems(config: StackConfig) -> list[Problem]:
                         "model-rank-{rank}-part-{part}.safetensors")]
     if fields is None or fields - {"pp_rank", "tp_rank", "rank", "part"}:
         return [Problem(where, pattern, f"uses placeholders other than pp_rank, tp_rank, rank and part ({rules})",
-                        upstream=f"ValueError: Pattern '{pattern}' uses unsupported placeholder(s)",
+                        upstream=f"ValueError: Pattern '{pattern}' uses unsupported placeholder(s) ... "
+                                 f"({ML}/sharded_state_loader.py:92-98, when each worker renders its file name)",
                         fix="model-rank-{rank}-part-{part}.safetensors (TP only) or "
                             "model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors (with PP)")]
     has_tp = bool(fields & {"tp_rank", "rank"})
-    why = None
+    why = said = None
     if pp > 1 and "pp_rank" not in fields:
         why = f"has no {{pp_rank}} while parallelism.pipeline is {pp}: every stage would read the same files"
+        said = f"does not embed the pipeline parallel rank; ... ({ML}/sharded_state_loader.py:108-115)"
     elif pp == 1 and "pp_rank" in fields:
         why = "has {pp_rank} while parallelism.pipeline is 1"
+        said = (f"requires pipeline parallelism, but the pipeline parallel size is 1 ({ML}/sharded_state_loader.py:"
+                "125-129)")
     elif tp > 1 and not has_tp:
         why = f"has no {{tp_rank}} or {{rank}} while parallelism.tensor is {tp}: the TP ranks would read one shard"
+        lines = "116-120" if pp > 1 else "130-134"
+        said = f"does not embed the tensor parallel rank; ... ({ML}/sharded_state_loader.py:{lines})"
     if why is None:
         return []
-    return [Problem(where, pattern, f"{why} ({rules})", upstream="ValueError: Pattern ... (vLLM refuses it when "
-                    "each worker renders its file name)", fix="model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors"
+    return [Problem(where, pattern, f"{why} ({rules})", upstream=f"ValueError: Pattern '{pattern}' {said}, when "
+                    "each worker renders its file name", fix="model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors"
                     if pp > 1 else "model-rank-{rank}-part-{part}.safetensors")]
 
 

@@ -21,7 +21,8 @@ from stacks.planner.image_cards import ImageCard, card_file_name, card_for
 from stacks.planner.option_values import option_value_problem
 from stacks.planner.serve_options import ArgvItem, OptionTable, card_table, option_table, read_argv, read_serve_argv
 
-HYBRID_LB_ERROR = "Remote engine 1 must not use --headless in external or hybrid dp lb mode"
+HYBRID_LB_ERROR = ("RuntimeError: Remote engine 1 must not use --headless in external or hybrid dp lb mode "
+                   "(vllm/v1/engine/utils.py:1502-1508)")
 TWO_LB_MODES_ERROR = ("Cannot use more than one data parallel load balancing mode "
                       "(vllm/entrypoints/cli/serve.py:99-105)")
 """A load-balancing option on top of the one hybrid or external mode already renders for every rank."""

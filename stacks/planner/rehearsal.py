@@ -57,7 +57,8 @@ def rehearsal_problems(config: StackConfig) -> list[Problem]:
         where = f" (its card {card.path})" if card is not None else ""
         problems.append(Problem(
             "image", image.ref, f"is a vLLM GPU image{where}, whose engine cannot start without a GPU, on {what}",
-            upstream="RuntimeError: Failed to infer device type (vLLM without a GPU)",
+            upstream="RuntimeError: Failed to infer device type, please set the environment variable "
+                     "`VLLM_LOGGING_LEVEL=DEBUG` ... (vllm/config/device.py:53-59, vLLM without a GPU)",
             fix=f"an engine image that serves vLLM's OpenAI API without a GPU, a substitute engine "
                 f"(docs/rehearsal.md), {off}"))
     if config.parallelism.backend == "ray":

@@ -59,13 +59,16 @@ from stacks.planner.topology import Topology, derive_topology
 
 _PARSER_ERRORS = {
     # vLLM 0.33.0: argparse takes any string; these are raised after parsing (api server args) or at load.
-    "tokenizer_mode": "ValueError: No tokenizer registered for tokenizer_mode='{value}'.",
-    "tool_call_parser": "KeyError: 'invalid tool call parser: {value} (chose from {{ … }})'",
-    "reasoning_parser": "KeyError: 'invalid reasoning parser: {value} (chose from {{ … }})'",
+    "tokenizer_mode": "ValueError: No tokenizer registered for tokenizer_mode='{value}'. "
+                      "(vllm/tokenizers/registry.py:84)",
+    "tool_call_parser": "KeyError: 'invalid tool call parser: {value} (chose from {{ … }})' "
+                        "(vllm/entrypoints/common/cli_args.py:619-623)",
+    "reasoning_parser": "KeyError: 'invalid reasoning parser: {value} (chose from {{ … }})' "
+                        "(vllm/entrypoints/common/cli_args.py:625-633)",
 }
 
 DSPARK_PP_ERROR = ("NotImplementedError: Pipeline parallelism is not supported for this model. "
-                   "Supported models implement the SupportsPP interface.")
+                   "Supported models implement the `SupportsPP` interface. (vllm/config/model.py:1570-1576)")
 
 
 def validate(config: StackConfig) -> tuple[Topology, ModelProfile | None, Validation]:
@@ -173,7 +176,8 @@ def _registry_rules(config: StackConfig, profile: ModelProfile, card: ImageCard,
             "model.profile", config.model.profile,
             f"architecture {profile.architecture} ({where}) is not one of the {len(arches)} model architectures "
             f"vLLM {card.vllm_version} registers ({card.path}: registries.architectures)",
-            upstream="ValueError: Model architectures [...] are not supported for now (vLLM's model registry)",
+            upstream="ValueError (engine start-up, when the model config is built): Model architectures [...] are not "
+                     "supported for now. (vllm/model_executor/models/registry.py:1249-1252)",
             fix=f"an image whose vLLM serves {profile.architecture}"
                 + (f"; or the card's architecture is misspelt: {', '.join(near)}" if near else "")))
     methods = registries.get("quantization_methods")
@@ -184,7 +188,8 @@ def _registry_rules(config: StackConfig, profile: ModelProfile, card: ImageCard,
             f"quantization method {quant!r} ({where}: quantization.method, from the checkpoint's "
             f"quantization_config.quant_method) is not one of the {len(methods)} methods vLLM {card.vllm_version} "
             f"knows ({card.path}: registries.quantization_methods)",
-            upstream="ValueError: Unknown quantization method (vLLM's quantization registry)",
+            upstream="ValueError (engine start-up, when the model config is built): Unknown quantization method: "
+                     "... Must be one of [...]. (vllm/config/model.py:1464-1469)",
             fix=f"an image whose vLLM knows {quant!r}, or a checkpoint quantized with one of "
                 f"{', '.join(str(m) for m in methods[:12])}{' …' if len(methods) > 12 else ''}"))
 
@@ -203,13 +208,16 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
     if profile.num_attention_heads % tp:
         good = [d for d in (1, 2, 4, 8, 16, 32) if profile.num_attention_heads % d == 0 and d <= _all_gpus(config)]
         add(Problem("parallelism.tensor", tp, f"{profile.num_attention_heads} attention heads do not split over "
-                    f"TP{tp}", upstream=f"Total number of attention heads ({profile.num_attention_heads}) must be "
-                    f"divisible by tensor parallel size ({tp}).", fix=f"tensor in {good}"))
+                    f"TP{tp}", upstream=f"ValueError: Total number of attention heads ({profile.num_attention_heads}) "
+                    f"must be divisible by tensor parallel size ({tp}). (vllm/config/model.py:1558-1564)",
+                    fix=f"tensor in {good}"))
     if profile.o_groups is not None and profile.o_groups // tp == 0:
         add(Problem("parallelism.tensor", tp, f"FlashMLA gets n_local_groups = o_groups // tp = "
                     f"{profile.o_groups} // {tp} = 0 on {profile.key}",
                     upstream="ZeroDivisionError: integer division or modulo by zero "
-                    "(heads_per_group = self.n_local_heads // self.n_local_groups, FlashMLA profile_run)",
+                    "(heads_per_group=self.n_local_heads // self.n_local_groups, vllm/models/deepseek_v4/nvidia/"
+                    "flashmla.py:69, with n_local_groups = o_groups // tp_size at deepseek_v4/attention.py:225-226; "
+                    "at the profile run)",
                     fix=_tp_fix(config, profile.o_groups)))
     if profile.engram_hash_heads:
         heads = profile.engram_hash_heads
@@ -219,7 +227,8 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
             add(Problem("parallelism.tensor", tp, f"Engram: {heads} hash heads over {shards} shards leaves "
                         "ranks without a head",
                         upstream=f"AssertionError: Engram sharding leaves ranks without hash heads: {heads} heads "
-                        f"over TP={tp} x DP={dp if across_dp else 1}",
+                        f"over TP={tp} x DP={dp if across_dp else 1} (vllm/models/deepseek_v41/common/engram.py:"
+                        "1026-1031, at model init)",
                         fix="a TP that gives every shard a head (8 for 24 heads), and DP for the rest"))
     if pp > 1 and not profile.supports_pp:
         add(Problem("parallelism.pipeline", pp, f"{profile.key} does not support pipeline parallelism",
@@ -237,12 +246,15 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
         add(Problem("vision", True, f"{profile.key} has no vision tower", fix="vision: false"))
     if config.vision and profile.vision and pp > 1 and image is not None and not image.vision_with_pp:
         add(Problem("vision", True, f"vision with PP{pp} is broken on image {config.image.ref}",
-                    upstream="ValueError: DeepSeek V4 vision MoE routing requires input_ids. (profile_run)",
+                    upstream="ValueError: DeepSeek V4 vision MoE routing requires input_ids. (vllm/models/"
+                    "deepseek_v4/nvidia/model.py:458-460, at the profile run)",
                     fix="vision: false (adds --language-model-only, drops images), pipeline: 1, or a newer image"))
     if image is not None:
         if profile.family == "deepseek-v4" and profile.key not in image.profiles:
             add(Problem("image.tag", config.image.tag, f"image {config.image.ref} cannot run {profile.key}",
-                        upstream=f"Model architectures ['{profile.architecture}'] are not supported for now.",
+                        upstream=f"ValueError: Model architectures ['{profile.architecture}'] are not supported "
+                        "for now. "
+                        "(vllm/model_executor/models/registry.py:1249-1252)",
                         fix=f"an image listed for {profile.key} in stacks/planner/image_capabilities.py"))
         serving = config.serving
         shipped = image_parsers(config, image)
@@ -259,7 +271,7 @@ def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabil
                     f"above the model's context of {profile.max_context} ({profile.sources.get('max_model_len', '')})",
                     upstream=f"ValueError: User-specified max_model_len ({config.serving.max_model_len}) is greater "
                     f"than the derived max_model_len (max_position_embeddings={profile.max_context} or "
-                    "model_max_length=None in model's config.json).",
+                    "model_max_length=None in model's config.json). (vllm/config/model.py:2663-2683)",
                     fix=f"at most {profile.max_context}, or VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1' in container.env (RoPE "
                         "past the trained positions gives NaNs)"))
     _family_rules(config, profile, result)
@@ -304,7 +316,9 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
             # models/gpt_oss.py:156: num_local_key_value_heads = num_key_value_heads // tp_size, no replication
             add(Problem("parallelism.tensor", tp, f"{profile.key} has {kv} KV heads; gpt-oss gives each rank "
                         f"{kv} // {tp} = 0 of them (it does not replicate KV heads)",
-                        upstream="gpt_oss.py: num_local_key_value_heads = config.num_key_value_heads // tp_size == 0",
+                        upstream="no check: num_local_key_value_heads = config.num_key_value_heads // tp_size is 0 "
+                        "(vllm/model_executor/models/gpt_oss.py:156), an attention layer with no KV head (gpt_oss.py:"
+                        "176-180)",
                         fix=f"tensor <= {kv}, and data parallelism for more GPUs"))
         elif (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             # vLLM 0.33.0 models/llama.py:148-156, qwen3.py:91-99, qwen3_moe.py:268-276, layers/linear.py:1066-1071
@@ -314,14 +328,17 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
                         "is a multiple of them (vLLM splits KV heads over TP, or replicates whole ones when TP "
                         "exceeds them)",
                         upstream=f"AssertionError (model init): assert self.total_num_kv_heads % tp_size == 0 "
-                        f"({kv} % {tp})" if kv >= tp else f"AssertionError (model init): assert tp_size % "
-                        f"self.total_num_kv_heads == 0 ({tp} % {kv})", fix=f"tensor in {good}"))
+                        f"({kv} % {tp}) (vllm/model_executor/models/llama.py:148-151)" if kv >= tp else
+                        "AssertionError (model "
+                        f"init): assert tp_size % self.total_num_kv_heads == 0 ({tp} % {kv}) (vllm/model_executor/"
+                        "models/llama.py:152-155)", fix=f"tensor in {good}"))
     layers = profile.layers or len(profile.kv_ratios)
     if layers and pp > layers:
         # distributed/utils.py:198-241 get_pp_indices: no check, stages past the layers get none
         add(Problem("parallelism.pipeline", pp, f"{profile.key} has {layers} decoder layers: PP{pp} leaves "
                     f"{pp - layers} stage(s) without a layer",
-                    upstream="no error at start: get_pp_indices gives empty stages that hold GPUs and do nothing",
+                    upstream="no error at start: get_pp_indices gives empty stages that hold GPUs and do nothing "
+                    "(vllm/distributed/utils.py:225-241)",
                     fix=f"pipeline <= {layers}"))
     if profile.fp8_block_experts is not None:
         block, ffn = profile.fp8_block_experts
@@ -332,7 +349,9 @@ def _family_rules(config: StackConfig, profile: ModelProfile, result: Validation
             add(Problem("parallelism.tensor", tp, f"{profile.key}'s FP8 experts ({ffn} FFN columns, {block}-wide "
                         f"blocks) split over {shards} ranks leave {ffn / shards:g} columns per rank, not whole blocks",
                         upstream=f"ValueError: The output_size of gate's and up's weight = {part} is not divisible "
-                        f"by weight quantization block_n = {block}.",
+                        f"by weight quantization block_n = {block}. (vllm/model_executor/layers/quantization/utils/"
+                        "fp8_utils.py:"
+                        "1361-1366, at model init)",
                         fix=f"expert: true (whole experts per rank), or TP x DP <= {ffn // block}"))
     result.problems += expert_model_rules(config, profile)
     quant_problems, quant_warnings = quantization_problems(profile, _extra_items(config))
@@ -643,7 +662,8 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                 f"; {config.parallelism.eplb.num_redundant_experts} redundant experts "
                 "(parallelism.eplb.num_redundant_experts) add "
                 f"{gpu.redundant_experts:.1f} GB" if gpu.redundant_experts else ""),
-            upstream="torch.OutOfMemoryError: CUDA out of memory (while loading weights)",
+            upstream="torch.OutOfMemoryError: CUDA out of memory, raised by torch when vLLM builds the model on the "
+                     "GPU (vllm/model_executor/model_loader/base_loader.py:72-80) and loads the weights into it",
             fix=(f"parallelism.eplb.num_redundant_experts: {fewer} or fewer (the most that fits; routed + redundant "
                  "must divide by the EP size), " if fewer is not None else "") +
             f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
@@ -656,7 +676,8 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
             f"{gpu.text()} > {mem.gpu_gb:g} GB x {util} = {budget:.1f} GB",
             upstream=f"ValueError: To serve at least one request with the model's max seq len "
                      f"({serving.max_model_len}), ({gpu.kv * gib:.2f} GiB KV cache is needed, which is larger than "
-                     f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB).",
+                     f"the available KV cache memory ({max(0.0, budget - gpu.weights - gpu.reserve) * gib:.2f} GiB). "
+                     "(vllm/v1/core/kv_cache_planning.py:67-89)",
             fix=f"max_model_len <= {fits}" + (", an fp8 kv_cache_dtype" if "fp8" not in (
                 serving.kv_cache_dtype or profile.default_kv_cache_dtype) else "") + f", or GPUs of {need_gb} GB" + (
                 f", or parallelism.eplb.num_redundant_experts: {fewer} or fewer" if (
@@ -681,7 +702,9 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
             result.problems.append(Problem(
                 "nodes", len(config.nodes),
                 f"{topo.gpus_used} GPUs x {budget:.1f} GB = {total:.0f} GB usable, {profile.key} needs "
-                f"~{need:.0f} GB", upstream="ValueError: No available memory for the cache blocks",
+                f"~{need:.0f} GB",
+                upstream="ValueError: No available memory for the cache blocks. (vllm/v1/core/kv_cache_planning.py:"
+                         "56-64)",
                 fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
 
 
@@ -796,7 +819,7 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
         result.problems.append(Problem(
             "serving.max_num_batched_tokens", serving.max_num_batched_tokens, "is below serving.max_num_seqs",
             upstream=f"ValueError: max_num_batched_tokens ({serving.max_num_batched_tokens}) must be greater than or "
-                     f"equal to max_num_seqs ({serving.max_num_seqs}). (vllm/config/scheduler.py)",
+                     f"equal to max_num_seqs ({serving.max_num_seqs}). (vllm/config/scheduler.py:331-336)",
             fix=f"at least {serving.max_num_seqs}"))
     spec = config.speculative
     draft_tp = spec.options.get("draft_tensor_parallel_size") if spec is not None else None
@@ -804,7 +827,7 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
         result.problems.append(Problem(
             "speculative.options.draft_tensor_parallel_size", draft_tp, "must be 1 or the target's TP",
             upstream=f"ValueError: speculative_draft_tensor_parallel_size={draft_tp} cannot be other value than 1 "
-                     "or target model tensor_parallel_size (vllm/config/speculative.py)",
+                     "or target model tensor_parallel_size (vllm/config/speculative.py:1862-1868)",
             fix=f"1 or {config.parallelism.tensor}"))
     fabric = config.fabric
     if (fabric.transport == "socket" and fabric.nccl_net == "IB") or (fabric.transport != "socket" and \
@@ -823,8 +846,9 @@ def _engine_config_rules(config: StackConfig, image: ImageCapabilities | None, r
         if dtypes and dtype is not None and dtype not in dtypes:
             result.problems.append(Problem(
                 "serving.kv_cache_dtype", dtype, f"vLLM {image.option_table} has no such KV cache dtype",
-                upstream="pydantic ValidationError: Input should be 'auto', 'float16', … (CacheConfig.cache_dtype, "
-                         "vllm/config/cache.py CacheDType)", fix=f"one of {', '.join(dtypes)}"))
+                upstream=f"pydantic ValidationError (CacheConfig.cache_dtype): Invalid kv_cache_dtype: {dtype!r}. "
+                         "Valid "
+                         "values are: [...] (vllm/config/cache.py:468-475)", fix=f"one of {', '.join(dtypes)}"))
 
 
 def _weights_source_rules(config: StackConfig, result: Validation) -> None:
@@ -890,7 +914,8 @@ def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, resul
                 result.problems.append(Problem(
                     f"speculative.options.{name}", config.speculative.options[name],
                     f"vLLM {table.version}'s SpeculativeConfig has no field {name!r} (it forbids extra fields)",
-                    upstream="pydantic ValidationError: Extra inputs are not permitted (SpeculativeConfig)",
+                    upstream="pydantic ValidationError: Extra inputs are not permitted (SpeculativeConfig: "
+                             "vllm/config/speculative.py:406-407 with extra='forbid' from vllm/config/utils.py:70-71)",
                     fix=f"did you mean {near[0]!r}?" if near else "a field of vllm/config/speculative.py"))
     if own and config.serving.dtype is not None:
         choices = table.options["--dtype"].choices if "--dtype" in table.options else None
@@ -898,7 +923,10 @@ def _free_form_rules(config: StackConfig, image: ImageCapabilities | None, resul
             result.problems.append(Problem("serving.dtype", config.serving.dtype,
                                            f"vLLM {table.version} has no such dtype",
                                            upstream=f"vllm serve: error: argument --dtype: invalid choice: "
-                                           f"'{config.serving.dtype}'", fix=f"one of {', '.join(choices)}"))
+                                           f"'{config.serving.dtype}' (argparse, with the choices vLLM gives "
+                                           "it: ModelDType, "
+                                           "vllm/config/model.py:100, added at vllm/engine/arg_utils.py:977)",
+                                           fix=f"one of {', '.join(choices)}"))
 
 
 def _notes(config: StackConfig, topo: Topology, result: Validation) -> None:
