@@ -48,7 +48,7 @@ REFUSED = [
     (["--custom-histogram-buckets", '{"ttft": [1, 2]}'], "histogram buckets", "unknown bucket family 'ttft'",
      "engine start-up"),
     (["--custom-histogram-buckets", '{"time_to_first_token": [1, 0.5]}'], "histogram buckets",
-     "must be strictly increasing (vllm/config/observability.py:167-214)", "engine start-up"),
+     "must be strictly increasing (vllm/config/observability.py:209-213)", "engine start-up"),
     (["--custom-histogram-buckets", '{"time_to_first_token": [0, 1]}'], "histogram buckets",
      "must be finite and greater than 0", "engine start-up"),
     (["--custom-histogram-buckets", '{"time_to_first_token": [true, 2]}'], "histogram buckets",

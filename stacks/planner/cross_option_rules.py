@@ -13,6 +13,8 @@ import json
 import math
 import re
 
+from pydantic import TypeAdapter, ValidationError
+
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.image_cards import ImageCard
@@ -176,28 +178,46 @@ def frontend_rules(items: list[ArgvItem]) -> list[Problem]:
     return problems
 
 
-def _bucket_problem(text: str) -> str | None:
-    """Why ObservabilityConfig refuses this `--custom-histogram-buckets` JSON (vllm/config/observability.py:167-214),
-    or None."""
+_BUCKETS: TypeAdapter[dict[str, list[float]] | None] = TypeAdapter(dict[str, list[float]] | None)
+"""The field's type, `custom_histogram_buckets: dict[str, list[float]] | None` (vllm/config/observability.py:70),
+validated as vLLM's pydantic dataclass does it (lax: "2" is 2.0, [1, 2] is not a dict)."""
+
+
+def _bucket_problem(text: str) -> tuple[str, str] | None:
+    """(what ObservabilityConfig says, its lines) for the `--custom-histogram-buckets` JSON it refuses (parsed with
+    json.loads, vllm/engine/arg_utils.py:420), or None. Its validators run in pydantic's order: the `before` one
+    (booleans, observability.py:167-182), the field's type, then the `after` one on the coerced floats (184-214)."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
         return None  # not JSON: the option-value check refuses it by the image's card
-    if not isinstance(value, dict):
-        return None
-    for family, buckets in value.items():
+    if isinstance(value, dict):
+        for family, buckets in value.items():
+            for bound in buckets if isinstance(buckets, list) else []:
+                if isinstance(bound, bool):
+                    return (f"ValueError: custom_histogram_buckets[{family!r}]: bound {bound!r} must be a number, "
+                            "not a boolean", "167-182")
+    try:
+        checked = _BUCKETS.validate_python(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = "".join(f"[{part!r}]" for part in first["loc"])
+        return f"pydantic ValidationError: custom_histogram_buckets{where}: {first['msg']}", "70"
+    except RecursionError:
+        return "pydantic ValidationError: custom_histogram_buckets: recursion error", "70"
+    for family, floats in (checked or {}).items():
         if family not in BUCKET_FAMILIES:
-            return (f"custom_histogram_buckets: unknown bucket family {family!r}; known families: "
-                    f"{sorted(BUCKET_FAMILIES)}")
-        if not isinstance(buckets, list) or not buckets:
-            return f"custom_histogram_buckets[{family!r}]: bucket list must not be empty"
-        for bound in buckets:
-            if isinstance(bound, bool) or not isinstance(bound, int | float):
-                return f"custom_histogram_buckets[{family!r}]: bound {bound!r} must be a number, not a boolean"
+            return (f"ValueError: custom_histogram_buckets: unknown bucket family {family!r}; known families: "
+                    f"{sorted(BUCKET_FAMILIES)}", "193-197")
+        if not floats:
+            return f"ValueError: custom_histogram_buckets[{family!r}]: bucket list must not be empty", "198-202"
+        for bound in floats:
             if not math.isfinite(bound) or bound <= 0:
-                return f"custom_histogram_buckets[{family!r}]: bound {bound!r} must be finite and greater than 0"
-        if any(a >= b for a, b in itertools.pairwise(buckets)):
-            return f"custom_histogram_buckets[{family!r}]: bounds {buckets} must be strictly increasing"
+                return (f"ValueError: custom_histogram_buckets[{family!r}]: bound {bound!r} must be finite and "
+                        "greater than 0", "203-208")
+        if any(a >= b for a, b in itertools.pairwise(floats)):
+            return (f"ValueError: custom_histogram_buckets[{family!r}]: bounds {floats} must be strictly "
+                    "increasing", "209-213")
     return None
 
 
@@ -210,7 +230,7 @@ def observability_rules(items: list[ArgvItem]) -> list[Problem]:
     if buckets is not None and why is not None:
         problems.append(Problem(
             _at(buckets), _shown(buckets)[:200], "is not a set of histogram buckets vLLM accepts",
-            upstream=f"ValueError (engine start-up): {why} (vllm/config/observability.py:167-214)",
+            upstream=f"{why[0].replace(': ', ' (engine start-up): ', 1)} (vllm/config/observability.py:{why[1]})",
             fix=f"a JSON object of {', '.join(BUCKET_FAMILIES[:3])}, … -> strictly increasing positive bounds, "
                 "e.g. '{\"time_to_first_token\": [0.1, 0.5, 1, 5]}'"))
     traces = _last(items, "collect_detailed_traces")

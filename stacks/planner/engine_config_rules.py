@@ -142,7 +142,27 @@ def compilation_rules(items: list[ArgvItem]) -> list[Problem]:
             upstream=f"ValueError ({ARGS}): Invalid backend for piecewise compilation: {backend} "
                      "(vllm/config/compilation.py:1036-1046)",
             fix='"backend": "inductor" or "eager" (or leave it out), or another mode'))
+    sizes = fields.get("decoder_replay_cudagraph_capture_sizes")
+    bad = [s for s in sizes if (n := _size(s)) is not None and n <= 0] if isinstance(sizes, list) else []
+    if bad:
+        problems.append(Problem(
+            _at(item), _shown(item), f"decoder_replay_cudagraph_capture_sizes has {bad[0]!r}, not a positive size",
+            upstream=f"ValueError ({ARGS}): All decoder_replay_cudagraph_capture_sizes must be positive "
+                     "(vllm/config/compilation.py:1048-1051)",
+            fix="positive batch sizes, e.g. [1, 2, 4, 8], or leave the field out"))
     return problems
+
+
+def _size(value: Any) -> int | None:
+    """A capture size as pydantic's lax `list[int]` reads it (an int, a whole float, an integer text, a bool);
+    None when it is not one (the option-value check refuses that)."""
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    return None
 
 
 def _int(item: ArgvItem | None, default: int) -> int | None:
@@ -160,8 +180,8 @@ def offload_rules(items: list[ArgvItem]) -> tuple[list[Problem], list[str]]:
     size_item, count_item = _last(items, "offload_group_size"), _last(items, "offload_num_in_group")
     step_item = _last(items, "offload_prefetch_step")
     size, count, step = _int(size_item, 0), _int(count_item, 1), _int(step_item, 1)
-    if size is None or count is None or step is None:
-        return [], []  # not an int: the option-value check refuses it
+    if size is None or count is None or step is None or size < 0 or count < 1 or step < 0:
+        return [], []  # not an int, or out of its Field bounds: the option-value check refuses it
     problems: list[Problem] = []
     warnings: list[str] = []
     where = "vllm/config/offload.py"

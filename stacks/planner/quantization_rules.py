@@ -112,3 +112,24 @@ def effective_quantization(profile: ModelProfile, items: list[ArgvItem]) -> str 
     if resolved is None or resolved.problem is not None:
         return profile.quantization
     return resolved.method
+
+
+def unknown_method_problem(profile: ModelProfile, items: list[ArgvItem], methods: list[str],
+                           card: str) -> Problem | None:
+    """`--quantization NAME` that the image's vLLM does not register (its card's registries.quantization_methods):
+    `_verify_quantization` refuses it at start-up (model.py:1464-1469), after the override loop and the checkpoint
+    match (a mismatch is refused first: `resolve`)."""
+    flag_item = next((i for i in reversed(items) if i.dest == "quantization" and i.values), None)
+    if flag_item is None or not methods:
+        return None
+    flag = flag_item.values[-1]
+    resolved = resolve(profile, items)
+    if flag in ("", "None") or flag in methods or (resolved is not None and resolved.problem is not None):
+        return None
+    return Problem(
+        f"serving.extra_args.{flag_item.index}", " ".join([flag_item.word, *flag_item.values]),
+        f"{flag!r} is not one of the {len(methods)} quantization methods this image's vLLM registers ({card}: "
+        "registries.quantization_methods)",
+        upstream=f"ValueError (engine start-up, before the weights load): Unknown quantization method: {flag}. "
+                 f"Must be one of [...]. ({WHERE}:1464-1469)",
+        fix=f"one of {', '.join(methods[:12])}{' …' if len(methods) > 12 else ''}, or drop --quantization")

@@ -121,7 +121,7 @@ def _card_table(card: ImageCard) -> OptionTable:
         strings = list(entry.get("all_option_strings") or entry.get("option_strings") or [])
         if not strings:
             continue  # the model positional
-        name = CONFIG_FIELD_OF.get(entry["dest"]) or entry.get("config_field")
+        name = CONFIG_FIELD_OF.get(entry["dest"]) or entry.get("config_field") or _nested_field(card, entry)
         spec = _field(card, name)
         field_choices = None
         if spec and spec.get("choices") and not entry.get("choices") and (
@@ -144,6 +144,17 @@ def _card_table(card: ImageCard) -> OptionTable:
     # the positional model.
     options.setdefault("--model", Option("model", True, None, None, value_type={"name": "str", "kind": "builtin"}))
     return OptionTable(card.vllm_version, options, f"{card.path} ({card.taken_with})", card)
+
+
+def _nested_field(card: ImageCard, entry: dict[str, Any]) -> str | None:
+    """`Class.field` of an option whose field lives in a config class nested in its group's: `--offload-group-size`
+    sets PrefetchOffloadConfig.offload_group_size (Field(ge=0), vllm/config/offload.py:54; passed on at
+    vllm/engine/arg_utils.py:2858), inside OffloadConfig.prefetch. Only where exactly one nested class has it."""
+    group = card.config_class(str(entry.get("group") or ""))
+    nested = {cls for spec in (group or {}).get("fields", {}).values() if isinstance(spec, dict)
+              for cls in spec.get("dataclasses") or []}
+    found = [cls for cls in sorted(nested) if entry["dest"] in (card.config_class(cls) or {}).get("fields", {})]
+    return f"{found[0]}.{entry['dest']}" if len(found) == 1 else None
 
 
 def _has_enum(shape: dict[str, Any]) -> bool:

@@ -43,7 +43,7 @@ from stacks.planner.network_rules import (
     proxy_rules,
     uniqueness_rules,
 )
-from stacks.planner.quantization_rules import effective_quantization, quantization_problems
+from stacks.planner.quantization_rules import effective_quantization, quantization_problems, unknown_method_problem
 from stacks.planner.rehearsal import rehearsal_problems, rehearsal_warnings
 from stacks.planner.serve_options import ArgvItem, engine_values, read_argv, speculative_fields
 from stacks.planner.setting_rules import (
@@ -192,6 +192,9 @@ def _registry_rules(config: StackConfig, profile: ModelProfile, card: ImageCard,
                      "... Must be one of [...]. (vllm/config/model.py:1464-1469)",
             fix=f"an image whose vLLM knows {quant!r}, or a checkpoint quantized with one of "
                 f"{', '.join(str(m) for m in methods[:12])}{' …' if len(methods) > 12 else ''}"))
+    if isinstance(methods, list):
+        flag = unknown_method_problem(profile, _extra_items(config), [str(m) for m in methods], card.path)
+        result.problems += [flag] if flag is not None else []
 
 
 def _model_rules(config: StackConfig, profile: ModelProfile, image: ImageCapabilities | None,
