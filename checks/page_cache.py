@@ -21,7 +21,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from checks.verdict import Verdict, emit
+from checks.verdict import CheckParser, Verdict, check_name, container_name, emit, path
 
 READ_CHUNK = 8 << 20
 EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
@@ -191,15 +191,16 @@ def experts_arg(value: str) -> tuple[int, int, range]:
 
 def main(argv: list[str] | None = None) -> int:
     # no __doc__ here: the node runs this module pasted into a heredoc, behind checks.verdict
-    parser = argparse.ArgumentParser(description="warm the page cache with the shards this node's ranks read")
-    parser.add_argument("--name", default="page-cache")
-    parser.add_argument("--model-dir", type=Path, required=True)
+    parser = CheckParser(prog="page_cache", description="warm the page cache with the shards this node's ranks read")
+    parser.add_argument("--name", type=check_name, default="page-cache")
+    parser.add_argument("--model-dir", type=path, required=True)
     parser.add_argument("--experts", type=experts_arg, help="N:EP:FIRST-LAST, with the EP weight filter")
-    parser.add_argument("--engine", action="append", default=[], help="a running engine container's name")
+    parser.add_argument("--engine", type=container_name, action="append", default=[],
+                        help="a running engine container's name")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     experts = local_experts(*args.experts) if args.experts else None
-    return emit(run(args.name, args.model_dir, experts, args.engine), args.json)
+    return emit(run(args.name, Path(args.model_dir), experts, args.engine), args.json)
 
 
 if __name__ == "__main__":

@@ -269,6 +269,9 @@ def _problem(args: argparse.Namespace) -> str | None:
                         ("--token-delay-s", args.token_delay_s), ("--first-token-delay-s", args.first_token_delay_s)):
         if not 0 <= value <= 86_400:
             return f"{flag} {value}: must be 0-86400 seconds"
+    for flag, value in (("--control-file", args.control_file), ("--metrics-file", args.metrics_file)):
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):  # not echoed: the terminal would act on them
+            return f"{flag}: holds control characters; give a plain file path, e.g. /tmp/standin-control.json"
     if not args.served_name.strip():
         return "--served-model-name '': give the name clients ask for, e.g. DeepSeek-V4.1-Flash"
     if not re.fullmatch(r"[A-Za-z0-9.:%\[\]-]{1,253}", args.host):  # not echoed: it may be a URL with a password

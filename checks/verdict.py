@@ -433,6 +433,37 @@ def argument_message(message: str) -> str:
     return re.sub(r"^argument (\S+): (?=')", r"\1 ", message).removeprefix("argument ")
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
+
+
+def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """The words of `argv` that look like options and that no parser on the way (`parser`, then the chosen
+    subcommand's) knows, without their values; a word after `--` or a negative number is not one."""
+    known, unknown = set(parser._option_string_actions), []
+    for word in argv:
+        if word == "--":
+            break
+        subs = _subparsers(parser)
+        if word in subs:
+            parser = subs[word]
+            known |= set(parser._option_string_actions)
+        elif word.startswith("-") and len(word) > 1 and not re.fullmatch(r"-\d[\d.]*", word):
+            flag = word.split("=", 1)[0]
+            if flag not in known:
+                unknown.append(flag)
+    return unknown
+
+
+def with_unknown_options(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) -> str:
+    """argparse stops at a missing required argument before it reports unknown options: name both."""
+    if not message.startswith("the following arguments are required"):
+        return message
+    unknown = unknown_options(parser, argv)
+    return message + (f"; unrecognized arguments: {' '.join(unknown)}" if unknown else "")
+
+
 class CheckParser(argparse.ArgumentParser):
     """argparse for the check programs: a bad argument prints `CANNOT-RUN <name>: bad argument: …` once on stdout
     (with --json: one JSON verdict there, and the line on stderr for the person) and exits 2. `check` is the
@@ -454,6 +485,7 @@ class CheckParser(argparse.ArgumentParser):
         name = _flag_value(argv, "--name") or ""
         name = name if _CHECK_NAME.fullmatch(name) else str(self.get_default("name") or self.check)
         message = argument_message(message)
+        message = with_unknown_options(self, message, argv)
         emit(Verdict(name, "cannot-run", f"bad argument: {message}", next_step=f"{self.prog} --help"),
              "--json" in argv)
         if "--json" in argv:  # stdout is one JSON document for a program; the person gets the line on stderr

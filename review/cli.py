@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown
+from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown, with_unknown_options
 from heal.full_venv import CHECKS, needs, unit_python
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
@@ -456,9 +456,15 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # a mistyped `--api-key=…` is refused (masked), never taken as a flag
         super().__init__(*args, **kwargs)
+        self.words: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self.words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
+        message = with_unknown_options(self, message, self.words)
         refusal = mask_credentials(f"{self.prog}: bad argument: {argument_message(message)}")
         print(refusal, file=sys.stderr)
         raise _BadArgument(refusal)
