@@ -78,6 +78,8 @@ class Weights(_Part):
     dense_bytes: Bytes
     replicated_bytes: Bytes
     engram_bytes: Bytes
+    total_bytes: Bytes | None = None
+    """The weight files' size, as `model-card` summed it (informational: the plan adds the parts)."""
     embeddings_bytes: Bytes | None = None
     layer_bytes: Annotated[list[StageBytes], Field(max_length=1 << 12)] | None = None
     first_stage_bytes: StageBytes | None = None
@@ -119,7 +121,8 @@ class CardFields(_Part):
     o_groups: Count | None = None
     engram_hash_heads: Count | None = None
     vision: bool
-    dtype: Word | None = None
+    dtype: Literal["half", "float16", "float", "float32", "bfloat16"] | None = None
+    """config.json's torch_dtype, as vLLM 0.33.0 maps it (_STR_DTYPE_TO_TORCH_DTYPE, vllm/config/model.py:2384-2390)."""
     mla: Mla | None = None
     moe: Moe | None = None
     quantization: Quantization | None = None

@@ -149,7 +149,11 @@ def card_weights_problem(total: float) -> str | None:
 
 
 def regenerate_hint(path: str) -> str:
-    """How to rewrite a card: the command it records (`generated_by`), or the general form."""
+    """How to rewrite a card: the command it records (`generated_by`), or the general form. Something other than a
+    file in the card's place (a directory, a link to nowhere or to a device, a file where models/ belongs) is
+    never read: it is to be moved away."""
+    if not Path(path).is_file() or not Path(path).name.endswith(".json"):
+        return f"move {path} away (cards are files models/<name>.json), then write the card there"
     try:
         card = json.loads(Path(path).read_text())
         command = card.get("generated_by") if isinstance(card, dict) else None
@@ -183,7 +187,7 @@ def _gb(values: list[Any]) -> tuple[float, float, float, float]:
 def profile_from_card(card: dict[str, Any], where: str) -> ModelProfile:
     """The planner's view of a card."""
     try:
-        if card.get("card") != CARD_VERSION:
+        if type(card.get("card")) is not int or card.get("card") != CARD_VERSION:  # `true` is not version 1
             raise CardProblem(f"{where}: card version {card.get('card')!r}, this planner reads {CARD_VERSION}")
         fields_problem = card_fields_problem(card)
         if fields_problem:
@@ -253,7 +257,8 @@ def _load(path: str, mtime: float) -> ModelProfile:
 
 
 def card_names() -> list[str]:
-    names = {p.stem for root in (card_root() / "models", SHIPPED) if root.is_dir() for p in root.glob("*.json")}
+    names = {p.stem for root in (card_root() / "models", SHIPPED) if root.is_dir() for p in root.glob("*.json")
+             if p.is_file()}  # a directory, a link to nowhere or a device named like a card is no card
     return sorted(names)
 
 
@@ -272,8 +277,20 @@ def get_profile(key: str) -> ModelProfile | None:
     """The card `models/<key>.json`; None when there is none. A broken card raises CardProblem."""
     if not key or "/" in key or key.startswith("."):
         return None
-    for root in (card_root() / "models", SHIPPED):
+    mine = card_root() / "models"
+    if mine.exists() and not mine.is_dir():
+        raise CardProblem(f"{mine}: is a file where the directory of model cards belongs: move it away, then "
+                          f"put the cards in {mine}/")
+    for root in (mine, SHIPPED):
         path = root / f"{key}.json"
         if path.is_file():
-            return _load(str(path), path.stat().st_mtime)
+            profile = _load(str(path), path.stat().st_mtime)
+            if profile.key != key:
+                raise CardProblem(f"{path}: field name {profile.key!r} is not the file's name {key!r}: the plan "
+                                  f"would use one card under two names; set \"name\": \"{key}\" or rename the file")
+            return profile
+        if path.exists() or path.is_symlink():
+            what = ("a directory" if path.is_dir() else "a link to nowhere" if not path.exists() else
+                    "not a regular file")
+            raise CardProblem(f"{path}: is {what}, not a model card file: remove it, or put the card there")
     return None
