@@ -17,6 +17,7 @@ from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
 from stacks.planner.image_cards import ImageCard
 from stacks.planner.model_cards import ModelProfile
+from stacks.planner.option_values import fits_float
 from stacks.planner.serve_options import ArgvItem
 
 NO_EPLB_CLASSES = {
@@ -185,6 +186,14 @@ def _bucket_problem(text: str) -> str | None:
         return None  # not JSON: the option-value check refuses it by the image's card
     if not isinstance(value, dict):
         return None
+    for family, buckets in value.items():  # pydantic's type check runs before the field's validators
+        bounds = buckets if isinstance(buckets, list) else []
+        huge = next((i for i, b in enumerate(bounds) if not fits_float(b)), None)
+        if huge is not None:
+            return (f"1 validation error for ObservabilityConfig: custom_histogram_buckets.{family}.{huge}: Input "
+                    "should be a valid number (pydantic's float check of the field type dict[str, list[float]]: an "
+                    "integer beyond a float's range; vllm/config/observability.py:70, built at "
+                    "vllm/engine/arg_utils.py:2217-2226)")
     for family, buckets in value.items():
         if family not in BUCKET_FAMILIES:
             return (f"custom_histogram_buckets: unknown bucket family {family!r}; known families: "
@@ -210,7 +219,8 @@ def observability_rules(items: list[ArgvItem]) -> list[Problem]:
     if buckets is not None and why is not None:
         problems.append(Problem(
             _at(buckets), _shown(buckets)[:200], "is not a set of histogram buckets vLLM accepts",
-            upstream=f"ValueError (engine start-up): {why} (vllm/config/observability.py:167-214)",
+            upstream=f"ValueError (engine start-up): {why}" + ("" if ".py:" in why else
+                                                                " (vllm/config/observability.py:167-214)"),
             fix=f"a JSON object of {', '.join(BUCKET_FAMILIES[:3])}, … -> strictly increasing positive bounds, "
                 "e.g. '{\"time_to_first_token\": [0.1, 0.5, 1, 5]}'"))
     traces = _last(items, "collect_detailed_traces")
