@@ -474,7 +474,8 @@ JSON_ON_EVERY_EXIT = ("drift",)
 def _json_answer(argv: Sequence[str]) -> str | None:
     """The command of `argv` when it answers in JSON at every exit (`drift … --json`), else None."""
     words = list(argv)
-    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and "--json" in words[1:] else None
+    asked = any(w == "--json" or w.startswith("--json=") for w in words[1:])  # `--json=1`: refused, in JSON
+    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and asked else None
 
 
 def _json_refusal(argv: Sequence[str], error: str, next_step: str, **more: Any) -> None:
@@ -596,10 +597,14 @@ def build_parser(prog: str = "python -m stacks", extend: Extend | None = None) -
     return parser
 
 
-def _stdout_closed() -> int:
-    """The reader of stdout went away (`python -m stacks plan prod | head`): end quietly, as a shell tool does,
-    with 128 + SIGPIPE, and keep the interpreter's last flush from raising again."""
+def _stdout_closed(what: str) -> int:
+    """The reader of stdout went away (`python -m stacks plan prod --json | head -c 10`): the output is cut, which a
+    script must be able to tell, so one line on stderr says so and the exit is 141 (128 + SIGPIPE); the
+    interpreter's last flush is kept from raising again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):  # stderr is gone too: the exit status is all that is left
+        print(f"{what}: stdout was closed before the output was complete (the reader, e.g. `head`, stopped "
+              "reading): what it got is cut; exit 141", file=sys.stderr)
     return 141
 
 
@@ -625,7 +630,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         sys.stdout.flush()
         return code
     except BrokenPipeError:
-        return _stdout_closed()
+        return _stdout_closed(f"{prog} {args.command}")
     except ConfigError as exc:
         if json_answer:
             _json_refusal(words, "the stack is refused", "fix each key `errors` names",
