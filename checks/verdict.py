@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stacks.model.masking import mask_secrets
+from stacks.model.masking import has_userinfo, mask_secrets, mask_userinfo
 
 EXIT = {"pass": 0, "fail": 1, "cannot-run": 2, "inconclusive": 2, "not-run": 0}
 """`not-run`: a check a rehearsal stack does not run by design (it needs a GPU); its line starts `NOT RUN` and says
@@ -166,7 +166,6 @@ _IMAGE_REF = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:[._
 """Docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@sha256:digest]."""
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 """A node's name in the stack (`nodes[].name`) or a host name label."""
-_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:(?://|\\\\|/\\|\\/)?)([^/\\?#]*)@", re.S)
 MAX_ARG_CHARS = 4096
 
 
@@ -184,7 +183,7 @@ def shown(value: str, limit: int = 80) -> str:
 
 def mask_url(value: str) -> str:
     """A URL's userinfo and query masked (`https://***@host/path?***`); anything else as it is."""
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}***@", value, count=1)
+    text = mask_userinfo(value)
     if "://" in text and "?" in text:
         text = text.split("?", 1)[0] + "?***"
     return text
@@ -404,7 +403,7 @@ def http_origin(value: str) -> str:
     """http(s)://HOST[:PORT] with nothing after it and no credentials (the value is masked in the refusal)."""
     text = _text(value)
     authority = text.split("://", 1)[-1].split("/", 1)[0]
-    if _URL_USERINFO.match(text) or "@" in authority:
+    if has_userinfo(text) or "@" in authority:
         raise _refuse(value, "carries credentials; give http(s)://HOST[:PORT] and the key through its "
                              "environment variable")
     try:

@@ -15,7 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from checks.verdict import abs_path, argument_message, count, mask_credentials, path, shown, with_unknown_options
+from checks.verdict import (
+    abs_path,
+    argument_message,
+    count,
+    mask_credentials,
+    one_line,
+    path,
+    shown,
+    with_unknown_options,
+)
 from heal.full_venv import CHECKS, needs, unit_python
 from review.downtime import downtime_of
 from review.git_base import BaseError, base_plan, secret_changes
@@ -378,24 +387,25 @@ def _image_card(args: argparse.Namespace) -> int:
     from review.image_card import CardError, summary, take_card
     from stacks.planner.image_cards import card_file_name
 
+    def refuse(text: str) -> int:  # the reference may carry credentials or control characters: the one rule
+        print(mask_credentials(one_line(text)), file=sys.stderr)
+        return 2
+
     out = Path(args.out) if args.out else PROJECT_ROOT / "images"
     developer = is_developer_checkout(PROJECT_ROOT) and out.resolve() == CARDS.resolve()
     if not developer and out.resolve() == CARDS.resolve():
-        print(f"image-card {args.image}: --out {str(out)!r} is the shipped cards' directory, which no command "
-              f"writes into; give --out DIR in your project (default: {PROJECT_ROOT / 'images'})", file=sys.stderr)
-        return 2
+        return refuse(f"image-card {args.image}: --out {str(out)!r} is the shipped cards' directory, which no "
+                      f"command writes into; give --out DIR in your project (default: {PROJECT_ROOT / 'images'})")
     shipped = CARDS / f"{card_file_name(args.image)}.json"
     hides = out.resolve() == (PROJECT_ROOT / "images").resolve()  # the project's cards, which plans read
     if not developer and hides and shipped.is_file() and not args.override_shipped:
-        print(f"image-card {args.image}: a card of that name ships with vllm-cluster ({shipped}); yours in {out} "
-              "would hide it from every stack of this project. Give --override-shipped to take it anyway (every plan "
-              "then names it in a warning)", file=sys.stderr)
-        return 2
+        return refuse(f"image-card {args.image}: a card of that name ships with vllm-cluster ({shipped}); yours in "
+                      f"{out} would hide it from every stack of this project. Give --override-shipped to take it "
+                      "anyway (every plan then names it in a warning)")
     try:
         taken = take_card(args.image, python=args.python, out_dir=out, timeout_s=args.timeout)
     except CardError as exc:
-        print(f"image-card {args.image}: {exc}", file=sys.stderr)
-        return 2
+        return refuse(f"image-card {args.image}: {exc}")
     print(summary(taken))
     if developer:  # this checkout's images/: its support rows list every card
         from review.support import rewrite_support_tables
@@ -432,7 +442,8 @@ def _model_card(args: argparse.Namespace) -> int:
                       guard_shipped=not args.override_shipped, require_project=True,
                       on_written=rewrite_support_tables if in_checkout else None,
                       command=["python", "-m", "stacks", *(sys.argv[1:] if args.argv is None else args.argv)],
-                      echo=lambda line: print(line, file=sys.stderr if not line.startswith("wrote") else sys.stdout))
+                      echo=lambda line: print(mask_credentials(line),  # SRC may carry credentials: the one rule
+                                              file=sys.stderr if not line.startswith("wrote") else sys.stdout))
 
 
 def _git_ref(value: str) -> str:
@@ -478,7 +489,8 @@ JSON_ON_EVERY_EXIT = ("drift",)
 def _json_answer(argv: Sequence[str]) -> str | None:
     """The command of `argv` when it answers in JSON at every exit (`drift … --json`), else None."""
     words = list(argv)
-    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and "--json" in words[1:] else None
+    asked = any(w == "--json" or w.startswith("--json=") for w in words[1:])  # `--json=1`: refused, in JSON
+    return words[0] if words and words[0] in JSON_ON_EVERY_EXIT and asked else None
 
 
 def _json_refusal(argv: Sequence[str], error: str, next_step: str, **more: Any) -> None:
@@ -600,10 +612,14 @@ def build_parser(prog: str = "python -m stacks", extend: Extend | None = None) -
     return parser
 
 
-def _stdout_closed() -> int:
-    """The reader of stdout went away (`python -m stacks plan prod | head`): end quietly, as a shell tool does,
-    with 128 + SIGPIPE, and keep the interpreter's last flush from raising again."""
+def _stdout_closed(what: str) -> int:
+    """The reader of stdout went away (`python -m stacks plan prod --json | head -c 10`): the output is cut, which a
+    script must be able to tell, so one line on stderr says so and the exit is 141 (128 + SIGPIPE); the
+    interpreter's last flush is kept from raising again."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):  # stderr is gone too: the exit status is all that is left
+        print(f"{what}: stdout was closed before the output was complete (the reader, e.g. `head`, stopped "
+              "reading): what it got is cut; exit 141", file=sys.stderr)
     return 141
 
 
@@ -629,7 +645,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         sys.stdout.flush()
         return code
     except BrokenPipeError:
-        return _stdout_closed()
+        return _stdout_closed(f"{prog} {args.command}")
     except ConfigError as exc:
         if json_answer:
             _json_refusal(words, "the stack is refused", "fix each key `errors` names",

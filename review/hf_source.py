@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from review.card_sources import CardError, Source
+from stacks.model.masking import has_userinfo, mask_secrets
 
 SCHEME = "hf://"
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -54,9 +55,13 @@ _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
 
 def parse_hf(src: str) -> tuple[str, str]:
     """(repo_id, revision) of `hf://ORG/NAME[@REVISION]`; CardError naming SRC, the value and what works."""
+    masked = mask_secrets(src)
+    shown = ascii(masked) if len(masked) <= 300 else f"{masked[:60]!a}… ({len(src)} characters)"
+    if has_userinfo(src):  # hf://user:password@org/name: refused before `@` is read as the revision
+        raise CardError(f"SRC {shown}: carries credentials (user:password@): remove them; the Hub is read with the "
+                        "token in HF_TOKEN")
     rest = src[len(SCHEME):]
     repo, sep, revision = rest.partition("@")
-    shown = ascii(src) if len(src) <= 300 else f"{src[:60]!a}… ({len(src)} characters)"
     if not REPO_RE.fullmatch(repo) or repo.endswith(".git"):
         raise CardError(f"SRC {shown}: not a Hugging Face repository: write hf://ORG/NAME[@REVISION], ORG and NAME of "
                         "letters, digits, '_', '-', '.' (no '..' or '--'), e.g. hf://Qwen/Qwen2.5-7B-Instruct")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stacks.model.config import parse_image_ref
+from stacks.model.masking import has_userinfo, mask_secrets
 from stacks.planner.image_capabilities import canonical_ref
 from stacks.planner.image_cards import CARDS, MODEL_CLASSES, PROBE, card_file_name, parse_card
 
@@ -52,7 +53,7 @@ def _interpreter(python: str) -> str:
         raise CardError(f"--python {python!r} is a directory; give the interpreter in it, e.g. "
                         f"{where / 'bin' / 'python'}")
     if not where.exists():
-        raise CardError(f"--python {python!r}: {python} is not installed here (no such file); give the path of a "
+        raise CardError(f"--python {python!r} is not installed here (no such file); give the path of a "
                         "python that can `import vllm`, e.g. /opt/vllm/venv/bin/python")
     if not os.access(where, os.X_OK):
         raise CardError(f"--python {python!r} is not executable; give the path of a python that can "
@@ -84,6 +85,10 @@ def _digests(image: str, timeout_s: int) -> list[str]:
 
 def take_card(image: str, python: str | None = None, out_dir: Path = CARDS, timeout_s: int = 600) -> Taken:
     """Run the probe for `image` (in it, or with `python`) and write its card; CardError on any failure."""
+    if has_userinfo(image):  # never handed to docker, never echoed: Docker's reference grammar has no userinfo
+        raise CardError(f"the reference {mask_secrets(image)!r} carries credentials (user:password@), which no "
+                        "image reference holds (docker: invalid reference format); remove them and log in to the "
+                        "registry first: docker login REGISTRY")
     try:
         parts = parse_image_ref(image)
     except Exception as exc:  # pydantic's PydanticCustomError: the stack file's own image rule

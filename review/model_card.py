@@ -31,6 +31,7 @@ from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 from review.card_sources import CardError, LocalSource, S3Source, Source
 from review.loader_rules import LoaderRefusal, check_header, quantization_config, quantization_method
 from stacks.model.field_types import ParserName
+from stacks.model.masking import mask_secrets
 from stacks.model.project import escapes, not_a_project
 from stacks.planner.memory import EMBEDDING, classify
 from stacks.planner.model_cards import (
@@ -68,6 +69,9 @@ def open_source(src: str, endpoint_url: str | None = None, region: str | None = 
         return HubSource(src)
     if src.startswith("s3://"):
         return S3Source(src, endpoint_url, region)
+    if (scheme := re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", src)) is not None:  # not a folder: Path() folds `//`
+        raise CardError(f"SRC {ascii(mask_secrets(src))[:300]}: a {scheme.group(1)}: URL, which model-card does not "
+                        "read; SRC is a local model directory, s3://bucket/prefix or hf://ORG/NAME[@REVISION]")
     return LocalSource(Path(src))
 
 

@@ -101,18 +101,36 @@ def test_a_project_key_outside_config_is_refused(tmp_path: Path) -> None:
     assert out.returncode == 2 and "top-level key 'parallelism' is not a Pulumi stack file key" in out.stderr
 
 
-def test_a_closed_stdout_ends_the_plan_quietly() -> None:
-    """`python -m stacks plan prod | head`: the reader is gone before the plan is written. SIGPIPE is not reset to
-    its default any more (a probe that closed its stdin killed the process silently), so the broken pipe is an
-    exception that ends the program with 141 and no traceback or internal-error line."""
+def test_a_closed_stdout_ends_the_plan_with_one_line_on_stderr() -> None:
+    """`python -m stacks plan prod --json | head -c 10`: the reader is gone before the plan is written. The broken
+    pipe is an exception (SIGPIPE stays ignored: a probe that closed its stdin once killed the process silently);
+    it ends the program with 141 and one line on stderr saying the output is cut, no traceback or internal-error
+    line (it once ended 141 without a word, so a script could not tell a cut plan from a whole one)."""
     import os
 
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--assume-secret", "api_key"],
+        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json", "--assume-secret", "api_key"],
                               cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write_end)
     said = [line for line in done.stderr.splitlines() if not line.startswith("# project: ")]  # every plan names it
-    assert done.returncode == 141 and said == [], (done.returncode, done.stderr)
+    assert done.returncode == 141 and len(said) == 1, (done.returncode, done.stderr)
+    assert said[0].startswith("python -m stacks plan: stdout was closed") and "cut" in said[0], said
+
+
+def test_a_set_value_with_a_control_character_is_refused_not_stripped() -> None:
+    """`--set $'model.profile=hq\\n'`: YAML dropped the newline and the value was accepted, while the same value in the
+    stack file is refused; a control character anywhere in a --set is refused, naming the key and the value."""
+    from stacks.model.errors import ConfigError
+
+    for item in ("model.profile=hq\n", "model.profile=h\x1bq", "model.pro\tfile=hq"):
+        try:
+            apply_overrides({"model": {}}, [item])
+        except ConfigError as exc:
+            said = exc.report()
+        else:
+            raise AssertionError(f"{item!r} was accepted")
+        assert "--set: holds the control character" in said and "model.pro" in said, said
+    assert apply_overrides({"model": {}}, ["model.profile=hq"]) == {"model": {"profile": "hq"}}

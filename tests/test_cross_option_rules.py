@@ -141,3 +141,40 @@ def test_lora_rule_without_the_card_field_is_a_warning_not_a_crash(h20_values: d
     monkeypatch.setitem(card.raw, "lora_architectures", {"supported": {}, "unsupported": {}, "unresolved": "x"})
     plan = plan_of(_lora(h20_values, "deepseek-v4.1-flash", "--enable-lora"))
     assert any("could not resolve its class" in w for w in plan.warnings)
+
+
+HUGE = "1" + "0" * 400
+"""A JSON integer no float holds: float() of it raises OverflowError (it once ended the plan with an internal
+error, exit 3, in the histogram-bucket rule and in the option-value check of -cc)."""
+
+
+def test_a_histogram_bound_beyond_a_floats_range_is_refused_as_pydantic_refuses_it(
+        h20_values: dict[str, Any]) -> None:
+    problems = problems_of(_extra(h20_values, f'--custom-histogram-buckets={{"request_tokens":[{HUGE}]}}'))
+    assert len(problems) == 1, [p.render() for p in problems]
+    problem = problems[0]
+    assert problem.key == "serving.extra_args.0" and "histogram buckets" in problem.message, problem.render()
+    assert "custom_histogram_buckets.request_tokens.0: Input should be a valid number" in (problem.upstream or "")
+    assert "vllm/config/observability.py:70" in (problem.upstream or "") and problem.fix, problem.upstream
+    assert len(problem.render()) < 2000, problem.render()  # the 401 digits are cut, not printed in full
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (["-cc", f'{{"cudagraph_mode": {HUGE}}}'], "cudagraph_mode takes one of"),
+    (["--kv-cache-metrics-sample", HUGE], "kv_cache_metrics_sample must be"),
+])
+def test_a_json_integer_beyond_a_floats_range_in_a_checked_value_is_refused_not_a_crash(
+        h20_values: dict[str, Any], words: list[str], said: str) -> None:
+    problems = problems_of(_extra(h20_values, *words))
+    assert [p.key for p in problems] == ["serving.extra_args.0"] and said in problems[0].message, [
+        p.render() for p in problems]
+
+
+def test_a_huge_json_integer_for_an_int_field_is_no_crash(h20_values: dict[str, Any]) -> None:
+    """pydantic takes any Python int for an `int` field; the value check reads it as a whole number, not through a
+    float that overflows."""
+    from stacks.planner.option_values import fits_float, shape_problem
+
+    assert shape_problem(10**400, {"kind": "int"}) is None
+    assert shape_problem(10**400, {"kind": "float"}) == "a number" and not fits_float(10**400)
+    assert shape_problem(1e300, {"kind": "float"}) is None and fits_float(True)

@@ -446,6 +446,18 @@ def test_drift_json_answers_json_when_an_argument_is_refused(argv: list[str],
     assert "bad argument" in captured.err and "Tok3nS3cretPw" not in captured.out + captured.err
 
 
+@pytest.mark.parametrize("flag", ["--json=1", "--json=true"])
+def test_drift_json_with_a_value_is_refused_in_json(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`drift prod --json=1` asks for JSON too (argparse refuses the value of a switch): the refusal comes as JSON
+    on stdout like any other, not as plain-text usage only."""
+    from review.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["drift", "h20", flag])
+    answer = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 2 and answer["stack"] == "h20" and "--json" in answer["error"], answer
+
+
 def test_drift_json_answers_json_when_it_crashes(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from heal import cli

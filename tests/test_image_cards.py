@@ -261,13 +261,20 @@ def test_a_diff_names_the_missing_card_every_time(prod_values: dict[str, Any]) -
 
 @pytest.mark.parametrize(("args", "said"), [
     (["vllm/vllm-openai"], "has no tag; write it as repository:tag"),
-    (["vllm/vllm-openai:v0.34.0", "--python", "/nonexistent/python"], "/nonexistent/python is not installed"),
+    (["vllm/vllm-openai:v0.34.0", "--python", "/nonexistent/python"], "'/nonexistent/python' is not installed"),
     (["vllm/vllm-openai:v0.34.0", "--python", sys.executable], "the probe found no `vllm serve` options"),
 ])
 def test_image_card_refuses_with_exit_2_and_why(args: list[str], said: str, tmp_path: Path) -> None:
     out = _image_card(*args, "--out", str(tmp_path))  # this interpreter has no vLLM
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_image_card_names_a_python_path_with_a_newline_escaped_every_time(tmp_path: Path) -> None:
+    """The path was named twice, the second time raw: a newline in it printed a second line."""
+    out = _image_card("vllm/vllm-openai:v0.34.0", "--python", "/tmp/a\nb", "--out", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--python '/tmp/a\\nb' is not installed here" in out.stderr, out.stderr
 
 
 def test_probe_reprs_carry_no_object_addresses() -> None:

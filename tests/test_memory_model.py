@@ -349,3 +349,31 @@ def test_redundant_experts_are_counted_on_the_node_as_in_the_plan(tmp_path: Path
     assert code == 1, v
     assert ("weights do not fit: experts 10.0 + redundant experts 10.0 + dense 3.0 + replicated 1.0 + Engram 5.0 = "
             "29.0 GB per GPU > 24.0 GB") in " ".join(v["evidence"])
+
+
+def _lab_values() -> dict[str, Any]:
+    """The lab example: qwen3-8b, a dense model, one L40S (48 GB) per node, DP2."""
+    from stacks.model.loader import read_stack_values
+
+    return read_stack_values("lab", ROOT / "examples")
+
+
+def test_weights_that_fit_at_a_higher_utilisation_name_the_utilisation_not_bigger_gpus() -> None:
+    """gpu_memory_utilization=0.01 on a 48 GB GPU: the fix was 'GPUs of at least 2099 GB, more DP ranks (the experts
+    spread wider)' for a dense model whose only cause is the utilisation."""
+    values = _lab_values()
+    values["serving"]["gpu_memory_utilization"] = 0.01
+    problem = _only(problems_of(values), "nodes.0.gpus.memory_gb")
+    assert (problem.fix or "").startswith("serving.gpu_memory_utilization: 0.") and "or more" in (problem.fix or "")
+    assert "GB" not in (problem.fix or "") and "experts" not in (problem.fix or ""), problem.fix
+
+
+def test_a_dense_model_too_big_for_its_gpus_is_told_tp_or_pp_not_more_dp_ranks() -> None:
+    """DP ranks each hold a whole copy of a dense model: only TP and PP split its weights."""
+    values = _lab_values()
+    for node in values["nodes"]:
+        node["gpus"] |= {"memory_gb": 8, "model": "Lab GPU 8"}
+    problem = _only(problems_of(values), "nodes.0.gpus.memory_gb")
+    assert "GPUs of at least" in (problem.fix or "") and "parallelism.tensor or parallelism.pipeline" in (
+        problem.fix or ""), problem.fix
+    assert "experts" not in (problem.fix or ""), problem.fix

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,3 +213,93 @@ def test_advice_that_names_a_config_key_after_secret_keeps_the_key_and_a_value_a
     assert mask_secrets(advice) == advice
     assert mask_secrets("tool --secret sk-live-0123 --token=abc") == "tool --secret *** --token=***"
     assert mask_secrets("tool --secret=vllm-clusterX") == "tool --secret=***"
+
+
+CARD_COMMANDS = [
+    ["image-card", f"deployer:{planted('image')}@registry.example.com/vllm:v1"],
+    ["image-card", "--python", sys.executable, f"deployer:{planted('image-python')}@registry.example.com/vllm:v1"],
+    ["image-card", f"https://deployer:{planted('image-url')}/PW@registry.example.com/vllm:v1"],
+    ["model-card", "--name", "t1", f"s3://AKIA:{planted('s3')}/cr/et@bucket/p"],
+    ["model-card", "--name", "t1", f"hf://u:{planted('hf')}/ss@org/name"],
+    ["model-card", "--name", "t1", f"https://u:{planted('https')}/ss@huggingface.co/org/name"],
+]
+
+
+@pytest.mark.parametrize("argv", CARD_COMMANDS, ids=lambda a: a[-1].split(":")[0])
+def test_a_card_source_with_credentials_is_refused_masked_before_it_is_used(tmp_path: Path, argv: list[str]) -> None:
+    """An image reference or model SRC with `user:password@` (a password with `/` included) is refused with exit 2
+    before docker, the Hub or S3 see it, and no message shows the password: it once printed the reference whole
+    (and handed it to `docker run`), or showed the part before the `/` as a bucket name."""
+    done = _run(["-m", "stacks", *argv, *(["--out", str(tmp_path)] if argv[0] == "image-card" else [])],
+                _stack(tmp_path, ""))
+    _clean(done)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.splitlines()[-1]
+    assert "***@" in said and ("carries credentials" in said or "https: URL" in said), said
+
+
+URL_SETS = [
+    f"model.source.url=s3://AKIA:{planted('url')}/cr/et@bucket/prefix",
+    f"model.source.endpoint_url=http://minio:{planted('endpoint')}/ss@10.0.0.1:9000",
+]
+
+
+@pytest.mark.parametrize("setting", URL_SETS, ids=["url", "endpoint_url"])
+def test_a_weights_url_whose_password_holds_a_slash_is_refused_as_credentials(tmp_path: Path, setting: str) -> None:
+    """`s3://KEY:SE/CRET@bucket`: a URL parser cuts the authority at the `/`, so `KEY:SE` became a bucket name and
+    `SE` a port that 'could not be cast to integer'; the userinfo is refused before the URL is parsed."""
+    done = _run(["-m", "stacks", "plan", "leak", "--set", "model.source.url=s3://bucket/prefix", "--set", setting],
+                _stack(tmp_path, ""))
+    _clean(done)
+    assert done.returncode == 2 and "carries credentials" in done.stderr, done.stderr[-1500:]
+
+
+EXTRA_ARGS = {
+    "unknown option with a token": [f"--bogus-opt=sk-{planted('opt')}"],
+    "a bare token": [f"sk-{planted('bare')}"],
+    "an OTLP endpoint with userinfo": ["--otlp-traces-endpoint", f"http://user:{planted('otlp')}/ss@x:4317"],
+}
+
+
+@pytest.mark.parametrize("carded", [True, False], ids=["v0.33.0 card", "no card"])
+@pytest.mark.parametrize("case", EXTRA_ARGS, ids=list(EXTRA_ARGS))
+def test_a_credential_in_extra_args_is_refused_first_and_never_shown(tmp_path: Path, case: str, carded: bool) -> None:
+    """Whatever else is wrong with the word (an option vLLM lacks, a value without a flag), the credential rule
+    answers first, with `<plain text>` for the value; without a card the word was once accepted (exit 0) and
+    printed three times in the plan."""
+    image = ["--set", "image.tag=v0.33.0"] if carded else []
+    words = json.dumps(EXTRA_ARGS[case])
+    done = _run(["-m", "stacks", "plan", "leak", "--assume-secret", "api_key", *image, "--set",
+                 f"serving.extra_args={words}"], _stack(tmp_path, ""))
+    _clean(done)
+    assert done.returncode == 2, done.stdout[-500:] + done.stderr[-1500:]
+    assert "serving.extra_args.0 = '<plain text>': looks like a credential in argv" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("words", [["--api-key", "sk-0123456789abcdef"], ["--hf-token=hf_" + "a" * 34]],
+                         ids=["api-key", "hf-token"])
+def test_a_secret_option_in_extra_args_reads_as_one_sentence(prod_values: dict[str, Any], words: list[str]) -> None:
+    """`'--api-key …': --api-key puts …` went through the masking rule as `--api-key *** --api-key *** a secret`
+    (the rule masks the word after a secret option): the value is the option alone, and the sentence names it
+    where no word follows it."""
+    from stacks.model.errors import ConfigError
+    from tests.conftest import plan_of
+
+    prod_values["image"] = {"repository": "vllm/vllm-openai", "tag": "v0.33.0"}
+    prod_values["serving"]["extra_args"] = words
+    with pytest.raises(ConfigError) as info:
+        plan_of(prod_values)
+    option = words[0].split("=")[0]
+    assert f"vllm-cluster:serving.extra_args.0 = '{option}': puts a secret in argv (the value of {option}), " \
+           "visible in `ps`" in info.value.report(), info.value.report()
+
+
+def test_the_one_rule_masks_token_shapes_and_userinfo_up_to_the_at() -> None:
+    from stacks.model.masking import has_userinfo, mask_secrets
+
+    assert mask_secrets("--bogus-opt=sk-SECRETVALUE123 and AKIAIOSFODNN7EXAMPLE") == "--bogus-opt=*** and ***"
+    assert mask_secrets("s3://AKIA:se/cr/et@bucket/p") == "s3://***@bucket/p"
+    for fine in ("hf://org/name@main", "hf://gpt2@refs/pr/1", "s3://bucket/models@v2/x", "/data/hf_downloads",
+                 "vllm/vllm-openai:v0.33.0@sha256:" + "0" * 64, "--max-num-batched-tokens=8192"):
+        assert mask_secrets(fine) == fine and not has_userinfo(fine), fine
+    assert has_userinfo("s3://***@bucket/p"), "a value masked already still holds userinfo (it is refused)"

@@ -889,11 +889,14 @@ def test_the_stores_full_object_sha256_is_used_and_a_composite_one_is_not(wdir: 
         assert not (dest / small).exists() and (dest / big).exists()
 
 
-def test_the_model_masks_url_userinfo_with_the_same_pattern_as_the_checks() -> None:
-    """stacks/model/s3_source.py may not import checks.verdict (the model imports nothing above it), so it keeps a
-    copy of the userinfo pattern; a change to one must reach the other, or a key could show in one report."""
+def test_the_model_and_the_checks_mask_url_userinfo_with_the_one_rule() -> None:
+    """stacks/model/s3_source.py and checks.verdict once kept copies of a userinfo pattern that stopped at the first
+    `/`, so `s3://KEY:SE/CRET@bucket` showed `SE` as part of a bucket name; both now call stacks/model/masking.py."""
     from checks import verdict
-    from stacks.model import s3_source
+    from stacks.model import masking, s3_source
 
-    assert (s3_source._USERINFO.pattern, s3_source._USERINFO.flags) == (
-        verdict._URL_USERINFO.pattern, verdict._URL_USERINFO.flags)
+    assert s3_source.mask_userinfo is masking.mask_userinfo is verdict.mask_userinfo
+    assert s3_source.has_userinfo is masking.has_userinfo is verdict.has_userinfo
+    for url in ("s3://AKIA:se/cr/et@bucket/p", "http://minio:pa/ss@10.0.0.1:9000"):
+        for shown in (s3_source.mask_source(url), s3_source.mask_endpoint(url), verdict.shown(url)):
+            assert "se/cr" not in shown and "pa/ss" not in shown and "***@" in shown, shown

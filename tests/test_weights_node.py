@@ -236,3 +236,15 @@ def test_an_image_without_boto3_cannot_run_and_says_so(images: dict[str, str], s
     done = shell(command, credentials_stdin(key_id, secret))
     verdict = verdict_of(done)
     assert done.returncode == 2 and "boto3 is not importable" in verdict["summary"]
+
+
+def test_the_node_command_fits_one_argv_string() -> None:
+    """The sync runs as one `sh -c` string (over SSH, and in the tests' shell): Linux refuses a single argument over
+    MAX_ARG_STRLEN (131072 bytes, E2BIG 'Argument list too long'). The pasted modules (masking, s3_source, verdict,
+    weights_*) grow with every rule: this says so here, without Docker, before a node does."""
+    from checks.weights_node import node_sync_command
+
+    longest = node_sync_command("s3://node-weights/" + "p" * 200, "/data/models/" + "d" * 200, "r" * 200 + ":t",
+                                endpoint_url="https://minio.internal:9000", region="us-east-1", delete=True,
+                                versions=True)
+    assert len(longest.encode()) < 131072 - 512, len(longest.encode())

@@ -164,6 +164,13 @@ def apply_overrides(values: dict[str, Any], overrides: list[str], assume_secret:
                                     fix=f"--assume-secret {path.strip()} to plan as if it were set, or "
                                     f"pulumi config set --secret {PROJECT}:{path.strip()} <value>"))
             continue
+        control = next((c for c in item if ord(c) < 32 or ord(c) == 127), None)
+        if control is not None:  # YAML would strip or fold it (`hq\n` -> `hq`); the stack file keeps and refuses it
+            problems.append(Problem(path.strip(), "…" if _unechoed(path) else raw, f"--set: holds the control "
+                                    f"character {control!r}, which the command line would drop or fold while the "
+                                    "stack file keeps it", fix="the key and value on one line, without control "
+                                    "characters"))
+            continue
         try:
             set_path(result, path.strip(), parse_value_text(raw))
         except ValueError as exc:

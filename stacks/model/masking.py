@@ -15,9 +15,12 @@ MASK = "***"
 SHOWN = 8
 """Items of a list or mapping a message shows (errors.py cuts its repr at 6)."""
 
-_USERINFO_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*:(?://|\\\\|/\\|\\/))[^\s@'\"<>]*@")
-"""`scheme://userinfo@`: anything up to the `@` but whitespace and quotes, so a password with `/`, `?` or `#` in
-it (which a URL parser would cut at the `/`) is masked whole."""
+_USER = r"[^\s@/\\?#:'\"<>]*"
+_PASSWORD = r":[^\s@'\"<>]*"
+_USERINFO_URL = re.compile(rf"(?i)\b([a-z][a-z0-9+.-]*:(?://|\\\\|/\\|\\/))"
+                           rf"(?:(?<!hf:[/\\][/\\]){_USER}(?:{_PASSWORD})?|{_USER}{_PASSWORD})@")
+"""`scheme://user[:password]@`, a password with `/` whole (a URL parser reads `user:pa` as host:port); no `/` in
+the user (`s3://b/p@x` is a path), and in `hf://` a password (`hf://gpt2@main` is a revision)."""
 _BARE_USERINFO = re.compile(r"(?<![\w.:/@%+~=-])[\w.%+~-]+:(?![/\\])[^\s@'\"<>]+@(?!sha256:)(?=[\w\[])")
 """`user:password@registry/repo:tag`: a Docker image reference or host spec with credentials and no scheme."""
 _SECRET_OPTION = re.compile(r"(?i)(--(?!assume-secret\b)(?:[\w-]*-)?(?:api-key|access-key|secret-key|private-key|"
@@ -31,6 +34,10 @@ _SECRET_ASSIGNMENT = re.compile(r"(?i)\b((?:[a-z0-9]+[_-])+(?:key|token|secret|p
 """`ORG_TOKEN=…`, `?X-Amz-Credential=…`-like pairs (not `KEY=VALUE`, a metavar)."""
 _SECRET_QUERY = re.compile(r"(?i)([?&][\w.-]*(?:signature|token|key|secret|password|credential|sig)[\w.-]*=)"
                            r"[^&\s'\"#]*")
+_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{8,}|"
+                    r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
+                    r"(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])")
+"""Token shapes anywhere (`--x=sk-…`); `hf_` at a real token's length: /data/hf_downloads is a path."""
 _SECRET_NAME = re.compile(r"(?i)(?:^|[_.-])(?:key|token|secret|password|passwd|credentials?|auth|signature)$")
 """A name whose value is a secret: `ORG_TOKEN`, `api_key`."""
 
@@ -41,13 +48,29 @@ def secret_name(name: object) -> bool:
 
 
 def mask_secrets(text: str) -> str:
-    """`text` with every credential this module knows replaced by `***`: URL userinfo (any characters up to the
-    `@`), `user:password@host` without a scheme, secret-valued options and `NAME=value` pairs, signed queries."""
+    """`text` with every credential this module knows replaced by `***`: URL userinfo, `user:password@host`,
+    secret-valued options and `NAME=value` pairs, token shapes, signed queries."""
     text = _USERINFO_URL.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _BARE_USERINFO.sub(f"{MASK}@", text)
     text = _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
+    text = _TOKEN.sub(MASK, text)
     return _SECRET_QUERY.sub(lambda m: f"{m.group(1)}{MASK}", text)
+
+
+def mask_userinfo(text: str) -> str:
+    """Only the userinfo masked (`s3://***@b/p`), before a bucket or port is read."""
+    return _BARE_USERINFO.sub(f"{MASK}@", _USERINFO_URL.sub(lambda m: f"{m.group(1)}{MASK}@", text))
+
+
+def has_userinfo(text: str) -> bool:
+    """URL userinfo or `user:password@host` (masked or not): a URL field refuses it before parsing."""
+    return bool(_USERINFO_URL.search(text) or _BARE_USERINFO.search(text))
+
+
+def holds_secret(text: str) -> bool:
+    """Whether mask_secrets masks anything of `text`."""
+    return mask_secrets(text) != text
 
 
 def masked(value: Any, depth: int = 0) -> Any:

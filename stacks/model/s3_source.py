@@ -15,6 +15,8 @@ import re
 import unicodedata
 from urllib.parse import urlsplit
 
+from stacks.model.masking import has_userinfo, mask_userinfo
+
 DEFAULT_WORKERS = 16
 MAX_WORKERS = 64
 DEFAULT_PART_MB = 256
@@ -46,21 +48,15 @@ class CannotRun(Exception):
     """Why the sync cannot start (or must stop): one line, exit 2."""
 
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:(?://|\\\\|/\\|\\/)?)([^/\\?#]*)@", re.S)
-"""A URL's userinfo (`s3://KEY:SECRET@bucket`): the pattern `checks.verdict` masks in any argument a check prints."""
 _URL_TAIL = re.compile(r"[?#&=]|%(?:3f|23|26|3d)|x-amz-", re.I)
 """What marks a URL query, a fragment or a presigned URL (`?X-Amz-Signature=…&X-Amz-Credential=…`), encoded or
 not: never part of a model's bucket prefix, and possibly a live signature, so never echoed past this point."""
 
 
-def _without_userinfo(text: str) -> str:
-    return _USERINFO.sub(lambda m: f"{m.group(1)}***@", text, count=1)
-
-
 def mask_source(text: str) -> str:
     """`text` as a message may show it: cut after the first query, fragment or presigned-URL marker (`s3://b/ds?***`);
     what remains still holds the marker, so the masked value is refused as the original is."""
-    text = _without_userinfo(text)  # s3://KEY:SECRET@bucket
+    text = mask_userinfo(text)  # s3://KEY:SECRET@bucket
     found = _URL_TAIL.search(text)
     return f"{text[:found.end()]}***" if found else text
 
@@ -68,6 +64,7 @@ def mask_source(text: str) -> str:
 def mask_endpoint(url: str) -> str:
     """`url` as a message may show it: userinfo and everything after the authority masked (`https://***@host:9000/***`);
     a masked value is refused as the original is."""
+    url = mask_userinfo(url)
     scheme, sep, rest = url.partition("://")
     if not sep:
         return mask_source(url)
@@ -122,7 +119,9 @@ def parse_source(text: str) -> tuple[str, str]:
     if not text.startswith("s3://"):
         raise CannotRun(f"--source {shown!r} is not an s3:// URL: write s3://BUCKET/PREFIX "
                         "(for MinIO or Ceph RGW add --endpoint-url http(s)://HOST:PORT)")
-    text = _without_userinfo(text)  # s3://KEY:SECRET@bucket
+    if has_userinfo(text):
+        raise CannotRun(f"--source {shown!r} carries credentials (user:password@): remove them; the sync signs its "
+                        "requests with the AWS_* credentials")
     found = _URL_TAIL.search(text)
     if found:
         raise CannotRun(f"--source {shown!r} holds {found.group(0)!r}, which marks a URL query or a presigned URL, "
@@ -150,6 +149,9 @@ def check_endpoint(url: str) -> str:
     fragment). The stack's `model.source.endpoint_url` is validated by this function too. Every message starts with
     `--endpoint-url '<the value, masked>'`."""
     shown = mask_endpoint(url)
+    if has_userinfo(url):  # a password with `/` would be read as host:port
+        raise CannotRun(f"--endpoint-url {shown!r} carries credentials: remove them and set AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY in the environment")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -13,6 +13,7 @@ import re
 
 from stacks.model.config import StackConfig
 from stacks.model.errors import Problem
+from stacks.model.masking import holds_secret
 from stacks.model.project import STACKS
 from stacks.planner.cross_option_rules import cross_option_problems, integer
 from stacks.planner.deepep import NVSHMEM_ENV
@@ -193,10 +194,7 @@ _NOT_SECRET_WORDS = frozenset({"FILE", "PATH", "DIR", "SOCK", "SOCKET", "CACHE",
 """A name ending in one of these points at where a credential lives (GOOGLE_APPLICATION_CREDENTIALS is a file
 path, SSH_AUTH_SOCK a socket), not at the credential."""
 _SECRET_VALUE = re.compile(r"^(sk-|hf_[A-Za-z0-9]{20,}|ghp_|gho_|github_pat_|glpat-|xox[abpr]-|AKIA|ASIA|-----BEGIN)")
-_SECRET_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{8,}|"
-                              r"github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|"
-                              r"AKIA[0-9A-Z]{12,}|-----BEGIN [A-Z ]*PRIVATE KEY)")
-"""Token shapes: `hf_` needs the length of a real Hugging Face token (hf_ + 34), so /data/hf_downloads is a path."""
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY")
 
 
 def _secret_name(name: str) -> bool:
@@ -266,7 +264,18 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
         shown = f"{key}.{item.index}"
         credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
         # the words as typed: a value attached to its flag (`--flag=value`, `-O3`) is shown once, inside its word
-        value = " ".join(words[item.index:end])[:200] if credential is None else item.word
+        value = " ".join(words[item.index:end])[:200]
+        if item.dest in SECRET_OPTIONS:  # first: no other message may show the word or its value
+            problems.append(Problem(shown, item.option, f"puts a secret in argv (the value of {item.option}), "
+                                    "visible in `ps`, `docker inspect` and Pulumi state",
+                                    fix=SECRET_OPTIONS[item.dest]))
+            continue
+        if credential is not None:  # before any other rule, whose message would repeat the word
+            problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
+                                    "URL with credentials), visible in `ps`, `docker inspect` and Pulumi state",
+                                    fix="pass it through env_secrets (pulumi config set --secret --path "
+                                    "'vllm-cluster:env_secrets.<NAME>' <value>) or a file the image reads"))
+            continue
         if item.dest is not None and item.dest in seen and item.dest not in APPENDING_OPTIONS:
             problems.append(Problem(shown, value, f"{item.option} repeats {key}.{seen[item.dest]}: vLLM keeps only "
                                     "the last (and merges dotted forms after any JSON), so what the plan checked "
@@ -277,10 +286,7 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
         if own and item.option is not None and table.options[item.option].deprecated:
             warnings.append(f"{key}.{item.index}: {item.option} is deprecated in vLLM {table.version} "
                             f"({table.source.split(' (')[0]}): a later image may refuse it")
-        if item.dest in SECRET_OPTIONS:
-            problems.append(Problem(shown, f"{item.option} …", f"{item.option} puts a secret in argv, visible in "
-                                    "`ps`, `docker inspect` and Pulumi state", fix=SECRET_OPTIONS[item.dest]))
-        elif item.dest in MANAGED_OPTIONS:
+        if item.dest in MANAGED_OPTIONS:
             mode = config.parallelism.dp_load_balancing
             headless_refused = item.dest == "headless" and mode != "internal"
             second_mode = item.dest in LB_MODE_OPTIONS and mode != "internal"
@@ -306,11 +312,6 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
             problems.append(Problem(shown, value, item.problem + where, fix=_managed_suggestion(item.fix, table)))
         elif own and (bad := option_value_problem(item, table)) is not None:
             problems.append(Problem(shown, value, bad[0], fix=bad[1]))
-        elif credential is not None:
-            problems.append(Problem(shown, "<plain text>", "looks like a credential in argv (a token, a key or a "
-                                    "URL with a password), visible in `ps`, `docker inspect` and Pulumi state",
-                                    fix="pass it through env_secrets (pulumi config set --secret --path "
-                                    "'vllm-cluster:env_secrets.<NAME>' <value>) or a file the image reads"))
     return problems, warnings
 
 
@@ -334,13 +335,13 @@ APPENDING_OPTIONS = frozenset({"middleware", "allowed_origins", "allowed_methods
                                "lora_modules"})
 """Options vLLM accumulates (argparse `append` / `nargs='+'` lists) rather than overwrite: repeats are fine."""
 
-_URL_PASSWORD = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
 _JSON_SECRET = re.compile(r'"[A-Za-z_]*(token|secret|password|api_key|access_key)"\s*:\s*"[^"]+"', re.I)
 
 
 def _credential_in(text: str) -> bool:
-    """A credential inside an argv word: a known token prefix anywhere, a URL with a password, a JSON secret key."""
-    return bool(_SECRET_ANYWHERE.search(text) or _URL_PASSWORD.search(text) or _JSON_SECRET.search(text))
+    """A credential inside an argv word: whatever the one masking rule masks (a token shape anywhere, URL userinfo,
+    a secret option or `NAME=value`, a signed query: stacks/model/masking.py), a JSON secret key, a private key."""
+    return bool(holds_secret(text) or _JSON_SECRET.search(text) or _PRIVATE_KEY.search(text))
 
 
 def env_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:

@@ -164,7 +164,7 @@ def _enum_problem(value: Any, shape: dict[str, Any]) -> bool:
     values = [m["value"] for m in members if isinstance(m.get("value"), int | str)]
     names = [str(m["name"]) for m in members]
     if isinstance(value, bool | int | float) and not isinstance(value, str):
-        return not (accepts.get("value") and float(value).is_integer() and int(value) in values)
+        return not (accepts.get("value") and _whole(value) and int(value) in values)
     if isinstance(value, str):
         if accepts.get("value") and value in values:
             return False
@@ -206,10 +206,10 @@ def shape_problem(value: Any, shape: dict[str, Any]) -> str | None:
     elif kind == "none":
         ok = value is None
     elif kind == "int":
-        ok = (isinstance(value, int | float) and float(value).is_integer()) or (
-            isinstance(value, str) and _is_int_text(value))
-    elif kind == "float":
-        ok = isinstance(value, int | float) or (isinstance(value, str) and _is_float_text(value))
+        ok = (isinstance(value, int | float) and _whole(value)) or (isinstance(value, str) and _is_int_text(value))
+    elif kind == "float":  # pydantic refuses an integer beyond a float's range ("Input should be a valid number")
+        ok = (isinstance(value, int | float) and fits_float(value)) or (
+            isinstance(value, str) and _is_float_text(value))
     elif kind == "str":
         ok = isinstance(value, str)
     elif kind == "bool":
@@ -227,6 +227,23 @@ def shape_problem(value: Any, shape: dict[str, Any]) -> str | None:
     else:
         ok = True
     return None if ok else _describe(shape)
+
+
+def fits_float(value: Any) -> bool:
+    """Whether a JSON number converts to a float: a 400-digit integer does not (OverflowError), and pydantic's
+    float check refuses it; anything that is no number is not this function's to judge (True)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    except (TypeError, ValueError):
+        return True
+    return True
+
+
+def _whole(value: float) -> bool:
+    """A whole number, however large (float() of a 400-digit integer would overflow)."""
+    return isinstance(value, int) or value.is_integer()
 
 
 def _is_float_text(text: str) -> bool:

@@ -637,6 +637,24 @@ def _redundant_that_fit(config: StackConfig, profile: ModelProfile, gpu: GpuMemo
     return next((r for r in range(most, -1, -1) if (routed + r) % ep == 0), None)
 
 
+MAX_UTILIZATION = 0.95
+"""The highest gpu_memory_utilization the advice offers: the rest of the GPU is the CUDA context's, NCCL's and
+any other process's."""
+
+
+def _weights_fix(config: StackConfig, profile: ModelProfile, share: float, need_gb: int) -> str:
+    """What makes the weights fit: a higher gpu_memory_utilization where the GPU holds them (the utilisation is
+    the cause, not the GPU), else bigger GPUs or more ranks to split them over: DP spreads only the experts of an
+    MoE model; the weights of a dense one split only over TP and PP."""
+    if share <= MAX_UTILIZATION:
+        return (f"serving.gpu_memory_utilization: {math.ceil(share * 100) / 100:g} or more (<= {MAX_UTILIZATION}; "
+                f"{config.serving.gpu_memory_utilization} leaves too little of the GPU for them)")
+    spread = ("more DP ranks (the experts spread wider)" if profile.moe else
+              "a larger parallelism.tensor or parallelism.pipeline (a dense model's weights split only over TP and "
+              "PP; DP ranks each hold a whole copy)")
+    return f"GPUs of at least {need_gb} GB, {spread}"
+
+
 def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, result: Validation) -> None:
     """Per GPU (stacks/planner/memory.py):
     experts over DP x TP, dense and Engram weights in every DP rank (split over TP),
@@ -668,8 +686,8 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
             upstream="torch.OutOfMemoryError: CUDA out of memory, raised by torch when vLLM builds the model on the "
                      "GPU (vllm/model_executor/model_loader/base_loader.py:72-80) and loads the weights into it",
             fix=(f"parallelism.eplb.num_redundant_experts: {fewer} or fewer (the most that fits; routed + redundant "
-                 "must divide by the EP size), " if fewer is not None else "") +
-            f"GPUs of at least {need_gb} GB, more DP ranks (the experts spread wider){offload}"))
+                 "must divide by the EP size), " if fewer is not None else "") + _weights_fix(
+                config, profile, gpu.total / mem.gpu_gb, need_gb) + offload))
     elif gpu.total > budget:
         fits = gpu.max_len_that_fits(budget)
         gib = 1e9 / 2**30
@@ -708,7 +726,7 @@ def _memory_rules(config: StackConfig, profile: ModelProfile, topo: Topology, re
                 f"~{need:.0f} GB",
                 upstream="ValueError: No available memory for the cache blocks. (vllm/v1/core/kv_cache_planning.py:"
                          "56-64)",
-                fix="more nodes or GPUs, or a higher gpu_memory_utilization (<= 0.95)"))
+                fix=f"more nodes or GPUs, or a higher gpu_memory_utilization (<= {MAX_UTILIZATION})"))
 
 
 def _parallelism_rules(config: StackConfig, topo: Topology, result: Validation,
