@@ -15,6 +15,7 @@ and `docker run -e NAME` (no value) copies them into the container. The remote `
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -68,11 +69,24 @@ def remote_script() -> str:
         source = _LOCAL_IMPORT.sub("", source)
         if i < len(MODULES) - 1:
             source = _MAIN_GUARD.sub("", source)
-        parts.append(f"# ---- {path.relative_to(ROOT)}\n{source}")
+        parts.append(f"# ---- {path.relative_to(ROOT)}\n{compact(source)}")
     script = _FUTURE + "\n".join(parts)
     if MARKER in script:
         raise ValueError(f"the script contains the heredoc marker {MARKER}")
     return script
+
+
+def compact(source: str) -> str:
+    """The module without its docstrings and comments (`ast.unparse`): the script travels as one `sh -c` word,
+    which Linux caps at 131072 bytes (MAX_ARG_STRLEN), and the docstrings are most of its size."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree) + "\n"
 
 
 def credentials_stdin(access_key_id: str, secret_access_key: str, session_token: str | None = None) -> str:

@@ -154,7 +154,7 @@ def test_a_histogram_bound_beyond_a_floats_range_is_refused_as_pydantic_refuses_
     assert len(problems) == 1, [p.render() for p in problems]
     problem = problems[0]
     assert problem.key == "serving.extra_args.0" and "histogram buckets" in problem.message, problem.render()
-    assert "custom_histogram_buckets.request_tokens.0: Input should be a valid number" in (problem.upstream or "")
+    assert "custom_histogram_buckets['request_tokens'][0]: Input should be a valid number" in (problem.upstream or "")
     assert "vllm/config/observability.py:70" in (problem.upstream or "") and problem.fix, problem.upstream
     assert len(problem.render()) < 2000, problem.render()  # the 401 digits are cut, not printed in full
 
