@@ -326,3 +326,14 @@ def test_ucx_over_tcp_gets_the_nodes_interfaces_not_its_hca_ports() -> None:
     values["fabric"]["env"] = {"UCX_TLS": "tcp,self,cuda_copy"}
     tcp = parse_config("t", values)
     assert node_env(tcp, tcp.nodes[0], KvTransferConfig())["UCX_NET_DEVICES"] == "lab0"
+
+
+@pytest.mark.parametrize("module", ["preflight", "nccl_transport", "engines", "ray_cluster", "vllm_args", "collective",
+                                    "api", "deepep_host", "page_cache", "grafana_password", "pd"])
+def test_every_host_side_check_fits_one_remote_shell_word_with_room_for_its_arguments(module: str) -> None:
+    """sshd runs a command as one `sh -c` argument, which Linux caps at MAX_ARG_STRLEN (131072 bytes); the script
+    travels inside it as a heredoc. 16 KiB are kept for the arguments (peer lists, golden sets)."""
+    from checks.bundle import REMOTE_MODULES, remote_script
+
+    assert module in REMOTE_MODULES
+    assert len(remote_script(module).encode()) < 131072 - 16384
