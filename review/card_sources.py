@@ -4,6 +4,7 @@ file by file and by byte range, with the errors every source raises (exit 2)."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from review.loader_rules import link_problem
@@ -52,7 +53,14 @@ class LocalSource(Source):
         return self.root / name
 
     def exists(self, name: str) -> bool:
-        return self._file(name).is_file()
+        """A regular file (through links inside the folder); something else of that name is refused by name:
+        a FIFO would block the read, a directory is no checkpoint."""
+        path = self._file(name)
+        if path.exists() and not path.is_file():
+            kind = "directory" if path.is_dir() else "FIFO" if stat.S_ISFIFO(path.stat().st_mode) else \
+                "device or socket"
+            raise CardError(f"{path}: is a {kind}, not a file; the model folder needs {name} as a regular file")
+        return path.is_file()
 
     def read(self, name: str) -> bytes:
         try:

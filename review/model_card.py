@@ -430,9 +430,12 @@ def parse_header(data: bytes, where: str, file_size: int | None
             continue
         try:
             start, end = (int(x) for x in info["data_offsets"])
-            dtype, shape = str(info["dtype"]), [int(x) for x in info["shape"]]
+            dtype, shape = str(info["dtype"]), info["shape"]
+            if not isinstance(shape, list) or any(isinstance(x, bool) or not isinstance(x, int) or x.bit_length() > 63
+                                                  for x in shape):
+                raise ValueError("shape is not a list of 64-bit integers")
         except (KeyError, TypeError, ValueError) as exc:
-            raise CardError(f"{where}: tensor {name}: no dtype/shape/data_offsets ({exc})") from exc
+            raise CardError(f"{where}: tensor {name[:80]!r}: no dtype/shape/data_offsets ({str(exc)[:120]})") from exc
         tensors[name] = (start, end, dtype, shape)
     try:  # what the safetensors loader refuses is refused here: no card for a checkpoint vLLM cannot open
         check_header(tensors, None if file_size is None else file_size - 8 - len(data))

@@ -167,3 +167,29 @@ def test_a_config_vllm_cannot_size_is_refused_before_any_card(tmp_path: Path, ed
     out = done.stdout + done.stderr
     assert done.returncode == 2 and f"model-card: config.json: {said}" in out, out
     assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory"])
+def test_a_checkpoint_file_that_is_not_a_file_is_named(tmp_path: Path, kind: str) -> None:
+    """model.safetensors as a FIFO (a read would block) or a directory: the card says what is in the way, not that
+    the folder has no weights."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((ROOT / QWEN / "config.json").read_text())
+    if kind == "FIFO":
+        os.mkfifo(model / "model.safetensors")
+    else:
+        (model / "model.safetensors").mkdir()
+    (tmp_path / "project").mkdir()
+    done = _card(str(model), "--name", "q", root=tmp_path / "project")
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and f"model.safetensors: is a {kind}, not a file" in out, out
+    assert "neither" not in out
+
+
+def test_a_huge_or_fractional_shape_is_refused_without_printing_it_whole() -> None:
+    for shape in ([10 ** 400], [2.5]):
+        with pytest.raises(CardError) as caught:
+            parse_header(_header({**GOOD, "b": {"dtype": "F32", "shape": shape, "data_offsets": [16, 32]}}), "x",
+                         None)
+        assert "shape is not a list of 64-bit integers" in str(caught.value) and len(str(caught.value)) < 300
