@@ -287,6 +287,14 @@ def test_the_lab_engine_serves_each_tier_from_its_planned_argv(runtime: tuple[Pa
         via_router = chat(router_url(spec), thinking["messages"][0]["content"]) | {}
         answered = _authorized_chat(router_url(spec), thinking)["choices"][0]["message"]
         assert answered["content"] == "323" and answered.get("reasoning_content"), answered
+        streamed = json.dumps(thinking | {"stream": True, "chat_template_kwargs": {"enable_thinking": False}})
+        request = urllib.request.Request(router_url(spec) + "/v1/chat/completions", streamed.encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:  # the front door's stream check
+            events = [line.decode().strip() for line in response if line.startswith(b"data:")]
+        pieces = [json.loads(e[5:])["choices"][0]["delta"].get("content", "") for e in events[:-1]
+                  if json.loads(e[5:]).get("choices")]
+        assert events[-1] == "data: [DONE]" and "".join(pieces) == "323", events
         for role, url in urls.items():
             plain = _authorized_chat(url, thinking)
             assert plain["choices"][0]["message"]["content"] == "323" and plain["kv_transfer_params"] is None, role
