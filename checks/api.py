@@ -51,6 +51,7 @@ except ModuleNotFoundError as _missing:  # run without its [checks] extra: say s
 from pydantic import ValidationError
 
 from checks.verdict import (
+    THINKING_KWARGS,
     ArgumentProblem,
     CheckParser,
     Section,
@@ -230,9 +231,6 @@ def check_models(api: Api, served: str) -> Section:
     return Section("models", True, [f"/v1/models lists {served}"])
 
 
-THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
-"""How the request turns reasoning on and off, as the model card says (stacks/planner/model_cards.py
-THINKING_KWARG_BY_PARSER): a chat template kwarg, or gpt-oss's reasoning effort (it always reasons)."""
 
 
 def _chat(served: str, prompt: str, thinking: bool, stream: bool = False, kwarg: str = "thinking"

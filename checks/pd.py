@@ -63,6 +63,7 @@ except ModuleNotFoundError as _missing:  # run without its [checks] extra: say s
 from pydantic import ValidationError
 
 from checks.verdict import (
+    THINKING_KWARGS,
     CheckParser,
     Section,
     Verdict,
@@ -157,12 +158,19 @@ class Client:
         return self.http.post(url, json=body, headers=headers)
 
 
-def golden_body(served: str, golden: Golden, nonce: str) -> dict[str, Any]:
+def golden_body(served: str, golden: Golden, nonce: str, thinking_kwarg: str = "thinking") -> dict[str, Any]:
     """The client's request: the golden prompt after a system message with a fresh nonce, so that no decode has
-    its blocks cached already; greedy, no reasoning asked for."""
-    return {"model": served, "temperature": 0, "max_tokens": 64, "stream": False,
-            "messages": [{"role": "system", "content": f"pd-check {nonce}"},
-                         {"role": "user", "content": golden.prompt}]}
+    its blocks cached already; greedy, reasoning turned off with the model's own key, as checks/api.py's golden
+    chat does: a model that reasons unless told not to (Qwen3's `enable_thinking`) would spend the 64 tokens on its
+    reasoning and answer nothing; one that always reasons (`reasoning_effort`, gpt-oss) gets room for it."""
+    body: dict[str, Any] = {"model": served, "temperature": 0, "max_tokens": 64, "stream": False,
+                            "messages": [{"role": "system", "content": f"pd-check {nonce}"},
+                                         {"role": "user", "content": golden.prompt}]}
+    if thinking_kwarg == "reasoning_effort":
+        body |= {"reasoning_effort": "low", "max_tokens": 2048}
+    else:
+        body["chat_template_kwargs"] = {thinking_kwarg: False}
+    return body
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -234,11 +242,11 @@ def settle(client: Client, before: dict[str, Counters], wait_s: float) -> dict[s
         time.sleep(0.2)
 
 
-def check_pair(client: Client, prefill: str, decode: str, served: str, golden: Golden, wait_s: float
-               ) -> tuple[bool | None, str]:
+def check_pair(client: Client, prefill: str, decode: str, served: str, golden: Golden, wait_s: float,
+               thinking_kwarg: str = "thinking") -> tuple[bool | None, str]:
     """Prefill then decode, directly, as the router does; (ok, evidence); ok None when the pair cannot be checked."""
     label = f"{prefill} -> {decode}"
-    body = golden_body(served, golden, secrets.token_hex(8))
+    body = golden_body(served, golden, secrets.token_hex(8), thinking_kwarg)
     rid = request_id(prefill, decode)
     response = client.post(prefill + "/v1/chat/completions", prefill_body(body), rid)
     if response.status_code != 200:
@@ -267,14 +275,14 @@ def check_pair(client: Client, prefill: str, decode: str, served: str, golden: G
 
 
 def check_router(client: Client, router: str, router_metrics: str, decodes: list[str], served: str,
-                 golden: Golden, wait_s: float) -> Section:
+                 golden: Golden, wait_s: float, thinking_kwarg: str = "thinking") -> Section:
     """The golden prompt through the router, with the KV evidence from the decode it chose (or from every decode
     when the router's metrics are not given): an HTTP error is judged with the decodes' counters too, so a failed
     transfer is named as one."""
     before_router = labelled(client.metrics(router_metrics), ROUTER_DECODES) if router_metrics else {}
     before = {d: client.counters(d) for d in decodes}
     answer, why = _answer(client.post(router + "/v1/chat/completions",
-                                      golden_body(served, golden, secrets.token_hex(8))))
+                                      golden_body(served, golden, secrets.token_hex(8), thinking_kwarg)))
     chosen = decodes
     if router_metrics:
         after_router = labelled(client.metrics(router_metrics), ROUTER_DECODES)
@@ -318,8 +326,8 @@ def wait_ready(router: str, deadline_s: float, every_s: float = 2.0) -> bool:
 
 
 def check_pairs(client: Client, prefills: list[str], decodes: list[str], served: str, golden: Golden,
-                wait_s: float) -> Section:
-    outcomes = [check_pair(client, p, d, served, golden, wait_s) for p in prefills for d in decodes]
+                wait_s: float, thinking_kwarg: str = "thinking") -> Section:
+    outcomes = [check_pair(client, p, d, served, golden, wait_s, thinking_kwarg) for p in prefills for d in decodes]
     bad = [text for ok, text in outcomes if ok is False]
     skipped = [text for ok, text in outcomes if ok is None]
     good = [text for ok, text in outcomes if ok]
@@ -393,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ready-wait-s", type=seconds(7 * 86_400), default=0.0,
                    help="first wait this long at most for the router's /health to answer 200 (it answers once "
                         "every instance does); 0: do not wait")
+    p.add_argument("--thinking-kwarg", default="thinking", choices=THINKING_KWARGS,
+                   help="how a request turns the model's reasoning off, as checks/api.py's --thinking-kwarg: "
+                        "chat_template_kwargs thinking (DeepSeek), enable_thinking (Qwen3), or a low reasoning "
+                        "effort (gpt-oss) [thinking]")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -417,9 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(mask_credentials(f"{args.name}: bad argument: {exc}"), file=sys.stderr)
         return emit(Verdict(args.name, "cannot-run", f"bad argument: {exc}", next_step="pd --help"), args.json)
     client = Client(os.environ.get(args.api_key_env) or None, args.timeout_s)
+    kwarg = args.thinking_kwarg
     runners = {"router": lambda: check_router(client, router, router_metrics, decodes, args.served_name, golden,
-                                              args.metrics_wait_s),
-               "pairs": lambda: check_pairs(client, prefills, decodes, args.served_name, golden, args.metrics_wait_s)}
+                                              args.metrics_wait_s, kwarg),
+               "pairs": lambda: check_pairs(client, prefills, decodes, args.served_name, golden, args.metrics_wait_s,
+                                            kwarg)}
     sections = []
     if router and args.ready_wait_s and not wait_ready(router, args.ready_wait_s):
         return emit(Verdict(args.name, "fail", f"the router at {router} did not answer /health within "

@@ -43,6 +43,7 @@ ARGS: argparse.Namespace
 STARTED = 0.0
 ROUND_ROBIN = [0]
 ENGINE_DEAD = "The server had an error while processing your request."  # vllm/v1/engine/exceptions.py
+COMPLETIONS = ("/v1/completions", "/v1/chat/completions")
 
 
 def _error(message: str, kind: str, code: int) -> dict[str, Any]:
@@ -112,9 +113,18 @@ class Handler(BaseHTTPRequestHandler):
         if self.path in ("/tokenize", "/pause", "/collective_rpc", "/invocations"):  # open in vLLM, no key
             self._send(200, {"ok": True, "path": self.path})
             return
-        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+        if self.path not in COMPLETIONS:
             self._send(404, {"error": "not found"})
             return
+        self._complete(body)
+
+    def _response_fields(self) -> dict[str, Any]:
+        """More top-level fields of a non-streamed answer: none here; the prefill/decode stand-in
+        (tests/pd_standin.py) adds the prefill's `kv_transfer_params`."""
+        return {}
+
+    def _complete(self, body: dict[str, Any]) -> None:
+        """Answer a chat or completion request (its key already checked): DP rank, faults, reasoning, streaming."""
         stream = bool(body.get("stream"))
         usage_chunk = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         rank = self._rank()
@@ -139,7 +149,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": ARGS.served_name,
                                  "choices": [{"index": 0, "text": answer, "finish_reason": "stop"}],
-                                 "usage": _usage(answer)})
+                                 "usage": _usage(answer), **self._response_fields()})
             return
         kwargs = body.get("chat_template_kwargs") or {}
         if ARGS.reasoning_key == "enable_thinking":  # Qwen3: on unless turned off (vllm/parser/qwen3.py:317-318)
@@ -161,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": ARGS.served_name,
                          "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                         "usage": _usage(answer + reasoning)})
+                         "usage": _usage(answer + reasoning), **self._response_fields()})
 
     def _rank(self) -> int | None:
         """As vLLM's `_get_data_parallel_rank`: the header as an int, None when absent or not an int."""

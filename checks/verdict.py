@@ -23,6 +23,10 @@ REHEARSAL = "the stack declares no GPUs (vllm-cluster:rehearsal: true)"
 """Why a GPU-only check or section prints NOT RUN on a rehearsal stack (docs/rehearsal.md)."""
 LOG_TIMEOUT_S = 120
 """`docker logs` of an engine container; the evidence checks' outer timeout is longer (components/check_commands)."""
+THINKING_KWARGS = ("thinking", "enable_thinking", "reasoning_effort")
+"""How a request turns reasoning on and off, as the model card says (stacks/planner/model_cards.py
+THINKING_KWARG_BY_PARSER): a chat template kwarg, or gpt-oss's reasoning effort (it always reasons). The API and
+prefill/decode checks both send it."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ from checks.bundle import heredoc_command
 from components.gpu_node import GpuNode
 from components.vllm_engine import container_args, secrets_trigger
 from stacks.model.config import StackConfig
+from stacks.planner.plan import thinking_kwarg
 from stacks.planner.router import ROUTER_HOST_DIR, RouterSpec, check_pd_argv, router_container, wheel_install_script
 
 ROUTER_KEY_ENV = "OPENAI_API_KEY"
@@ -38,8 +39,10 @@ def router_name(config: StackConfig) -> str:
 
 def check_command(config: StackConfig, spec: RouterSpec, timeout_s: int) -> str:
     """checks/pd.py inside the router's container (its image is vLLM's: httpx and pydantic are there), as a heredoc
-    over SSH; the key is the container's own OPENAI_API_KEY."""
-    args = [*check_pd_argv(spec, config.model.served_name, program=(), api_key_env=ROUTER_KEY_ENV),
+    over SSH; the key is the container's own OPENAI_API_KEY; reasoning off with the model's own key, as the API
+    checks turn it off (a Qwen3 reasons unless told not to)."""
+    args = [*check_pd_argv(spec, config.model.served_name, program=(), api_key_env=ROUTER_KEY_ENV,
+                           thinking_kwarg=thinking_kwarg(config)[0]),
             "--ready-wait-s", str(spec.worker_startup_timeout_s)]
     return heredoc_command("pd", args, prefix=f"docker exec -i {shlex.quote(router_name(config))} ",
                            timeout_s=timeout_s)

@@ -1,5 +1,9 @@
 """Prefill and decode stand-ins that speak vLLM 0.33.0's disaggregated prefill/decode protocol (NixlConnector, pull
-mode), for testing the router and checks/pd.py without GPUs. Standard library only, like checks/standin.py.
+mode), for testing the router and checks/pd.py without GPUs, and the lab's engine image when the plan's argv has
+`--kv-transfer-config` (tests/lab/lab_engine.py). Built on checks/standin.py's server: after the connector's part of
+a request (below), it is answered as that server answers any (the key, DP ranks, reasoning, streaming, faults), so a
+tier's own API check passes as on vLLM, whose tiers answer requests without `kv_transfer_params` as any vLLM does.
+Standard library only, like checks/standin.py.
 
     python -m tests.pd_standin --role prefill --port 0 --port-file /tmp/p.port
     python -m tests.pd_standin --role decode --port 0 --port-file /tmp/d.port [--fail-transfers]
@@ -7,14 +11,18 @@ mode), for testing the router and checks/pd.py without GPUs. Standard library on
 What each side does, as vLLM 0.33.0 does it (paths under vllm/ of the wheel):
 
 - Prefill (`kv_role` kv_producer). A chat or completion request whose `kv_transfer_params` has `do_remote_decode:
-  true` is prefilled, answers its one token and holds its KV blocks for the decode to read. Its response carries, at
+  true` is prefilled, answered (the router reads only its `kv_transfer_params`) and holds its KV blocks for the
+  decode to read. Its response carries, at
   the top level (`entrypoints/openai/chat_completion/protocol.py:159`, set at `chat_completion/serving.py:1151`), the
   `kv_transfer_params` the connector returns when the request finishes
   (`distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py:278-293`): `do_remote_prefill: true`,
   `do_remote_decode: false`, `remote_block_ids`, `remote_engine_id`, `remote_request_id` (the request's id: the
   X-Request-Id header, `entrypoints/serve/engine/serving.py:133-142`, with `chatcmpl-` before it and 8 random
   characters after, `v1/engine/input_processor.py:371`), `remote_host`, `remote_port` (the NIXL side channel,
-  `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`, `nixl/base_scheduler.py:76-80`), `tp_size`, `dcp_size`, `pp_size`,
+  `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`, `nixl/base_scheduler.py:76-80`; the handshake listener binds that host
+  and port, `base_scheduler.py:324-357`: here `--side-channel-host`/`--side-channel-port`, apart from the API's
+  `--host`, as a prefill whose API listens on loopback behind the router still serves its side channel on the
+  cluster's network), `tp_size`, `dcp_size`, `pp_size`,
   `remote_num_tokens`, `remote_blocks_expiry_time`, `remote_registration_generation`, `transfer_mode: "pull"`; and
   `remote_prefill_cached_tokens`, its own prefix-cache hits (`v1/core/sched/scheduler.py:2477-2487`). Here the side
   channel is a second HTTP port: GET /blocks/<remote_request_id> hands the blocks over once, as the real prefill frees
@@ -37,11 +45,12 @@ What each side does, as vLLM 0.33.0 does it (paths under vllm/ of the wheel):
   (`scheduler.py:3688-3701`) and answers normally, the external hit already counted at admission.
 - The decode's `usage.prompt_tokens_details.cached_tokens` is the PREFILL's cache hits (`remote_prefill_cached_tokens`,
   `v1/engine/output_processor.py:285-296`, `798-799`), not the tokens received: the usage field proves nothing about
-  the transfer, which is why checks/pd.py reads the decode's /metrics.
+  the transfer, which is why checks/pd.py reads the decode's /metrics. This stand-in's `usage` is checks/standin.py's
+  (no `prompt_tokens_details`).
 - /metrics carries `engine="0"` labels: the router counts them to learn each worker's DP size
   (vllm-router 0.1.17 `src/routers/http/dp_utils.rs:13-25`, `31-71`).
 
-One character is one token (`usage` as checks/standin.py counts it); a block is 16 tokens.
+One character of the prompt is one token; a block is 16 tokens.
 """
 
 from __future__ import annotations
@@ -58,8 +67,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+try:
+    from checks import standin
+except ModuleNotFoundError:  # the lab's engine image (tests/lab/engine_image.py): checks/standin.py is /standin.py
+    import standin  # type: ignore[no-redef]
 
 BLOCK_SIZE = 16
 ARGS: argparse.Namespace
@@ -77,11 +91,6 @@ LOG: list[dict[str, Any]] = []
 """Every completion request as it arrived: headers that matter and the kv_transfer_params (GET /standin/log)."""
 REQUIRED_REMOTE = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port")
 """The fields without which the decode does not pull (nixl/pull_scheduler.py:136-144)."""
-
-
-def _error(message: str, kind: str, code: int) -> dict[str, Any]:
-    """vLLM's ErrorResponse (`vllm/entrypoints/serve/engine/protocol.py`)."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def _prompt(body: dict[str, Any]) -> str:
@@ -116,29 +125,16 @@ def _pull(params: dict[str, Any]) -> str | None:
     return None
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
+class Handler(standin.Handler):
+    """checks/standin.py's vLLM API (key, DP ranks, reasoning, streaming, faults) with the connector's side of each
+    request first: the prefill holds the prompt's blocks and adds `kv_transfer_params` to its answer, the decode
+    pulls them (or fails as vLLM does) before it answers. A request without `kv_transfer_params` is answered as any
+    vLLM answers it: a tier's own API check sends those."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _send(self, code: int, body: dict[str, Any] | str, ctype: str = "application/json") -> None:
-        data = (json.dumps(body) if isinstance(body, dict) else body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _authorized(self) -> bool:
-        key = os.environ.get(ARGS.api_key_env) if ARGS.api_key_env else None
-        return not key or not self.path.startswith("/v1") or self.headers.get("Authorization") == f"Bearer {key}"
+    kv: dict[str, Any] | None = None
 
     def do_GET(self) -> None:
-        if self.path == "/health":
-            self._send(200, "", "text/plain")
-        elif self.path == "/metrics":
+        if self.path == "/metrics":
             self._send(200, _exposition(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path == "/standin/log":
             with LOCK:
@@ -147,20 +143,16 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 held = HELD.pop(self.path.removeprefix("/blocks/"), None)
             self._send(200 if held else 404, held or {"error": "no such request held (read already, or expired)"})
-        elif not self._authorized():
-            self._send(401, {"error": "Unauthorized"})
-        elif self.path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": ARGS.served_name, "object": "model"}]})
         else:
-            self._send(404, {"detail": "Not Found"})
+            super().do_GET()
 
     def do_POST(self) -> None:
+        if self.path not in standin.COMPLETIONS:
+            super().do_POST()
+            return
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if not self._authorized():
             self._send(401, {"error": "Unauthorized"})
-            return
-        if self.path not in ("/v1/completions", "/v1/chat/completions"):
-            self._send(404, {"detail": "Not Found"})
             return
         params = body.get("kv_transfer_params")
         with LOCK:
@@ -168,12 +160,23 @@ class Handler(BaseHTTPRequestHandler):
                         "authorization": bool(self.headers.get("Authorization")), "max_tokens": body.get("max_tokens"),
                         "stream": body.get("stream"), "kv_transfer_params": params})
         prompt = _prompt(body)
+        params = params if isinstance(params, dict) else None
+        self.kv = None
         if ARGS.role == "prefill":
-            self._prefill(body, prompt, params if isinstance(params, dict) else None)
-        else:
-            self._decode(body, prompt, params if isinstance(params, dict) else None)
+            self.kv = self._prefill(prompt, params)
+        elif not self._decode(prompt, params):
+            return
+        with LOCK:
+            COUNTERS["requests_ok"] += 1
+        self._complete(body)
 
-    def _prefill(self, body: dict[str, Any], prompt: str, params: dict[str, Any] | None) -> None:
+    def _response_fields(self) -> dict[str, Any]:
+        """vLLM's answers carry `kv_transfer_params` at the top level (chat_completion/protocol.py:159)."""
+        return {"kv_transfer_params": self.kv}
+
+    def _prefill(self, prompt: str, params: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Count the prompt, and hold its blocks for a decode when asked to (`do_remote_decode`): the parameters
+        that tell the decode where they are."""
         cached = _local_hit(prompt)
         with LOCK:
             SEEN[prompt] = len(prompt)
@@ -181,23 +184,21 @@ class Handler(BaseHTTPRequestHandler):
             COUNTERS["prefix_cache_hits"] += cached
             COUNTERS["local_cache_hit"] += cached
             COUNTERS["local_compute"] += len(prompt) - cached
-        max_tokens = int(body.get("max_tokens") or 64)
-        answer = ARGS.answer[:max_tokens]
-        kv: dict[str, Any] | None = None
-        if params and params.get("do_remote_decode") and not ARGS.no_connector:
-            request_id = f"chatcmpl-{self.headers.get('X-Request-Id') or secrets.token_hex(16)}-{secrets.token_hex(4)}"
-            blocks = [list(range(math.ceil(len(prompt) / BLOCK_SIZE)))]
-            with LOCK:
-                HELD[request_id] = {"engine_id": ARGS.engine_id, "block_ids": blocks}
-            kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": blocks,
-                  "remote_engine_id": ARGS.engine_id, "remote_request_id": request_id, "remote_host": ARGS.host,
-                  "remote_port": SIDE_PORT[0], "tp_size": 1, "dcp_size": 1, "pp_size": 1,
-                  "remote_num_tokens": len(prompt), "remote_blocks_expiry_time": None,
-                  "remote_registration_generation": 0, "transfer_mode": "pull",
-                  "remote_prefill_cached_tokens": cached}
-        self._answer(body, answer, prompt, kv, cached)
+        if not (params and params.get("do_remote_decode")) or ARGS.no_connector:
+            return None
+        request_id = f"chatcmpl-{self.headers.get('X-Request-Id') or secrets.token_hex(16)}-{secrets.token_hex(4)}"
+        blocks = [list(range(math.ceil(len(prompt) / BLOCK_SIZE)))]
+        with LOCK:
+            HELD[request_id] = {"engine_id": ARGS.engine_id, "block_ids": blocks}
+        return {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": blocks,
+                "remote_engine_id": ARGS.engine_id, "remote_request_id": request_id,
+                "remote_host": ARGS.side_channel_host or ARGS.host, "remote_port": SIDE_PORT[0], "tp_size": 1,
+                "dcp_size": 1, "pp_size": 1, "remote_num_tokens": len(prompt), "remote_blocks_expiry_time": None,
+                "remote_registration_generation": 0, "transfer_mode": "pull", "remote_prefill_cached_tokens": cached}
 
-    def _decode(self, body: dict[str, Any], prompt: str, params: dict[str, Any] | None) -> None:
+    def _decode(self, prompt: str, params: dict[str, Any] | None) -> bool:
+        """Pull the prompt's blocks the prefill holds, counting as vLLM does; False when the transfer failed under
+        `--kv-load-failure-policy fail` (the request has been answered with vLLM's error)."""
         local = _local_hit(prompt)
         remote = bool(params and params.get("do_remote_prefill") and params.get("remote_block_ids")
                       and all(params.get(k) is not None for k in REQUIRED_REMOTE)) and not ARGS.no_connector
@@ -230,49 +231,11 @@ class Handler(BaseHTTPRequestHandler):
                 COUNTERS["requests_error"] += 1
             print(f"KV load failed for {params and params.get('remote_request_id')}: {failure}", file=sys.stderr,
                   flush=True)
-            self._send(500, _error("Internal server error", "InternalServerError", 500))
-            return
+            self._send(500, standin._error("Internal server error", "InternalServerError", 500))
+            return False
         with LOCK:
             SEEN[prompt] = len(prompt)
-        cached = params.get("remote_prefill_cached_tokens") if params and params.get("do_remote_prefill") else local
-        self._answer(body, ARGS.answer[:int(body.get("max_tokens") or 64)], prompt, None,
-                     cached if isinstance(cached, int) else local)
-
-    def _answer(self, body: dict[str, Any], answer: str, prompt: str, kv: dict[str, Any] | None,
-                cached: int) -> None:
-        with LOCK:
-            COUNTERS["requests_ok"] += 1
-        chat = self.path.endswith("chat/completions")
-        finish = "length" if len(answer) < len(ARGS.answer) else "stop"
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(answer),
-                 "total_tokens": len(prompt) + len(answer), "prompt_tokens_details": {"cached_tokens": cached}}
-        if body.get("stream"):
-            self._stream(answer, chat, usage, kv)
-            return
-        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": answer},
-                                   "finish_reason": finish} if chat else
-                                  {"index": 0, "text": answer, "finish_reason": finish})
-        self._send(200, {"id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}",
-                         "object": "chat.completion" if chat else "text_completion", "model": ARGS.served_name,
-                         "choices": [choice], "usage": usage, "kv_transfer_params": kv})
-
-    def _stream(self, text: str, chat: bool, usage: dict[str, Any], kv: dict[str, Any] | None) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
-        def chunk(payload: dict[str, Any] | str) -> None:
-            data = f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-
-        for piece in text:
-            chunk({"choices": [{"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}]})
-        chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "kv_transfer_params": kv})
-        chunk({"choices": [], "usage": usage})
-        chunk("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        return True
 
 
 SIDE_PORT = [0]
@@ -307,18 +270,18 @@ def _exposition() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tests.pd_standin", description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    """checks/standin.py's options (the answer, the key, DP ranks, reasoning, faults) and the connector's."""
+    p = standin._parser()
+    p.prog, p.description = "python -m tests.pd_standin", __doc__
+    p.set_defaults(port=0)
     p.add_argument("--role", required=True, choices=("prefill", "decode"))
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="API port, 0 for any free one")
+    p.add_argument("--side-channel-host", default="",
+                   help="prefill: where the NIXL side channel listens, the host its kv_transfer_params name "
+                        "(VLLM_NIXL_SIDE_CHANNEL_HOST) [--host]")
     p.add_argument("--side-channel-port", type=int, default=0,
                    help="prefill: the NIXL side-channel port its kv_transfer_params name, 0 for any free one")
     p.add_argument("--port-file", default="", help="write 'API_PORT SIDE_PORT' here once listening")
-    p.add_argument("--served-model-name", dest="served_name", default="DeepSeek-V4.1-Flash")
     p.add_argument("--engine-id", default="", help="this instance's NIXL engine id [a random one]")
-    p.add_argument("--answer", default="323")
-    p.add_argument("--api-key-env", default="", help="environment variable holding the bearer key /v1 requires")
     p.add_argument("--fail-transfers", action="store_true", help="decode: every KV pull fails (NIXL READ error)")
     p.add_argument("--kv-load-failure-policy", default="fail", choices=("fail", "recompute"),
                    help="decode: what a failed pull does, as vLLM's kv_transfer_config option [fail]")
@@ -329,19 +292,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     global ARGS
-    ARGS = _parser().parse_args(argv)
+    parser = _parser()
+    ARGS = standin.ARGS = parser.parse_args(argv)
+    problem = standin._problem(ARGS)
+    if problem:
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return 2
     ARGS.engine_id = ARGS.engine_id or secrets.token_hex(8)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
-    side = ThreadingHTTPServer((ARGS.host, ARGS.side_channel_port), Handler)
+    side = ThreadingHTTPServer((ARGS.side_channel_host or ARGS.host, ARGS.side_channel_port), Handler)
     SIDE_PORT[0] = side.server_port
     threading.Thread(target=side.serve_forever, daemon=True).start()
+    standin.STARTED = time.monotonic()
     if ARGS.port_file:
         with open(ARGS.port_file + ".tmp", "w") as handle:
             handle.write(f"{server.server_port} {side.server_port}\n")
         os.replace(ARGS.port_file + ".tmp", ARGS.port_file)
     print(f"{ARGS.role} stand-in {ARGS.engine_id} on http://{ARGS.host}:{server.server_port} (side channel "
-          f"{side.server_port})", flush=True)
+          f"{ARGS.side_channel_host or ARGS.host}:{side.server_port})", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     return 0

@@ -236,6 +236,71 @@ def test_a_decode_that_computes_the_prompt_itself_fails_the_check(runtime: tuple
     assert "the prefill answered without kv_transfer_params" in " ".join(verdict["details"]["pairs"]["evidence"])
 
 
+def _authorized_chat(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def test_the_lab_engine_serves_each_tier_from_its_planned_argv(runtime: tuple[Path, Path], tmp_path: Path) -> None:
+    """tests/lab/lab_engine.py laid out as in the lab's engine image (beside checks/standin.py and
+    tests/pd_standin.py, nothing of this repository importable), started with each tier's argv and environment as
+    the lab's prefill/decode stack plans them, only the addresses moved to this machine's loopback: the real router
+    and checks/pd.py pass through both tiers, a reasoning request through the router keeps its reasoning (the front
+    door's thinking check), and each tier answers a request without kv_transfer_params as a plain engine does (its
+    own API check)."""
+    from tests.test_pd_stack import pd as pd_values
+    from tests.test_pd_stack import stack as plan_stack
+
+    image = tmp_path / "image"
+    image.mkdir()
+    for source in (ROOT / "tests" / "lab" / "lab_engine.py", ROOT / "checks" / "standin.py",
+                   ROOT / "tests" / "pd_standin.py"):
+        (image / source.name).write_bytes(source.read_bytes())
+    urls: dict[str, str] = {}
+    with ExitStack() as stack:
+        for group in plan_stack(pd_values()).groups:
+            container = group.plan.head.containers[0]
+            args, port = list(container.vllm_args or []), free_port()
+            args[args.index("--host") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            env |= {**container.env, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+                    "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()), "VLLM_API_KEY": KEY}
+            log = open(tmp_path / f"{group.name}.log", "w")  # noqa: SIM115 (closed by the stack)
+            stack.callback(log.close)
+            process = subprocess.Popen([sys.executable, str(image / "lab_engine.py"), "serve", *args], cwd=tmp_path,
+                                       stdout=log, stderr=subprocess.STDOUT, env=env)
+            stack.callback(_stop, process)
+            role = group.context.role if group.context else "replica"
+            urls[role] = f"http://127.0.0.1:{port}"
+            try:
+                wait_http(urls[role] + "/health", 30, process)
+            except (RuntimeError, TimeoutError) as exc:
+                raise AssertionError(f"{role}: {exc}: {(tmp_path / f'{group.name}.log').read_text()}") from None
+        spec = RouterSpec(prefill_urls=(urls["prefill"],), decode_urls=(urls["decode"],), host="127.0.0.1",
+                          port=free_port(), prometheus_port=free_port(), worker_startup_check_interval_s=1)
+        start_router(stack, tmp_path, spec)
+        code, verdict = run_check(spec, "--thinking-kwarg", "enable_thinking")  # as the program runs it (Qwen3)
+        assert (code, verdict["status"]) == (0, "pass"), verdict
+        thinking = {"model": "Qwen3-8B", "messages": [{"role": "user", "content": "17*19?"}], "max_tokens": 1024}
+        via_router = chat(router_url(spec), thinking["messages"][0]["content"]) | {}
+        answered = _authorized_chat(router_url(spec), thinking)["choices"][0]["message"]
+        assert answered["content"] == "323" and answered.get("reasoning_content"), answered
+        streamed = json.dumps(thinking | {"stream": True, "chat_template_kwargs": {"enable_thinking": False}})
+        request = urllib.request.Request(router_url(spec) + "/v1/chat/completions", streamed.encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:  # the front door's stream check
+            events = [line.decode().strip() for line in response if line.startswith(b"data:")]
+        pieces = [json.loads(e[5:])["choices"][0]["delta"].get("content", "") for e in events[:-1]
+                  if json.loads(e[5:]).get("choices")]
+        assert events[-1] == "data: [DONE]" and "".join(pieces) == "323", events
+        for role, url in urls.items():
+            plain = _authorized_chat(url, thinking)
+            assert plain["choices"][0]["message"]["content"] == "323" and plain["kv_transfer_params"] is None, role
+        assert via_router["choices"][0]["message"]["content"] == "", via_router  # thinking used up 64 tokens
+
+
 # --- the rendering and its refusals -----------------------------------------------------------------------------
 
 GOOD = RouterSpec(prefill_urls=("http://10.30.8.2:8000",), decode_urls=("http://10.30.8.3:8000",),

@@ -218,6 +218,8 @@ def test_the_program_starts_the_router_after_every_group_and_checks_kv_through_i
     assert check.startswith("timeout ") and "docker exec -i" in check and "--api-key-env OPENAI_API_KEY" in check
     assert "--prefill-urls http://127.0.0.1:8000 --decode-urls http://10.231.0.2:8000" in check
     assert "--ready-wait-s" in check
+    # the lab's Qwen3 reasons unless told not to: the check turns it off with the card's key, as the API checks do
+    assert "--thinking-kwarg enable_thinking" in check
 
 
 def _wheel() -> Path:

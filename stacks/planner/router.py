@@ -245,12 +245,14 @@ def router_container(spec: RouterSpec, name: str, image: str, wheel_dir: str, st
 
 
 def check_pd_argv(spec: RouterSpec, served_name: str, program: Sequence[str] = ("python3", "-m", "checks.pd"),
-                  api_key_env: str = "VLLM_API_KEY") -> list[str]:
-    """checks/pd.py's command line for the same instances and router."""
+                  api_key_env: str = "VLLM_API_KEY", thinking_kwarg: str | None = None) -> list[str]:
+    """checks/pd.py's command line for the same instances and router; `thinking_kwarg`: the model's key that turns
+    reasoning off (stacks/planner/model_cards.py `thinking_request`), given when it is not the check's default."""
+    thinking = ["--thinking-kwarg", thinking_kwarg] if thinking_kwarg not in (None, "thinking") else []
     return [*program, "--router-url", router_url(spec), "--router-metrics-url", router_metrics_url(spec),
             "--prefill-urls", ",".join(u.rstrip("/") for u in spec.prefill_urls),
             "--decode-urls", ",".join(u.rstrip("/") for u in spec.decode_urls),
-            "--served-name", served_name, "--api-key-env", api_key_env]
+            "--served-name", served_name, "--api-key-env", api_key_env, *thinking]
 
 
 

@@ -120,6 +120,8 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[LabDeployment]:
         images = {}
         run = work.name[-8:].lower()
         base = engine_image.build_base(f"vllm-lab-base:{run}", work)
+        FIGURES.append(f"engine base image: {engine_image.image_bytes(base) / 1e6:.0f} MB, of which the router "
+                       f"launcher's packages {engine_image.router_bytes() / 1e6:.1f} MB")
         for tag, answer in IMAGES.items():
             local = engine_image.build(base, f"vllm-lab-engine:{tag}-{run}", work, answer=answer)
             images[tag] = hosts.push_image(lab, local, f"vllm-standin:{tag}")

@@ -6,7 +6,11 @@ A base image, made once per run by `docker import` from files of this machine (n
 - torch for the collective check's gloo all-reduce: this venv's build, with the CUDA libraries it links (PyPI's
   Linux torch is a CUDA build; it runs gloo on a CPU-only node once its libraries load), ~4 GB;
 - boto3 for the weight sync (the real vllm/vllm-openai ships it), /bin/sh for the preflight's sections that run
-  the image, and checks/standin.py, the OpenAI-compatible server.
+  the image, and checks/standin.py, the OpenAI-compatible server, with tests/pd_standin.py for prefill/decode groups;
+- the packages vllm-router's launcher imports (fastapi, uvicorn, aiohttp, orjson, setproctitle, ... as vLLM's image
+  has them, stacks/planner/router.py): tests/router_harness.py's venv for the pinned wheel, less those the list
+  below copies already (the same versions: `build_base` refuses a difference). The router's container runs
+  `python3 -m vllm_router.launch_router` in the stack's image with the wheel mounted from the head.
 
 Each engine image is the base plus one small layer (`docker commit`): the entrypoint `python3 /lab_engine.py`
 (tests/lab/lab_engine.py), a build id that makes two builds differ, and optionally the wrong answer. The images
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.docker_harness import PYTHON, SITE, build_image, shared_libraries
+from tests.router_harness import router_runtime
 
 HERE = Path(__file__).resolve().parent
 SH = Path("/bin/dash")
@@ -55,19 +60,73 @@ def _native_libraries() -> tuple[Path, ...]:
     return tuple(p for m in NATIVE_MODULES for p in sorted(DYNLOAD.glob(f"{m}.*.so")))
 
 
+def _system_libraries(objects: list[Path], already: set[str], inside: tuple[Path, ...] = ()) -> dict[Path, str]:
+    """The system libraries these shared objects link (libstdc++, libgomp, libgcc_s …), at their own paths, less
+    those `already` in the image (a tar with a path twice is refused by `docker import`) and those that ship
+    inside a package (site-packages, `inside`), copied with it."""
+    found: dict[Path, str] = {}
+    for shared in objects:
+        for lib in shared_libraries(shared):
+            if "site-packages" in str(lib) or any(lib.is_relative_to(d) for d in inside) or str(lib) in already:
+                continue
+            found[lib.resolve()] = str(lib)
+            already.add(str(lib))
+    return found
+
+
 def _torch_system_libraries(already: set[str]) -> dict[Path, str]:
-    """The system libraries torch's shared objects link (libstdc++, libgomp …), at their own paths, less those
-    `already` in the image (a tar with a path twice is refused by `docker import`); its CUDA libraries are in the
-    `nvidia` package, copied whole, so only what lies outside site-packages is added."""
+    """torch's: its CUDA libraries are in the `nvidia` package, copied whole."""
     torch = _module_dir("torch")
     if torch is None:
         return {}
-    found: dict[Path, str] = {}
-    for shared in [*sorted(torch.glob("_C*.so")), *sorted((torch / "lib").glob("*.so*"))]:
-        for lib in shared_libraries(shared):
-            if "site-packages" not in str(lib) and str(lib) not in already:
-                found[lib.resolve()] = str(lib)
-    return found
+    return _system_libraries([*sorted(torch.glob("_C*.so")), *sorted((torch / "lib").glob("*.so*"))], already)
+
+
+ROUTER_SKIP = {"pip", "setuptools"}
+"""What venv puts in the router's venv itself: not the launcher's."""
+
+
+def router_packages(present: tuple[str, ...]) -> tuple[dict[Path, str], list[Path]]:
+    """(files for the image, shared objects whose system libraries it needs): every distribution of the router's
+    venv whose top-level modules the base does not copy already, with its dist-info (opentelemetry finds its
+    context by its entry points), into site-packages; raises when one the base copies differs in version, since
+    the router would then run on another version than tests/router_harness.py pins."""
+    import importlib.metadata
+
+    python, wheel_dir = router_runtime()
+    site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+    files: dict[Path, str] = {}
+    for dist in sorted(site.glob("*.dist-info")):
+        meta = importlib.metadata.PathDistribution(dist)
+        name = meta.metadata["Name"]
+        tops = sorted({Path(f).parts[0] for f in (meta.files or []) if not str(f).startswith("..")}
+                      - {dist.name, "__pycache__"})
+        if name in ROUTER_SKIP or not tops:
+            continue
+        if any(t.removesuffix(".py") in present for t in tops):
+            here = importlib.metadata.version(name)
+            if here != meta.version:
+                raise RuntimeError(f"{name}: the base copies {here} from this venv, the router's venv pins "
+                                   f"{meta.version} (tests/fixtures/vllm-router/requirements.txt): align them")
+            continue
+        for top in [*tops, dist.name]:
+            files[site / top] = f"/{SITE}/{top}"
+    objects = [*sorted(wheel_dir.rglob("*.so")), *(p for f in files for p in sorted(f.rglob("*.so*")) if f.is_dir())]
+    return files, objects
+
+
+def router_bytes() -> int:
+    """What `router_packages` adds to the base image, in bytes (files as copied, caches included)."""
+    present = tuple(m for m in MODULES if _module_dir(m) is not None)
+    files, _ = router_packages(present)
+    roots = [p for p in files if p.is_file()] + [f for d in files if d.is_dir() for f in d.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in roots)
+
+
+def image_bytes(tag: str) -> int:
+    done = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True,
+                          text=True, check=True)
+    return int(done.stdout.strip())
 
 
 def build_base(tag: str, workdir: Path) -> str:
@@ -75,8 +134,11 @@ def build_base(tag: str, workdir: Path) -> str:
     present = tuple(m for m in MODULES if _module_dir(m) is not None)
     binaries = (SH, *_native_libraries())
     already = {str(lib) for b in (PYTHON, *binaries) for lib in [b, *shared_libraries(b)]}
+    router, router_objects = router_packages(present)
     files: dict[Path, str] = {SH: "/bin/sh", ROOT / "checks" / "standin.py": "/standin.py",
-                              **_torch_system_libraries(already)}
+                              ROOT / "tests" / "pd_standin.py": "/pd_standin.py", **_torch_system_libraries(already),
+                              **router}
+    files |= _system_libraries(router_objects, already, inside=(router_runtime()[1],))
     nvidia = _module_dir("nvidia")
     if nvidia is not None:  # a namespace package: copied as a folder, where torch's RPATH looks for it
         files[nvidia] = f"/{SITE}/nvidia"

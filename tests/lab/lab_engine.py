@@ -5,8 +5,15 @@ image's `ENTRYPOINT ["vllm", "serve"]` does). The head (no `--headless`) serves 
 checks/standin.py on the plan's --host/--port, one rank per --data-parallel-size, with the plan's API key; a headless
 rank idles. Both stop on SIGTERM, as vLLM does. `/lab-answer` in the image, when present, is what every rank answers
 to the golden prompt (an image that fails the post-deploy check).
+
+With `--kv-transfer-config` (a prefill or decode group, docs/disaggregation.md) the head serves the same API through
+tests/pd_standin.py, which speaks vLLM's NIXL pull protocol: its `kv_role` picks the side (kv_producer: prefill,
+kv_consumer: decode), `kv_load_failure_policy` what a failed pull does, and the side channel listens where vLLM's
+would, on VLLM_NIXL_SIDE_CHANNEL_HOST and VLLM_NIXL_SIDE_CHANNEL_PORT plus the engine's first DP rank
+(vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:76-80, vLLM 0.33.0).
 """
 
+import json
 import os
 import signal
 import sys
@@ -37,6 +44,21 @@ key = ["--api-key-env", "VLLM_API_KEY"] if os.environ.get("VLLM_API_KEY") else [
 parser = option("--reasoning-parser", "")
 KWARGS = {"qwen3": "enable_thinking", "openai_gptoss": "reasoning_effort"}
 reasoning = ["--reasoning-key", KWARGS.get(parser, "thinking")] if parser else ["--no-reasoning"]
-sys.exit(standin.main(["--host", option("--host", "0.0.0.0"), "--port", option("--port", "8000"),
-                       "--served-name", option("--served-model-name", "model"),
-                       "--dp-size", option("--data-parallel-size", "1"), *answer, *key, *reasoning]))
+served = ["--host", option("--host", "0.0.0.0"), "--port", option("--port", "8000"),
+          "--served-name", option("--served-model-name", "model"),
+          "--dp-size", option("--data-parallel-size", "1"), *answer, *key, *reasoning]
+if "--kv-transfer-config" not in argv:
+    sys.exit(standin.main(served))
+kv = json.loads(option("--kv-transfer-config", "{}"))
+ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
+if kv.get("kv_role") not in ROLES:
+    print(f"lab engine: --kv-transfer-config kv_role {kv.get('kv_role')!r}: the stand-in serves "
+          f"{' or '.join(ROLES)} (what the plan renders for prefill and decode groups)", file=sys.stderr)
+    sys.exit(2)
+import pd_standin  # noqa: E402 (copied into the image next to this file)
+
+side_port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")) + int(option("--data-parallel-start-rank", "0"))
+sys.exit(pd_standin.main([*served, "--role", ROLES[kv["kv_role"]],
+                          "--side-channel-host", os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
+                          "--side-channel-port", str(side_port),
+                          "--kv-load-failure-policy", kv.get("kv_load_failure_policy", "fail")]))

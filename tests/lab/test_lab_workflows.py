@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from review.registrations import register
@@ -444,6 +447,117 @@ def test_replica_groups_roll_an_image_change_without_a_failed_request(deployment
     assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))
     engine_runs(d, target)
     assert "vllm_cluster_drain" not in d.node_sh(first, "nft list tables")
+
+
+KV_COUNTERS = ("vllm:external_prefix_cache_hits_total", "vllm:nixl_xfer_time_seconds_count",
+               "vllm:nixl_num_failed_transfers_total")
+"""The decode's evidence that a prompt's KV cache arrived from the prefill (checks/pd.py reads the same)."""
+
+
+def node_get(d: LabDeployment, node: str, url: str) -> str:
+    """GET `url` from inside the node (its loopback, its firewall's view), with the node's own python3."""
+    fetch = ("import sys, urllib.request; "
+             "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
+    return d.node_sh(node, f"python3 -c {shlex.quote(fetch)} {shlex.quote(url)}")
+
+
+def kv_counters(d: LabDeployment, node: str, url: str) -> tuple[float, ...]:
+    text = node_get(d, node, f"{url}/metrics")
+    return tuple(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith((f"{name}{{", f"{name} "))) for name in KV_COUNTERS)
+
+
+def container_ids(d: LabDeployment, node: str) -> dict[str, str]:
+    """name -> ID of every running container on the node: a replaced container has a new ID."""
+    out = d.node_sh(node, "docker ps -q --no-trunc | xargs -r docker inspect --format '{{.Name}} {{.Id}}'")
+    return dict(line.lstrip("/").split() for line in out.splitlines())
+
+
+def front_door_chat(d: LabDeployment, endpoint: str) -> str:
+    """The golden prompt through the front door with the lab client's key, reasoning off: the answer's text."""
+    import ssl
+
+    import httpx
+
+    tls = ssl.create_default_context(cadata=(d.cli.workdir / "server.crt").read_text())
+    body = {"model": "Qwen3-8B", "max_tokens": 64, "messages": [{"role": "user", "content": "17*19?"}],
+            "chat_template_kwargs": {"enable_thinking": False}}
+    answer = httpx.post(f"{endpoint}/v1/chat/completions", json=body, verify=tls, timeout=60,
+                        headers={"Authorization": f"Bearer {d.secrets['proxy_keys.lab']}"})
+    assert answer.status_code == 200, answer.text[:500]
+    return str(answer.json()["choices"][0]["message"]["content"])
+
+
+def assert_kv_moved_for_one_request(d: LabDeployment, endpoint: str, decode_node: str, decode_url: str) -> None:
+    """One request through nginx -> router -> prefill -> decode answers right, and on the decode the prompt's KV
+    arrived from the prefill: its external prefix-cache hits and NIXL transfers grew, no transfer failed."""
+    before = kv_counters(d, decode_node, decode_url)
+    assert front_door_chat(d, endpoint) == "323"
+    after = kv_counters(d, decode_node, decode_url)
+    assert after[0] > before[0] and after[1] == before[1] + 1 and after[2] == before[2], (before, after)
+
+
+def test_prefill_decode_groups_behind_the_router_and_a_decode_only_change(deployment: LabDeployment) -> None:
+    """The two groups as a prefill tier (a, on the head) and a decode tier (b) with `disaggregation:`, the router's
+    pinned wheel fetched from a `file://` URL on the head (an air-gapped head: the wheel copied there first):
+    `pulumi up` runs `router-wheel` (sha256 checked, unpacked), the `router` container (the stack's image with the
+    wheel mounted) and `check-pd` (the golden prompt through the router and every pair, the decode's counters as
+    evidence) for real; then a request through the front door (nginx -> router -> prefill -> decode) answers, with
+    the KV cache pulled from the prefill's side channel. Then a decode-only change (the decode tier's own tensor
+    parallelism, 1 -> 2 on two pretended GPUs): the preview replaces the decode's engine and never the prefill's
+    nor the router, and after `pulumi up` only the decode's container has a new ID; check-pd passes again."""
+    from stacks.planner.router import ROUTER_HOST_DIR, ROUTER_WHEEL
+    from tests.router_harness import cache_dir, router_runtime
+
+    d = deployment
+    first, second = (n.name for n in d.lab.nodes)
+    router_runtime()  # the pinned wheel, downloaded and checked once into this machine's cache
+    wheel = next(cache_dir().glob(f"*/{ROUTER_WHEEL}"))
+    head_root = Path(d.lab.state_dir) / "nodes" / first / "root"  # the head's own /root (lab/hosts.py)
+    shutil.copyfile(wheel, head_root / ROUTER_WHEEL)
+    values = plain_values(d)
+    values["groups"] = [{"name": "a", "role": "prefill", "nodes": [first]},
+                        {"name": "b", "role": "decode", "nodes": [second]}]
+    values["nodes"][1]["gpus"]["count"] = 2  # pretended (rehearsal): room for the decode's TP 2 below
+    values["disaggregation"] = {"router": {"policy": "round_robin", "wheel_url": f"file:///root/{ROUTER_WHEEL}"}}
+    write_values(d, values)
+    began = time.monotonic()
+    up = d.cli.run("up", "-s", STACK, "--yes", what="up-pd")
+    took_up = time.monotonic() - began
+    passed = [f"vllm-router 0.1.17: unpacked into {ROUTER_HOST_DIR}", "PASS check-a:", "PASS check-b:", "PASS pd:",
+              "PASS api-health:", "PASS api-smoke:"]
+    assert not [p for p in passed if p not in up.out], f"missing {[p for p in passed if p not in up.out]}: {up.log}"
+    at = [up.out.find(p) for p in ("PASS check-b:", "PASS pd:", "PASS api-smoke:")]
+    assert at == sorted(at), "the router's check runs after both tiers' and before the front door's"
+    outputs = json.loads(d.cli.run("stack", "output", "-s", STACK, "--json", what="outputs-pd").out)
+    assert outputs["router"] == "lab-engine-router" and outputs["rolling"]["can_roll"] is False, outputs
+    decode = f"http://{d.lab.nodes[1].address}:8000"
+    assert_kv_moved_for_one_request(d, outputs["endpoint"], second, decode)
+    routed = node_get(d, first, "http://127.0.0.1:29000/metrics")
+    assert re.search(rf'vllm_router_pd_decode_requests_total{{[^}}]*worker="{re.escape(decode)}(@\d+)?"[^}}]*}} [1-9]',
+                     routed), routed[-2000:]
+
+    ids = {n.name: container_ids(d, n.name) for n in d.lab.nodes}
+    decode_only = copy.deepcopy(values)
+    decode_only["groups"][1]["parallelism"] = {"tensor": 2, "data": 1, "backend": "mp"}
+    write_values(d, decode_only)
+    steps = preview_steps(d, "preview-pd-decode-only")
+    replaced = {n for n, step in steps.items() if step.op == "replace"}
+    assert f"engine-b-{second}-lab-engine" in replaced, steps
+    assert not {f"engine-a-{first}-lab-engine", "router", "router-wheel"} & {n for n, s in steps.items() if s.op}, \
+        steps
+    began = time.monotonic()
+    changed = d.cli.run("up", "-s", STACK, "--yes", what="up-pd-decode-only")
+    took_change = time.monotonic() - began
+    assert "PASS check-b:" in changed.out and "PASS pd:" in changed.out, changed.log
+    assert "PASS check-a:" not in changed.out, "the prefill group's check ran again: it was not changed"
+    now = {n.name: container_ids(d, n.name) for n in d.lab.nodes}
+    assert now[first] == ids[first], (ids[first], now[first])  # prefill engine, router, front door: the same
+    assert now[second]["lab-engine"] != ids[second]["lab-engine"], (ids[second], now[second])
+    assert_kv_moved_for_one_request(d, outputs["endpoint"], second, decode)
+    d.cli.run("preview", "-s", STACK, "--expect-no-changes", what="preview-pd-settled")
+    FIGURES.append(f"prefill/decode: pulumi up from two replica groups (both tiers replaced, router wheel, router, "
+                   f"check-pd) {took_up:.0f} s; the decode-only change (decode TP 1 -> 2) {took_change:.0f} s")
 
 
 def until(condition: Any, what: str, deadline_s: float = 300) -> None:
