@@ -303,3 +303,29 @@ def test_the_one_rule_masks_token_shapes_and_userinfo_up_to_the_at() -> None:
                  "vllm/vllm-openai:v0.33.0@sha256:" + "0" * 64, "--max-num-batched-tokens=8192"):
         assert mask_secrets(fine) == fine and not has_userinfo(fine), fine
     assert has_userinfo("s3://***@bucket/p"), "a value masked already still holds userinfo (it is refused)"
+
+
+@pytest.mark.parametrize("setting", [
+    'speculative={"method":"dspark","num_speculative_tokens":1,"options":{"model":"https://u:hunter2pw@x/y"}}',
+    'speculative={"method":"dspark","num_speculative_tokens":1,"options":{"revision":"sk-hunter2pwabcdef"}}',
+    'serving.extra_args=["--ssl-keyfile-password","hunter2pw"]',
+    'serving.model_loader_extra_config={"token":"hunter2pw"}',
+    'serving.extra_args=["--api-key","-hunter2pw"]',
+    'serving.extra_args=["--kv-transfer-config","{\\"kv_connector\\":\\"NixlConnector\\",'
+    '\\"kv_connector_extra_config\\":{\\"auth\\":\\"hunter2pw\\"}}"]',
+], ids=["draft model url", "draft revision token", "ssl keyfile password", "loader config token",
+        "api key starting with a dash", "json auth in a flag value"])
+def test_a_secret_in_the_last_corners_is_refused_unechoed(tmp_path: Path, setting: str) -> None:
+    """A second hostile review's variants: every one planned (or printed the value) before; each is exit 2 now,
+    and the value appears nowhere in what the plan prints, with the committed image and with the carded one."""
+    from tests.conftest import ROOT
+
+    for image in ([], ["--set", "image.tag=v0.33.0"]):
+        shutil.copy(ROOT / "Pulumi.prod.yaml", tmp_path / "Pulumi.prod.yaml")
+        shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", *image, "--set", setting], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "VLLM_CLUSTER_ROOT": str(tmp_path)})
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out[-1500:]
+        assert "hunter2pw" not in out, out[-1500:]

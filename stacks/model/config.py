@@ -9,6 +9,7 @@ Each field's `description` is what error messages and the config reference (docs
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Annotated, Any, Literal, get_args
@@ -59,6 +60,7 @@ from stacks.model.field_types import (
 )
 from stacks.model.golden import DEFAULT_GOLDEN, MAX_PAIRS, GoldenPair
 from stacks.model.kv_transfer_config import DisaggregationConfig
+from stacks.model.masking import holds_secret, secret_name
 from stacks.model.weights_source import WeightsSource
 
 SECRET_MARKER = SECRET
@@ -424,6 +426,10 @@ class SpeculativeConfig(StrictModel):
             problem = _json_problem(item)
             if problem:
                 raise refuse(f"option {key!r} is {problem}", "a JSON value: string, number, boolean, list or mapping")
+            if secret_name(key) or holds_secret(json.dumps(item)):
+                raise refuse(f"option {key!r} looks like a credential: --speculative-config is argv, visible in "
+                             "`ps`, `docker inspect` and Pulumi state", "a draft model the image can read without "
+                             "one, or a token through env_secrets (HF_TOKEN)")
         return value
 
 

@@ -8,7 +8,7 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any
 
-from stacks.model.masking import mask_secrets, masked
+from stacks.model.masking import mask_secrets, masked, secret_name
 from stacks.model.project import IN_CHECKOUT
 
 MAX_VALUE_CHARS = 160
@@ -44,7 +44,9 @@ class Problem:
             shown = "" if self.value is None else f" {show_value(self.value)}"
             lines = [f"{self.key}{shown}: {self.message}"]
         else:
-            lines = [f"vllm-cluster:{self.key} = {show_value(self.value)}: {self.message}"]
+            value = "***" if secret_name(self.key.rsplit(".", 1)[-1]) and self.value is not None else \
+                show_value(self.value)
+            lines = [f"vllm-cluster:{self.key} = {value}: {self.message}"]
         if self.where:
             lines.append(f"    at: {self.where}")
         if self.upstream:
@@ -57,6 +59,8 @@ class Problem:
         plain = isinstance(self.value, str | int | bool | type(None)) or (
             isinstance(self.value, float) and math.isfinite(self.value))
         value = masked(self.value) if plain else show_value(self.value)
+        if secret_name(self.key.rsplit(".", 1)[-1]) and self.value is not None:
+            value = "***"
         return {
             "key": f"vllm-cluster:{self.key}",
             "value": value,

@@ -24,9 +24,10 @@ the user (`s3://b/p@x` is a path), and in `hf://` a password (`hf://gpt2@main` i
 _BARE_USERINFO = re.compile(r"(?<![\w.:/@%+~=-])[\w.%+~-]+:(?![/\\])[^\s@'\"<>]+@(?!sha256:)(?=[\w\[])")
 """`user:password@registry/repo:tag`: a Docker image reference or host spec with credentials and no scheme."""
 _SECRET_OPTION = re.compile(r"(?i)(--(?!assume-secret\b)(?:[\w-]*-)?(?:api-key|access-key|secret-key|private-key|"
-                            r"token|secret|password|passwd|credentials?))(=|\s+)(?!-)(?!vllm-cluster:)"
-                            r"(?:'[^']*'|\"[^\"]*\"|\S+)")
-"""`--api-key=VALUE`, `--hf-token VALUE`: an option whose value is a secret (not `--assume-secret KEY`, which
+                            r"token|secret|password|passwd|credentials?))(=|\s+)(?!--)(?!vllm-cluster:)"
+                            r"(?:'[^']*'|\"[^\"]*\"|[^\s'\"]+)")
+"""`--api-key=VALUE`, `--hf-token VALUE`, a value starting with one dash too: an option whose value is a secret
+(up to a quote, so a message's own `'…':` stays; not `--assume-secret KEY`, which
 names a key, nor `--api-key-env NAME`, which names a variable, nor `pulumi config set --secret vllm-cluster:KEY`,
 whose next word is the config key the advice names)."""
 _SECRET_ASSIGNMENT = re.compile(r"(?i)\b((?:[a-z0-9]+[_-])+(?:key|token|secret|password|passwd|credentials?)|"
@@ -55,6 +56,7 @@ def mask_secrets(text: str) -> str:
     text = _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
     text = _TOKEN.sub(MASK, text)
+    text = _JSON_SECRET_PAIR.sub(lambda m: f'{m.group(1)}{m.group(2)}"{MASK}"', text)
     return _SECRET_QUERY.sub(lambda m: f"{m.group(1)}{MASK}", text)
 
 
@@ -71,6 +73,11 @@ def has_userinfo(text: str) -> bool:
 def holds_secret(text: str) -> bool:
     """Whether mask_secrets masks anything of `text`."""
     return mask_secrets(text) != text
+
+
+_JSON_SECRET_PAIR = re.compile(r'(?i)("[\w.-]*(?:key|token|secret|password|passwd|credentials?|auth|signature)")'
+                               r'(\s*:\s*)"[^"]*"')
+"""`"auth": "…"` inside a JSON value (an argv word holding a JSON object): the value of a secret-named key."""
 
 
 def masked(value: Any, depth: int = 0) -> Any:

@@ -141,6 +141,8 @@ internal needs the other nodes headless, hybrid and external refuse them)."""
 SECRET_OPTIONS: dict[str, str] = {
     "api_key": "remove it and run: pulumi config set --secret vllm-cluster:api_key <key>",
     "hf_token": "remove it and run: pulumi config set --secret --path 'vllm-cluster:env_secrets.HF_TOKEN' <token>",
+    "ssl_keyfile_password": "remove it: TLS ends at the front door (api.proxy with the tls_certificate and "
+                            "tls_private_key secrets)",
 }
 """Options whose value is a credential: refused in argv whatever the config manages."""
 
@@ -260,12 +262,18 @@ def argv_problems(config: StackConfig) -> tuple[list[Problem], list[str]]:
     seen: dict[str, int] = {}
     words = list(config.serving.extra_args)
     ends = [later.index for later in items[1:]] + [len(words)] if items else []
+    secret_value_at = -1
     for item, end in zip(items, ends, strict=True):
         shown = f"{key}.{item.index}"
-        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None)
+        if item.index == secret_value_at:  # `--api-key -x…`: read as an option of its own, it is the secret
+            continue
         # the words as typed: a value attached to its flag (`--flag=value`, `-O3`) is shown once, inside its word
         value = " ".join(words[item.index:end])[:200]
+        credential = next((v for v in [item.word, *item.values] if _credential_in(v)), None) or (
+            value if holds_secret(" ".join(words[item.index:end])) else None)  # `--x-password V`, any image
         if item.dest in SECRET_OPTIONS:  # first: no other message may show the word or its value
+            if not item.values and "=" not in item.word:
+                secret_value_at = item.index + 1
             problems.append(Problem(shown, item.option, f"puts a secret in argv (the value of {item.option}), "
                                     "visible in `ps`, `docker inspect` and Pulumi state",
                                     fix=SECRET_OPTIONS[item.dest]))
