@@ -646,6 +646,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         return code
     except BrokenPipeError:
         return _stdout_closed(f"{prog} {args.command}")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG) and exc.filename is None:
+            # no file named: the write that failed is stdout's (a file the command writes names itself)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print(f"{prog} {args.command}: could not write the output ({exc.strerror}): what was written is cut; "
+                  "free space where stdout goes, or write elsewhere", file=sys.stderr)
+            return 1
+        return _crash(prog, args.command, words, json_answer, exc)
     except ConfigError as exc:
         if json_answer:
             _json_refusal(words, "the stack is refused", "fix each key `errors` names",
@@ -653,20 +661,26 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m stacks", exte
         print(exc.report(), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, keep the traceback behind a switch
-        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
-            # a folder or stack name the file system cannot hold: bad input, not a bug
-            name = str(exc.filename or "")
-            said = mask_credentials(f"{prog} {args.command}: {exc.strerror}: {shown(name)} ({len(name)} characters); "
-                                    "shorten the folder or stack name")
-            if json_answer:
-                _json_refusal(words, said, "a shorter folder or stack name")
-            print(said, file=sys.stderr)
-            return 2
-        if os.environ.get("VLLM_CLUSTER_DEBUG"):
-            raise
-        crash = mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
-                                 "your config")
+        return _crash(prog, args.command, words, json_answer, exc)
+
+
+def _crash(prog: str, command: str, words: list[str], json_answer: str | None, exc: Exception) -> int:
+    """An exception no command handled: a name the file system cannot hold is bad input (exit 2); anything else is
+    a bug, said in one line (exit 3), the traceback behind VLLM_CLUSTER_DEBUG."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        # a folder or stack name the file system cannot hold: bad input, not a bug
+        name = str(exc.filename or "")
+        said = mask_credentials(f"{prog} {command}: {exc.strerror}: {shown(name)} ({len(name)} characters); "
+                                "shorten the folder or stack name")
         if json_answer:
-            _json_refusal(words, crash, "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it")
-        print(f"{crash}: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
-        return 3
+            _json_refusal(words, said, "a shorter folder or stack name")
+        print(said, file=sys.stderr)
+        return 2
+    if os.environ.get("VLLM_CLUSTER_DEBUG"):
+        raise exc
+    crash = mask_credentials(f"internal error in vllm-cluster ({type(exc).__name__}: {exc}); this is a bug, not "
+                             "your config")
+    if json_answer:
+        _json_refusal(words, crash, "rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it")
+    print(f"{crash}: rerun with VLLM_CLUSTER_DEBUG=1 for the traceback and report it", file=sys.stderr)
+    return 3

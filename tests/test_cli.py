@@ -134,3 +134,14 @@ def test_a_set_value_with_a_control_character_is_refused_not_stripped() -> None:
             raise AssertionError(f"{item!r} was accepted")
         assert "--set: holds the control character" in said and "model.pro" in said, said
     assert apply_overrides({"model": {}}, ["model.profile=hq"]) == {"model": {"profile": "hq"}}
+
+
+def test_a_full_disk_under_stdout_is_said_in_one_line_not_an_internal_error() -> None:
+    """`python -m stacks plan prod --json > /dev/full`: the write fails with ENOSPC. It was reported as an internal
+    error (exit 3); it is the output that could not be written, said once, exit 1."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stacks", "plan", "prod", "--json", "--assume-secret", "api_key"],
+                              cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    said = [line for line in done.stderr.splitlines() if not line.startswith("# project: ")]
+    assert done.returncode == 1 and len(said) == 1, (done.returncode, done.stderr)
+    assert "could not write the output (No space left on device)" in said[0] and "internal error" not in said[0]
