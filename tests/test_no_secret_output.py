@@ -329,3 +329,13 @@ def test_a_secret_in_the_last_corners_is_refused_unechoed(tmp_path: Path, settin
         out = done.stdout + done.stderr
         assert done.returncode == 2, out[-1500:]
         assert "hunter2pw" not in out, out[-1500:]
+
+
+def test_a_number_of_hundreds_of_digits_is_cut_in_every_line_of_a_refusal() -> None:
+    from stacks.model.errors import Problem
+
+    huge = "9" * 401
+    problem = Problem("speculative.options.x", int(huge), "must be 1", upstream=f"ValueError: x={huge} is bad")
+    text = problem.render()
+    assert huge not in text and "…(401 digits)" in text and len(text) < 600, text
+    assert huge not in str(problem.as_dict())

@@ -60,7 +60,7 @@ from stacks.model.field_types import (
 )
 from stacks.model.golden import DEFAULT_GOLDEN, MAX_PAIRS, GoldenPair
 from stacks.model.kv_transfer_config import DisaggregationConfig
-from stacks.model.masking import holds_secret, secret_name
+from stacks.model.masking import has_userinfo, holds_secret, secret_name
 from stacks.model.weights_source import WeightsSource
 
 SECRET_MARKER = SECRET
@@ -73,6 +73,10 @@ SECRET_MARKER = SECRET
 def parse_image_ref(ref: str) -> dict[str, str | None]:
     """`[registry[:port]/]path:tag[@sha256:…]` -> repository, tag, digest. A tag is required: it is what
     reviewers read; the digest is what Docker pulls."""
+    if has_userinfo(ref) or ("@" in ref and not ref.partition("@")[2].startswith("sha256:")):
+        raise refuse("carries registry credentials (user:password@), which would sit in the plan, the state and "
+                     "every node's process list", "the reference alone, e.g. registry.example.com/vllm:v0.33.0; log "
+                     "each node in to the registry (docker login) for a private one")
     name, _, digest = ref.strip().partition("@")
     slash = name.rfind("/")
     colon = name.rfind(":")

@@ -27,6 +27,15 @@ def show_value(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
 
 
+_LONG_NUMBER = re.compile(r"\d{41,}")
+
+
+def _short_numbers(text: str) -> str:
+    """A number of hundreds of digits (a hostile value quoted in vLLM's message) cut to its first 20 and its
+    length: the message stays one readable line."""
+    return _LONG_NUMBER.sub(lambda m: f"{m.group(0)[:20]}…({len(m.group(0))} digits)", text)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with the config: where, what, why it would fail upstream, and what works."""
@@ -53,7 +62,7 @@ class Problem:
             lines.append(f"    upstream failure it prevents: {self.upstream}")
         if self.fix:
             lines.append(f"    what works: {self.fix}")
-        return mask_secrets("\n".join(lines))
+        return _short_numbers(mask_secrets("\n".join(lines)))
 
     def as_dict(self) -> dict[str, Any]:
         plain = isinstance(self.value, str | int | bool | type(None)) or (
@@ -65,7 +74,7 @@ class Problem:
             "key": f"vllm-cluster:{self.key}",
             "value": value,
             "message": mask_secrets(self.message),
-            "upstream": self.upstream and mask_secrets(self.upstream),
+            "upstream": self.upstream and _short_numbers(mask_secrets(self.upstream)),
             "fix": self.fix and mask_secrets(self.fix),
             "where": self.where,
         }
