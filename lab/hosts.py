@@ -435,8 +435,11 @@ def down(state_dir: Path | str = DEFAULT_STATE, prefix: str | None = None, log: 
             _run("umount", "-l", point)
     for netns in _netns_names(prefix):
         _run("ip", "netns", "del", netns)
-    if Path(f"/sys/class/net/{prefix}-host").exists():
-        _run("ip", "link", "del", f"{prefix}-host")
+    host_link = Path(f"/sys/class/net/{prefix}-host")
+    if host_link.exists():  # the kernel tears the veth pair down on its own once the namespace end is gone
+        gone = subprocess.run(["ip", "link", "del", host_link.name], capture_output=True, text=True)
+        if gone.returncode != 0 and host_link.exists():
+            raise LabError(f"ip link del {host_link.name}: exit {gone.returncode}: {gone.stderr.strip()}")
     for top in [*Path("/sys/fs/cgroup").glob(f"{prefix}-*"), *Path("/sys/fs/cgroup").glob(f"*/{prefix}-*")]:
         for folder, _, _ in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
             with contextlib.suppress(OSError):
