@@ -32,6 +32,13 @@ from tests.weights_harness import checkpoint
 
 STACK = "lab"
 FIGURES: list[str] = []
+
+
+def skew_note() -> str:
+    """The distributions the router takes from the base image in another version than its pin, if any."""
+    skew = engine_image.SKEW
+    return f"; the router shares the base's {', '.join(f'{n} {a} (pin {b})' for n, (a, b) in skew.items())}" \
+        if skew else ""
 """Measured figures a workflow reports (docs quote them), printed at the end of the run."""
 
 
@@ -121,7 +128,7 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[LabDeployment]:
         run = work.name[-8:].lower()
         base = engine_image.build_base(f"vllm-lab-base:{run}", work)
         FIGURES.append(f"engine base image: {engine_image.image_bytes(base) / 1e6:.0f} MB, of which the router "
-                       f"launcher's packages {engine_image.router_bytes() / 1e6:.1f} MB")
+                       f"launcher's packages {engine_image.router_bytes() / 1e6:.1f} MB" + skew_note())
         for tag, answer in IMAGES.items():
             local = engine_image.build(base, f"vllm-lab-engine:{tag}-{run}", work, answer=answer)
             images[tag] = hosts.push_image(lab, local, f"vllm-standin:{tag}")
