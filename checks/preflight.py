@@ -751,6 +751,27 @@ def ownership_holders(containers: list[dict[str, Any]], owned: list[tuple[str, s
     return sorted(holders.values(), key=lambda h: (not h.description.startswith("container "), h.description))
 
 
+ORPHAN_RETRIES = 5
+"""Looks again, a second apart, while a LISTEN socket on a wanted port has no process: one seen between its
+process's exit and the socket's close (a lab run's front door, once) is gone by then; one that stays is reported."""
+
+
+def port_listeners(procfs: str, ports: list[int]) -> dict[int, list[tuple[int | None, str | None]]]:
+    """port -> (pid, container id) of each LISTEN socket on it (tcp and tcp6), from /proc: pid None when no
+    process holds the socket's inode."""
+    sockets: dict[int, list[int]] = {}
+    for proto in ("tcp", "tcp6"):
+        try:
+            for port, inodes in parse_listeners((Path(procfs) / "net" / proto).read_text()).items():
+                sockets.setdefault(port, []).extend(inodes)
+        except OSError:
+            pass
+    wanted = {i for p in ports for i in sockets.get(p, [])}
+    pids = socket_pids(procfs, wanted) if wanted else {}
+    return {p: [(pids.get(i), container_of(procfs, pids[i]) if i in pids else None) for i in sockets.get(p, [])]
+            for p in ports}
+
+
 def check_ownership(ctx: Context) -> Section:
     a = ctx.args
     owned = [a.owned_label] if a.owned_label else []
@@ -774,17 +795,12 @@ def check_ownership(ctx: Context) -> Section:
             containers = []
         if code != 0 and "No such" not in out:
             return Section("ownership", None, [f"docker inspect: {out[-200:]}"], "make `docker info` answer")
-    sockets: dict[int, list[int]] = {}
-    for proto in ("tcp", "tcp6"):
-        try:
-            for port, inodes in parse_listeners((Path(a.procfs_root) / "net" / proto).read_text()).items():
-                sockets.setdefault(port, []).extend(inodes)
-        except OSError:
-            pass
-    wanted = {i for p in ports for i in sockets.get(p, [])}
-    pids = socket_pids(a.procfs_root, wanted) if wanted else {}
-    listeners = {p: [(pids.get(i), container_of(a.procfs_root, pids[i]) if i in pids else None)
-                     for i in sockets.get(p, [])] for p in ports}
+    listeners = port_listeners(a.procfs_root, ports)
+    for _ in range(ORPHAN_RETRIES):  # a socket no process holds is one whose process is exiting: look again
+        if not any(pid is None for held in listeners.values() for pid, _ in held):
+            break
+        time.sleep(1.0)
+        listeners = port_listeners(a.procfs_root, ports)
     evidence: list[str] = []
     gpu_apps: list[tuple[dict[str, str], str | None]] = []
     if a.rehearsal:
