@@ -772,6 +772,19 @@ def port_listeners(procfs: str, ports: list[int]) -> dict[int, list[tuple[int | 
             for p in ports}
 
 
+def settled_listeners(procfs: str, ports: list[int], sleep: Callable[[float], None] = time.sleep
+                      ) -> dict[int, list[tuple[int | None, str | None]]]:
+    """`port_listeners`, read again (ORPHAN_RETRIES times, a second apart) while a socket has no process: a socket
+    whose process is exiting has none for a moment."""
+    listeners = port_listeners(procfs, ports)
+    for _ in range(ORPHAN_RETRIES):
+        if not any(pid is None for held in listeners.values() for pid, _ in held):
+            break
+        sleep(1.0)
+        listeners = port_listeners(procfs, ports)
+    return listeners
+
+
 def check_ownership(ctx: Context) -> Section:
     a = ctx.args
     owned = [a.owned_label] if a.owned_label else []
@@ -795,12 +808,7 @@ def check_ownership(ctx: Context) -> Section:
             containers = []
         if code != 0 and "No such" not in out:
             return Section("ownership", None, [f"docker inspect: {out[-200:]}"], "make `docker info` answer")
-    listeners = port_listeners(a.procfs_root, ports)
-    for _ in range(ORPHAN_RETRIES):  # a socket no process holds is one whose process is exiting: look again
-        if not any(pid is None for held in listeners.values() for pid, _ in held):
-            break
-        time.sleep(1.0)
-        listeners = port_listeners(a.procfs_root, ports)
+    listeners = settled_listeners(a.procfs_root, ports)
     evidence: list[str] = []
     gpu_apps: list[tuple[dict[str, str], str | None]] = []
     if a.rehearsal:

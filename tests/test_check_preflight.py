@@ -502,3 +502,20 @@ def test_container_of_reads_the_id_wherever_docker_put_the_cgroup(tmp_path: Path
     (tmp_path / "42").mkdir()
     (tmp_path / "42" / "cgroup").write_text(cgroup.format(id=cid))
     assert container_of(str(tmp_path), 42) == (cid if found else None)
+
+
+def test_a_listen_socket_without_a_process_is_looked_at_again_before_it_counts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab run's update failed its ownership check on port 443: the front door's socket was seen between its
+    process's exit and its close. Such a socket is read again; one that stays without a process is still reported."""
+    from checks import preflight
+
+    reads = iter([{443: [(None, None)]}, {443: [(None, None)]}, {443: []}])
+    monkeypatch.setattr(preflight, "port_listeners", lambda procfs, ports: next(reads))
+    slept: list[float] = []
+    assert preflight.settled_listeners("/proc", [443], sleep=slept.append) == {443: []}
+    assert slept == [1.0, 1.0]
+    monkeypatch.setattr(preflight, "port_listeners", lambda procfs, ports: {443: [(None, None)]})
+    slept.clear()
+    assert preflight.settled_listeners("/proc", [443], sleep=slept.append) == {443: [(None, None)]}
+    assert len(slept) == preflight.ORPHAN_RETRIES
