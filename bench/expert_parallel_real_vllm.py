@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.real_vllm_capture import main as capture_main  # noqa: E402
 from stacks.model.config import ALL2ALL_BACKENDS  # noqa: E402
 from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
 from stacks.planner.plan import build_plan  # noqa: E402
@@ -267,18 +268,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-expert-parallel.json"
 
 
 def main() -> int:
-    python = os.environ.get("VLLM_PYTHON")
-    if not python:
-        print("set VLLM_PYTHON to an interpreter that has vLLM 0.33.0 installed", file=sys.stderr)
-        return 2
-    out = capture(python)
-    if "--check" in sys.argv[1:]:
-        same = out == json.loads(FIXTURE.read_text())
-        print("the committed capture matches" if same else "the committed capture differs: recapture it",
-              file=sys.stderr)
-        return 0 if same else 1
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    return 0
+    return capture_main(capture, FIXTURE)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.expert_parallel_real_vllm import DERIVE, MODELS, V3, strip  # noqa: E402
+from bench.real_vllm_capture import main as capture_main  # noqa: E402
 from stacks.model.field_types import SECRET  # noqa: E402
 from stacks.model.loader import parse_config, read_stack_values  # noqa: E402
 from stacks.planner.stack_plan import build_stack  # noqa: E402
@@ -75,18 +76,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm-0.33.0-pd-example.json"
 
 
 def main() -> int:
-    python = os.environ.get("VLLM_PYTHON")
-    if not python:
-        print("set VLLM_PYTHON to an interpreter that has vLLM 0.33.0 installed", file=sys.stderr)
-        return 2
-    out = capture(python)
-    if "--check" in sys.argv[1:]:
-        same = out == json.loads(FIXTURE.read_text())
-        print("the committed capture matches" if same else "the committed capture differs: recapture it",
-              file=sys.stderr)
-        return 0 if same else 1
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    return 0
+    return capture_main(capture, FIXTURE)
 
 
 if __name__ == "__main__":
