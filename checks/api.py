@@ -40,16 +40,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, Protocol
 
-try:
-    import httpx
-except ModuleNotFoundError as _missing:  # run without its [checks] extra: say so, no traceback (an import fails)
-    if __name__ != "__main__":
-        raise
-    print(f"{__spec__.name if __spec__ else 'checks'}: cannot run: needs {_missing.name}, which {sys.executable} "
-          "cannot import: pip install 'vllm-cluster[checks]' into this venv", file=sys.stderr)
-    sys.exit(2)
-from pydantic import ValidationError
-
 from checks.verdict import (
     THINKING_KWARGS,
     ArgumentProblem,
@@ -63,6 +53,7 @@ from checks.verdict import (
     integer,
     listed,
     mask_credentials,
+    missing_extra,
     node_names,
     optional_path,
     seconds,
@@ -71,6 +62,13 @@ from checks.verdict import (
     url_path,
     url_port,
 )
+
+try:
+    import httpx
+except ModuleNotFoundError as _missing:  # run without its [checks] extra: say so, no traceback (an import fails)
+    missing_extra(_missing, __name__, __spec__.name if __spec__ else "checks")
+from pydantic import ValidationError
+
 from stacks.model.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect, parse_golden
 
 RETRYABLE = (httpx.TransportError,)

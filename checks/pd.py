@@ -52,16 +52,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    import httpx
-except ModuleNotFoundError as _missing:  # run without its [checks] extra: say so, no traceback (an import fails)
-    if __name__ != "__main__":
-        raise
-    print(f"{__spec__.name if __spec__ else 'checks'}: cannot run: needs {_missing.name}, which {sys.executable} "
-          "cannot import: pip install 'vllm-cluster[checks]' into this venv", file=sys.stderr)
-    sys.exit(2)
-from pydantic import ValidationError
-
 from checks.verdict import (
     THINKING_KWARGS,
     CheckParser,
@@ -73,11 +63,19 @@ from checks.verdict import (
     env_name,
     listed,
     mask_credentials,
+    missing_extra,
     seconds,
     served_name,
     shown,
     url_port,
 )
+
+try:
+    import httpx
+except ModuleNotFoundError as _missing:  # run without its [checks] extra: say so, no traceback (an import fails)
+    missing_extra(_missing, __name__, __spec__.name if __spec__ else "checks")
+from pydantic import ValidationError
+
 from stacks.model.golden import DEFAULT_EXPECT, DEFAULT_PROMPT, Golden, GoldenPair, compile_expect
 
 SECTION_NAMES = ("router", "pairs")

@@ -118,6 +118,17 @@ mask_credentials = mask_secrets
 """The last guard on what a check prints: the one masking rule of every program (stacks/model/masking.py)."""
 
 
+def missing_extra(missing: ModuleNotFoundError, name: str, program: str) -> None:
+    """A check program started without its `[checks]` extra (httpx, pydantic): one line naming the package and the
+    interpreter, exit 2, no traceback. Imported instead of run (`name` is not `__main__`: a heal tool's probe of
+    what this venv can run), the ImportError is raised as it was."""
+    if name != "__main__":
+        raise missing
+    print(f"{program}: cannot run: needs {missing.name}, which {sys.executable} cannot import: pip install "
+          "'vllm-cluster[checks]' into this venv", file=sys.stderr)
+    sys.exit(2)
+
+
 def one_line(text: str) -> str:
     """`text` with its control characters escaped (`\\n`, `\\x1b`): a value holding a newline cannot print a second,
     forged verdict line, nor a terminal escape."""
