@@ -580,8 +580,9 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
         turns[name] = turn
         previous = [turn.get("undrain", turn["check"])]
     router = None
-    if whole.router is not None:  # prefill/decode groups: the router, then its check, before the front door's
-        router = pd_router(stack, config, whole.router, parts[str(front.name)].nodes[head], secrets,
+    router_spec = whole.router_container_spec()
+    if whole.router is not None and router_spec is not None:  # prefill/decode: the router, its check, then the door
+        router = pd_router(config, whole.router, router_spec, parts[str(front.name)].nodes[head], secrets,
                            [t for p in parts.values() for t in p.engine.check_triggers], previous)
         previous = [router.check]
     api = front_door_endpoint(config, whole, parts, secrets, previous)

@@ -9,6 +9,7 @@ from typing import Any
 
 from stacks.model.config import GroupConfig, StackConfig
 from stacks.model.errors import ConfigError, Problem
+from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.groups import GroupContext, Rolling, contexts, disaggregated, group_problems, rolling, tier_urls
 from stacks.planner.kv_transfer import kv_transfer_problems
 from stacks.planner.plan import Plan, build_plan
@@ -45,6 +46,15 @@ class StackPlan:
     def grouped(self) -> bool:
         return self.groups[0].name is not None
 
+    def router_container_spec(self) -> ContainerSpec | None:
+        """The router's container on the first group's head (named after the engines, `-router`), as the plan
+        shows it and the program creates it; None without prefill/decode groups."""
+        if self.router is None:
+            return None
+        head = self.groups[0].config
+        return router_container(self.router, f"{head.container.name}-router", head.image.pull_ref, ROUTER_HOST_DIR,
+                                self.stack)
+
     def to_json_dict(self) -> dict[str, Any]:
         """A stack without groups: its plan as before, plus `rolling`. With groups: every group's plan."""
         if not self.grouped:
@@ -52,10 +62,9 @@ class StackPlan:
         out: dict[str, Any] = {"stack": self.stack, "rolling": self.rolling.as_dict(),
                                "groups": [{"name": g.name, "role": g.context.role if g.context else "replica",
                                            "plan": g.plan.to_json_dict()} for g in self.groups]}
-        if self.router is not None:
+        container = self.router_container_spec()
+        if self.router is not None and container is not None:
             head = self.groups[0].config
-            container = router_container(self.router, f"{head.container.name}-router", head.image.pull_ref,
-                                         ROUTER_HOST_DIR, self.stack)
             out["router"] = {**router_summary(self.router), "node": head.head.name,
                              "container": container.model_dump(), "checks": [
                                  {"name": "router-wheel", "node": head.head.name,
