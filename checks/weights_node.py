@@ -23,6 +23,7 @@ import re
 import shlex
 from pathlib import Path
 
+from checks.python_ast import parse
 from checks.weights import check_dest, check_sync_dest
 from stacks.model.s3_source import (
     DEFAULT_PART_MB,
@@ -79,7 +80,7 @@ def remote_script() -> str:
 def compact(source: str) -> str:
     """The module without its docstrings and comments (`ast.unparse`): the script travels as one `sh -c` word,
     which Linux caps at 131072 bytes (MAX_ARG_STRLEN), and the docstrings are most of its size."""
-    tree = ast.parse(source)
+    tree = parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body and \

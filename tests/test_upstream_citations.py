@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks.python_ast import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 CITED = re.compile(r"\.(py|rs):(\d+|\{\})")
 """`file.py:{}` is a line read from a table of the rule's cases (each case's lines beside its message)."""
@@ -53,7 +55,7 @@ def _assignments(nodes: list[ast.AST]) -> dict[str, list[ast.expr]]:
 
 
 def _module(source: str) -> Module:
-    tree = ast.parse(source)
+    tree = parse(source)
     found = Module(tree, _assignments(list(tree.body)))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("stacks"):

@@ -5,7 +5,6 @@ to moto on loopback, credentials arriving on stdin the way `pulumi_command`'s `s
 from __future__ import annotations
 
 import ast
-import gc
 import importlib.util
 import json
 import shutil
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from checks.python_ast import parse
 from checks.weights_node import (
     CREDENTIAL_NAMES,
     MODULES,
@@ -119,18 +119,6 @@ def verdict_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert "Traceback" not in done.stderr, done.stderr
     result: dict[str, Any] = json.loads(lines[-1])
     return result
-
-
-def parse(source: str) -> ast.Module:
-    """`ast.parse` with the garbage collector paused: CPython 3.11.7 raised "SystemError: AST constructor recursion
-    depth mismatch" here once in a full `make unit`, when a finalizer (asyncio's "Future exception was never
-    retrieved" of an earlier test in the worker) ran inside the parse. An interpreter fault, not the script's."""
-    gc.collect()
-    gc.disable()
-    try:
-        return ast.parse(source)
-    finally:
-        gc.enable()
 
 
 def test_remote_script_is_one_program_without_local_imports_or_name_clashes() -> None:
