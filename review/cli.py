@@ -328,8 +328,12 @@ def _read_text(path: str) -> str:
 
 MATRIX_BEGIN = "<!-- replacement-matrix:begin (python -m stacks matrix --update-docs) -->"
 MATRIX_END = "<!-- replacement-matrix:end -->"
+GROUP_MATRIX_BEGIN = "<!-- group-matrix:begin (python -m stacks matrix --update-docs) -->"
+GROUP_MATRIX_END = "<!-- group-matrix:end -->"
 MATRIX_PAGE = Path("docs") / "what-a-change-costs.md"
-"""The docs page that holds the generated table, relative to the project root."""
+"""The docs page that holds the generated tables, relative to the project root."""
+EXAMPLES = Path("examples")
+"""The example stacks; those with groups get the docs' per-group table (the committed stacks have none)."""
 
 
 def matrix_stacks(names: list[str]) -> list[str]:
@@ -337,15 +341,28 @@ def matrix_stacks(names: list[str]) -> list[str]:
     return names or stack_names(PROJECT_ROOT)
 
 
-def page_with_matrix(page: str, table: str) -> str:
+def grouped_examples(root: Path) -> dict[str, dict[str, Any]]:
+    """examples/Pulumi.<name>.yaml stacks with `groups:`, by name: their values as the stack file reader gives them."""
+    from stacks.model.stack_file import parse_stack_text
+
+    out = {}
+    for file in sorted((root / EXAMPLES).glob("Pulumi.*.yaml")):
+        values = parse_stack_text(file.read_text(), file.name).values
+        if values.get("groups"):
+            out[file.name.removeprefix("Pulumi.").removesuffix(".yaml")] = values
+    return out
+
+
+def page_with_matrix(page: str, table: str, begin: str = MATRIX_BEGIN, end: str = MATRIX_END) -> str:
     """The docs page's text with the generated table between the markers (ValueError when they are missing)."""
-    start, end = page.find(MATRIX_BEGIN), page.find(MATRIX_END)
-    if start < 0 or end < start:
-        raise ValueError(f"{MATRIX_PAGE} has no {MATRIX_BEGIN!r} … {MATRIX_END!r} block")
-    return page[:start + len(MATRIX_BEGIN)] + "\n" + table + page[end:]
+    start, stop = page.find(begin), page.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{MATRIX_PAGE} has no {begin!r} … {end!r} block")
+    return page[:start + len(begin)] + "\n" + table + page[stop:]
 
 
 def _matrix(args: argparse.Namespace) -> int:
+    from review.group_matrix import group_markdown, group_row_dict, group_rows, group_text
     from review.matrix import RegisterError, compute
     from review.replacement import markdown, row_dict, text
 
@@ -360,26 +377,35 @@ def _matrix(args: argparse.Namespace) -> int:
     from review.registrations import register
 
     names = matrix_stacks(args.stack)
+    values = {name: read_stack_values(name) for name in names}
+    with_groups = {name: v for name, v in values.items() if v.get("groups")}
+    if args.update_docs:
+        with_groups |= grouped_examples(PROJECT_ROOT)
+    plain = [name for name in names if name not in with_groups]
     try:
-        rows = compute({name: read_stack_values(name) for name in names}, register)
+        rows = compute({name: values[name] for name in plain}, register)
+        by_group = [r for name, v in with_groups.items() for r in group_rows(name, v, register)]
     except RegisterError as exc:  # the committed stack itself: the program refuses what the plan accepted
         print(f"matrix: the Pulumi program refuses a committed stack: {exc}", file=sys.stderr)
         return 2
-    table = markdown(rows, names)
+    table = markdown(rows, plain) if plain else ""
     if args.update_docs:
         path = PROJECT_ROOT / MATRIX_PAGE
         try:
-            path.write_text(page_with_matrix(path.read_text(), table))
+            page = page_with_matrix(path.read_text(), table)
+            path.write_text(page_with_matrix(page, group_markdown(by_group), GROUP_MATRIX_BEGIN, GROUP_MATRIX_END))
         except (OSError, ValueError) as exc:
             print(f"matrix --update-docs: {exc}", file=sys.stderr)
             return 2
-        print(f"{MATRIX_PAGE}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(names)})")
+        print(f"{MATRIX_PAGE}: replacement matrix rewritten ({len(rows)} rows, stacks {', '.join(plain)}; "
+              f"{len(by_group)} rows of stacks with groups: {', '.join(with_groups)})")
     elif args.json:
-        print(json.dumps([row_dict(r) for r in rows], indent=2, ensure_ascii=False))
+        print(json.dumps([row_dict(r) for r in rows] + [group_row_dict(r) for r in by_group], indent=2,
+                         ensure_ascii=False))
     elif args.markdown:
-        print(table, end="")
+        print(table + ("\n" if table and by_group else "") + group_markdown(by_group), end="")
     else:
-        print(text(rows), end="")
+        print((text(rows) if rows else "") + (group_text(by_group) if by_group else ""), end="")
     return 0
 
 

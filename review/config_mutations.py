@@ -32,6 +32,7 @@ from stacks.model.field_types import SECRET, Kind, Secret, is_ip_literal
 from stacks.model.loader import parse_config
 from stacks.planner.model_cards import CardProblem, card_names, get_profile
 from stacks.planner.plan import Plan, build_plan
+from stacks.planner.stack_plan import StackPlan, build_stack
 
 LIST = "[]"
 
@@ -438,7 +439,11 @@ class Mutation:
     """what was changed, for people: `nodes.1.ssh.host: 10.30.8.2 → 10.30.8.3`"""
     values: dict[str, Any]
     secrets: dict[str, Any]
-    plan: Plan
+    plan: Any
+    """what the planner made of it: a Plan (plan_of), or a StackPlan for a stack with groups (stack_plan_of)"""
+
+
+Planner = Callable[[str, dict[str, Any], dict[str, Any]], Any]
 
 
 @dataclass
@@ -452,7 +457,7 @@ class Outcome:
 
 
 def canonical(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A stack's values as the mutations need them: the one-string forms of `image` and `model.source` as
+    """A stack's values as the mutations need them: the one-string forms of the images and `model.source` as
     mappings (a key path needs a mapping to change), and every secret (a SECRET marker, as the stack file reader
     leaves it) moved out into stand-in secret values, as Pulumi hands them to the program."""
     plain = copy.deepcopy(values)
@@ -467,18 +472,30 @@ def canonical(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             del plain[key]
     if isinstance(plain.get("image"), str):
         plain["image"] = {k: v for k, v in parse_image_ref(plain["image"]).items() if v is not None}
+    proxy = (plain.get("api") or {}).get("proxy")
+    if isinstance(proxy, dict) and isinstance(proxy.get("image"), str):
+        proxy["image"] = {k: v for k, v in parse_image_ref(proxy["image"]).items() if v is not None}
     model = plain.get("model")
     if isinstance(model, dict) and isinstance(model.get("source"), str):
         model["source"] = {"url": model["source"]}
     return plain, secrets
 
 
-def plan_of(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> Plan:
-    """The plan of plain values plus the secrets the program would get (as SECRET markers): ConfigError if not."""
+def _marked(values: dict[str, Any], secrets: dict[str, Any]) -> dict[str, Any]:
     marked = copy.deepcopy(values)
     for key, value in secrets.items():
         marked[key] = {k: SECRET for k in value} if isinstance(value, dict) else SECRET
-    return build_plan(stack, parse_config(stack, marked))
+    return marked
+
+
+def plan_of(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> Plan:
+    """The plan of plain values plus the secrets the program would get (as SECRET markers): ConfigError if not."""
+    return build_plan(stack, parse_config(stack, _marked(values, secrets)))
+
+
+def stack_plan_of(stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> StackPlan:
+    """plan_of for a stack with groups: every group's plan (and the router's), as `pulumi up` builds it."""
+    return build_stack(stack, parse_config(stack, _marked(values, secrets)))
 
 
 def _show(value: Any) -> str:
@@ -490,7 +507,8 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _secret_outcome(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, Any]) -> Outcome:
+def _secret_outcome(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, Any],
+                    planner: Planner) -> Outcome:
     name = leaf.key
     outcome = Outcome(name)
     current = secrets.get(name)
@@ -509,7 +527,7 @@ def _secret_outcome(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dic
     for change, value in tries:
         mutated = {**secrets, name: value}
         try:
-            plan = plan_of(stack, values, mutated)
+            plan = planner(stack, values, mutated)
         except ConfigError as exc:
             problems.append(exc.problems[0].message)
             continue
@@ -521,10 +539,10 @@ def _secret_outcome(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dic
 
 
 def mutate(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, Any], others: list[dict[str, Any]],
-           limit: int = 12) -> Outcome:
+           limit: int = 12, planner: Planner = plan_of) -> Outcome:
     """For every concrete place of `leaf`, the first candidate value whose plan validates."""
     if leaf.desc.kind == "secret" or leaf.key in SECRET_KEYS or leaf.key in SECRET_OBJECT_KEYS:
-        return _secret_outcome(leaf, stack, values, secrets)
+        return _secret_outcome(leaf, stack, values, secrets, planner)
     outcome = Outcome(leaf.key)
     problems: list[str] = []
     for place, base in locate(leaf, values, others):
@@ -539,7 +557,7 @@ def mutate(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, An
             mutated = copy.deepcopy(base)
             _set(mutated, place.path, value)
             try:
-                plan = plan_of(stack, mutated, secrets)
+                plan = planner(stack, mutated, secrets)
             except ConfigError as exc:
                 problems.append(f"{exc.problems[0].key}: {exc.problems[0].message}")
                 continue
