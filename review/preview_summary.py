@@ -25,6 +25,8 @@ import json
 import re
 from typing import Any
 
+from stacks.planner.container_spec import GENERATION_LABEL, NODE_LABEL
+
 ORDER = ("replace", "update", "create", "delete")
 OP_GROUP = {"replace": "replace", "create-replacement": "replace", "delete-replaced": "replace",
             "update": "update", "create": "create", "delete": "delete", "read": "read", "same": "same",
@@ -272,11 +274,55 @@ def summarize(preview: dict[str, Any], events: list[dict[str, Any]] | None = Non
                    if p["level"] in BLOCKING_LEVELS])
     if preview.get("maybeCorrupt"):
         blocking.append("Pulumi reports that one or more resources may be corrupt (maybeCorrupt)")
-    return {"counts": counts, "unchanged": same, "outputs": outputs,
+    return {"counts": counts, "unchanged": same, "outputs": outputs, "engine_groups": engine_groups(preview),
             "resources": {op: list(groups[op].values()) for op in ORDER},
             "change_summary": preview.get("changeSummary") or {},
             "diagnostics": found, "policy": policy, "policy_events_read": events is not None,
             "blocking": blocking, "ok": not blocking}
+
+
+CONTAINER_TYPE = "docker:index/container:Container"
+MOVES = ("replace", "create", "delete")
+
+
+def _labels(step: dict[str, Any]) -> dict[str, str]:
+    state = step.get("oldState") or step.get("newState") or {}
+    raw = (state.get("inputs") or {}).get("labels") or []
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    return {str(x.get("label")): str(x.get("value")) for x in raw if isinstance(x, dict)}
+
+
+def engine_groups(preview: dict[str, Any]) -> dict[str, Any] | None:
+    """A stack with groups: how many of each group's engine containers the preview replaces (all: the group
+    restarts; some: a lone-rank restart; none: it keeps serving), and what happens to the router. The groups and
+    their nodes are the ones the stack's last update exported (`groups` output); each engine is placed by the node
+    label it carries. None for a stack of one engine group, or one never deployed with groups."""
+    steps = [s for s in preview.get("steps") or [] if isinstance(s, dict)]
+    stack = next((s for s in steps if _type(s) == STACK_TYPE), {})
+    exported = ((stack.get("oldState") or {}).get("outputs") or {}).get("groups")
+    if not isinstance(exported, dict) or not exported:
+        return None
+    where = {str(node): str(name) for name, g in exported.items() if isinstance(g, dict)
+             for node in g.get("nodes") or []}
+    groups: dict[str, dict[str, Any]] = {
+        str(name): {"role": str(g.get("role") or "replica") if isinstance(g, dict) else "replica", "engines": 0,
+                    "replaced": 0} for name, g in exported.items()}
+    router_name = ((stack.get("oldState") or {}).get("outputs") or {}).get("router")
+    router: str | None = None
+    for step in steps:
+        if _type(step) != CONTAINER_TYPE:
+            continue
+        op = OP_GROUP.get(str(step.get("op")), str(step.get("op")))
+        labels = _labels(step)
+        if GENERATION_LABEL in labels:
+            group = groups.get(where.get(labels.get(NODE_LABEL, ""), ""))
+            if group is not None:
+                group["engines"] += 1
+                group["replaced"] += op in MOVES
+        elif _name(str(step.get("urn", ""))) == "router" and router_name:
+            router = "unchanged" if op == "same" else op
+    return {"groups": groups, "router": router}
 
 
 def exit_code(summary: dict[str, Any]) -> int:
@@ -299,6 +345,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
     verdict = "" if summary["ok"] else f" — **BLOCKED** ({len(summary['blocking'])} blocking finding(s))"
     lines = [f"## `pulumi preview`: {head} ({summary['unchanged']} unchanged){verdict}", ""]
     lines += _findings(summary)
+    lines += _groups(summary.get("engine_groups"))
     if summary["outputs"]:
         lines += ["### Stack outputs", ""]
         for key, (old, new) in summary["outputs"].items():
@@ -326,6 +373,27 @@ def to_markdown(summary: dict[str, Any]) -> str:
             lines += [f"- `{r['name']}` (`{r['type']}`)" for r in items]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _groups(found: dict[str, Any] | None) -> list[str]:
+    if not found:
+        return []
+    lines = ["### Engine groups", ""]
+    for name, g in found["groups"].items():
+        role = f" ({g['role']} tier)" if g["role"] != "replica" else ""
+        if not g["replaced"]:
+            said = f"keeps running ({g['engines']} engine container(s) not replaced)"
+        elif g["replaced"] == g["engines"]:
+            said = f"**restarts**: all {g['engines']} engine container(s) replaced"
+        else:
+            said = (f"**PART OF THE GROUP RESTARTS**: {g['replaced']} of {g['engines']} engine containers replaced; "
+                    "the rest hang against them (vLLM is fail-stop)")
+        lines.append(f"- group `{name}`{role}: {said}")
+    if found.get("router"):
+        router = found["router"]
+        lines.append("- router: " + ("keeps running" if router == "unchanged" else f"**{router}** (a few seconds "
+                                     "without the router: the endpoint answers 502 meanwhile)"))
+    return [*lines, ""]
 
 
 def _findings(summary: dict[str, Any]) -> list[str]:

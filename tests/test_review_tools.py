@@ -444,3 +444,40 @@ def test_turning_tls_off_moves_the_endpoint_and_the_diff_tells_clients() -> None
     text = to_markdown(diff_plans("prod", "HEAD", base, head_plan.to_json_dict()))
     assert "- **Clients:** the endpoint moves: `https://10.30.8.1:443` → `http://10.30.8.1:80`" in text, text
     assert "**Clients:**" not in to_markdown(diff_plans("prod", "HEAD", base, copy.deepcopy(base)))
+
+
+def _engine_step(op: str, name: str, node: str) -> dict[str, Any]:
+    state = {"type": "docker:index/container:Container",
+             "inputs": {"labels": [{"label": "vllm-cluster.generation", "value": "g"},
+                                   {"label": "vllm-cluster.node", "value": node}]}}
+    return {"op": op, "urn": f"urn:pulumi:pd::vllm-cluster::docker:index/container:Container::{name}",
+            "oldState": state, "newState": state}
+
+
+def test_preview_summary_says_which_groups_restart() -> None:
+    """A stack with groups: the groups its last update exported, each engine placed by its node label; a group
+    with every engine replaced restarts, one with some is the fail-stop bug, the router's step is said. The
+    steps are shaped as `pulumi preview --json` writes them (the lab's prefill/decode workflow checks a real one)."""
+    stack = {"op": "same", "urn": "urn:pulumi:pd::vllm-cluster::pulumi:pulumi:Stack::vllm-cluster-pd",
+             "oldState": {"type": "pulumi:pulumi:Stack", "outputs": {
+                 "router": "pd-router", "groups": {"prefill": {"nodes": ["gpu1", "gpu2"], "role": "prefill"},
+                                                   "decode": {"nodes": ["gpu3", "gpu4"], "role": "decode"}}}}}
+    router = {"op": "same", "urn": "urn:pulumi:pd::vllm-cluster::docker:index/container:Container::router",
+              "oldState": {"type": "docker:index/container:Container", "inputs": {}}}
+    steps = [stack, router, _engine_step("same", "engine-prefill-gpu1-x", "gpu1"),
+             _engine_step("same", "engine-prefill-gpu2-x", "gpu2"),
+             _engine_step("replace", "engine-decode-gpu3-x", "gpu3"),
+             _engine_step("replace", "engine-decode-gpu4-x", "gpu4")]
+    found = summarize({"steps": steps})
+    assert found["engine_groups"] == {"groups": {"prefill": {"role": "prefill", "engines": 2, "replaced": 0},
+                                                 "decode": {"role": "decode", "engines": 2, "replaced": 2}},
+                                      "router": "unchanged"}
+    text = to_markdown(found)
+    assert "- group `prefill` (prefill tier): keeps running" in text
+    assert "- group `decode` (decode tier): **restarts**: all 2 engine container(s) replaced" in text
+    assert "- router: keeps running" in text
+    steps[4] = _engine_step("same", "engine-decode-gpu3-x", "gpu3")  # one of the decode group's two engines
+    assert "**PART OF THE GROUP RESTARTS**: 1 of 2" in to_markdown(summarize({"steps": steps}))
+    stack["oldState"]["outputs"] = {"topology": {}}  # type: ignore[index]  # one engine group: no section
+    assert summarize({"steps": steps})["engine_groups"] is None
+    assert "### Engine groups" not in to_markdown(summarize({"steps": steps}))

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict
 LABEL_PREFIX = "vllm-cluster"
 GENERATION_LABEL = f"{LABEL_PREFIX}.generation"
 """The label holding the group's generation (`launch.group_generation`), on every engine container."""
+NODE_LABEL = f"{LABEL_PREFIX}.node"
+"""The node an engine container runs on (what `stacks preview-summary` places a container in its group by)."""
 SECRETS_LABEL = f"{LABEL_PREFIX}.secrets-generation"
 """Set by the program, not the plan: the ID of the group's secrets holder (components/vllm_engine.py), new each
 time the secrets change. Random, so it tells nothing about them."""

@@ -17,6 +17,7 @@ from stacks.planner.addresses import api_bind, node_api_host, rank_port
 from stacks.planner.container_spec import (
     GENERATION_LABEL,
     LABEL_PREFIX,
+    NODE_LABEL,
     WEIGHTS_VERSION,
     ContainerSpec,
     HealthcheckSpec,
@@ -326,7 +327,7 @@ def engine_containers(
         # `labels` willReplaceOnChanges). Planning facts for the policy pack travel in PolicyFacts instead.
         labels = {
             f"{LABEL_PREFIX}.stack": stack,
-            f"{LABEL_PREFIX}.node": node_topo.name,
+            NODE_LABEL: node_topo.name,
             f"{LABEL_PREFIX}.role": node_topo.role.value,
             f"{LABEL_PREFIX}.topology": topo.label,
             GENERATION_LABEL: generation,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from review.preview_summary import summarize, to_markdown
 from review.registrations import register
 from review.replacement import Registration, actions
 from stacks.model.config import SECRET_KEYS as CONFIG_SECRET_KEYS
@@ -58,7 +59,11 @@ class Step:
 def preview_steps(d: LabDeployment, what: str) -> dict[str, Step]:
     """`pulumi preview --json`, as the CLI writes it: resource name -> its step, for every custom resource (a
     replacement's create-replacement, replace and delete-replaced steps are one `replace`)."""
-    out = d.cli.run("preview", "-s", STACK, "--json", what=what).out
+    return steps_of(d.cli.run("preview", "-s", STACK, "--json", what=what).out)
+
+
+def steps_of(out: str) -> dict[str, Step]:
+    """`pulumi preview --json`'s text: resource name -> its step (preview_steps)."""
     steps: dict[str, Step] = {}
     for step in json.loads(out).get("steps") or []:
         state = step.get("newState") or step.get("oldState") or {}
@@ -541,11 +546,19 @@ def test_prefill_decode_groups_behind_the_router_and_a_decode_only_change(deploy
     decode_only = copy.deepcopy(values)
     decode_only["groups"][1]["parallelism"] = {"tensor": 2, "data": 1, "backend": "mp"}
     write_values(d, decode_only)
-    steps = preview_steps(d, "preview-pd-decode-only")
+    preview = d.cli.run("preview", "-s", STACK, "--json", what="preview-pd-decode-only").out
+    steps = steps_of(preview)
     replaced = {n for n, step in steps.items() if step.op == "replace"}
     assert f"engine-b-{second}-lab-engine" in replaced, steps
     assert not {f"engine-a-{first}-lab-engine", "router", "router-wheel"} & {n for n, s in steps.items() if s.op}, \
         steps
+    # the reviewer's summary of that real preview says the same per tier (review/preview_summary.py)
+    summary = summarize(json.loads(preview))
+    assert summary["engine_groups"] == {"groups": {"a": {"role": "prefill", "engines": 1, "replaced": 0},
+                                                   "b": {"role": "decode", "engines": 1, "replaced": 1}},
+                                        "router": "unchanged"}, summary["engine_groups"]
+    text = to_markdown(summary)
+    assert "- group `b` (decode tier): **restarts**" in text and "- router: keeps running" in text, text
     began = time.monotonic()
     changed = d.cli.run("up", "-s", STACK, "--yes", what="up-pd-decode-only")
     took_change = time.monotonic() - began
