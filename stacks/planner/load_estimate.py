@@ -202,6 +202,25 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) ->
                         engram_copies_per_node=copies, stages=tuple(gpus))
 
 
+def rank_copy_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:
+    """What one rank of the heaviest PP stage copies from the page cache while vLLM 0.33.0 loads, at most: its
+    experts as its GPU holds them (1/EP, EPLB's redundant copies included; under TP alone every expert whole), its
+    rows of the Engram tables wherever they live (a dim-0 narrow, models/deepseek_v41/common/engram.py:613), the
+    replicated weights, and every dense weight whole, not its TP slice (a slice on dim 1 maps the whole tensor,
+    bench/default_loader_reads.py). A non-local expert is returned untouched (layers/fused_moe/routed_experts.py:
+    735-737) and iterating the shards maps nothing, so the rest of the checkpoint is not read by this rank."""
+    par = config.parallelism
+    mem = engine_memory(config, profile, topo)
+    data = par.data if par.backend == "mp" else 1
+    redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
+    per_routed = redundant / profile.routed_experts if profile.routed_experts else 0.0
+    out = 0.0
+    for stage in stage_weights(profile, par.pipeline, config.model.weights_gb):
+        experts = stage.experts_gb / (par.tensor * data) * (1 + per_routed) if par.expert else stage.experts_gb
+        out = max(out, experts + stage.dense_gb + stage.replicated_gb + stage.engram_gb / mem.engram_shards)
+    return out
+
+
 def memory_table(config: StackConfig, profile: ModelProfile, topo: Topology) -> list[dict[str, Any]]:
     """`plan --json`'s `memory`: one entry per node, for one of its GPUs on the heaviest PP stage it holds."""
     par = config.parallelism

@@ -17,11 +17,15 @@ What a rank reads (vLLM 0.33.0, model_executor/model_loader/weight_utils.py:1243
 `safetensors_weights_iterator`): it calls `f.get_tensor(name)` for every tensor of every shard, but safetensors'
 `get_tensor` returns a view of the file's mmap, so a page is read only when the model's weight loader copies from
 it: a TP slice (`narrow`), a local expert (a non-local one returns untouched: layers/fused_moe/routed_experts.py:
-735-737), a replicated weight whole (bench/default_loader_reads.py runs vLLM's own iterator: iterating copies and
-maps nothing, docs/speed.md#outage-figures). With `--enable-ep-weight-filter` (parallelism.ep_weight_filter) the
-iterator does not even map the other ranks' experts (`should_skip_weight`; default_loader.py:426-450, off with
-EPLB). The model counts a rank's bytes as the whole checkpoint, or with the filter the non-expert weights plus its
-1/EP of the experts: an upper bound of what it copies, so the page-cache phase is an upper bound too.
+735-737), its rows of the Engram tables (a dim-0 `narrow`: models/deepseek_v41/common/engram.py:613), a replicated
+weight whole (bench/default_loader_reads.py runs vLLM's own iterator: iterating copies and maps nothing, a copy's
+time follows the bytes copied, docs/speed.md#outage-figures). The model counts what a rank copies
+(stacks/planner/load_estimate.py `rank_copy_gb`): its experts, its Engram rows and the replicated weights as its GPU
+holds them, and every dense weight whole rather than its TP slice (a slice on dim 1 maps the whole tensor), so the
+page-cache phase is an upper bound. The cited rates are per byte a rank copies too (one copy of the cited run's
+checkpoint split over its ranks). With `--enable-ep-weight-filter` (parallelism.ep_weight_filter) the iterator does
+not even map the other ranks' experts (`should_skip_weight`; default_loader.py:426-450, off with EPLB): the same
+bytes copied, less for the node's page cache to hold (`node_warm_gb`).
 """
 
 from __future__ import annotations
@@ -55,20 +59,22 @@ PAGE_CACHE_SOURCE = (
     "(61.07 GB, every byte) in 12.7 s, 4.81 GB/s. A rank copies only its share (safetensors' get_tensor is an mmap "
     "view: bench/default_loader_reads.py), so R1's 8 ranks moved one copy between them: 688.6 GB / 8 / 22.6 s = "
     "3.8 GB/s per rank with 8 ranks per host, taken as 3.7 (vLLM skips R1's MTP layer, about 2 %) and applied to "
-    "the whole checkpoint, an upper bound of what a rank copies")
+    "what a rank copies: its experts, its Engram rows and the replicated weights as its GPU holds them, and every "
+    "dense weight whole rather than its TP slice (an upper bound: a slice on dim 1 maps the whole tensor, "
+    "bench/default_loader_reads.py)")
 MULTITHREAD_RUN: dict[str, float] = {"checkpoint_gb": 158.0, "ranks": 2, "seconds": 39.82}
 """The cited warm load of vLLM's multi-thread loader (MULTITHREAD_SOURCE): its slower run, TP=2 + EP, 2 ranks."""
 MULTITHREAD_GB_PER_S = 1.9
 """GB one rank of vLLM's multi-thread loader copies from the page cache per second, counted as PAGE_CACHE_GB_PER_S
 is: the cited run's checkpoint split over its 2 ranks per second of a rank, 158 / 2 / 39.82 = 1.98, taken down to
-1.9. The model applies it to every byte of the checkpoint, as it does the default loader's rate."""
+1.9. The model applies it to what a rank copies, as it does the default loader's rate."""
 MULTITHREAD_SOURCE = (
     "cited, not measured here: vllm-project/vllm-omni#4896 (2026-07-06) loaded a 158 GB, 32-shard safetensors "
     "checkpoint 99.9 % resident in the page cache (vmtouch) with vLLM's multi-thread iterator "
     "(`multi_thread_safetensors_weights_iterator`, 'Multi-thread loading shards', 4 threads; vLLM 0.24.0), TP=2 + EP "
     "on PCIe Gen5 GPUs: 25.43 s per rank at best, 39.82 s on the day's first run. Its `load_file` returns mmap "
     "views too (bench/default_loader_reads.py --modes multithread-none), so its 2 ranks copied one copy between "
-    "them: 158 GB / 2 / 39.82 s = 1.98 GB/s per rank, taken as 1.9 and applied to the whole checkpoint, counted "
+    "them: 158 GB / 2 / 39.82 s = 1.98 GB/s per rank, taken as 1.9 and applied to what a rank copies, counted "
     "as the default loader's 3.7 GB/s is. No source cited here shows it faster than the default loader from a warm "
     "page cache (vllm-project/vllm#23928, which added it: 'In the case of PageCache, it can slightly reduce "
     "loading time'). Each rank reads every shard in that iterator (no EP filter: vLLM 0.33.0 "
@@ -164,17 +170,6 @@ def ep_filtered(config: StackConfig) -> bool:
     return bool(par.expert and par.ep_weight_filter and not par.eplb.enabled)
 
 
-def rank_read_gb(config: StackConfig, profile: ModelProfile, multithread: bool = False) -> float:
-    """What one rank's loader reads: the whole checkpoint, or with the EP weight filter its experts only. The
-    multi-thread loader takes no expert filter (vLLM 0.33.0 default_loader.py:329-336 passes no
-    `local_expert_ids`), so with it every rank reads everything."""
-    total, experts = _weights(config, profile)
-    if multithread or not ep_filtered(config):
-        return total
-    par = config.parallelism
-    return total - experts + experts / (par.data * par.tensor)
-
-
 def node_warm_gb(config: StackConfig, profile: ModelProfile, topo: Topology, multithread: bool = False) -> float:
     """What the busiest node's ranks read together, i.e. what its page cache must hold: every file, or with the
     filter (default loader only) the non-expert weights plus the experts of its ranks."""
@@ -218,15 +213,16 @@ def cold_outage(config: StackConfig, profile: ModelProfile, topo: Topology) -> O
     return Outage("cold", _common([load]), 0.0)
 
 
-def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, spare_gb: float | None = None,
-                  multithread: bool = False) -> Outage:
-    """The restart after the staged warming. `spare_gb`: what the busiest node's page cache can hold beside the
-    running engine (MemAvailable less its pinned host memory); None: assumed to hold the whole working set (the
-    warming step reports what it warmed on every run)."""
+def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, rank_gb: float,
+                  spare_gb: float | None = None, multithread: bool = False) -> Outage:
+    """The restart after the staged warming. `rank_gb`: what one rank copies from the page cache
+    (load_estimate.rank_copy_gb). `spare_gb`: what the busiest node's page cache can hold beside the running engine
+    (MemAvailable less its pinned host memory); None: assumed to hold the whole working set (the warming step
+    reports what it warmed on every run)."""
     warm_need = node_warm_gb(config, profile, topo, multithread)
     warm = warm_need if spare_gb is None else max(0.0, min(warm_need, spare_gb))
     held = warm / warm_need if warm_need else 1.0
-    per_rank = rank_read_gb(config, profile, multithread)
+    per_rank = rank_gb
     assumption = "" if spare_gb is not None else "; assumes the node's page cache holds all of it"
     rate, source = (MULTITHREAD_GB_PER_S, MULTITHREAD_SOURCE) if multithread else (PAGE_CACHE_GB_PER_S,
                                                                                     PAGE_CACHE_SOURCE)
@@ -248,7 +244,7 @@ def engine_ready_floor_s(config: StackConfig, profile: ModelProfile, topo: Topol
     return sum(p.seconds for p in cold_outage(config, profile, topo).phases if p.name in ("load-disk", "start-up"))
 
 
-def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool,
+def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, staged: bool, rank_gb: float,
                 argv: list[str] | None = None) -> dict[str, Any]:
     """`plan --json`'s `model.outage`: the restart the program performs (`applies`) and the other one. `argv`: the
     head's rendered `vllm serve` words (which loader the ranks run). Where the default loader runs and the multi-thread
@@ -256,11 +252,11 @@ def outage_plan(config: StackConfig, profile: ModelProfile, topo: Topology, stag
     take with it, and how to turn it on; with the cited rates it never does."""
     cold = cold_outage(config, profile, topo)
     multithread = multithread_load(argv)
-    warm = staged_outage(config, profile, topo, multithread=multithread)
+    warm = staged_outage(config, profile, topo, rank_gb, multithread=multithread)
     out: dict[str, Any] = {"applies": "staged" if staged else "cold", "cold": cold.as_dict(),
                            "staged": warm.as_dict()}
     if not multithread:
-        faster = staged_outage(config, profile, topo, multithread=True)
+        faster = staged_outage(config, profile, topo, rank_gb, multithread=True)
         if faster.total_s < warm.total_s:
             out["faster"] = {"total_s": faster.total_s, "how": MULTITHREAD_HINT, "staged": faster.as_dict()}
     return out

@@ -36,7 +36,7 @@ from stacks.planner.listeners import (
     listener_problems,
     listener_table,
 )
-from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table
+from stacks.planner.load_estimate import EngineMemory, engine_memory, estimated_load_s, memory_table, rank_copy_gb
 from stacks.planner.managed_options import image_card, rendered_argv_problems
 from stacks.planner.model_cards import CardProblem, get_profile, shadowed_card, thinking_request
 from stacks.planner.observability import ObservabilityPlan, observability_plan
@@ -301,6 +301,7 @@ def build_plan(stack: str, config: StackConfig, group: GroupContext | None = Non
                "weights_gb": weights, "estimated_load_s": estimated_load_s(config, profile, topo),
                "outage": outage_plan(config, profile, topo,
                                      staged=any(c.module == "checks.page_cache" for c in checks),
+                                     rank_gb=rank_copy_gb(config, profile, topo),
                                      argv=containers[topo.head.name][0].vllm_args)},
         topology=topology_summary(topo),
         start_order=list(topo.start_order),
