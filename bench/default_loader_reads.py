@@ -3,10 +3,10 @@
     VLLM_PYTHON=<python with vllm==0.33.0> venv/bin/python bench/default_loader_reads.py [--dir /var/tmp] \
         [--file-gb 2] [--runs 5]
 
-`safetensors_weights_iterator` (model_executor/model_loader/weight_utils.py:1243-1248) calls `f.get_tensor(name)`
+`safetensors_weights_iterator` (model_executor/model_loader/weight_utils.py:1243-1249) calls `f.get_tensor(name)`
 for every tensor of every shard. safetensors' `get_tensor` (framework "pt") returns a view of the file's mmap, so
 a page of the file is read only when the model's weight loader copies from it: a TP rank copies its slice
-(`narrow`), an EP rank returns before touching another rank's expert (layers/fused_moe/routed_experts.py:733-738).
+(`narrow`), an EP rank returns before touching another rank's expert (layers/fused_moe/routed_experts.py:735-737).
 This writes one safetensors shard of 2-D bf16 tensors, reads it into the page cache, then in a fresh process per
 run feeds vLLM's own iterator to one of these consumers and reports the file bytes the process mapped (RssFile:
 an upper bound of what it read, as the kernel maps up to 64 KiB of cached pages around each one touched) and the

@@ -10,6 +10,7 @@ import pytest
 
 from review.downtime import downtime_of, phase_lines
 from review.plan_diff import diff_plans, to_markdown
+from review.replacement import duration
 from stacks.model.config import StackConfig
 from stacks.model.loader import parse_config, read_stack_values
 from stacks.planner import outage as outage_model
@@ -34,6 +35,7 @@ from stacks.planner.outage import (
 from stacks.planner.outage import staged_outage as _staged_outage
 from stacks.planner.plan import build_plan
 from stacks.planner.topology import Topology, derive_topology
+from tests.conftest import ROOT
 
 
 def staged_outage(config: StackConfig, profile: ModelProfile, topo: Topology, spare_gb: float | None = None,
@@ -80,6 +82,50 @@ def test_a_rank_copies_its_experts_and_engram_rows_and_every_dense_weight_whole(
     assert rank_copy_gb(dense_tp, dense_profile, dense_topo) == pytest.approx(
         stage.experts_gb + stage.dense_gb + stage.replicated_gb + stage.engram_gb
         / engine_memory(dense_tp, dense_profile, dense_topo).engram_shards)
+
+
+def test_prods_rank_copies_75_8_gb_by_the_cards_own_numbers() -> None:
+    """Worked from models/deepseek-v4.1-flash.json's split, not from the code's formula: experts 275.5 GB over
+    EP16, dense 28.3 whole, replicated 5.0, Engram 202.2 over TP8 (on the GPU, one DP rank per node)."""
+    config, profile, topo = _stack("prod")
+    assert rank_copy_gb(config, profile, topo) == pytest.approx(275.5 / 16 + 28.3 + 5.0 + 202.2 / 8, abs=0.05)
+
+
+@pytest.mark.parametrize("strategy", ["eager", "prefetch"])
+def test_a_load_strategy_that_reads_whole_files_copies_more(strategy: str) -> None:
+    """`eager` reads every file whole on every rank (vLLM 0.33.0 weight_utils.py:1207-1209); `prefetch` reads its
+    1/world of the files first (weight_utils.py:1057): the restart models longer."""
+    values = copy.deepcopy(read_stack_values("prod"))
+    values["serving"]["safetensors_load_strategy"] = strategy
+    config = parse_config("prod", values)
+    topo, _ = derive_topology(config)
+    profile = get_profile(config.model.profile)
+    assert profile is not None
+    plain = _stack("prod")
+    total = config.model.weights_gb or profile.weights_gb
+    copied = rank_copy_gb(config, profile, topo)
+    if strategy == "eager":
+        assert copied == total
+    else:
+        assert copied == pytest.approx(rank_copy_gb(*plain) + total / 16)
+    assert staged_outage(config, profile, topo).total_s > staged_outage(*plain).total_s
+    assert build_plan("prod", config).model["outage"]["staged"]["total_s"] == staged_outage(config, profile,
+                                                                                            topo).total_s
+
+
+def test_host_engram_tables_shared_by_a_nodes_dp_ranks_are_filled_by_one_rank() -> None:
+    """examples/Pulumi.wide-ep.yaml (TP1 x DP16, 8 DP ranks per node, tables in host memory shared by the node's
+    DP group): the writing rank copies its TP shard's whole table (vLLM 0.33.0 engram.py:860-867), 202.2 GB, not
+    a sixteenth of it; its experts are 1/16 of the 256 routed plus EPLB's 16 redundant ones."""
+    from stacks.model.stack_file import parse_stack_text
+
+    text = (ROOT / "examples" / "Pulumi.wide-ep.yaml").read_text()
+    config = parse_config("wide-ep", parse_stack_text(text, "Pulumi.wide-ep.yaml").values)
+    topo, _ = derive_topology(config)
+    profile = get_profile(config.model.profile)
+    assert profile is not None and not engine_memory(config, profile, topo).engram_on_gpu
+    assert rank_copy_gb(config, profile, topo) == pytest.approx(275.5 / 16 * (1 + 16 / 256) + 28.3 + 5.0 + 202.2,
+                                                                abs=0.05)
 
 
 def test_the_ep_filter_leaves_less_to_warm_and_the_same_to_copy() -> None:
@@ -256,3 +302,18 @@ def test_prods_staged_restart_is_within_ten_minutes() -> None:
     staged = staged_outage(config, profile, topo)
     assert staged.total_s <= 600, staged
     assert {p.name: p.seconds for p in staged.phases}["start-up"] == STARTUP_S
+
+
+def test_the_docs_give_the_figures_the_plan_computes() -> None:
+    """The hand-written result in docs/speed.md and docs/what-a-change-costs.md follows the model: prod's staged
+    total, its page-cache seconds and what a rank copies, h20's total."""
+    config, profile, topo = _stack("prod")
+    prod = staged_outage(config, profile, topo)
+    phases = {p.name: p.seconds for p in prod.phases}
+    h20 = staged_outage(*_stack("h20"))
+    speed = (ROOT / "docs" / "speed.md").read_text()
+    costs = (ROOT / "docs" / "what-a-change-costs.md").read_text()
+    for page in (speed, costs):
+        assert duration(prod.total_s) in page and f"page cache {phases['load-page-cache']} s" in page
+        assert f"{rank_copy_gb(config, profile, topo):.1f} GB per rank" in page
+    assert f"h20's\nat {duration(h20.total_s)}" in speed or f"h20's at {duration(h20.total_s)}" in speed

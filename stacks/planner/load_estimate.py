@@ -204,12 +204,22 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) ->
 
 def rank_copy_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> float:
     """What one rank of the heaviest PP stage copies from the page cache while vLLM 0.33.0 loads, at most: its
-    experts as its GPU holds them (1/EP, EPLB's redundant copies included; under TP alone every expert whole), its
-    rows of the Engram tables wherever they live (a dim-0 narrow, models/deepseek_v41/common/engram.py:613), the
-    replicated weights, and every dense weight whole, not its TP slice (a slice on dim 1 maps the whole tensor,
-    bench/default_loader_reads.py). A non-local expert is returned untouched (layers/fused_moe/routed_experts.py:
-    735-737) and iterating the shards maps nothing, so the rest of the checkpoint is not read by this rank."""
+    experts as its GPU holds them (1/EP, EPLB's redundant copies included; under TP alone, or with Ray, where the
+    planner divides by TP only, more), its rows of the Engram tables (a dim-0 narrow, models/deepseek_v41/common/
+    engram.py:613; tables kept in host memory are filled by one rank per node-local DP group, engram.py:860-867,
+    so that rank is counted with its TP shard's whole table), the replicated weights, and every dense weight whole,
+    not its TP slice (a slice on dim 1 maps the whole tensor, bench/default_loader_reads.py). A non-local expert is
+    returned untouched (layers/fused_moe/routed_experts.py:735-737) and iterating the shards maps nothing, so the
+    rest of the checkpoint is not read by this rank. Except: `--safetensors-load-strategy eager` reads every file
+    whole on every rank (model_loader/weight_utils.py:1207-1209), and `prefetch` first reads this rank's 1/world
+    of the files (weight_utils.py:1057, counted on top). Not counted: the vision tower's weights, which a
+    vision-language DeepSeek copies whole on every rank (small beside the experts), and the per-tensor cost of
+    iterating every shard's names (inside the cited rate's run, which iterated R1's whole checkpoint too)."""
     par = config.parallelism
+    total = config.model.weights_gb or profile.weights_gb
+    strategy = config.serving.safetensors_load_strategy
+    if strategy == "eager":
+        return float(total)
     mem = engine_memory(config, profile, topo)
     data = par.data if par.backend == "mp" else 1
     redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
@@ -217,7 +227,10 @@ def rank_copy_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> 
     out = 0.0
     for stage in stage_weights(profile, par.pipeline, config.model.weights_gb):
         experts = stage.experts_gb / (par.tensor * data) * (1 + per_routed) if par.expert else stage.experts_gb
-        out = max(out, experts + stage.dense_gb + stage.replicated_gb + stage.engram_gb / mem.engram_shards)
+        engram = stage.engram_gb / (mem.engram_shards if mem.engram_on_gpu else par.tensor)
+        out = max(out, experts + stage.dense_gb + stage.replicated_gb + engram)
+    if strategy == "prefetch":
+        out += total / (par.tensor * par.pipeline * par.data)
     return out
 
 
