@@ -294,34 +294,52 @@ def _labels(step: dict[str, Any]) -> dict[str, str]:
 
 
 def engine_groups(preview: dict[str, Any]) -> dict[str, Any] | None:
-    """A stack with groups: how many of each group's engine containers the preview replaces (all: the group
-    restarts; some: a lone-rank restart; none: it keeps serving), and what happens to the router. The groups and
-    their nodes are the ones the stack's last update exported (`groups` output); each engine is placed by the node
-    label it carries. None for a stack of one engine group, or one never deployed with groups."""
+    """A stack with groups: which groups a preview restarts. The groups and their nodes are the ones the stack's
+    last update exported (`groups` output); each engine container is placed by the node label it carries. A
+    group restarts when its engines are replaced on every one of its nodes and none is kept, keeps running when none
+    is replaced, and restarts in part (the fail-stop bug) otherwise. `pulumi preview --json` lists unchanged
+    resources only with `--show-sames`, so a kept engine is seen only then; a group none of whose engines is listed
+    keeps running. None for a stack of one engine group, or one never deployed with groups."""
     steps = [s for s in preview.get("steps") or [] if isinstance(s, dict)]
     stack = next((s for s in steps if _type(s) == STACK_TYPE), {})
-    exported = ((stack.get("oldState") or {}).get("outputs") or {}).get("groups")
+    old_outputs = (stack.get("oldState") or {}).get("outputs") or {}
+    exported = old_outputs.get("groups") if isinstance(old_outputs, dict) else None
     if not isinstance(exported, dict) or not exported:
         return None
-    where = {str(node): str(name) for name, g in exported.items() if isinstance(g, dict)
-             for node in g.get("nodes") or []}
-    groups: dict[str, dict[str, Any]] = {
-        str(name): {"role": str(g.get("role") or "replica") if isinstance(g, dict) else "replica", "engines": 0,
-                    "replaced": 0} for name, g in exported.items()}
-    router_name = ((stack.get("oldState") or {}).get("outputs") or {}).get("router")
-    router: str | None = None
+    groups: dict[str, dict[str, Any]] = {}
+    where: dict[str, str] = {}
+    for name, g in exported.items():
+        g = g if isinstance(g, dict) else {}
+        nodes = [str(n) for n in g.get("nodes") or [] if isinstance(n, str)]
+        groups[str(name)] = {"role": str(g.get("role") or "replica"), "nodes": nodes, "replaced": 0,
+                             "replaced_on": [], "kept_on": []}
+        where |= {n: str(name) for n in nodes}
+    router_name = old_outputs.get("router")
+    router = "unchanged" if router_name else None
     for step in steps:
         if _type(step) != CONTAINER_TYPE:
             continue
         op = OP_GROUP.get(str(step.get("op")), str(step.get("op")))
         labels = _labels(step)
         if GENERATION_LABEL in labels:
-            group = groups.get(where.get(labels.get(NODE_LABEL, ""), ""))
-            if group is not None:
-                group["engines"] += 1
-                group["replaced"] += op in MOVES
-        elif _name(str(step.get("urn", ""))) == "router" and router_name:
-            router = "unchanged" if op == "same" else op
+            node = labels.get(NODE_LABEL, "")
+            group = groups.get(where.get(node, ""))
+            if group is None:
+                continue
+            if op in MOVES:
+                group["replaced"] += 1
+                group["replaced_on"] = sorted({*group["replaced_on"], node})
+            elif op == "same":
+                group["kept_on"] = sorted({*group["kept_on"], node})
+        elif router_name and _name(str(step.get("urn", ""))) == "router" and op != "same":
+            router = op
+    for group in groups.values():
+        if not group["replaced"]:
+            group["verdict"] = "keeps running"
+        elif group["kept_on"] or set(group["replaced_on"]) != set(group["nodes"]):
+            group["verdict"] = "partial"
+        else:
+            group["verdict"] = "restarts"
     return {"groups": groups, "router": router}
 
 
@@ -381,13 +399,14 @@ def _groups(found: dict[str, Any] | None) -> list[str]:
     lines = ["### Engine groups", ""]
     for name, g in found["groups"].items():
         role = f" ({g['role']} tier)" if g["role"] != "replica" else ""
-        if not g["replaced"]:
-            said = f"keeps running ({g['engines']} engine container(s) not replaced)"
-        elif g["replaced"] == g["engines"]:
-            said = f"**restarts**: all {g['engines']} engine container(s) replaced"
+        if g["verdict"] == "keeps running":
+            said = "keeps running (no engine container of it is replaced)"
+        elif g["verdict"] == "restarts":
+            said = f"**restarts**: {g['replaced']} engine container(s) replaced, on {', '.join(g['nodes'])}"
         else:
-            said = (f"**PART OF THE GROUP RESTARTS**: {g['replaced']} of {g['engines']} engine containers replaced; "
-                    "the rest hang against them (vLLM is fail-stop)")
+            kept = sorted(set(g["nodes"]) - set(g["replaced_on"]) | set(g["kept_on"]))
+            said = (f"**PART OF THE GROUP RESTARTS**: engines replaced on {', '.join(g['replaced_on'])}, kept on "
+                    f"{', '.join(kept)}; the rest hang against the new ones (vLLM is fail-stop)")
         lines.append(f"- group `{name}`{role}: {said}")
     if found.get("router"):
         router = found["router"]

@@ -469,15 +469,25 @@ def test_preview_summary_says_which_groups_restart() -> None:
              _engine_step("replace", "engine-decode-gpu3-x", "gpu3"),
              _engine_step("replace", "engine-decode-gpu4-x", "gpu4")]
     found = summarize({"steps": steps})
-    assert found["engine_groups"] == {"groups": {"prefill": {"role": "prefill", "engines": 2, "replaced": 0},
-                                                 "decode": {"role": "decode", "engines": 2, "replaced": 2}},
-                                      "router": "unchanged"}
+    groups = found["engine_groups"]["groups"]
+    assert {g: v["verdict"] for g, v in groups.items()} == {"prefill": "keeps running", "decode": "restarts"}
+    assert groups["decode"]["replaced_on"] == ["gpu3", "gpu4"] and found["engine_groups"]["router"] == "unchanged"
     text = to_markdown(found)
     assert "- group `prefill` (prefill tier): keeps running" in text
-    assert "- group `decode` (decode tier): **restarts**: all 2 engine container(s) replaced" in text
+    assert "- group `decode` (decode tier): **restarts**: 2 engine container(s) replaced, on gpu3, gpu4" in text
     assert "- router: keeps running" in text
+    # the real CLI lists no unchanged resource without --show-sames: the same verdicts from the moves alone
+    moves = [s for s in steps if s["op"] != "same" or s is stack]
+    assert summarize({"steps": moves})["engine_groups"] == found["engine_groups"] | {
+        "groups": {**groups, "prefill": {**groups["prefill"], "kept_on": []}}}
     steps[4] = _engine_step("same", "engine-decode-gpu3-x", "gpu3")  # one of the decode group's two engines
-    assert "**PART OF THE GROUP RESTARTS**: 1 of 2" in to_markdown(summarize({"steps": steps}))
+    text = to_markdown(summarize({"steps": steps}))
+    assert "**PART OF THE GROUP RESTARTS**: engines replaced on gpu4, kept on gpu3" in text
+    del steps[4]  # without --show-sames: replaced on gpu4 only, and gpu3 is the group's too
+    assert "**PART OF THE GROUP RESTARTS**: engines replaced on gpu4, kept on gpu3" in to_markdown(
+        summarize({"steps": steps}))
+    router["op"] = "replace"
+    assert "- router: **replace**" in to_markdown(summarize({"steps": steps}))
     stack["oldState"]["outputs"] = {"topology": {}}  # type: ignore[index]  # one engine group: no section
     assert summarize({"steps": steps})["engine_groups"] is None
     assert "### Engine groups" not in to_markdown(summarize({"steps": steps}))
