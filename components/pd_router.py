@@ -19,7 +19,7 @@ from components.vllm_engine import container_args, secrets_trigger
 from stacks.model.config import StackConfig
 from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.plan import thinking_kwarg
-from stacks.planner.router import RouterSpec, check_pd_argv, wheel_install_script
+from stacks.planner.router import RouterSpec, check_pd_argv, wheel_install_script, wheel_remove_script
 
 ROUTER_KEY_ENV = "OPENAI_API_KEY"
 """What the router sends the instances (stacks/planner/router.py): the check reads the key from the same variable
@@ -56,6 +56,7 @@ def pd_router(config: StackConfig, spec: RouterSpec, plan_spec: ContainerSpec, h
     wheel = command.remote.Command(
         "router-wheel", connection=head.connection, triggers=[settings.router.wheel_url],
         create=f"{sudo}sh -c {shlex.quote(wheel_install_script(settings.router.wheel_url))}",
+        delete=f"{sudo}sh -c {shlex.quote(wheel_remove_script())}",
         opts=pulumi.ResourceOptions(depends_on=[head.preflight]))
     key = {"api_key": secrets["api_key"]}
     container = docker.Container(

@@ -18,7 +18,7 @@ from stacks.model.errors import ConfigError
 from stacks.model.loader import parse_config
 from stacks.planner.container_spec import GENERATION_LABEL
 from stacks.planner.firewall import firewall_plan
-from stacks.planner.router import ROUTER_WHEEL, ROUTER_WHEEL_SHA256, wheel_install_script
+from stacks.planner.router import ROUTER_WHEEL, ROUTER_WHEEL_SHA256, wheel_install_script, wheel_remove_script
 from stacks.planner.stack_plan import StackPlan, build_stack
 from tests.pulumi_harness import run_program, waits_for
 from tests.test_groups import fronted, lab
@@ -247,6 +247,30 @@ def test_the_wheel_script_unpacks_only_the_pinned_wheel_and_never_runs_its_url(t
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "not unpacked" in refused.stderr and ROUTER_WHEEL_SHA256 in refused.stderr
     assert not bad_dest.exists() and not (tmp_path / "PWNED").exists()
+
+
+def test_destroy_removes_the_unpacked_wheel_unless_a_container_still_mounts_it(tmp_path: Path) -> None:
+    """router-wheel's delete: `pulumi destroy` deletes the router container first (it depends on the wheel), so
+    the files go; a replaced router-wheel (a new URL for the same pinned bytes) is deleted while the router still
+    runs from them, so they stay. `docker` here is a stand-in that prints what `docker ps -aq` would."""
+    dest = tmp_path / "router"
+    (dest / "vllm_router").mkdir(parents=True)
+    (tmp_path / "router.new").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    docker.write_text('#!/bin/sh\necho "$*" >> "$0.log"\necho 9c45fe4d8b83\n')
+    docker.chmod(0o755)
+    kept = subprocess.run(["sh", "-c", wheel_remove_script(str(dest))], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert kept.returncode == 0 and "kept, a container still mounts it" in kept.stdout and dest.is_dir()
+    assert (bin_dir / "docker.log").read_text() == f"ps -aq --filter volume={dest}\n"
+    docker.write_text("#!/bin/sh\n")
+    gone = subprocess.run(["sh", "-c", wheel_remove_script(str(dest))], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert gone.returncode == 0 and "removed" in gone.stdout
+    assert not dest.exists() and not (tmp_path / "router.new").exists()
 
 
 def test_the_pd_check_ships_to_the_node_as_one_script() -> None:

@@ -299,3 +299,18 @@ def wheel_install_script(url: str, dest: str = ROUTER_HOST_DIR) -> str:
         f"mv {q(dest + '.new')} {q(dest)}",
         f"echo {q(f'vllm-router {ROUTER_VERSION}: unpacked into {dest}')}",
     ])
+
+
+def wheel_remove_script(dest: str = ROUTER_HOST_DIR) -> str:
+    """The `pulumi destroy` side of wheel_install_script: the unpacked wheel leaves the head, unless a container
+    still mounts it (a replaced `router-wheel`, whose new one keeps the same pinned files under the same path while
+    the router runs from them: only the last one out removes them)."""
+    q = shlex.quote
+    return "\n".join([
+        "set -eu",
+        f"if [ -n \"$(docker ps -aq --filter volume={q(dest)})\" ]; then",
+        f"  echo {q(f'vllm-router {ROUTER_VERSION}: {dest} kept, a container still mounts it')}; exit 0",
+        "fi",
+        f"rm -rf {q(dest)} {q(dest + '.new')}",
+        f"echo {q(f'vllm-router {ROUTER_VERSION}: {dest} removed')}",
+    ])
