@@ -317,3 +317,19 @@ def test_the_docs_give_the_figures_the_plan_computes() -> None:
         assert duration(prod.total_s) in page and f"page cache {phases['load-page-cache']} s" in page
         assert f"{rank_copy_gb(config, profile, topo):.1f} GB per rank" in page
     assert f"h20's\nat {duration(h20.total_s)}" in speed or f"h20's at {duration(h20.total_s)}" in speed
+
+
+def test_a_measured_rank_on_hopper_copies_no_slower_than_the_modelled_rate() -> None:
+    """tests/fixtures/gpu_page_cache_copy_h200.json (bench/gpu_page_cache_copy.py on a lent H200): one rank from
+    memory to its GPU the default loader's way; docs/speed.md gives the same figures."""
+    import json
+
+    found = json.loads((ROOT / "tests" / "fixtures" / "gpu_page_cache_copy_h200.json").read_text())
+    every = found["summary"]["every byte"]
+    assert found["gpu"] == "NVIDIA H200" and every["copied_gb"] > 15
+    assert every["gb_per_s"] >= PAGE_CACHE_GB_PER_S
+    speed = (ROOT / "docs" / "speed.md").read_text()
+    assert f"| one rank, every byte | {every['copied_gb']:.2f} | {every['median_s']:.2f} | {every['gb_per_s']:.2f} |" \
+        in speed
+    iterate = found["summary"]["iterate only"]
+    assert f"{iterate['us_per_tensor']:.0f} µs per tensor" in speed
