@@ -539,8 +539,11 @@ def _secret_outcome(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dic
 
 
 def mutate(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, Any], others: list[dict[str, Any]],
-           limit: int = 12, planner: Planner = plan_of) -> Outcome:
-    """For every concrete place of `leaf`, the first candidate value whose plan validates."""
+           limit: int = 12, planner: Planner = plan_of,
+           accept: Callable[[dict[str, Any], dict[str, Any], Any], bool] | None = None) -> Outcome:
+    """For every concrete place of `leaf`, the first candidate value whose plan validates (and that `accept` takes,
+    given the values, secrets and plan: e.g. one that changes something, so a value equal in effect to the current
+    one is not reported as free)."""
     if leaf.desc.kind == "secret" or leaf.key in SECRET_KEYS or leaf.key in SECRET_OBJECT_KEYS:
         return _secret_outcome(leaf, stack, values, secrets, planner)
     outcome = Outcome(leaf.key)
@@ -560,6 +563,9 @@ def mutate(leaf: Leaf, stack: str, values: dict[str, Any], secrets: dict[str, An
                 plan = planner(stack, mutated, secrets)
             except ConfigError as exc:
                 problems.append(f"{exc.problems[0].key}: {exc.problems[0].message}")
+                continue
+            if accept is not None and not accept(mutated, secrets, plan):
+                problems.append(f"{_dotted(place.path)}: {_show(value)} changes nothing {_show(current)} does not")
                 continue
             if place.created is not None:
                 change = (f"{_dotted(place.created)}: (unset) → {_show(_get(mutated, place.created))}"

@@ -94,7 +94,9 @@ def _downtime(result: dict[str, Any], base: dict[str, Any], head: dict[str, Any]
 
 
 def to_markdown_grouped(result: dict[str, Any]) -> str:
-    lines = [f"## `{result['stack']}`: plan at `{result['base']}` → working tree (replica groups)", ""]
+    kind = ("prefill/decode groups" if any(r != "replica" for r in (result.get("roles") or {}).values())
+            else "replica groups")
+    lines = [f"## `{result['stack']}`: plan at `{result['base']}` → working tree ({kind})", ""]
     for side, label in (("base", "base"), ("head", "this change")):
         v = result["validation"][side]
         lines.append(f"- **Validation ({label}):** " + ("valid" if v["valid"] else

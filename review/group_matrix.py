@@ -19,6 +19,7 @@ from typing import Any
 from review.config_mutations import BASE_SECRETS, Leaf, Mutation, canonical, leaves, mutate, stack_plan_of
 from review.downtime import assess
 from review.group_diff import diff_stacks
+from review.matrix import RegisterError
 from review.replacement import (
     COMMAND_TYPES,
     CONTAINER,
@@ -36,7 +37,8 @@ Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
 ROUTER = "router"
 """The prefill/decode router's container, as components/pd_router.py registers it."""
 
-_STRENGTH = {"": 0, "updated": 1, "replaced": 2, "partial": 3}
+_STRENGTH = {"": 0, "updated": 1, "created": 2, "replaced": 3, "deleted": 4, "partial": 5}
+_DONE = {"replace": "replaced", "create": "created", "delete": "deleted"}
 _PLACE = re.compile(r"^(nodes|groups)\.([0-9]+)\.")
 
 
@@ -54,7 +56,7 @@ class GroupRow:
     """groups the change creates (a group renamed is one replaced and one added)"""
     roles: dict[str, str] = field(default_factory=dict)
     router: str = ""
-    """the router's container: `replaced` (also created or deleted), `updated` or ''"""
+    """the router's container: `replaced`, `created`, `deleted`, `updated` or ''"""
     front_door: str = ""
     checks: list[str] = field(default_factory=list)
     checks_total: int = 0
@@ -67,9 +69,10 @@ class GroupRow:
 def front_door_secrets(values: Mapping[str, Any], secrets: dict[str, Any]) -> dict[str, Any]:
     """The secrets a stack with the front door on needs to plan (TLS material and the check client's key), set to
     stand-in values where the stack file leaves them to `pulumi config set --secret`."""
-    proxy = (values.get("api") or {}).get("proxy") or {}
-    if not proxy.get("enabled"):
-        return secrets
+    api = values.get("api")
+    proxy = api.get("proxy") if isinstance(api, Mapping) else None
+    if not isinstance(proxy, Mapping) or proxy.get("enabled") is not True:
+        return secrets  # a malformed section: the plan names it
     client = str(proxy.get("check_client") or "team-a")
     extra: dict[str, Any] = {"proxy_keys": {client: "matrix-client-key-0000"}}
     if proxy.get("tls", True):
@@ -124,9 +127,9 @@ def effect(base: list[Registration], after: list[Registration], names: dict[str,
         if is_engine(reg):
             (moved if hard else updated).add(name)
         elif reg.type == CONTAINER and name == ROUTER:
-            out.router = _merge(out.router, "replaced" if hard else "updated")
+            out.router = _merge(out.router, _DONE.get(act.kind, "updated"))
         elif reg.type == CONTAINER and not is_monitoring(reg):
-            out.front_door = _merge(out.front_door, "replaced" if hard else "updated")
+            out.front_door = _merge(out.front_door, _DONE.get(act.kind, "updated"))
         elif reg.type in COMMAND_TYPES and name not in holders:
             out.checks.add(name)
     for group, engines in members.items():
@@ -140,9 +143,29 @@ def effect(base: list[Registration], after: list[Registration], names: dict[str,
     return out
 
 
+def _front(row: GroupRow) -> str:
+    """What the change does to the router and the front door, as a clause ('' when neither restarts)."""
+    parts = []
+    if row.front_door == "deleted":
+        parts.append("the front door is removed: clients lose the endpoint they use")
+    elif row.front_door == "created":
+        parts.append("a front door is added: a new endpoint for clients")
+    elif row.front_door == "replaced":
+        parts.append("the front door restarts (seconds of refused connections)")
+    if row.router in ("replaced", "created"):
+        parts.append(f"the router {'restarts' if row.router == 'replaced' else 'starts'} (the endpoint answers 502 "
+                     "meanwhile)")
+    elif row.router == "deleted":
+        parts.append("the router is removed")
+    return "; ".join(parts)
+
+
 def verdict(row: GroupRow, whole: StackPlan, outages: dict[str, int]) -> tuple[str, int | None]:
-    """What the row costs the endpoint, and the seconds where a group restart decides it."""
+    """What the row costs the endpoint, and the seconds where a group restart decides it. `whole`: the stack as the
+    change leaves it (whether its groups can roll)."""
     partial = [g for g, s in row.groups.items() if s == "partial"]
+    front = _front(row)
+    tail = f"; {front}" if front else ""
     if partial:
         return (f"LONE-RANK RESTART: part of group {', '.join(partial)} is replaced; the rest hangs against it "
                 "(vLLM is fail-stop)", None)
@@ -151,25 +174,25 @@ def verdict(row: GroupRow, whole: StackPlan, outages: dict[str, int]) -> tuple[s
         longest = max(outages.get(g, 0) for g in [*replaced, *row.added]) or None
         about = f"about {duration(longest)}" if longest else "until healthy"
         kept = [g for g in row.groups if g not in replaced]
-        keeps = f"; {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} serving" if kept else ""
-        router = "" if row.router != "replaced" else "; the router restarts with them"
+        keeps = f"; {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} running" if kept else ""
+        verb = "restarts" if len(replaced) == 1 else "restart"
         if any(r != "replica" for r in row.roles.values()):
             tiers = sorted({row.roles[g] for g in replaced})
             down = [t for t in tiers if all(s == "replaced" for g, s in row.groups.items() if row.roles[g] == t)]
             if down:
                 return (f"the endpoint answers errors {about}: every {' and every '.join(down)} group restarts "
-                        f"({', '.join(replaced)}){keeps}{router}", longest)
-            return (f"{', '.join(replaced)} restart{'s' if len(replaced) == 1 else ''} ({about}); another group of "
-                    f"each tier keeps serving{router}", longest)
-        if whole.rolling.can_roll:
+                        f"({', '.join(replaced)}){keeps}{tail}", longest)
+            them = "it" if len(replaced) == 1 else "them"
+            return (f"{', '.join(replaced)} {verb} ({about}): the requests the router sends to {them} fail "
+                    f"meanwhile (the router has no drain); the other groups of each tier keep running{tail}", longest)
+        if whole.rolling.can_roll and row.front_door != "deleted":
             capacity = whole.rolling.as_dict()["capacity_during_change"]
-            return (f"none for the endpoint: {', '.join(replaced)} roll one at a time behind the front door, "
-                    f"{capacity} serving meanwhile; each group {about}", longest)
-        return f"each of {', '.join(replaced)} down in turn, {about} ({whole.rolling.why})", longest
-    if row.router == "replaced" or row.front_door == "replaced":
-        what = " and ".join(x for x, s in (("the router", row.router), ("the front door", row.front_door))
-                            if s == "replaced")
-        return f"seconds: {what} restart{'s' if ' and ' not in what else ''}; every engine keeps running", 5
+            return (f"none for the endpoint: {', '.join(replaced)} {'rolls' if len(replaced) == 1 else 'roll'} one "
+                    f"at a time behind the front door, {capacity} serving meanwhile; each group {about}{tail}",
+                    longest)
+        return f"each of {', '.join(replaced)} down in turn, {about} ({whole.rolling.why}){tail}", longest
+    if front:
+        return f"seconds: {front}; every engine keeps running", 5
     return "none: no engine, router or front door restarts", 0
 
 
@@ -193,10 +216,15 @@ def _row(stack: str, label: str, base_regs: list[Registration], base_plan: Stack
     checks: set[str] = set()
     outages: dict[str, int] = {}
     diff_groups: set[str] = set()
+    after_plan: StackPlan = base_plan
     for mutation in mutations:
-        after_plan: StackPlan = mutation.plan
-        found = effect(base_regs, register(stack, mutation.values, mutation.secrets),
-                       engine_groups(base_plan) | engine_groups(after_plan))
+        after_plan = mutation.plan
+        try:
+            registered = register(stack, mutation.values, mutation.secrets)
+        except RegisterError as exc:
+            row.refused, row.downtime = f"the program refuses it: {exc}", "refused alone"
+            return row
+        found = effect(base_regs, registered, engine_groups(base_plan) | engine_groups(after_plan))
         row.roles |= {str(g.name): (g.context.role if g.context else "replica") for g in after_plan.groups}
         for group, status in found.groups.items():
             if group in row.groups:
@@ -214,16 +242,19 @@ def _row(stack: str, label: str, base_regs: list[Registration], base_plan: Stack
     row.checks = sorted(checks)
     row.checks_total = sum(1 for r in base_regs if r.type in COMMAND_TYPES) - len(secrets_holders(base_regs))
     row.diff_groups = sorted(diff_groups)
-    row.downtime, row.seconds = verdict(row, base_plan, outages)
+    row.downtime, row.seconds = verdict(row, after_plan, outages)
     return row
 
 
-def _label(leaf: Leaf, scope: str) -> str:
-    if not scope:
-        return leaf.key
-    if leaf.key.startswith("groups[]"):
-        return leaf.key.replace("groups[]", f"groups[{scope}]", 1)
-    return f"{leaf.key} (a node of {scope})"
+def _label(leaf: Leaf, scope: str, mutations: list[Mutation]) -> str:
+    label = leaf.key
+    if scope and leaf.key.startswith("groups[]"):
+        label = leaf.key.replace("groups[]", f"groups[{scope}]", 1)
+    elif scope:
+        label = f"{leaf.key} (a node of {scope})"
+    if any("(to reach " in m.change for m in mutations):  # an unset section filled in: its defaults count too
+        label += " (its section created)"
+    return label
 
 
 def group_rows(stack: str, values: dict[str, Any], register: Register, keys: list[Leaf] | None = None
@@ -236,15 +267,29 @@ def group_rows(stack: str, values: dict[str, Any], register: Register, keys: lis
         raise ValueError(f"{stack} has no groups: review/matrix.py covers it")
     base_regs = register(stack, values, secrets)
     rows: list[GroupRow] = []
+    base_json = base_plan.to_json_dict()
+
+    def changes_something(values: dict[str, Any], secrets: dict[str, Any], plan: StackPlan) -> bool:
+        """A candidate whose plan and whose registered resources are the stack's own changes nothing: its row
+        would say "none" of a value that is the same in effect (a default spelled out)."""
+        if plan.to_json_dict() != base_json:
+            return True
+        try:
+            return bool(actions({r.name: r for r in base_regs},
+                                {r.name: r for r in register(stack, values, secrets)}))
+        except RegisterError:
+            return True  # the row says the program refuses it
+
     for leaf in keys if keys is not None else leaves():
-        outcome = mutate(leaf, stack, values, secrets, [], planner=stack_plan_of)
+        outcome = mutate(leaf, stack, values, secrets, [], planner=stack_plan_of, accept=changes_something)
         scoped: dict[str, list[Mutation]] = {}
         for mutation in outcome.mutations:
             scoped.setdefault(_scope(mutation, values), []).append(mutation)
         if not scoped:
             rows.append(_row(stack, leaf.key, base_regs, base_plan, [], register, outcome.refused))
         for scope, mutations in scoped.items():
-            rows.append(_row(stack, _label(leaf, scope), base_regs, base_plan, mutations, register, None))
+            rows.append(_row(stack, _label(leaf, scope, mutations), base_regs, base_plan, mutations, register,
+                             None))
     return rows
 
 

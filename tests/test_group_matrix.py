@@ -6,19 +6,23 @@ share replaces both, a router setting restarts the router alone, and `stacks dif
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from review.cli import GROUP_MATRIX_BEGIN, GROUP_MATRIX_END, MATRIX_PAGE, grouped_examples
+from review.config_mutations import leaves
 from review.group_matrix import GroupRow, effect, group_markdown, group_rows, verdict
+from review.matrix import RegisterError
 from review.registrations import register
 from review.replacement import CONTAINER, Registration
 from stacks.model.config import SECRET_KEYS, SECRET_OBJECT_KEYS
+from stacks.model.loader import parse_config
 from stacks.model.stack_file import parse_stack_text
 from stacks.planner.container_spec import GENERATION_LABEL
-from stacks.planner.stack_plan import StackPlan
+from stacks.planner.stack_plan import StackPlan, build_stack
 from tests.conftest import ROOT
+from tests.test_groups import fronted, lab
 
 EXAMPLE = ROOT / "examples" / "Pulumi.pd.yaml"
 
@@ -44,7 +48,7 @@ def test_a_decode_only_change_replaces_only_the_decode_group_and_a_prefill_only_
         found = row(rows, key)
         assert found.groups == {"prefill": "", "decode": "replaced"}, (key, found)
         assert found.router == "" and found.front_door == "", (key, found)
-        assert "every decode group restarts" in found.downtime and "prefill keeps serving" in found.downtime
+        assert "every decode group restarts" in found.downtime and "prefill keeps running" in found.downtime
     # the stack's own parallelism is the prefill group's (the decode group declares its own)
     for key in ("parallelism.all2all_backend", "nodes[].nics (a node of prefill)"):
         found = row(rows, key)
@@ -101,6 +105,55 @@ def test_part_of_a_group_replaced_is_a_lone_rank_restart() -> None:
     row_ = GroupRow("pd", "k", "c", None, groups=found.groups, roles={"decode": "replica", "prefill": "replica"})
     # a partial group is said before anything of the stack's plan is read
     assert verdict(row_, cast(StackPlan, None), {})[0].startswith("LONE-RANK RESTART: part of group decode")
+
+
+def test_a_rolling_change_still_says_what_happens_to_the_front_door() -> None:
+    """Replica groups that roll: a change that also restarts the front door says so; one that removes it is no
+    roll behind it (a review found both said "none for the endpoint")."""
+    whole = build_stack("t", parse_config("t", fronted(lab())))
+    assert whole.rolling.can_roll
+    row_ = GroupRow("t", "k", "c", None, groups={"a": "replaced", "b": "replaced"},
+                    roles={"a": "replica", "b": "replica"}, front_door="replaced")
+    said, seconds = verdict(row_, whole, {"a": 100, "b": 90})
+    assert said.startswith("none for the endpoint: a, b roll one at a time") and seconds == 100
+    assert "the front door restarts (seconds of refused connections)" in said
+    row_.front_door = "deleted"
+    said, _ = verdict(row_, whole, {"a": 100, "b": 90})
+    assert not said.startswith("none") and "the front door is removed: clients lose the endpoint" in said
+
+
+def test_one_of_two_decode_groups_restarting_fails_the_requests_sent_to_it() -> None:
+    row_ = GroupRow("pd", "k", "c", None, groups={"p": "", "d1": "", "d2": "replaced"},
+                    roles={"p": "prefill", "d1": "decode", "d2": "decode"})
+    said, _ = verdict(row_, cast(StackPlan, None), {"d2": 60})
+    assert said.startswith("d2 restarts (about 1 min 0 s): the requests the router sends to it fail meanwhile")
+
+
+def test_a_change_the_program_refuses_is_a_row_not_an_abort() -> None:
+    """The program refusing one mutated config makes that key's row say so; the rest of the matrix goes on."""
+    values = parse_stack_text(EXAMPLE.read_text(), EXAMPLE.name).values
+    calls = 0
+
+    def flaky(stack: str, v: dict[str, Any], s: dict[str, Any]) -> list[Registration]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RegisterError("refused for this test")
+        return register(stack, v, s)
+
+    keys = [leaf for leaf in leaves() if leaf.key in ("serving.max_model_len", "disaggregation.router.policy")]
+    found = group_rows("pd", values, flaky, keys)
+    assert [r.refused for r in found] == ["the program refuses it: refused for this test"] * 2
+
+
+def test_a_value_equal_in_effect_to_the_current_one_is_skipped() -> None:
+    """Two replica groups of Qwen3-8B: `serving.kv_cache_dtype` unset and `auto` plan and register alike, so the
+    row reports the first value that changes something, not a free change (a review found "none" rows that were
+    only a default spelled out)."""
+    keys = [leaf for leaf in leaves() if leaf.key == "serving.kv_cache_dtype"]
+    (found,) = group_rows("t", fronted(lab()), register, keys)
+    assert found.refused is None and not found.change.endswith("→ auto"), found
+    assert found.groups == {"a": "replaced", "b": "replaced"}, found
 
 
 def test_engine_names_of_no_planned_group_are_refused_not_guessed() -> None:
