@@ -47,6 +47,11 @@ class PreviewInputError(Exception):
     """The input is not what `pulumi preview` writes; the CLI exits 2 with this text."""
 
 
+def _map(value: Any) -> dict[str, Any]:
+    """A JSON object, or {} for anything else (a preview written by hand or by another tool)."""
+    return value if isinstance(value, dict) else {}
+
+
 # --- reading -----------------------------------------------------------------------------------------------
 
 
@@ -160,8 +165,8 @@ def digest_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
     for event in events:
         meta = (event.get("resourcePreEvent") or {}).get("metadata")
         if isinstance(meta, dict) and isinstance(meta.get("op"), str) and isinstance(meta.get("urn"), str):
-            steps.append({"op": meta["op"], "urn": meta["urn"], "oldState": meta.get("old"),
-                          "newState": meta.get("new"), "diffReasons": meta.get("diffs"),
+            steps.append({"op": meta["op"], "urn": meta["urn"], "oldState": _map(meta.get("old")) or None,
+                          "newState": _map(meta.get("new")) or None, "diffReasons": meta.get("diffs"),
                           "replaceReasons": meta.get("keys"), "detailedDiff": meta.get("detailedDiff")})
     summary: dict[str, Any] = next(
         (e["summaryEvent"] for e in reversed(events) if isinstance(e.get("summaryEvent"), dict)), {})
@@ -221,7 +226,7 @@ def policy_violations(events: list[dict[str, Any]] | None) -> list[dict[str, str
 
 
 def _type(step: dict[str, Any]) -> str:
-    state = step.get("newState") or step.get("oldState") or {}
+    state = _map(step.get("newState")) or _map(step.get("oldState"))
     if state.get("type"):
         return str(state["type"])
     parts = step.get("urn", "").split("::")
@@ -230,10 +235,12 @@ def _type(step: dict[str, Any]) -> str:
 
 def _keys(step: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(keys forcing replacement, other changed keys), from detailedDiff where the provider gives one."""
-    detailed = step.get("detailedDiff") or {}
-    reasons = list(step.get("replaceReasons") or [])
+    detailed = {str(k): _map(v) for k, v in _map(step.get("detailedDiff")).items()}
+    raw_reasons = step.get("replaceReasons")
+    reasons = [str(r) for r in raw_reasons] if isinstance(raw_reasons, list) else []
     if not detailed:
-        return reasons, [p for p in step.get("diffReasons") or [] if p not in reasons]
+        diffs = step.get("diffReasons")
+        return reasons, [str(p) for p in diffs if str(p) not in reasons] if isinstance(diffs, list) else []
     replace = [path for path, diff in detailed.items()
                if str(diff.get("kind") or diff.get("diffKind") or "").endswith("-replace")]
     # A top-level reason already shown by a detailed path (`triggers` by `triggers[0]`) is not repeated.
@@ -249,8 +256,8 @@ def summarize(preview: dict[str, Any], events: list[dict[str, Any]] | None = Non
         op = OP_GROUP.get(str(step.get("op")), str(step.get("op")))
         urn = str(step.get("urn", ""))
         if _type(step) == STACK_TYPE:
-            old = (step.get("oldState") or {}).get("outputs") or {}
-            new = (step.get("newState") or {}).get("outputs") or {}
+            old = _map(_map(step.get("oldState")).get("outputs"))
+            new = _map(_map(step.get("newState")).get("outputs"))
             outputs = {k: [old.get(k), new.get(k)] for k in PLAIN_OUTPUTS if old.get(k) != new.get(k)}
             continue
         if op == "same" or op == "read":
@@ -285,62 +292,78 @@ CONTAINER_TYPE = "docker:index/container:Container"
 MOVES = ("replace", "create", "delete")
 
 
-def _labels(step: dict[str, Any]) -> dict[str, str]:
-    state = step.get("oldState") or step.get("newState") or {}
-    raw = (state.get("inputs") or {}).get("labels") or []
+def _labels(step: dict[str, Any]) -> dict[str, str] | None:
+    """A container step's labels; None when its state carries none readable (then it cannot be placed)."""
+    state = _map(step.get("oldState")) or _map(step.get("newState"))
+    inputs = state.get("inputs")
+    raw = inputs.get("labels", []) if isinstance(inputs, dict) else None
     if isinstance(raw, dict):
-        return {str(k): str(v) for k, v in raw.items()}
-    return {str(x.get("label")): str(x.get("value")) for x in raw if isinstance(x, dict)}
+        return {str(k): str(v) for k, v in raw.items() if isinstance(v, str)}
+    if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
+        return None
+    return {str(x.get("label")): str(x.get("value")) for x in raw if isinstance(x.get("value"), str)}
 
 
 def engine_groups(preview: dict[str, Any]) -> dict[str, Any] | None:
     """A stack with groups: which groups a preview restarts. The groups and their nodes are the ones the stack's
     last update exported (`groups` output); each engine container is placed by the node label it carries. A
     group restarts when its engines are replaced on every one of its nodes and none is kept, keeps running when none
-    is replaced, and restarts in part (the fail-stop bug) otherwise. `pulumi preview --json` lists unchanged
-    resources only with `--show-sames`, so a kept engine is seen only then; a group none of whose engines is listed
-    keeps running. None for a stack of one engine group, or one never deployed with groups."""
+    is replaced, and restarts in part (the fail-stop bug) otherwise; `unknown` when the preview replaces engines it
+    cannot place (a node no exported group names), as then no group can be said to keep running. `pulumi preview
+    --json` lists unchanged resources only with `--show-sames`, so a kept engine is seen only then. None for a stack
+    of one engine group, or one never deployed with groups."""
     steps = [s for s in preview.get("steps") or [] if isinstance(s, dict)]
     stack = next((s for s in steps if _type(s) == STACK_TYPE), {})
-    old_outputs = (stack.get("oldState") or {}).get("outputs") or {}
-    exported = old_outputs.get("groups") if isinstance(old_outputs, dict) else None
-    if not isinstance(exported, dict) or not exported:
+    old_outputs = _map(_map(stack.get("oldState")).get("outputs"))
+    exported = _map(old_outputs.get("groups"))
+    if not exported:
         return None
     groups: dict[str, dict[str, Any]] = {}
     where: dict[str, str] = {}
     for name, g in exported.items():
-        g = g if isinstance(g, dict) else {}
-        nodes = [str(n) for n in g.get("nodes") or [] if isinstance(n, str)]
-        groups[str(name)] = {"role": str(g.get("role") or "replica"), "nodes": nodes, "replaced": 0,
-                             "replaced_on": [], "kept_on": []}
+        g = _map(g)
+        raw_nodes = g.get("nodes")
+        nodes = [n for n in raw_nodes if isinstance(n, str)] if isinstance(raw_nodes, list) else []
+        role = g.get("role")
+        groups[str(name)] = {"role": role if role in ("replica", "prefill", "decode") else "replica",
+                             "nodes": nodes, "replaced": [], "replaced_on": [], "kept_on": []}
         where |= {n: str(name) for n in nodes}
-    router_name = old_outputs.get("router")
-    router = "unchanged" if router_name else None
+    router: str | None = "unchanged" if old_outputs.get("router") else None
+    unplaced: list[str] = []
     for step in steps:
         if _type(step) != CONTAINER_TYPE:
             continue
         op = OP_GROUP.get(str(step.get("op")), str(step.get("op")))
+        name = _name(str(step.get("urn", "")))
         labels = _labels(step)
+        if labels is None:  # nothing to tell an engine by: never say a group keeps running past it
+            if op in MOVES and name != "router" and name not in unplaced:
+                unplaced.append(name)
+            continue
         if GENERATION_LABEL in labels:
             node = labels.get(NODE_LABEL, "")
             group = groups.get(where.get(node, ""))
             if group is None:
+                if op in MOVES and name not in unplaced:
+                    unplaced.append(name)
                 continue
             if op in MOVES:
-                group["replaced"] += 1
+                group["replaced"] = sorted({*group["replaced"], name})
                 group["replaced_on"] = sorted({*group["replaced_on"], node})
             elif op == "same":
                 group["kept_on"] = sorted({*group["kept_on"], node})
-        elif router_name and _name(str(step.get("urn", ""))) == "router" and op != "same":
+        elif name == "router" and op != "same":
             router = op
     for group in groups.values():
-        if not group["replaced"]:
+        if not group["nodes"] or (unplaced and not group["replaced"]):
+            group["verdict"] = "unknown"
+        elif not group["replaced"]:
             group["verdict"] = "keeps running"
         elif group["kept_on"] or set(group["replaced_on"]) != set(group["nodes"]):
             group["verdict"] = "partial"
         else:
             group["verdict"] = "restarts"
-    return {"groups": groups, "router": router}
+    return {"groups": groups, "router": router, "unplaced": unplaced}
 
 
 def exit_code(summary: dict[str, Any]) -> int:
@@ -402,16 +425,25 @@ def _groups(found: dict[str, Any] | None) -> list[str]:
         if g["verdict"] == "keeps running":
             said = "keeps running (no engine container of it is replaced)"
         elif g["verdict"] == "restarts":
-            said = f"**restarts**: {g['replaced']} engine container(s) replaced, on {', '.join(g['nodes'])}"
+            said = f"**restarts**: {len(g['replaced'])} engine container(s) replaced, on {', '.join(g['nodes'])}"
+        elif g["verdict"] == "unknown":
+            said = ("unknown: the preview replaces containers this summary cannot place in a group (below)"
+                    if g["nodes"] else "unknown: the stack's `groups` output names no node of it")
         else:
             kept = sorted(set(g["nodes"]) - set(g["replaced_on"]) | set(g["kept_on"]))
             said = (f"**PART OF THE GROUP RESTARTS**: engines replaced on {', '.join(g['replaced_on'])}, kept on "
                     f"{', '.join(kept)}; the rest hang against the new ones (vLLM is fail-stop)")
-        lines.append(f"- group `{name}`{role}: {said}")
-    if found.get("router"):
-        router = found["router"]
-        lines.append("- router: " + ("keeps running" if router == "unchanged" else f"**{router}** (a few seconds "
-                                     "without the router: the endpoint answers 502 meanwhile)"))
+        lines.append(f"- group `{_one_line(name)}`{role}: {said}")
+    if found.get("unplaced"):
+        lines.append("- containers replaced that this summary cannot place in a group (no readable labels, or a node "
+                     "no group of the last update names): " + _code([_one_line(n) for n in found["unplaced"]]))
+    router = found.get("router")
+    if router == "unchanged":
+        lines.append("- router: keeps running")
+    elif router == "update":
+        lines.append("- router: updated in place (no restart)")
+    elif router:
+        lines.append(f"- router: **{router}** (a few seconds without the router: the endpoint answers 502 meanwhile)")
     return [*lines, ""]
 
 

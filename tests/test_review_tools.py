@@ -475,6 +475,9 @@ def test_preview_summary_says_which_groups_restart() -> None:
     text = to_markdown(found)
     assert "- group `prefill` (prefill tier): keeps running" in text
     assert "- group `decode` (decode tier): **restarts**: 2 engine container(s) replaced, on gpu3, gpu4" in text
+    replacement = [dict(steps[4], op=op) for op in ("create-replacement", "replace", "delete-replaced")]
+    counted = summarize({"steps": [*steps[:4], *replacement, steps[5]]})["engine_groups"]["groups"]["decode"]
+    assert counted["replaced"] == ["engine-decode-gpu3-x", "engine-decode-gpu4-x"]  # one resource, three steps
     assert "- router: keeps running" in text
     # the real CLI lists no unchanged resource without --show-sames: the same verdicts from the moves alone
     moves = [s for s in steps if s["op"] != "same" or s is stack]
@@ -488,6 +491,33 @@ def test_preview_summary_says_which_groups_restart() -> None:
         summarize({"steps": steps}))
     router["op"] = "replace"
     assert "- router: **replace**" in to_markdown(summarize({"steps": steps}))
+    router["op"] = "update"
+    assert "- router: updated in place (no restart)" in to_markdown(summarize({"steps": steps}))
     stack["oldState"]["outputs"] = {"topology": {}}  # type: ignore[index]  # one engine group: no section
     assert summarize({"steps": steps})["engine_groups"] is None
     assert "### Engine groups" not in to_markdown(summarize({"steps": steps}))
+
+
+def _junk_engine(inputs: Any) -> dict[str, Any]:
+    state = {"type": "docker:index/container:Container", "inputs": inputs}
+    return {"op": "replace", "urn": "urn:pulumi:pd::vllm-cluster::docker:index/container:Container::e",
+            "oldState": state, "newState": state}
+
+
+@pytest.mark.parametrize(("groups", "engine", "says"), [
+    ({"decode": {"role": "decode"}}, _engine_step("replace", "e", "gpu3"), "names no node of it"),
+    ({"d": {"nodes": ["gpu4"]}}, _engine_step("replace", "e", "gpu3"), "cannot place in a group"),
+    ({"d": {"nodes": 5}}, _engine_step("replace", "e", "gpu3"), "names no node of it"),
+    ({"d": {"nodes": ["gpu3"]}}, _junk_engine([1]), "cannot place in a group"),
+    ({"d": {"nodes": ["gpu3"]}}, _junk_engine({"labels": 5}), "cannot place in a group"),
+    ({"d": {"nodes": ["gpu3"]}}, _junk_engine({"labels": [["a", "b"]]}), "cannot place in a group"),
+    ({"d": {"nodes": ["gpu3"], "role": {"a": [1]}}}, _engine_step("replace", "e", "gpu3"), "`d`: **restarts**"),
+])
+def test_preview_summary_never_says_a_group_keeps_running_when_it_cannot_tell(
+        groups: dict[str, Any], engine: dict[str, Any], says: str) -> None:
+    """A digest written by hand or by another tool: groups without nodes, engines on an unknown node, labels of
+    the wrong shape. The summary says it cannot tell, never that a group keeps running, and never fails."""
+    stack = {"op": "same", "urn": "urn:pulumi:pd::vllm-cluster::pulumi:pulumi:Stack::vllm-cluster-pd",
+             "oldState": {"type": "pulumi:pulumi:Stack", "outputs": {"groups": groups}}}
+    text = to_markdown(summarize({"steps": [stack, engine]}))
+    assert says in text and "keeps running" not in text, text
