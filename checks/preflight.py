@@ -785,6 +785,27 @@ def settled_listeners(procfs: str, ports: list[int], sleep: Callable[[float], No
     return listeners
 
 
+def _list_containers(ctx: Context) -> tuple[list[dict[str, Any]], Section | None]:
+    """Every container on the host, inspected; or the ownership section that says why they could not be listed."""
+    code, out = _docker(ctx, ["ps", "-a", "-q", "--no-trunc"], 20)
+    if code is None or code != 0:
+        return [], Section("ownership", None, [out[-200:] if code is None else f"docker ps exit {code}: {out[-200:]}"],
+                           "make `docker info` answer on the host")
+    ids = out.split()
+    if not ids:
+        return [], None
+    code, out = _docker(ctx, ["inspect", *ids], 30)
+    try:
+        # A container removed since `ps` makes inspect exit 1 ("No such object") after it printed the others
+        # (stdout, read first): those are still checked, not dropped with it.
+        containers = json.JSONDecoder().raw_decode(out)[0] if code == 0 or "No such" in out else []
+    except ValueError:
+        containers = []
+    if code != 0 and "No such" not in out:
+        return [], Section("ownership", None, [f"docker inspect: {out[-200:]}"], "make `docker info` answer")
+    return containers, None
+
+
 def check_ownership(ctx: Context) -> Section:
     a = ctx.args
     owned = [a.owned_label] if a.owned_label else []
@@ -792,23 +813,22 @@ def check_ownership(ctx: Context) -> Section:
     if not names and not ports:
         return Section("ownership", None, ["nothing to check: no --container-names and no --ports given"],
                        "pass the engine's container names and ports (the plan's preflight command does)")
-    code, out = _docker(ctx, ["ps", "-a", "-q", "--no-trunc"], 20)
-    if code is None or code != 0:
-        return Section("ownership", None, [out[-200:] if code is None else f"docker ps exit {code}: {out[-200:]}"],
-                       "make `docker info` answer on the host")
-    ids = out.split()
-    containers: list[dict[str, Any]] = []
-    if ids:
-        code, out = _docker(ctx, ["inspect", *ids], 30)
-        try:
-            # A container removed since `ps` makes inspect exit 1 ("No such object") after it printed the others
-            # (stdout, read first): those are still checked, not dropped with it.
-            containers = json.JSONDecoder().raw_decode(out)[0] if code == 0 or "No such" in out else []
-        except ValueError:
-            containers = []
-        if code != 0 and "No such" not in out:
-            return Section("ownership", None, [f"docker inspect: {out[-200:]}"], "make `docker info` answer")
+    containers, failed = _list_containers(ctx)
+    if failed is not None:
+        return failed
     listeners = settled_listeners(a.procfs_root, ports)
+    for _ in range(ORPHAN_RETRIES):
+        # A process in no container listed: a container started after the listing (another resource of the same
+        # update, e.g. the front door replaced while this runs: seen on the lab), or one exiting. Look again.
+        known = {str(c.get("Id")) for c in containers}
+        if not any(pid is not None and (cid is None or cid not in known)
+                   for held in listeners.values() for pid, cid in held):
+            break
+        time.sleep(1.0)
+        containers, failed = _list_containers(ctx)
+        if failed is not None:
+            return failed
+        listeners = settled_listeners(a.procfs_root, ports)
     evidence: list[str] = []
     gpu_apps: list[tuple[dict[str, str], str | None]] = []
     if a.rehearsal:

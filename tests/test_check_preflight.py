@@ -519,3 +519,29 @@ def test_a_listen_socket_without_a_process_is_looked_at_again_before_it_counts(
     slept.clear()
     assert preflight.settled_listeners("/proc", [443], sleep=slept.append) == {443: [(None, None)]}
     assert len(slept) == preflight.ORPHAN_RETRIES
+
+
+def test_a_container_started_after_the_listing_is_looked_up_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab run's prefill/decode update failed its ownership check: the front door, replaced by the same update
+    while the check ran, held port 443 from a container the check had not listed, so its nginx read as a foreign
+    process. The containers are listed again while a listener's container is unknown; a process in no container
+    at all is still reported, after those looks."""
+    from types import SimpleNamespace
+
+    ours = {"Id": "c" * 64, "Name": "/api-proxy", "State": {"Running": True},
+            "Config": {"Labels": {"vllm-cluster.stack": "lab"}}, "HostConfig": {}, "NetworkSettings": {}}
+    listings = iter([[], [ours]])
+    monkeypatch.setattr(preflight, "_list_containers", lambda ctx: (next(listings), None))
+    monkeypatch.setattr(preflight, "settled_listeners", lambda procfs, ports: {443: [(4242, "c" * 64)]})
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    args = SimpleNamespace(owned_label=("vllm-cluster.stack", "lab"), container_names=["engine"], ports=[443],
+                           procfs_root="/proc", rehearsal=True)
+    section = preflight.check_ownership(SimpleNamespace(args=args))  # type: ignore[arg-type]
+    assert section.ok is True and slept == [1.0], section
+    monkeypatch.setattr(preflight, "_list_containers", lambda ctx: ([ours], None))
+    monkeypatch.setattr(preflight, "settled_listeners", lambda procfs, ports: {443: [(4242, None)]})
+    slept.clear()
+    section = preflight.check_ownership(SimpleNamespace(args=args))  # type: ignore[arg-type]
+    assert section.ok is False and any("process 4242" in line for line in section.evidence), section
+    assert len(slept) == preflight.ORPHAN_RETRIES
