@@ -472,7 +472,8 @@ def canonical(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             del plain[key]
     if isinstance(plain.get("image"), str):
         plain["image"] = {k: v for k, v in parse_image_ref(plain["image"]).items() if v is not None}
-    proxy = (plain.get("api") or {}).get("proxy")
+    api = plain.get("api")
+    proxy = api.get("proxy") if isinstance(api, dict) else None
     if isinstance(proxy, dict) and isinstance(proxy.get("image"), str):
         proxy["image"] = {k: v for k, v in parse_image_ref(proxy["image"]).items() if v is not None}
     model = plain.get("model")
