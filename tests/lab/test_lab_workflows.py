@@ -368,32 +368,40 @@ def test_a_failing_check_fails_up_with_its_evidence(deployment: LabDeployment) -
 
 
 def test_a_failed_staged_step_leaves_the_old_group_serving(deployment: LabDeployment) -> None:
-    """An image change whose staged steps fail on one node stops `pulumi up` before any engine stops: here the
-    second node's last shard is 4 KiB shorter than its header says, so its page-cache warming fails. Every engine
-    container keeps its ID and the old image, and the endpoint still answers the golden prompt through the front
-    door. The shard and the image are put back afterwards, whatever this test found. (A weights step that finds the
-    shard short first is a staged step too.)"""
-    from lab.hosts import MODELS_DIR
+    """An image change whose staging fails stops `pulumi up` before any engine stops: the bucket's second shard
+    was replaced by a copy 4 KiB shorter than its header says (a broken upload), so the update's weights step
+    syncs it into a version directory of its own beside the running one (unchanged files hard-linked, the old
+    directory untouched) and fails: the shard disagrees with its header. Every engine container keeps its ID, its
+    image and its own directory, and the endpoint still answers the golden prompt through the front door. The
+    object and the image are put back afterwards, whatever this test found."""
+    from lab.hosts import s3_client
 
     d = deployment
-    second = d.lab.nodes[1].name
     outputs = json.loads(d.cli.run("stack", "output", "-s", STACK, "--json", what="outputs-before-staged").out)
     before = {n.name: container_ids(d, n.name) for n in d.lab.nodes}
-    mounts = d.node_sh(second, "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine")
-    model_dir = next(m for m in mounts.split() if m.startswith(f"{MODELS_DIR}/"))  # the version the group runs
-    shard = f"{model_dir}/model-00002-of-00002.safetensors"
-    d.node_sh(second, f"cp -p {shard} /root/shard.keep && truncate -s -4096 {shard}")
+    mounts = d.node_sh(d.lab.nodes[1].name,
+                       "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine").split()
+    client = s3_client(d.lab)
+    key = "qwen3-8b/model-00002-of-00002.safetensors"
+    good = client.get_object(Bucket="lab-models", Key=key)["Body"].read()
+    client.put_object(Bucket="lab-models", Key=key, Body=good[:-4096])
     d.set_image("lab-2")
     try:
         failed = d.cli.run("up", "-s", STACK, "--yes", what="up-staged-step-fails", check=False)
-        assert failed.code != 0
-        assert re.search(rf"FAIL [a-z0-9-]*(page-cache|weights)[a-z0-9-]*: [^\n]*"
-                         rf"{re.escape(shard.rsplit('/', 1)[1])}", failed.out), failed.log
+        assert failed.code != 0, "the short shard was staged without a failure"
+        # the weights step itself refuses the new directory (before the page cache or any engine is reached)
+        assert re.search(r'"check": "weights-lab\d", "status": "fail", "summary": "synced, but the directory is not a '
+                         r'complete model: [^"]*model-00002-of-00002\.safetensors has \d+ bytes, its header says \d+ '
+                         r'\(truncated\)', failed.out), failed.log
+        assert "the old directory untouched" in failed.out, failed.log
         assert {n.name: container_ids(d, n.name) for n in d.lab.nodes} == before, "an engine moved"
+        after = d.node_sh(d.lab.nodes[1].name,
+                          "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine").split()
+        assert after == mounts, (mounts, after)
         engine_runs(d, "lab-1")
         assert front_door_chat(d, outputs["endpoint"]) == "323"
     finally:
-        d.node_sh(second, f"cp -p /root/shard.keep {shard} && rm -f /root/shard.keep")
+        client.put_object(Bucket="lab-models", Key=key, Body=good)
         d.set_image("lab-1")
         d.cli.run("up", "-s", STACK, "--yes", what="up-after-staged-failure")
     engine_runs(d, "lab-1")
