@@ -297,7 +297,9 @@ def group_row_dict(row: GroupRow) -> dict[str, Any]:
     return asdict(row)
 
 
-_CELL = {"replaced": "**replaced**", "partial": "**PARTIAL**", "updated": "updated in place", "": "–"}
+_CELL = {"replaced": "**replaced**", "partial": "**PARTIAL**", "created": "created", "deleted": "**removed**",
+         "updated": "updated in place", "": "–"}
+"""A cell for every state `effect` gives an engine group, the router or the front door (_STRENGTH's keys)."""
 
 
 def _cells(row: GroupRow) -> tuple[str, ...]:

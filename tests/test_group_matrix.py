@@ -12,7 +12,7 @@ import pytest
 
 from review.cli import GROUP_MATRIX_BEGIN, GROUP_MATRIX_END, MATRIX_PAGE, grouped_examples
 from review.config_mutations import leaves
-from review.group_matrix import GroupRow, effect, group_markdown, group_rows, verdict
+from review.group_matrix import _CELL, _STRENGTH, GroupRow, effect, group_markdown, group_rows, verdict
 from review.matrix import RegisterError
 from review.registrations import register
 from review.replacement import CONTAINER, Registration
@@ -120,6 +120,9 @@ def test_a_rolling_change_still_says_what_happens_to_the_front_door() -> None:
     row_.front_door = "deleted"
     said, _ = verdict(row_, whole, {"a": 100, "b": 90})
     assert not said.startswith("none") and "the front door is removed: clients lose the endpoint" in said
+    row_.downtime, row_.router = said, "created"  # every state effect() gives has a table cell
+    assert "| created | **removed** |" in group_markdown([row_])
+    assert set(_CELL) == set(_STRENGTH)
 
 
 def test_one_of_two_decode_groups_restarting_fails_the_requests_sent_to_it() -> None:
