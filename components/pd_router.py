@@ -19,7 +19,13 @@ from components.vllm_engine import container_args, secrets_trigger
 from stacks.model.config import StackConfig
 from stacks.planner.container_spec import ContainerSpec
 from stacks.planner.plan import thinking_kwarg
-from stacks.planner.router import RouterSpec, check_pd_argv, wheel_install_script, wheel_remove_script
+from stacks.planner.router import (
+    ROUTER_RESOURCE,
+    RouterSpec,
+    check_pd_argv,
+    wheel_install_script,
+    wheel_remove_script,
+)
 
 ROUTER_KEY_ENV = "OPENAI_API_KEY"
 """What the router sends the instances (stacks/planner/router.py): the check reads the key from the same variable
@@ -60,7 +66,7 @@ def pd_router(config: StackConfig, spec: RouterSpec, plan_spec: ContainerSpec, h
         opts=pulumi.ResourceOptions(depends_on=[head.preflight]))
     key = {"api_key": secrets["api_key"]}
     container = docker.Container(
-        "router", args=container_args(plan_spec, head.image.image_id, key, secrets_trigger(key)),
+        ROUTER_RESOURCE, args=container_args(plan_spec, head.image.image_id, key, secrets_trigger(key)),
         opts=pulumi.ResourceOptions(provider=head.provider, depends_on=[wheel, *after], delete_before_replace=True))
     timeout = spec.worker_startup_timeout_s + 600
     check = command.remote.Command(

@@ -592,7 +592,7 @@ def build_groups(stack: str, config: StackConfig, whole: StackPlan, secrets: dic
         "endpoint": api.endpoint,
         "image": config.image.pull_ref,
         "groups": {str(g.name): {"nodes": [n.name for n in g.plan.nodes],
-                                 "role": g.context.role if g.context else "replica",
+                                 "role": g.role,
                                  "topology": {k: g.plan.topology[k] for k in ("backend", "nodes", "tensor", "pipeline",
                                                                               "data", "expert")}}
                    for g in whole.groups},

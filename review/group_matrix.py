@@ -30,12 +30,10 @@ from review.replacement import (
     is_monitoring,
     secrets_holders,
 )
+from stacks.planner.router import ROUTER_RESOURCE
 from stacks.planner.stack_plan import StackPlan
 
 Register = Callable[[str, dict[str, Any], dict[str, Any]], list[Registration]]
-
-ROUTER = "router"
-"""The prefill/decode router's container, as components/pd_router.py registers it."""
 
 _STRENGTH = {"": 0, "updated": 1, "created": 2, "replaced": 3, "deleted": 4, "partial": 5}
 _DONE = {"replace": "replaced", "create": "created", "delete": "deleted"}
@@ -126,7 +124,7 @@ def effect(base: list[Registration], after: list[Registration], names: dict[str,
         hard = act.kind in ("replace", "create", "delete")
         if is_engine(reg):
             (moved if hard else updated).add(name)
-        elif reg.type == CONTAINER and name == ROUTER:
+        elif reg.type == CONTAINER and name == ROUTER_RESOURCE:
             out.router = _merge(out.router, _DONE.get(act.kind, "updated"))
         elif reg.type == CONTAINER and not is_monitoring(reg):
             out.front_door = _merge(out.front_door, _DONE.get(act.kind, "updated"))
@@ -204,15 +202,14 @@ def _plan_outages(whole: StackPlan) -> dict[str, int]:
     return out
 
 
-def _row(stack: str, label: str, base_regs: list[Registration], base_plan: StackPlan, mutations: list[Mutation],
-         register: Register, refused: str | None) -> GroupRow:
-    roles = {str(g.name): (g.context.role if g.context else "replica") for g in base_plan.groups}
+def _row(stack: str, label: str, base_regs: list[Registration], base_plan: StackPlan, base_json: dict[str, Any],
+         mutations: list[Mutation], register: Register, refused: str | None) -> GroupRow:
+    roles = {str(g.name): g.role for g in base_plan.groups}
     row = GroupRow(stack, label, "; ".join(m.change for m in mutations), refused, groups={g: "" for g in roles},
                    roles=roles)
     if refused is not None and not mutations:
         row.downtime = "refused alone"
         return row
-    base_json = base_plan.to_json_dict()
     checks: set[str] = set()
     outages: dict[str, int] = {}
     diff_groups: set[str] = set()
@@ -225,7 +222,7 @@ def _row(stack: str, label: str, base_regs: list[Registration], base_plan: Stack
             row.refused, row.downtime = f"the program refuses it: {exc}", "refused alone"
             return row
         found = effect(base_regs, registered, engine_groups(base_plan) | engine_groups(after_plan))
-        row.roles |= {str(g.name): (g.context.role if g.context else "replica") for g in after_plan.groups}
+        row.roles |= {str(g.name): g.role for g in after_plan.groups}
         for group, status in found.groups.items():
             if group in row.groups:
                 row.groups[group] = _merge(row.groups[group], status)
@@ -286,10 +283,10 @@ def group_rows(stack: str, values: dict[str, Any], register: Register, keys: lis
         for mutation in outcome.mutations:
             scoped.setdefault(_scope(mutation, values), []).append(mutation)
         if not scoped:
-            rows.append(_row(stack, leaf.key, base_regs, base_plan, [], register, outcome.refused))
+            rows.append(_row(stack, leaf.key, base_regs, base_plan, base_json, [], register, outcome.refused))
         for scope, mutations in scoped.items():
-            rows.append(_row(stack, _label(leaf, scope, mutations), base_regs, base_plan, mutations, register,
-                             None))
+            rows.append(_row(stack, _label(leaf, scope, mutations), base_regs, base_plan, base_json, mutations,
+                             register, None))
     return rows
 
 

@@ -25,7 +25,9 @@ import json
 import re
 from typing import Any
 
+from review.replacement import CONTAINER
 from stacks.planner.container_spec import GENERATION_LABEL, NODE_LABEL
+from stacks.planner.router import ROUTER_RESOURCE
 
 ORDER = ("replace", "update", "create", "delete")
 OP_GROUP = {"replace": "replace", "create-replacement": "replace", "delete-replaced": "replace",
@@ -288,7 +290,6 @@ def summarize(preview: dict[str, Any], events: list[dict[str, Any]] | None = Non
             "blocking": blocking, "ok": not blocking}
 
 
-CONTAINER_TYPE = "docker:index/container:Container"
 MOVES = ("replace", "create", "delete")
 
 
@@ -331,13 +332,13 @@ def engine_groups(preview: dict[str, Any]) -> dict[str, Any] | None:
     router: str | None = "unchanged" if old_outputs.get("router") else None
     unplaced: list[str] = []
     for step in steps:
-        if _type(step) != CONTAINER_TYPE:
+        if _type(step) != CONTAINER:
             continue
         op = OP_GROUP.get(str(step.get("op")), str(step.get("op")))
         name = _name(str(step.get("urn", "")))
         labels = _labels(step)
         if labels is None:  # nothing to tell an engine by: never say a group keeps running past it
-            if op in MOVES and name != "router" and name not in unplaced:
+            if op in MOVES and name != ROUTER_RESOURCE and name not in unplaced:
                 unplaced.append(name)
             continue
         if GENERATION_LABEL in labels:
@@ -352,7 +353,7 @@ def engine_groups(preview: dict[str, Any]) -> dict[str, Any] | None:
                 group["replaced_on"] = sorted({*group["replaced_on"], node})
             elif op == "same":
                 group["kept_on"] = sorted({*group["kept_on"], node})
-        elif name == "router" and op != "same":
+        elif name == ROUTER_RESOURCE and op != "same":
             router = op
     for group in groups.values():
         if not group["nodes"] or (unplaced and not group["replaced"]):

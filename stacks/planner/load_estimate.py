@@ -169,6 +169,13 @@ def stage_kv_per_token(profile: ModelProfile, config: StackConfig) -> list[float
     return out
 
 
+def redundant_per_routed(config: StackConfig, profile: ModelProfile) -> float:
+    """EPLB's redundant experts per routed expert (0 without EPLB or EP): what they add to a rank's expert bytes."""
+    par = config.parallelism
+    redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
+    return redundant / profile.routed_experts if profile.routed_experts else 0.0
+
+
 def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) -> EngineMemory:
     """Per GPU of the node with the smallest GPUs, on the heaviest PP stage."""
     par, serving = config.parallelism, config.serving
@@ -184,8 +191,7 @@ def engine_memory(config: StackConfig, profile: ModelProfile, topo: Topology) ->
     # mp keeps a DP rank's PP stages on one node; with ray each node is (about) one stage.
     copies = max(local) / edp * (par.pipeline if par.backend == "mp" else 1)
 
-    redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
-    per_routed = redundant / profile.routed_experts if profile.routed_experts else 0.0
+    per_routed = redundant_per_routed(config, profile)
 
     def at(i: int, kv_per_token: float) -> GpuMemory:
         return gpu_memory(stages[i], tensor=par.tensor, data=data, engram_on_gpu=on_gpu,
@@ -222,8 +228,7 @@ def rank_copy_gb(config: StackConfig, profile: ModelProfile, topo: Topology) -> 
         return float(total)
     mem = engine_memory(config, profile, topo)
     data = par.data if par.backend == "mp" else 1
-    redundant = par.eplb.num_redundant_experts if par.eplb.enabled and par.expert else 0
-    per_routed = redundant / profile.routed_experts if profile.routed_experts else 0.0
+    per_routed = redundant_per_routed(config, profile)
     out = 0.0
     for stage in stage_weights(profile, par.pipeline, config.model.weights_gb):
         experts = stage.experts_gb / (par.tensor * data) * (1 + per_routed) if par.expert else stage.experts_gb

@@ -53,6 +53,8 @@ ROUTER_WHEEL_SHA256 = "85c96bea4d573a49b5a8ae4c72ee3dfe733aba26b6f1ff1256e6142f1
 ROUTER_SDIST_SHA256 = "6c37f9a8fb71ba3bda307f6a8a82792c0da86526dcddc97a81928929c4457d9d"
 """vllm_router-0.1.17.tar.gz: the source every `src/...` citation here and in checks/pd.py reads."""
 ROUTER_HOST_DIR = f"/var/lib/vllm-cluster/{ROUTER_PACKAGE}-{ROUTER_VERSION}"
+ROUTER_RESOURCE = "router"
+"""The router container's resource name in the program (components/pd_router.py), which the review tools read."""
 """Where the head keeps the unpacked wheel (`wheel_install_script`), mounted read-only into the router."""
 ROUTER_MOUNT = "/opt/vllm-router"
 """Where the unpacked wheel is mounted, read-only, and put on PYTHONPATH."""

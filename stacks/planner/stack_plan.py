@@ -33,6 +33,11 @@ class GroupPlan:
     context: GroupContext | None
     plan: Plan
 
+    @property
+    def role(self) -> str:
+        """replica, prefill or decode (the stack's one engine group is a replica)."""
+        return self.context.role if self.context else "replica"
+
 
 @dataclass(frozen=True)
 class StackPlan:
@@ -60,7 +65,7 @@ class StackPlan:
         if not self.grouped:
             return {**self.groups[0].plan.to_json_dict(), "rolling": self.rolling.as_dict()}
         out: dict[str, Any] = {"stack": self.stack, "rolling": self.rolling.as_dict(),
-                               "groups": [{"name": g.name, "role": g.context.role if g.context else "replica",
+                               "groups": [{"name": g.name, "role": g.role,
                                            "plan": g.plan.to_json_dict()} for g in self.groups]}
         container = self.router_container_spec()
         if self.router is not None and container is not None:
