@@ -20,6 +20,7 @@ from review.config_mutations import BASE_SECRETS, Leaf, Mutation, canonical, lea
 from review.downtime import assess
 from review.group_diff import diff_stacks
 from review.matrix import RegisterError
+from review.plan_diff import applied_outage
 from review.replacement import (
     COMMAND_TYPES,
     CONTAINER,
@@ -194,14 +195,6 @@ def verdict(row: GroupRow, whole: StackPlan, outages: dict[str, int]) -> tuple[s
     return "none: no engine, router or front door restarts", 0
 
 
-def _plan_outages(whole: StackPlan) -> dict[str, int]:
-    out = {}
-    for g in whole.groups:
-        modelled = g.plan.model["outage"]
-        out[str(g.name)] = int(modelled[modelled["applies"]]["total_s"])
-    return out
-
-
 def _row(stack: str, label: str, base_regs: list[Registration], base_plan: StackPlan, base_json: dict[str, Any],
          mutations: list[Mutation], register: Register, refused: str | None) -> GroupRow:
     roles = {str(g.name): g.role for g in base_plan.groups}
@@ -231,9 +224,12 @@ def _row(stack: str, label: str, base_regs: list[Registration], base_plan: Stack
         row.router = _merge(row.router, found.router)
         row.front_door = _merge(row.front_door, found.front_door)
         checks |= found.checks
-        for group, seconds in _plan_outages(after_plan).items():
-            outages[group] = max(outages.get(group, 0), seconds)
-        diff = diff_stacks(stack, "base", base_json, after_plan.to_json_dict(), [], [], {})
+        after_json = after_plan.to_json_dict()
+        for group in after_json["groups"]:
+            applied = applied_outage(group["plan"])
+            if applied is not None:
+                outages[str(group["name"])] = max(outages.get(str(group["name"]), 0), int(applied["total_s"]))
+        diff = diff_stacks(stack, "base", base_json, after_json, [], [], {})
         diff_groups |= {g for g, d in diff["groups"].items() if assess(d).kind in ("group", "lone-rank", "unknown")}
         diff_groups |= set(diff["removed"])  # a group renamed: the old one's engines go
     row.checks = sorted(checks)
