@@ -367,6 +367,11 @@ def test_a_failing_check_fails_up_with_its_evidence(deployment: LabDeployment) -
     engine_runs(d, "lab-1")
 
 
+def engine_mounts(d: LabDeployment, node: str) -> list[str]:
+    """The host paths the node's engine container mounts (its weights version directory among them)."""
+    return d.node_sh(node, "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine").split()
+
+
 def test_a_failed_staged_step_leaves_the_old_group_serving(deployment: LabDeployment) -> None:
     """An image change whose staging fails stops `pulumi up` before any engine stops: the bucket's second shard
     was replaced by a copy 4 KiB shorter than its header says (a broken upload), so the update's weights step
@@ -379,8 +384,7 @@ def test_a_failed_staged_step_leaves_the_old_group_serving(deployment: LabDeploy
     d = deployment
     outputs = json.loads(d.cli.run("stack", "output", "-s", STACK, "--json", what="outputs-before-staged").out)
     before = {n.name: container_ids(d, n.name) for n in d.lab.nodes}
-    mounts = d.node_sh(d.lab.nodes[1].name,
-                       "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine").split()
+    mounts = engine_mounts(d, d.lab.nodes[1].name)
     client = s3_client(d.lab)
     key = "qwen3-8b/model-00002-of-00002.safetensors"
     good = client.get_object(Bucket="lab-models", Key=key)["Body"].read()
@@ -395,9 +399,7 @@ def test_a_failed_staged_step_leaves_the_old_group_serving(deployment: LabDeploy
                          r'\(truncated\)', failed.out), failed.log
         assert "the old directory untouched" in failed.out, failed.log
         assert {n.name: container_ids(d, n.name) for n in d.lab.nodes} == before, "an engine moved"
-        after = d.node_sh(d.lab.nodes[1].name,
-                          "docker inspect --format '{{range .Mounts}}{{println .Source}}{{end}}' lab-engine").split()
-        assert after == mounts, (mounts, after)
+        assert engine_mounts(d, d.lab.nodes[1].name) == mounts
         engine_runs(d, "lab-1")
         assert front_door_chat(d, outputs["endpoint"]) == "323"
     finally:
